@@ -1,0 +1,254 @@
+//! Per-packet accounting: applies one parsed RoCE packet to its flow's [`FlowStats`].
+//! The kernel calls this on the flow map's value in place; `analyze` calls it on its own table.
+
+use crate::{
+    FlowStats, MAX_SPORTS,
+    flow::{FLAG_PEER_KNOWN, TRANSPORT_UNSET, nak},
+    opcode::{self, PsnSpace},
+    psn::{PsnVerdict, read_span},
+};
+
+/// The fields of one RoCE packet that the accounting needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RocePacket {
+    pub opcode: u8,
+    pub psn: u32,
+    pub dst_qp: u32,
+    pub ack_req: bool,
+    /// RETH DMA length, 0 without a RETH.
+    pub dma_len: u32,
+    /// AETH syndrome, 0 without an AETH.
+    pub syndrome: u8,
+    pub ecn: u8,
+    pub dscp: u8,
+    pub pcp: u8,
+    pub udp_sport: u16,
+    pub frame_len: u32,
+}
+
+impl RocePacket {
+    /// Requests timestamped for latency: AckReq set, or a READ request.
+    #[inline(always)]
+    pub fn wants_timestamp(&self) -> bool {
+        opcode::psn_space(self.opcode) == PsnSpace::Request
+            && (self.ack_req || opcode::operation(self.opcode) == opcode::RDMA_READ_REQUEST)
+    }
+
+    /// Responses that answer a timestamped request with the same PSN: ACK/NAK, atomic ACK,
+    /// the first packet of a READ response.
+    #[inline(always)]
+    pub fn answers_request(&self) -> bool {
+        match opcode::psn_space(self.opcode) {
+            PsnSpace::Ack => true,
+            PsnSpace::ReadResponse => matches!(
+                opcode::operation(self.opcode),
+                opcode::RDMA_READ_RESPONSE_FIRST | opcode::RDMA_READ_RESPONSE_ONLY
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// AETH syndrome class: `None` for an ACK, else the NAK class index ([`nak`]).
+#[inline(always)]
+pub const fn nak_class(syndrome: u8) -> Option<usize> {
+    match (syndrome >> 5) & 0x3 {
+        0 => None,
+        1 => Some(nak::RNR),
+        3 => Some(match syndrome & 0x1f {
+            0 => nak::PSN_SEQ_ERR,
+            1 => nak::INVALID_REQUEST,
+            2 => nak::REMOTE_ACCESS,
+            3 => nak::REMOTE_OP,
+            _ => nak::OTHER,
+        }),
+        _ => Some(nak::OTHER),
+    }
+}
+
+/// What a packet did, for the caller to turn into events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub psn: PsnVerdict,
+    /// The PSN space `psn` refers to is the response stream.
+    pub response: bool,
+    pub nak: bool,
+    pub cnp: bool,
+}
+
+/// Apply `pkt` to `stats`. `pmtu` sizes READ reservations; `now_ns` is the packet time.
+#[inline(always)]
+pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) -> Outcome {
+    let mut out = Outcome {
+        psn: PsnVerdict::InOrder,
+        response: false,
+        nak: false,
+        cnp: false,
+    };
+    stats.packets += 1;
+    stats.bytes += pkt.frame_len as u64;
+    stats.last_ns = now_ns;
+    stats.dscp = pkt.dscp;
+    stats.pcp = pkt.pcp;
+    match pkt.ecn {
+        3 => stats.ecn_ce += 1,
+        1 | 2 => stats.ecn_ect += 1,
+        _ => {}
+    }
+    note_sport(stats, pkt.udp_sport);
+
+    let transport = opcode::transport(pkt.opcode);
+    if transport == opcode::TRANSPORT_CNP {
+        stats.cnp += 1;
+        out.cnp = true;
+        return out;
+    }
+    if stats.transport == TRANSPORT_UNSET {
+        stats.transport = transport;
+    } else if stats.transport != transport {
+        stats.other_transport += 1;
+        return out;
+    }
+    stats.opcodes[(pkt.opcode & 0x1f) as usize] += 1;
+
+    match opcode::psn_space(pkt.opcode) {
+        PsnSpace::Request => {
+            let span = if opcode::operation(pkt.opcode) == opcode::RDMA_READ_REQUEST {
+                read_span(pkt.dma_len, pmtu)
+            } else {
+                1
+            };
+            out.psn = stats.psn.request(pkt.psn, span);
+        }
+        PsnSpace::ReadResponse => {
+            let op = opcode::operation(pkt.opcode);
+            let continues =
+                op == opcode::RDMA_READ_RESPONSE_MIDDLE || op == opcode::RDMA_READ_RESPONSE_LAST;
+            out.psn = stats.psn.read_response(pkt.psn, continues);
+            out.response = true;
+        }
+        PsnSpace::Ack => match nak_class(pkt.syndrome) {
+            None => stats.acks += 1,
+            Some(class) => {
+                stats.naks[class] += 1;
+                out.nak = true;
+            }
+        },
+        PsnSpace::None => {}
+    }
+    match out.psn {
+        PsnVerdict::InOrder => {}
+        PsnVerdict::Gap { missing, .. } => {
+            stats.psn_gaps += 1;
+            stats.psn_missing += missing as u64;
+        }
+        PsnVerdict::Retransmit { .. } => {
+            if out.response {
+                stats.resp_retransmits += 1;
+            } else {
+                stats.req_retransmits += 1;
+            }
+        }
+    }
+    out
+}
+
+#[inline(always)]
+fn note_sport(stats: &mut FlowStats, port: u16) {
+    if port == 0 {
+        return;
+    }
+    // Unrolled on purpose: a bounded, branch-only search the verifier accepts at once.
+    let mut i = 0;
+    while i < MAX_SPORTS {
+        let slot = stats.udp_sports[i];
+        if slot == port {
+            return;
+        }
+        if slot == 0 {
+            stats.udp_sports[i] = port;
+            return;
+        }
+        i += 1;
+    }
+    stats.udp_sport_overflow += 1;
+}
+
+/// Record that `peer_qp` answers this flow.
+#[inline(always)]
+pub fn learn_peer(stats: &mut FlowStats, peer_qp: u32) {
+    stats.peer_qp = peer_qp;
+    stats.flags |= FLAG_PEER_KNOWN;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkt(opcode: u8, psn: u32) -> RocePacket {
+        RocePacket {
+            opcode,
+            psn,
+            dst_qp: 0x11,
+            ack_req: false,
+            dma_len: 0,
+            syndrome: 0,
+            ecn: 2,
+            dscp: 26,
+            pcp: 3,
+            udp_sport: 49152,
+            frame_len: 100,
+        }
+    }
+
+    #[test]
+    fn counts_opcodes_acks_naks_and_cnp() {
+        let mut s = FlowStats::zeroed();
+        account(&mut s, &pkt(0x04, 1), 4096, 10);
+        account(&mut s, &RocePacket { syndrome: 0x1f, ..pkt(0x11, 1) }, 4096, 11);
+        account(&mut s, &RocePacket { syndrome: 0x60, ..pkt(0x11, 1) }, 4096, 12);
+        account(&mut s, &RocePacket { syndrome: 0x2a, ..pkt(0x11, 1) }, 4096, 13);
+        account(&mut s, &RocePacket { ecn: 3, ..pkt(opcode::OP_CNP, 0) }, 4096, 14);
+        assert_eq!(s.packets, 5);
+        assert_eq!(s.bytes, 500);
+        assert_eq!(s.opcodes[0x04], 1);
+        assert_eq!(s.opcodes[0x11], 3);
+        assert_eq!(s.acks, 1);
+        assert_eq!(s.naks[nak::PSN_SEQ_ERR], 1);
+        assert_eq!(s.naks[nak::RNR], 1);
+        assert_eq!(s.cnp, 1);
+        assert_eq!((s.ecn_ce, s.ecn_ect), (1, 4));
+        assert_eq!(s.last_ns, 14);
+        assert_eq!(s.udp_src_ports(), 1);
+    }
+
+    #[test]
+    fn other_transport_is_counted_apart() {
+        let mut s = FlowStats::zeroed();
+        account(&mut s, &pkt(0x04, 1), 4096, 0);
+        account(&mut s, &pkt(0x24, 9), 4096, 0);
+        assert_eq!(s.other_transport, 1);
+        assert_eq!(s.opcodes[4], 1);
+        assert_eq!(s.psn_gaps, 0);
+    }
+
+    #[test]
+    fn sport_set_overflows_after_four() {
+        let mut s = FlowStats::zeroed();
+        for port in [1u16, 2, 3, 4, 4, 5, 6] {
+            account(&mut s, &RocePacket { udp_sport: port, ..pkt(0x64, 0) }, 4096, 0);
+        }
+        assert_eq!(s.udp_src_ports(), 4);
+        assert_eq!(s.udp_sport_overflow, 2);
+    }
+
+    #[test]
+    fn latency_roles() {
+        assert!(RocePacket { ack_req: true, ..pkt(0x0a, 0) }.wants_timestamp());
+        assert!(pkt(0x0c, 0).wants_timestamp());
+        assert!(!pkt(0x0a, 0).wants_timestamp());
+        assert!(pkt(0x11, 0).answers_request());
+        assert!(pkt(0x0d, 0).answers_request());
+        assert!(!pkt(0x0e, 0).answers_request());
+    }
+}

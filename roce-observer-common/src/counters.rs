@@ -1,0 +1,70 @@
+//! Global counters: one per-CPU array slot per (direction, counter), summed in user space.
+//! Frame classes partition `TotalPackets` exactly (see docs/metrics.md); the rest are kernel
+//! error counters (map full, ring buffer full) that explain missing events or flows.
+
+/// Index into the per-direction counter block. `#[repr(u32)]` because the kernel uses it as a
+/// map index.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    TotalPackets = 0,
+    RocePackets = 1,
+    PfcFrames = 2,
+    Pause8023x = 3,
+    NonRoce = 4,
+    Malformed = 5,
+    IpFragments = 6,
+    Unsupported = 7,
+    /// A new flow or PFC entry could not be inserted: its packets are in the frame classes but
+    /// in no flow.
+    MapFull = 8,
+    /// An event could not be reserved in the ring buffer (counters stay exact; the event is lost).
+    RingbufFull = 9,
+    /// A latency timestamp could not be stored.
+    PendingFull = 10,
+}
+
+impl Counter {
+    /// Number of counters per direction.
+    pub const COUNT: u32 = 11;
+    /// All counters, in index order.
+    pub const ALL: [Counter; Self::COUNT as usize] = [
+        Counter::TotalPackets,
+        Counter::RocePackets,
+        Counter::PfcFrames,
+        Counter::Pause8023x,
+        Counter::NonRoce,
+        Counter::Malformed,
+        Counter::IpFragments,
+        Counter::Unsupported,
+        Counter::MapFull,
+        Counter::RingbufFull,
+        Counter::PendingFull,
+    ];
+
+    /// Name used in JSON output and metrics.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::TotalPackets => "total_packets",
+            Counter::RocePackets => "roce_packets",
+            Counter::PfcFrames => "pfc_frames",
+            Counter::Pause8023x => "pause_8023x",
+            Counter::NonRoce => "non_roce",
+            Counter::Malformed => "malformed",
+            Counter::IpFragments => "ip_fragments",
+            Counter::Unsupported => "unsupported",
+            Counter::MapFull => "map_full",
+            Counter::RingbufFull => "ringbuf_full",
+            Counter::PendingFull => "pending_full",
+        }
+    }
+
+    /// Slot in the kernel's counter array for this counter seen in `direction`.
+    #[inline(always)]
+    pub const fn slot(self, direction: u8) -> u32 {
+        (direction as u32 & 1) * Self::COUNT + self as u32
+    }
+}
+
+/// Size of the kernel counter array: one block per direction (ingress, egress).
+pub const COUNTER_SLOTS: u32 = 2 * Counter::COUNT;

@@ -1,0 +1,185 @@
+//! Flow key and per-flow statistics: the value type of the kernel's flow map and of the
+//! user-space flow table alike.
+
+use crate::{MAX_SPORTS, assert_size, psn::PsnState};
+
+/// Where a packet was observed.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// XDP on the interface's receive path.
+    Ingress = 0,
+    /// TC clsact egress.
+    Egress = 1,
+    /// Read from a capture file or stream.
+    Capture = 2,
+}
+
+impl Direction {
+    pub const fn from_u8(v: u8) -> Direction {
+        match v {
+            0 => Direction::Ingress,
+            1 => Direction::Egress,
+            _ => Direction::Capture,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+            Direction::Capture => "capture",
+        }
+    }
+}
+
+/// (source IP, destination IP, destination QP) at one observation point.
+/// IPv4 addresses are stored IPv4-mapped (`::ffff:a.b.c.d`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    pub src_ip: [u8; 16],
+    pub dst_ip: [u8; 16],
+    /// BTH DestQP (24 bits).
+    pub dst_qp: u32,
+    /// Interface index of the attach point (0 for captures).
+    pub ifindex: u32,
+    /// A [`Direction`] as u8.
+    pub direction: u8,
+    pub _pad: [u8; 3],
+}
+assert_size!(FlowKey, 44);
+
+impl FlowKey {
+    pub const fn zeroed() -> FlowKey {
+        FlowKey {
+            src_ip: [0; 16],
+            dst_ip: [0; 16],
+            dst_qp: 0,
+            ifindex: 0,
+            direction: 0,
+            _pad: [0; 3],
+        }
+    }
+}
+
+/// `FlowStats::transport` before the first non-CNP packet.
+pub const TRANSPORT_UNSET: u8 = 0xff;
+/// `FlowStats::pcp` for untagged frames.
+pub const PCP_UNTAGGED: u8 = 0xff;
+/// `FlowStats::flags` bit: `peer_qp` has been learned.
+pub const FLAG_PEER_KNOWN: u8 = 1;
+
+/// Number of NAK classes in [`FlowStats::naks`].
+pub const NAK_CLASSES: usize = 6;
+/// Index of each NAK class in [`FlowStats::naks`].
+pub mod nak {
+    pub const PSN_SEQ_ERR: usize = 0;
+    pub const RNR: usize = 1;
+    pub const INVALID_REQUEST: usize = 2;
+    pub const REMOTE_ACCESS: usize = 3;
+    pub const REMOTE_OP: usize = 4;
+    pub const OTHER: usize = 5;
+    /// JSON names, by index.
+    pub const NAMES: [&str; super::NAK_CLASSES] = [
+        "psn_seq_err",
+        "rnr",
+        "invalid_request",
+        "remote_access",
+        "remote_op",
+        "other",
+    ];
+}
+
+/// Per-flow counters and sequence state (see docs/metrics.md for every definition).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowStats {
+    pub packets: u64,
+    pub bytes: u64,
+    /// First and last packet time (kernel: coarse monotonic clock; captures: capture time), ns.
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// Packets per operation (opcode bits 4-0) of the flow's transport (`transport`).
+    pub opcodes: [u64; 32],
+    pub cnp: u64,
+    /// Non-CNP packets whose transport differs from `transport`.
+    pub other_transport: u64,
+    pub ecn_ce: u64,
+    pub ecn_ect: u64,
+    pub acks: u64,
+    pub naks: [u64; NAK_CLASSES],
+    pub psn_gaps: u64,
+    pub psn_missing: u64,
+    /// Requests whose PSN was not newer than the highest request PSN.
+    pub req_retransmits: u64,
+    /// READ responses whose PSN was not newer than the highest response PSN.
+    pub resp_retransmits: u64,
+    /// Packets whose UDP source port did not fit in `udp_sports`.
+    pub udp_sport_overflow: u64,
+    pub psn: PsnState,
+    /// The requester/responder QP on the other side, once learned from a latency match.
+    pub peer_qp: u32,
+    /// Distinct UDP source ports, 0 = empty slot (port 0 is not a valid RoCE source port).
+    pub udp_sports: [u16; MAX_SPORTS],
+    /// Opcode bits 7-5 of the first non-CNP packet, or [`TRANSPORT_UNSET`].
+    pub transport: u8,
+    pub dscp: u8,
+    /// Outer VLAN priority or [`PCP_UNTAGGED`].
+    pub pcp: u8,
+    pub flags: u8,
+    pub _pad: [u8; 4],
+}
+assert_size!(FlowStats, 456);
+
+impl FlowStats {
+    pub const fn zeroed() -> FlowStats {
+        FlowStats {
+            packets: 0,
+            bytes: 0,
+            first_ns: 0,
+            last_ns: 0,
+            opcodes: [0; 32],
+            cnp: 0,
+            other_transport: 0,
+            ecn_ce: 0,
+            ecn_ect: 0,
+            acks: 0,
+            naks: [0; NAK_CLASSES],
+            psn_gaps: 0,
+            psn_missing: 0,
+            req_retransmits: 0,
+            resp_retransmits: 0,
+            udp_sport_overflow: 0,
+            psn: PsnState::zeroed(),
+            peer_qp: 0,
+            udp_sports: [0; MAX_SPORTS],
+            transport: TRANSPORT_UNSET,
+            dscp: 0,
+            pcp: PCP_UNTAGGED,
+            flags: 0,
+            _pad: [0; 4],
+        }
+    }
+
+    /// Initialise a freshly inserted (all-zero) entry.
+    #[inline(always)]
+    pub fn init(&mut self, now_ns: u64) {
+        self.transport = TRANSPORT_UNSET;
+        self.pcp = PCP_UNTAGGED;
+        self.first_ns = now_ns;
+    }
+
+    pub fn peer_qp(&self) -> Option<u32> {
+        (self.flags & FLAG_PEER_KNOWN != 0).then_some(self.peer_qp)
+    }
+
+    /// Number of distinct UDP source ports held exactly.
+    pub fn udp_src_ports(&self) -> usize {
+        self.udp_sports.iter().filter(|p| **p != 0).count()
+    }
+
+    pub fn retransmits(&self) -> u64 {
+        self.req_retransmits + self.resp_retransmits
+    }
+}

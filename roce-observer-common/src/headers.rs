@@ -1,0 +1,308 @@
+//! Wire headers as byte arrays with `LEN` and big-endian getters, so that they can be loaded
+//! from any offset (no alignment) in the kernel and in user space alike.
+
+macro_rules! be16 {
+    ($b:expr, $i:expr) => {
+        u16::from_be_bytes([$b[$i], $b[$i + 1]])
+    };
+}
+macro_rules! be24 {
+    ($b:expr, $i:expr) => {
+        u32::from_be_bytes([0, $b[$i], $b[$i + 1], $b[$i + 2]])
+    };
+}
+macro_rules! be32 {
+    ($b:expr, $i:expr) => {
+        u32::from_be_bytes([$b[$i], $b[$i + 1], $b[$i + 2], $b[$i + 3]])
+    };
+}
+
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+pub const ETHERTYPE_IPV6: u16 = 0x86DD;
+pub const ETHERTYPE_VLAN: u16 = 0x8100;
+pub const ETHERTYPE_QINQ: u16 = 0x88A8;
+pub const ETHERTYPE_MAC_CONTROL: u16 = 0x8808;
+pub const MAC_CONTROL_PAUSE: u16 = 0x0001;
+pub const MAC_CONTROL_PFC: u16 = 0x0101;
+pub const IPPROTO_UDP: u8 = 17;
+
+/// Ethernet II header.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EthHdr(pub [u8; 14]);
+impl EthHdr {
+    pub const LEN: usize = 14;
+    #[inline(always)]
+    pub fn src_mac(&self) -> [u8; 6] {
+        [self.0[6], self.0[7], self.0[8], self.0[9], self.0[10], self.0[11]]
+    }
+    #[inline(always)]
+    pub fn ethertype(&self) -> u16 {
+        be16!(self.0, 12)
+    }
+}
+
+/// 802.1Q / 802.1ad tag (TCI + inner EtherType), after the outer EtherType.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct VlanHdr(pub [u8; 4]);
+impl VlanHdr {
+    pub const LEN: usize = 4;
+    #[inline(always)]
+    pub fn pcp(&self) -> u8 {
+        self.0[0] >> 5
+    }
+    #[inline(always)]
+    pub fn ethertype(&self) -> u16 {
+        be16!(self.0, 2)
+    }
+}
+
+/// IPv4 header without options.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Ipv4Hdr(pub [u8; 20]);
+impl Ipv4Hdr {
+    pub const LEN: usize = 20;
+    #[inline(always)]
+    pub fn version(&self) -> u8 {
+        self.0[0] >> 4
+    }
+    /// Header length in bytes (IHL x 4).
+    #[inline(always)]
+    pub fn header_len(&self) -> usize {
+        ((self.0[0] & 0x0f) as usize) * 4
+    }
+    #[inline(always)]
+    pub fn tos(&self) -> u8 {
+        self.0[1]
+    }
+    /// Fragment offset in 8-byte units.
+    #[inline(always)]
+    pub fn frag_offset(&self) -> u16 {
+        be16!(self.0, 6) & 0x1fff
+    }
+    #[inline(always)]
+    pub fn protocol(&self) -> u8 {
+        self.0[9]
+    }
+    #[inline(always)]
+    pub fn src(&self) -> [u8; 4] {
+        [self.0[12], self.0[13], self.0[14], self.0[15]]
+    }
+    #[inline(always)]
+    pub fn dst(&self) -> [u8; 4] {
+        [self.0[16], self.0[17], self.0[18], self.0[19]]
+    }
+}
+
+/// IPv6 fixed header.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Ipv6Hdr(pub [u8; 40]);
+impl Ipv6Hdr {
+    pub const LEN: usize = 40;
+    #[inline(always)]
+    pub fn version(&self) -> u8 {
+        self.0[0] >> 4
+    }
+    #[inline(always)]
+    pub fn traffic_class(&self) -> u8 {
+        (self.0[0] << 4) | (self.0[1] >> 4)
+    }
+    #[inline(always)]
+    pub fn next_header(&self) -> u8 {
+        self.0[6]
+    }
+    #[inline(always)]
+    pub fn src(&self) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&self.0[8..24]);
+        a
+    }
+    #[inline(always)]
+    pub fn dst(&self) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&self.0[24..40]);
+        a
+    }
+}
+
+/// IPv6 next-header values that are extension headers (not parsed: counted as unsupported).
+#[inline(always)]
+pub const fn is_ipv6_extension(nh: u8) -> bool {
+    matches!(nh, 0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254)
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UdpHdr(pub [u8; 8]);
+impl UdpHdr {
+    pub const LEN: usize = 8;
+    #[inline(always)]
+    pub fn src_port(&self) -> u16 {
+        be16!(self.0, 0)
+    }
+    #[inline(always)]
+    pub fn dst_port(&self) -> u16 {
+        be16!(self.0, 2)
+    }
+}
+
+/// InfiniBand Base Transport Header (12 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Bth(pub [u8; 12]);
+impl Bth {
+    pub const LEN: usize = 12;
+    #[inline(always)]
+    pub fn opcode(&self) -> u8 {
+        self.0[0]
+    }
+    #[inline(always)]
+    pub fn solicited(&self) -> bool {
+        self.0[1] & 0x80 != 0
+    }
+    #[inline(always)]
+    pub fn pad_count(&self) -> u8 {
+        (self.0[1] >> 4) & 0x3
+    }
+    #[inline(always)]
+    pub fn pkey(&self) -> u16 {
+        be16!(self.0, 2)
+    }
+    #[inline(always)]
+    pub fn fecn(&self) -> bool {
+        self.0[4] & 0x80 != 0
+    }
+    #[inline(always)]
+    pub fn becn(&self) -> bool {
+        self.0[4] & 0x40 != 0
+    }
+    #[inline(always)]
+    pub fn dest_qp(&self) -> u32 {
+        be24!(self.0, 5)
+    }
+    #[inline(always)]
+    pub fn ack_req(&self) -> bool {
+        self.0[8] & 0x80 != 0
+    }
+    #[inline(always)]
+    pub fn psn(&self) -> u32 {
+        be24!(self.0, 9)
+    }
+}
+
+/// RDMA Extended Transport Header (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Reth(pub [u8; 16]);
+impl Reth {
+    pub const LEN: usize = 16;
+    #[inline(always)]
+    pub fn rkey(&self) -> u32 {
+        be32!(self.0, 8)
+    }
+    #[inline(always)]
+    pub fn dma_len(&self) -> u32 {
+        be32!(self.0, 12)
+    }
+}
+
+/// ACK Extended Transport Header (4 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Aeth(pub [u8; 4]);
+impl Aeth {
+    pub const LEN: usize = 4;
+    #[inline(always)]
+    pub fn syndrome(&self) -> u8 {
+        self.0[0]
+    }
+    #[inline(always)]
+    pub fn msn(&self) -> u32 {
+        be24!(self.0, 1)
+    }
+}
+
+/// PFC body after the EtherType: opcode, class-enable vector, eight pause times.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PfcBody(pub [u8; 20]);
+impl PfcBody {
+    pub const LEN: usize = 20;
+    #[inline(always)]
+    pub fn class_enable(&self) -> u16 {
+        be16!(self.0, 2)
+    }
+    #[inline(always)]
+    pub fn quanta(&self, priority: usize) -> u16 {
+        let i = 4 + (priority & 7) * 2;
+        u16::from_be_bytes([self.0[i], self.0[i + 1]])
+    }
+}
+
+/// Legacy PAUSE body after the EtherType: opcode, pause time.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PauseBody(pub [u8; 4]);
+impl PauseBody {
+    pub const LEN: usize = 4;
+    #[inline(always)]
+    pub fn quanta(&self) -> u16 {
+        be16!(self.0, 2)
+    }
+}
+
+/// MAC control opcode (first two bytes after the EtherType).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MacControlOp(pub [u8; 2]);
+impl MacControlOp {
+    #[inline(always)]
+    pub fn opcode(&self) -> u16 {
+        be16!(self.0, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bth_layout_is_pinned() {
+        assert_eq!(core::mem::size_of::<Bth>(), Bth::LEN);
+        // RC RDMA_READ_REQUEST, SE, P_Key 0xffff, BECN, QP 0x123456, AckReq, PSN 0xabcdef.
+        let b = Bth([0x0c, 0x80, 0xff, 0xff, 0x40, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef]);
+        assert_eq!(b.opcode(), 0x0c);
+        assert!(b.solicited());
+        assert_eq!(b.pkey(), 0xffff);
+        assert!(b.becn() && !b.fecn());
+        assert_eq!(b.dest_qp(), 0x123456);
+        assert!(b.ack_req());
+        assert_eq!(b.psn(), 0xabcdef);
+    }
+
+    #[test]
+    fn ext_headers() {
+        let r = Reth([0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 7, 0, 0, 0x30, 0]);
+        assert_eq!(r.rkey(), 7);
+        assert_eq!(r.dma_len(), 12288);
+        let a = Aeth([0x60, 0, 1, 2]);
+        assert_eq!(a.syndrome(), 0x60);
+        assert_eq!(a.msn(), 0x102);
+        let v = VlanHdr([0x60, 0x05, 0x08, 0x00]);
+        assert_eq!(v.pcp(), 3);
+        assert_eq!(v.ethertype(), ETHERTYPE_IPV4);
+        let mut p = [0u8; 20];
+        p[2] = 0x00;
+        p[3] = 0x09;
+        p[4] = 0xff;
+        p[5] = 0xff;
+        p[4 + 3 * 2 + 1] = 7;
+        let pfc = PfcBody(p);
+        assert_eq!(pfc.class_enable(), 9);
+        assert_eq!(pfc.quanta(0), 0xffff);
+        assert_eq!(pfc.quanta(3), 7);
+    }
+}

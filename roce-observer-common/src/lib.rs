@@ -1,0 +1,59 @@
+//! The only ABI between the roce-observer kernel programs and user space, plus the per-packet
+//! accounting rules that both sides run (the kernel on every packet, `analyze` on every captured
+//! frame), so the two paths cannot drift apart.
+//!
+//! Everything that crosses the kernel boundary is `#[repr(C)]`, `Copy`, free of `bool`/`Option`
+//! and of implicit padding; sizes are pinned by compile-time assertions.
+#![no_std]
+
+pub mod account;
+pub mod counters;
+pub mod event;
+pub mod flow;
+pub mod headers;
+pub mod latency;
+pub mod parse;
+pub mod opcode;
+pub mod pfc;
+pub mod psn;
+
+pub use account::{Outcome, RocePacket, account};
+pub use counters::Counter;
+pub use event::{Event, EventKind};
+pub use flow::{Direction, FlowKey, FlowStats};
+pub use pfc::{PfcKey, PfcStats};
+
+/// Destination UDP port of RoCEv2 (IANA); configurable at load time.
+pub const ROCE_V2_PORT: u16 = 4791;
+/// Default RoCE path MTU, used to size READ PSN reservations.
+pub const DEFAULT_PMTU: u32 = 4096;
+/// Distinct UDP source ports remembered exactly per flow.
+pub const MAX_SPORTS: usize = 4;
+
+/// Compile-time size check without padding surprises.
+macro_rules! assert_size {
+    ($t:ty, $n:expr) => {
+        const _: () = assert!(core::mem::size_of::<$t>() == $n);
+    };
+}
+pub(crate) use assert_size;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: every type below is #[repr(C)], Copy, contains only integers and integer arrays,
+    // and has no implicit padding (sizes asserted where the types are defined), so any bit
+    // pattern is a valid value.
+    unsafe impl aya::Pod for super::FlowKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FlowStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PfcKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PfcStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Event {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::latency::PendingKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::latency::PendingValue {}
+}
