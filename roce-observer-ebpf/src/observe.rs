@@ -153,13 +153,19 @@ fn on_roce(key: &FlowKey, pkt: &RocePacket) {
     if out.cnp {
         emit(EventKind::Cnp, key, pkt.psn as u64, 0, 0, 0);
     }
-    latency(key, stats, pkt);
+    // Karn's rule: a retransmitted request is not timestamped (its answer could belong to
+    // either transmission).
+    let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
+    latency(key, stats, pkt, retransmit);
 }
 
 /// Timestamp requests that ask for an answer; match answers to them (docs/metrics.md).
 #[inline(always)]
-fn latency(key: &FlowKey, stats: &mut FlowStats, pkt: &RocePacket) {
+fn latency(key: &FlowKey, stats: &mut FlowStats, pkt: &RocePacket, retransmit: bool) {
     if pkt.wants_timestamp() {
+        if retransmit {
+            return;
+        }
         let pending = PendingKey {
             requester: key.src_ip,
             responder: key.dst_ip,
