@@ -36,6 +36,13 @@ pub fn roce_observer_tc(ctx: TcContext) -> i32 {
     TC_ACT_PIPE
 }
 
+/// Benchmark baseline, never attached: an XDP program that does nothing, so that
+/// `cargo xtask bench` can print our per-packet cost as a ratio to it.
+#[xdp]
+pub fn roce_observer_baseline(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

@@ -63,7 +63,11 @@ fn flow_id(f: &Value) -> String {
 }
 
 fn pfc_id(p: &Value) -> String {
-    format!("{} prio {}", p["src_mac"].as_str().unwrap_or("?"), p["priority"])
+    format!(
+        "{} prio {}",
+        p["src_mac"].as_str().unwrap_or("?"),
+        p["priority"]
+    )
 }
 
 /// The summary block for one direction: `summary.by_direction.<direction>` when present

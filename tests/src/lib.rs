@@ -55,7 +55,11 @@ pub fn fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
         out.push((name.to_string(), pcap, expected));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(!out.is_empty(), "no fixtures found in {}", fixtures_dir().display());
+    assert!(
+        !out.is_empty(),
+        "no fixtures found in {}",
+        fixtures_dir().display()
+    );
     out
 }
 

@@ -128,7 +128,10 @@ impl Observer {
                 return Ok(obs);
             }
             if let Some(status) = obs.child.try_wait()? {
-                bail!("roce-observer exited ({status}) before attaching:\n{}", obs.log());
+                bail!(
+                    "roce-observer exited ({status}) before attaching:\n{}",
+                    obs.log()
+                );
             }
             if Instant::now() > deadline {
                 bail!("roce-observer did not attach within 30 s:\n{}", obs.log());
@@ -137,7 +140,10 @@ impl Observer {
     }
 
     pub fn log(&self) -> String {
-        self.stderr_log.lock().map(|l| l.clone()).unwrap_or_default()
+        self.stderr_log
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
     }
 
     /// Stop with SIGINT (a clean exit that prints the final document) and return stdout.

@@ -33,6 +33,16 @@ static EBPF_OBJECT: &[u8] = &[];
 
 const XDP_PROGRAM: &str = "roce_observer_xdp";
 const TC_PROGRAM: &str = "roce_observer_tc";
+const BASELINE_PROGRAM: &str = "roce_observer_baseline";
+
+/// Programs `KernelSource::bench` can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchProgram {
+    Xdp,
+    Tc,
+    /// An XDP program that only returns XDP_PASS.
+    Baseline,
+}
 
 #[derive(Debug, Error)]
 pub enum KernelError {
@@ -381,6 +391,45 @@ impl KernelSource {
     /// Run the TC program once on `frame`. Returns the TC verdict.
     pub fn test_run_tc(&self, frame: &[u8]) -> Result<u32, KernelError> {
         self.test_run(TC_PROGRAM, frame)
+    }
+
+    /// Average kernel time per run of `program` on `frame`, over `repeat` runs
+    /// (BPF_PROG_TEST_RUN's own timing). Maps update as for real packets.
+    pub fn bench(
+        &mut self,
+        program: BenchProgram,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<std::time::Duration, KernelError> {
+        use aya::programs::{TestRun, TestRunOptions};
+        let name = match program {
+            BenchProgram::Xdp => XDP_PROGRAM,
+            BenchProgram::Tc => TC_PROGRAM,
+            BenchProgram::Baseline => BASELINE_PROGRAM,
+        };
+        if program == BenchProgram::Baseline {
+            let prog = program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?;
+            if prog.fd().is_err() {
+                prog.load().map_err(|e| KernelError::Load(Box::new(e)))?;
+            }
+        }
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            repeat,
+            ..TestRunOptions::new()
+        };
+        let prog = self
+            .ebpf
+            .program(name)
+            .ok_or_else(|| KernelError::Load(format!("no program {name}").into()))?;
+        let result = match prog {
+            aya::programs::Program::Xdp(p) => p.test_run(opts),
+            aya::programs::Program::SchedClassifier(p) => p.test_run(opts),
+            _ => return Err(KernelError::Load(format!("{name}: unexpected type").into())),
+        };
+        result
+            .map(|r| r.duration)
+            .map_err(|e| KernelError::Load(Box::new(e)))
     }
 
     fn test_run(&self, name: &'static str, frame: &[u8]) -> Result<u32, KernelError> {
