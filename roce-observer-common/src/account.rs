@@ -205,10 +205,42 @@ mod tests {
     fn counts_opcodes_acks_naks_and_cnp() {
         let mut s = FlowStats::zeroed();
         account(&mut s, &pkt(0x04, 1), 4096, 10);
-        account(&mut s, &RocePacket { syndrome: 0x1f, ..pkt(0x11, 1) }, 4096, 11);
-        account(&mut s, &RocePacket { syndrome: 0x60, ..pkt(0x11, 1) }, 4096, 12);
-        account(&mut s, &RocePacket { syndrome: 0x2a, ..pkt(0x11, 1) }, 4096, 13);
-        account(&mut s, &RocePacket { ecn: 3, ..pkt(opcode::OP_CNP, 0) }, 4096, 14);
+        account(
+            &mut s,
+            &RocePacket {
+                syndrome: 0x1f,
+                ..pkt(0x11, 1)
+            },
+            4096,
+            11,
+        );
+        account(
+            &mut s,
+            &RocePacket {
+                syndrome: 0x60,
+                ..pkt(0x11, 1)
+            },
+            4096,
+            12,
+        );
+        account(
+            &mut s,
+            &RocePacket {
+                syndrome: 0x2a,
+                ..pkt(0x11, 1)
+            },
+            4096,
+            13,
+        );
+        account(
+            &mut s,
+            &RocePacket {
+                ecn: 3,
+                ..pkt(opcode::OP_CNP, 0)
+            },
+            4096,
+            14,
+        );
         assert_eq!(s.packets, 5);
         assert_eq!(s.bytes, 500);
         assert_eq!(s.opcodes[0x04], 1);
@@ -236,7 +268,15 @@ mod tests {
     fn sport_set_overflows_after_four() {
         let mut s = FlowStats::zeroed();
         for port in [1u16, 2, 3, 4, 4, 5, 6] {
-            account(&mut s, &RocePacket { udp_sport: port, ..pkt(0x64, 0) }, 4096, 0);
+            account(
+                &mut s,
+                &RocePacket {
+                    udp_sport: port,
+                    ..pkt(0x64, 0)
+                },
+                4096,
+                0,
+            );
         }
         assert_eq!(s.udp_src_ports(), 4);
         assert_eq!(s.udp_sport_overflow, 2);
@@ -244,7 +284,13 @@ mod tests {
 
     #[test]
     fn latency_roles() {
-        assert!(RocePacket { ack_req: true, ..pkt(0x0a, 0) }.wants_timestamp());
+        assert!(
+            RocePacket {
+                ack_req: true,
+                ..pkt(0x0a, 0)
+            }
+            .wants_timestamp()
+        );
         assert!(pkt(0x0c, 0).wants_timestamp());
         assert!(!pkt(0x0a, 0).wants_timestamp());
         assert!(pkt(0x11, 0).answers_request());

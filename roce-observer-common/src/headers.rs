@@ -34,7 +34,9 @@ impl EthHdr {
     pub const LEN: usize = 14;
     #[inline(always)]
     pub fn src_mac(&self) -> [u8; 6] {
-        [self.0[6], self.0[7], self.0[8], self.0[9], self.0[10], self.0[11]]
+        [
+            self.0[6], self.0[7], self.0[8], self.0[9], self.0[10], self.0[11],
+        ]
     }
     #[inline(always)]
     pub fn ethertype(&self) -> u16 {
@@ -273,7 +275,9 @@ mod tests {
     fn bth_layout_is_pinned() {
         assert_eq!(core::mem::size_of::<Bth>(), Bth::LEN);
         // RC RDMA_READ_REQUEST, SE, P_Key 0xffff, BECN, QP 0x123456, AckReq, PSN 0xabcdef.
-        let b = Bth([0x0c, 0x80, 0xff, 0xff, 0x40, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef]);
+        let b = Bth([
+            0x0c, 0x80, 0xff, 0xff, 0x40, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef,
+        ]);
         assert_eq!(b.opcode(), 0x0c);
         assert!(b.solicited());
         assert_eq!(b.pkey(), 0xffff);

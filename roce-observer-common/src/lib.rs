@@ -12,8 +12,8 @@ pub mod event;
 pub mod flow;
 pub mod headers;
 pub mod latency;
-pub mod parse;
 pub mod opcode;
+pub mod parse;
 pub mod pfc;
 pub mod psn;
 

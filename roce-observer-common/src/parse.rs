@@ -4,13 +4,7 @@
 //! [`PacketView::load`], which is bounds-checked by the implementation, so a short frame ends
 //! the parse with a classification instead of a fault.
 
-use crate::{
-    Counter,
-    account::RocePacket,
-    flow::PCP_UNTAGGED,
-    headers::*,
-    opcode,
-};
+use crate::{Counter, account::RocePacket, flow::PCP_UNTAGGED, headers::*, opcode};
 
 /// Read access to one frame.
 pub trait PacketView {
@@ -50,7 +44,9 @@ fn is_vlan(ethertype: u16) -> bool {
 /// IPv4-mapped IPv6 form of an IPv4 address.
 #[inline(always)]
 pub fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
-    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3]]
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+    ]
 }
 
 /// Parse one frame. `roce_port` is the RoCEv2 UDP destination port.

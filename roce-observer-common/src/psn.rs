@@ -45,9 +45,16 @@ assert_size!(PsnState, 20);
 pub enum PsnVerdict {
     InOrder,
     /// PSNs were skipped: `expected` was due, `got` arrived, `missing` PSNs in between.
-    Gap { expected: u32, got: u32, missing: u32 },
+    Gap {
+        expected: u32,
+        got: u32,
+        missing: u32,
+    },
     /// Not newer than the highest PSN seen: a retransmission (or a resent READ response).
-    Retransmit { highest: u32, got: u32 },
+    Retransmit {
+        highest: u32,
+        got: u32,
+    },
 }
 
 impl PsnState {
@@ -156,7 +163,11 @@ mod tests {
         s.request(101, 1);
         assert_eq!(
             s.request(105, 1),
-            PsnVerdict::Gap { expected: 102, got: 105, missing: 3 }
+            PsnVerdict::Gap {
+                expected: 102,
+                got: 105,
+                missing: 3
+            }
         );
         assert_eq!(s.request(106, 1), PsnVerdict::InOrder);
     }
@@ -169,7 +180,10 @@ mod tests {
         // A wrong (larger) path MTU would reserve 1 PSN and report a false gap.
         let mut t = PsnState::zeroed();
         t.request(10, read_span(8192, 8192));
-        assert!(matches!(t.request(13, 1), PsnVerdict::Gap { missing: 2, .. }));
+        assert!(matches!(
+            t.request(13, 1),
+            PsnVerdict::Gap { missing: 2, .. }
+        ));
     }
 
     #[test]
@@ -197,9 +211,16 @@ mod tests {
         assert_eq!(s.read_response(60, false), PsnVerdict::InOrder);
         assert_eq!(
             s.read_response(63, true),
-            PsnVerdict::Gap { expected: 61, got: 63, missing: 2 }
+            PsnVerdict::Gap {
+                expected: 61,
+                got: 63,
+                missing: 2
+            }
         );
-        assert!(matches!(s.read_response(51, false), PsnVerdict::Retransmit { .. }));
+        assert!(matches!(
+            s.read_response(51, false),
+            PsnVerdict::Retransmit { .. }
+        ));
     }
 
     #[test]

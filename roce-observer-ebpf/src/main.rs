@@ -1,0 +1,47 @@
+//! roce-observer kernel programs: an XDP program (ingress) and a TC classifier (clsact egress)
+//! that run the same observation on every frame. Both always pass the packet on: an observer
+//! never changes the fate of traffic; failures are counted, never acted on.
+//!
+//! Parse (shared with user space): roce-observer-common/src/parse.rs.
+//! Per-flow accounting (shared): roce-observer-common/src/account.rs.
+//! Maps: maps.rs. Flow, PFC and latency updates and ring-buffer events: observe.rs.
+#![no_std]
+#![no_main]
+
+mod maps;
+mod observe;
+mod view;
+
+use aya_ebpf::{
+    bindings::{TC_ACT_PIPE, xdp_action},
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
+use roce_observer_common::Direction;
+
+#[xdp]
+pub fn roce_observer_xdp(ctx: XdpContext) -> u32 {
+    // SAFETY: reading a field of the context the kernel passed in.
+    let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
+    observe::observe(&view::XdpView::new(&ctx), ifindex, Direction::Ingress as u8);
+    xdp_action::XDP_PASS
+}
+
+#[classifier]
+pub fn roce_observer_tc(ctx: TcContext) -> i32 {
+    // SAFETY: reading a field of the context the kernel passed in.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    observe::observe(&view::TcView::new(&ctx), ifindex, Direction::Egress as u8);
+    // PIPE: let the next filter or the default action decide, as if we were not here.
+    TC_ACT_PIPE
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

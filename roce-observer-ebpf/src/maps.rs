@@ -1,0 +1,52 @@
+//! Every map of the kernel programs: key, value and sizing. User space reads them all; only the
+//! loader sizes them (`EbpfLoader::set_max_entries`) and sets the globals in `main.rs`.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use roce_observer_common::{
+    Counter, FlowKey, FlowStats, PfcKey, PfcStats,
+    counters::COUNTER_SLOTS,
+    latency::{PendingKey, PendingValue},
+};
+
+/// FlowKey -> FlowStats (456 B). One entry per (src IP, dst IP, dst QP, interface, direction).
+/// A plain hash (not LRU): a full table is counted (`map_full`), never silently evicts counts.
+/// Default 16384 entries (~8 MiB); the loader resizes it with --max-flows.
+#[map]
+pub static FLOWS: HashMap<FlowKey, FlowStats> = HashMap::with_max_entries(16384, 0);
+
+/// PfcKey -> PfcStats: per (interface, direction, source MAC, priority or 0xff for 802.3x).
+#[map]
+pub static PFC: HashMap<PfcKey, PfcStats> = HashMap::with_max_entries(1024, 0);
+
+/// Timestamped requests waiting for their response: PendingKey -> PendingValue. LRU, because a
+/// request whose answer is never seen (lost, or outside the capture) must age out on its own.
+#[map]
+pub static PENDING: LruHashMap<PendingKey, PendingValue> = LruHashMap::with_max_entries(16384, 0);
+
+/// Frame classes and error counters, one block of `Counter::COUNT` per direction; per-CPU so
+/// increments never contend; user space sums the CPUs.
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+/// One all-zero FlowStats, never written: the source of new flow entries (a FlowStats does not
+/// fit on the 512-byte BPF stack next to the parse state).
+#[map]
+pub static ZERO_FLOW: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0);
+
+/// Events (new flow, PSN gap/retransmit, NAK, CNP, PFC, latency sample), 104 B each; 1 MiB
+/// holds ~10k events between two drains. Reserve failures are counted, counters stay exact.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Count one occurrence of `counter` in `direction`.
+#[inline(always)]
+pub fn count(counter: Counter, direction: u8) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter.slot(direction)) {
+        // SAFETY: the pointer comes from a successful per-CPU array lookup: valid, aligned,
+        // and only this CPU writes it.
+        unsafe { *slot += 1 };
+    }
+}

@@ -1,0 +1,64 @@
+//! Bounds-checked packet access for the shared parser: direct packet access for XDP, and
+//! `bpf_skb_load_bytes` for TC (an egress skb may keep its headers in paged fragments; the
+//! helper reads them without changing the skb).
+
+use core::mem;
+
+use aya_ebpf::programs::{TcContext, XdpContext};
+use roce_observer_common::parse::PacketView;
+
+pub struct XdpView {
+    start: usize,
+    end: usize,
+}
+
+impl XdpView {
+    #[inline(always)]
+    pub fn new(ctx: &XdpContext) -> XdpView {
+        XdpView {
+            start: ctx.data(),
+            end: ctx.data_end(),
+        }
+    }
+}
+
+impl PacketView for XdpView {
+    #[inline(always)]
+    fn frame_len(&self) -> u32 {
+        (self.end - self.start) as u32
+    }
+
+    #[inline(always)]
+    fn load<T: Copy>(&self, offset: usize) -> Option<T> {
+        // The verifier needs this exact comparison of packet pointers before any access.
+        if self.start + offset + mem::size_of::<T>() > self.end {
+            return None;
+        }
+        // SAFETY: [start + offset, start + offset + size_of::<T>()) lies inside the packet, as
+        // checked above; T is a byte-array header (any bit pattern valid), read unaligned.
+        Some(unsafe { core::ptr::read_unaligned((self.start + offset) as *const T) })
+    }
+}
+
+pub struct TcView<'a> {
+    ctx: &'a TcContext,
+}
+
+impl<'a> TcView<'a> {
+    #[inline(always)]
+    pub fn new(ctx: &'a TcContext) -> TcView<'a> {
+        TcView { ctx }
+    }
+}
+
+impl PacketView for TcView<'_> {
+    #[inline(always)]
+    fn frame_len(&self) -> u32 {
+        self.ctx.len()
+    }
+
+    #[inline(always)]
+    fn load<T: Copy>(&self, offset: usize) -> Option<T> {
+        self.ctx.load::<T>(offset).ok()
+    }
+}

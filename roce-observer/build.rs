@@ -1,0 +1,79 @@
+//! Builds the eBPF programs (roce-observer-ebpf) for bpfel-unknown-none and puts the object in
+//! OUT_DIR, where src/source/kernel.rs embeds it.
+//!
+//! The eBPF crate needs `-Z build-std=core`, so a toolchain with the `rust-src` component:
+//! ROCE_OBSERVER_BPF_TOOLCHAIN if set, else a rustup `nightly` that has rust-src, else the
+//! `roce-debian` toolchain that `cargo xtask setup` links to Debian's rustc-web + rust-web-src.
+//! Set AYA_BUILD_SKIP=1 to build without the kernel programs (`analyze` still works; `run`
+//! then says how to rebuild).
+
+use std::{env, path::PathBuf, process::Command};
+
+use anyhow::{Context as _, anyhow};
+use aya_build::{Package, Toolchain};
+
+const DEBIAN_TOOLCHAIN: &str = "roce-debian";
+
+fn has_rust_src(toolchain: &str) -> bool {
+    let Ok(out) = Command::new("rustup")
+        .args(["run", toolchain, "rustc", "--print", "sysroot"])
+        .output()
+    else {
+        return false;
+    };
+    if !out.status.success() {
+        return false;
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    sysroot.join("lib/rustlib/src/rust/library/core").is_dir()
+}
+
+fn pick_toolchain() -> anyhow::Result<String> {
+    if let Ok(name) = env::var("ROCE_OBSERVER_BPF_TOOLCHAIN") {
+        return Ok(name);
+    }
+    for candidate in ["nightly", DEBIAN_TOOLCHAIN] {
+        if has_rust_src(candidate) {
+            return Ok(candidate.to_string());
+        }
+    }
+    Err(anyhow!(
+        "no Rust toolchain with rust-src to build the eBPF programs: run `cargo xtask setup` \
+         (installs Debian's rustc-web + rust-web-src and links them as the `{DEBIAN_TOOLCHAIN}` \
+         rustup toolchain), or set ROCE_OBSERVER_BPF_TOOLCHAIN, or AYA_BUILD_SKIP=1 to build \
+         without the kernel programs"
+    ))
+}
+
+fn main() -> anyhow::Result<()> {
+    println!("cargo:rustc-check-cfg=cfg(ebpf_skipped)");
+    println!("cargo:rerun-if-env-changed=ROCE_OBSERVER_BPF_TOOLCHAIN");
+    println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR")?);
+    let root = manifest.parent().context("workspace root")?;
+    let ebpf_dir = root.join("roce-observer-ebpf");
+    let common_dir = root.join("roce-observer-common");
+    println!("cargo:rerun-if-changed={}", common_dir.display());
+    let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    if skip {
+        println!("cargo:rustc-cfg=ebpf_skipped");
+        println!("cargo:rerun-if-changed={}", ebpf_dir.display());
+        return Ok(());
+    }
+    let toolchain = pick_toolchain()?;
+    // The inner cargo needs unstable flags (-Z build-std) from a stable-channel compiler; set
+    // for this build script's children only.
+    // SAFETY: build scripts are single-threaded at this point.
+    unsafe { env::set_var("RUSTC_BOOTSTRAP", "1") };
+    let ebpf_dir_str = ebpf_dir.to_str().context("non-UTF-8 path")?;
+    aya_build::build_ebpf(
+        [Package {
+            name: "roce-observer-ebpf",
+            root_dir: ebpf_dir_str,
+            ..Default::default()
+        }],
+        Toolchain::Custom(&toolchain),
+    )
+    .with_context(|| format!("building the eBPF programs with toolchain `{toolchain}`"))?;
+    Ok(())
+}

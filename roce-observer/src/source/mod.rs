@@ -1,0 +1,3 @@
+//! Event sources: the kernel programs (live) and captures (`analyze`, see crate::wire).
+
+pub mod kernel;

@@ -1,0 +1,209 @@
+#!/bin/sh
+# /init of the Soft-RoCE test VMs (run by busybox sh as PID 1 from the initramfs
+# that `cargo xtask softroce` builds out of this machine's Debian packages).
+#
+# Each VM gets its own virtio 9p share (mount tag "share") holding config.env, a
+# shell fragment written by the harness:
+#   ROLE=server|client  MY_IP=192.0.2.x  PEER_IP=192.0.2.y  MTU=1500|9000
+#   PERFTEST=ib_write_bw  PERFTEST_ARGS="-s 8192 -n 100"  (both roles; -d/-x/server are added here)
+#   LOSS=""|"2%"          netem loss on this VM's eth0 egress (requester side)
+#   CAPTURE=0|1           tcpdump on eth0 into cap.pcap
+#   EXTRA_CMD="..."       optional command run in the background while perftest runs
+#                         (e.g. the observer: /share/extra/roce-observer run -i eth0 --no-tui --json),
+#                         stdout/stderr to extra.out/extra.err, stopped with SIGINT afterwards
+#   EXTRA_WAIT=2          seconds to give EXTRA_CMD to attach before perftest starts
+#   PERFTEST_TIMEOUT=600  hard limit for the perftest process
+# Everything the VM produces is written back into the share; the last file is
+# status.env (PERFTEST_RC=..., ...). The VM then powers off (qemu runs with
+# -no-reboot and panic=1, and the harness wraps qemu in a hard timeout too).
+
+BB=/bin/busybox
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+# Busybox's shell prefers its own applets: call iproute2 / Debian tools by path.
+IP=/usr/sbin/ip
+TC=/usr/sbin/tc
+RDMA=/usr/bin/rdma
+TCPDUMP=/usr/bin/tcpdump
+
+$BB mount -t proc proc /proc
+$BB mount -t sysfs sysfs /sys
+$BB mount -t devtmpfs devtmpfs /dev 2>/dev/null
+$BB --install -s 2>/dev/null
+mkdir -p /tmp /run /share /dev/pts /sys/fs/bpf
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+
+t0=$(cut -d' ' -f1 /proc/uptime)
+
+die_off() {
+	sync
+	[ -n "$1" ] && echo "softroce: $1" >/dev/console
+	poweroff -f
+	sleep 5
+	echo o >/proc/sysrq-trigger
+}
+
+log() { echo "softroce[$(cut -d' ' -f1 /proc/uptime)] $*" | tee -a /tmp/init.log >/dev/console; }
+
+# Modules first: 9p for the share, virtio-net, Soft-RoCE (+ crc32_generic, without which
+# `rdma link add` fails with ENOENT), netem for loss, and the modules the observer needs
+# for its TC egress program (clsact qdisc = sch_ingress, cls_bpf).
+for m in virtio_pci virtio_net 9pnet_virtio 9p crc32_generic ib_uverbs rdma_rxe \
+	sch_netem sch_ingress cls_bpf; do
+	modprobe "$m" 2>>/tmp/init.log || log "modprobe $m failed"
+done
+
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none share /share; then
+	die_off "cannot mount the 9p share"
+fi
+OUT=/share
+[ -r $OUT/config.env ] || die_off "no config.env in the share"
+. $OUT/config.env
+: "${ROLE:=client}" "${MTU:=1500}" "${PERFTEST:=ib_write_bw}" "${EXTRA_WAIT:=2}"
+: "${PERFTEST_TIMEOUT:=600}" "${READY_PORT:=4000}" "${CAPTURE:=0}"
+log "role=$ROLE ip=$MY_IP peer=$PEER_IP mtu=$MTU cmd=$PERFTEST $PERFTEST_ARGS loss=${LOSS:-none} booted_at=${t0}s"
+
+status() { echo "$1" >>/tmp/status.env; }
+finish() {
+	status "T_END=$(cut -d' ' -f1 /proc/uptime)"
+	dmesg >$OUT/dmesg.txt 2>&1
+	cp /tmp/init.log $OUT/init.log 2>/dev/null
+	cp /tmp/status.env $OUT/status.env
+	sync
+	umount /share 2>/dev/null
+	die_off "done"
+}
+status "T_BOOT=$t0"
+status "KERNEL=$(uname -r)"
+
+# ---- network ----
+$IP link set lo up
+$IP link set eth0 mtu "$MTU" || log "cannot set mtu $MTU"
+$IP addr add "$MY_IP/24" dev eth0
+$IP link set eth0 up
+# wait for carrier
+i=0
+while [ "$(cat /sys/class/net/eth0/operstate 2>/dev/null)" != up ] && [ $i -lt 50 ]; do
+	sleep 0.2; i=$((i + 1))
+done
+
+# ---- Soft-RoCE ----
+if ! $RDMA link add rxe0 type rxe netdev eth0 2>>/tmp/init.log; then
+	log "rdma link add failed"; status "ERROR=rdma_link_add"; finish
+fi
+PORT=/sys/class/infiniband/rxe0/ports/1
+GID_IDX=""
+i=0
+while [ -z "$GID_IDX" ] && [ $i -lt 100 ]; do
+	for g in $PORT/gids/*; do
+		if grep -q 'ffff:c000' "$g" 2>/dev/null; then GID_IDX=${g##*/}; break; fi
+	done
+	[ -z "$GID_IDX" ] && sleep 0.1
+	i=$((i + 1))
+done
+[ -n "$GID_IDX" ] || { log "no IPv4 GID"; status "ERROR=no_ipv4_gid"; finish; }
+status "GID_INDEX=$GID_IDX"
+status "GID=$(cat $PORT/gids/$GID_IDX)"
+status "ACTIVE_MTU=$(cat $PORT/active_mtu 2>/dev/null | tr -d ' ')"
+$RDMA link show >$OUT/rdma-link.txt 2>&1
+
+snap_counters() {
+	for f in $PORT/hw_counters/*; do echo "${f##*/}=$(cat "$f")"; done >"$1"
+}
+snap_counters $OUT/counters_before.txt
+
+# ---- rendezvous: the server listens on the perftest port, then says "ready" ----
+PERF_PORT=18515
+if [ "$ROLE" = server ]; then
+	:
+else
+	# wait until the server answers on the ready port (its perftest is listening by then)
+	i=0
+	while [ $i -lt 600 ]; do
+		r=$(nc "$PEER_IP" "$READY_PORT" </dev/null 2>/dev/null)
+		[ "$r" = ready ] && break
+		sleep 0.5; i=$((i + 1))
+	done
+	[ "$r" = ready ] || { log "server never became ready"; status "ERROR=no_rendezvous"; finish; }
+	status "T_READY=$(cut -d' ' -f1 /proc/uptime)"
+fi
+
+# ---- loss (netem on this VM's egress; the capture point is after the qdisc) ----
+if [ -n "$LOSS" ]; then
+	$TC qdisc add dev eth0 root netem loss "$LOSS" 2>>/tmp/init.log || log "netem failed"
+fi
+
+# ---- capture ----
+TCPDUMP_PID=""
+if [ "$CAPTURE" = 1 ]; then
+	$TCPDUMP -Z root -n -i eth0 -B 16384 -w /tmp/cap.pcap 2>/tmp/tcpdump.err &
+	TCPDUMP_PID=$!
+	i=0
+	until grep -q 'listening on' /tmp/tcpdump.err 2>/dev/null || [ $i -ge 100 ]; do
+		sleep 0.1; i=$((i + 1))
+	done
+fi
+
+# ---- optional extra command (e.g. the observer), output into the share ----
+EXTRA_PID=""
+if [ -n "$EXTRA_CMD" ]; then
+	[ -d /share/extra/lib ] && export LD_LIBRARY_PATH=/share/extra/lib
+	sh -c "$EXTRA_CMD" >$OUT/extra.out 2>$OUT/extra.err &
+	EXTRA_PID=$!
+	unset LD_LIBRARY_PATH
+	sleep "$EXTRA_WAIT"
+	status "T_EXTRA_STARTED=$(cut -d' ' -f1 /proc/uptime)"
+fi
+
+# ---- perftest ----
+PERF_BIN=/usr/bin/$PERFTEST
+status "T_PERF_START=$(cut -d' ' -f1 /proc/uptime)"
+if [ "$ROLE" = server ]; then
+	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS >$OUT/perftest.out 2>&1 &
+	PERF_PID=$!
+	i=0
+	until netstat -ltn 2>/dev/null | grep -q ":$PERF_PORT "; do
+		sleep 0.1; i=$((i + 1))
+		[ $i -ge 600 ] && break
+		kill -0 $PERF_PID 2>/dev/null || break
+	done
+	# one-shot "ready" answer for the client (busybox nc as a server)
+	(echo ready | nc -l -p "$READY_PORT" >/dev/null 2>&1) &
+	READY_PID=$!
+	wait $PERF_PID
+	PERF_RC=$?
+	kill $READY_PID 2>/dev/null
+else
+	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS "$PEER_IP" >$OUT/perftest.out 2>&1
+	PERF_RC=$?
+fi
+status "T_PERF_END=$(cut -d' ' -f1 /proc/uptime)"
+status "PERFTEST_RC=$PERF_RC"
+log "perftest rc=$PERF_RC"
+# let the last ACKs / retransmissions drain before the counters are read
+sleep 1
+
+snap_counters $OUT/counters_after.txt
+
+if [ -n "$EXTRA_PID" ]; then
+	kill -INT $EXTRA_PID 2>/dev/null
+	i=0
+	while kill -0 $EXTRA_PID 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+	kill -KILL $EXTRA_PID 2>/dev/null
+	wait $EXTRA_PID
+	status "EXTRA_RC=$?"
+fi
+
+if [ -n "$TCPDUMP_PID" ]; then
+	kill -INT $TCPDUMP_PID
+	wait $TCPDUMP_PID
+	cp /tmp/cap.pcap $OUT/cap.pcap
+	cp /tmp/tcpdump.err $OUT/tcpdump.err
+fi
+[ -n "$LOSS" ] && $TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
+cat /proc/net/dev >$OUT/netdev.txt
+$IP -s link show dev eth0 >$OUT/link.txt 2>&1
+finish

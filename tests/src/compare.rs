@@ -1,0 +1,176 @@
+//! Compare an observer JSON document (from `run --json` or `analyze --json`) with a fixture's
+//! expected JSON (tests/fixtures/*.expected.json, written by the scapy generator). Returns every
+//! difference, so one failing run shows everything that is off.
+
+use serde_json::Value;
+
+/// Which part of the observer document to compare.
+pub struct View<'a> {
+    /// Only flows/PFC entries seen on this interface (None: any).
+    pub iface: Option<&'a str>,
+    /// Only flows/PFC entries seen in this direction ("ingress", "egress", "capture").
+    pub direction: &'a str,
+    /// Compare latency sample values exactly (captures: times come from the file).
+    pub exact_rtt: bool,
+}
+
+const FLOW_FIELDS: &[&str] = &[
+    "packets",
+    "bytes",
+    "opcodes",
+    "psn_gaps",
+    "psn_missing",
+    "retransmits",
+    "acks",
+    "naks",
+    "cnp",
+    "ecn_ce",
+    "ecn_ect",
+    "dscp",
+    "pcp",
+    "udp_src_ports",
+    "peer_qp",
+];
+
+const PFC_FIELDS: &[&str] = &["pause_frames", "xon_frames", "pause_quanta"];
+
+const SUMMARY_FIELDS: &[&str] = &[
+    "total_packets",
+    "roce_packets",
+    "pfc_frames",
+    "pause_8023x",
+    "non_roce",
+    "malformed",
+    "ip_fragments",
+    "unsupported",
+];
+
+fn selected(entry: &Value, view: &View<'_>) -> bool {
+    let dir_ok = entry.get("direction").and_then(Value::as_str) == Some(view.direction);
+    let iface_ok = view
+        .iface
+        .is_none_or(|i| entry.get("iface").and_then(Value::as_str) == Some(i));
+    dir_ok && iface_ok
+}
+
+fn flow_id(f: &Value) -> String {
+    format!(
+        "{} -> {} qp {}",
+        f["src_ip"].as_str().unwrap_or("?"),
+        f["dst_ip"].as_str().unwrap_or("?"),
+        f["dst_qp"]
+    )
+}
+
+fn pfc_id(p: &Value) -> String {
+    format!("{} prio {}", p["src_mac"].as_str().unwrap_or("?"), p["priority"])
+}
+
+/// The summary block for one direction: `summary.by_direction.<direction>` when present
+/// (the live path), else `summary`.
+fn summary<'v>(doc: &'v Value, direction: &str) -> &'v Value {
+    let by_dir = &doc["summary"]["by_direction"][direction];
+    if by_dir.is_object() {
+        by_dir
+    } else {
+        &doc["summary"]
+    }
+}
+
+pub fn compare(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let sum = summary(actual, view.direction);
+    for field in SUMMARY_FIELDS {
+        if expected["summary"][field] != sum[field] {
+            diffs.push(format!(
+                "summary.{field}: expected {}, got {}",
+                expected["summary"][field], sum[field]
+            ));
+        }
+    }
+
+    let empty = Vec::new();
+    let actual_flows: Vec<&Value> = actual["flows"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .filter(|f| selected(f, view))
+        .collect();
+    let expected_flows = expected["flows"].as_array().unwrap_or(&empty);
+    for exp in expected_flows {
+        let id = flow_id(exp);
+        let Some(act) = actual_flows.iter().find(|f| flow_id(f) == id) else {
+            diffs.push(format!("flow {id}: missing"));
+            continue;
+        };
+        for field in FLOW_FIELDS {
+            if exp[field] != act[field] {
+                diffs.push(format!(
+                    "flow {id}: {field}: expected {}, got {}",
+                    exp[field], act[field]
+                ));
+            }
+        }
+        let count = &act["rtt_ns"]["count"];
+        if exp["rtt_samples"] != *count {
+            diffs.push(format!(
+                "flow {id}: rtt samples: expected {}, got {count}",
+                exp["rtt_samples"]
+            ));
+        }
+        if view.exact_rtt {
+            let values: Vec<u64> = exp["rtt_ns"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .filter_map(Value::as_u64)
+                .collect();
+            if let (Some(min), Some(max)) = (values.iter().min(), values.iter().max()) {
+                for (name, want) in [("min", min), ("max", max)] {
+                    if act["rtt_ns"][name].as_u64() != Some(*want) {
+                        diffs.push(format!(
+                            "flow {id}: rtt_ns.{name}: expected {want}, got {}",
+                            act["rtt_ns"][name]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for act in &actual_flows {
+        let id = flow_id(act);
+        if !expected_flows.iter().any(|e| flow_id(e) == id) {
+            diffs.push(format!("flow {id}: not expected"));
+        }
+    }
+
+    let actual_pfc: Vec<&Value> = actual["pfc"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .filter(|p| selected(p, view))
+        .collect();
+    let expected_pfc = expected["pfc"].as_array().unwrap_or(&empty);
+    for exp in expected_pfc {
+        let id = pfc_id(exp);
+        let Some(act) = actual_pfc.iter().find(|p| pfc_id(p) == id) else {
+            diffs.push(format!("pfc {id}: missing"));
+            continue;
+        };
+        for field in PFC_FIELDS {
+            if exp[field] != act[field] {
+                diffs.push(format!(
+                    "pfc {id}: {field}: expected {}, got {}",
+                    exp[field], act[field]
+                ));
+            }
+        }
+    }
+    for act in &actual_pfc {
+        let id = pfc_id(act);
+        if !expected_pfc.iter().any(|e| pfc_id(e) == id) {
+            diffs.push(format!("pfc {id}: not expected"));
+        }
+    }
+    diffs
+}

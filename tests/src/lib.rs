@@ -1,0 +1,68 @@
+//! Test harness for the kernel path: throwaway network namespaces and veth pairs (RAII guards
+//! that clean up even when a test fails; unique names per test), the observer run as a real
+//! process, fixture discovery, and the comparison of observer output with the fixtures'
+//! expected JSON.
+
+pub mod compare;
+pub mod netns;
+
+use std::path::{Path, PathBuf};
+
+/// Kernel tests need root (BPF, namespaces). `cargo xtask test` sets
+/// ROCE_OBSERVER_KERNEL_TESTS=1 when it runs as root; then a missing privilege is a failure.
+/// Plain `cargo test` as a normal user skips them, saying so.
+pub fn kernel_tests_enabled(test: &str) -> bool {
+    if std::env::var("ROCE_OBSERVER_KERNEL_TESTS").is_ok_and(|v| v == "1") {
+        return true;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    eprintln!("{test}: NOT RUN: needs root (run `cargo xtask test` as root)");
+    false
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+pub fn fixtures_dir() -> PathBuf {
+    workspace_root().join("tests/fixtures")
+}
+
+/// Every fixture: (name, pcap path, expected JSON).
+pub fn fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(fixtures_dir()) else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".expected.json"))
+        else {
+            continue;
+        };
+        let pcap = path.with_file_name(format!("{name}.pcap"));
+        let text = std::fs::read_to_string(&path).expect("read expected JSON");
+        let expected = serde_json::from_str(&text).expect("expected JSON parses");
+        out.push((name.to_string(), pcap, expected));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!out.is_empty(), "no fixtures found in {}", fixtures_dir().display());
+    out
+}
+
+/// The roce-observer binary under test.
+pub fn observer_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ROCE_OBSERVER_BIN") {
+        return PathBuf::from(p);
+    }
+    workspace_root().join("target/debug/roce-observer")
+}

@@ -1,0 +1,166 @@
+//! Network namespaces and veth pairs for replay tests. Names are unique per process and test
+//! (`rot<pid>x<n>`); the namespace is deleted on drop, which also removes its veth pair.
+//! Only documentation addresses are ever used inside, and nothing touches the host's own
+//! interfaces.
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::Path,
+    process::{Child, ChildStdout, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().with_context(|| format!("starting {shown}"))?;
+    if !out.status.success() {
+        bail!(
+            "{shown} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// A network namespace holding one veth pair `a` <-> `b`, both up, MTU 9500, IPv6 off (so no
+/// autoconfiguration frames cross the pair: only what a test sends).
+pub struct VethNs {
+    pub name: String,
+    pub a: String,
+    pub b: String,
+}
+
+impl VethNs {
+    pub fn new() -> anyhow::Result<VethNs> {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("rot{}x{n}", std::process::id());
+        sh(Command::new("ip").args(["netns", "add", &name]))?;
+        // From here on, Drop removes the namespace whatever fails next.
+        let ns = VethNs {
+            a: format!("{name}a"),
+            b: format!("{name}b"),
+            name,
+        };
+        sh(ns.exec("ip").args([
+            "link", "add", &ns.a, "mtu", "9500", "type", "veth", "peer", "name", &ns.b, "mtu",
+            "9500",
+        ]))?;
+        for dev in [&ns.a, &ns.b] {
+            sh(ns
+                .exec("sysctl")
+                .args(["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]))?;
+            sh(ns.exec("ip").args(["link", "set", dev, "up"]))?;
+        }
+        Ok(ns)
+    }
+
+    /// A command run inside the namespace.
+    pub fn exec(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+
+    /// Send every frame of `pcap` out of `a` (tcpreplay, as fast as possible).
+    pub fn replay(&self, pcap: &Path) -> anyhow::Result<()> {
+        sh(self
+            .exec("tcpreplay")
+            .args(["-q", "--topspeed", "-i", &self.a])
+            .arg(pcap))
+    }
+}
+
+impl Drop for VethNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// A running `roce-observer run` inside a namespace. Killed on drop if not stopped.
+pub struct Observer {
+    child: Child,
+    stdout: Option<ChildStdout>,
+    stderr_log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Observer {
+    /// Start the observer and wait until it says it is attached.
+    pub fn start(ns: &VethNs, args: &[&str]) -> anyhow::Result<Observer> {
+        let mut child = ns
+            .exec(crate::observer_bin())
+            .arg("run")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting roce-observer")?;
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take().context("stderr")?;
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("attached") {
+                    let _ = tx.send(());
+                }
+                if let Ok(mut l) = log2.lock() {
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            }
+        });
+        let mut obs = Observer {
+            child,
+            stdout,
+            stderr_log: log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+                return Ok(obs);
+            }
+            if let Some(status) = obs.child.try_wait()? {
+                bail!("roce-observer exited ({status}) before attaching:\n{}", obs.log());
+            }
+            if Instant::now() > deadline {
+                bail!("roce-observer did not attach within 30 s:\n{}", obs.log());
+            }
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr_log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Stop with SIGINT (a clean exit that prints the final document) and return stdout.
+    pub fn stop(mut self) -> anyhow::Result<String> {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let mut out = String::new();
+        if let Some(mut s) = self.stdout.take() {
+            s.read_to_string(&mut out)?;
+        }
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("roce-observer exited with {status}:\n{}", self.log());
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
