@@ -276,8 +276,8 @@ impl Engine {
                 ev.mac = src_mac;
                 ev.c = u32::from(class_enable);
                 for prio in 0..8u8 {
-                    ev.quanta[prio as usize] = body.quanta(prio as usize);
                     if class_enable & (1 << prio) != 0 {
+                        ev.quanta[prio as usize] = body.quanta(prio as usize);
                         let key = pfc_key(ifindex, d, prio, src_mac);
                         self.pfc
                             .entry(key)
@@ -385,8 +385,10 @@ impl Engine {
             self.on_event(&ev);
         }
 
-        // Latency matching (docs/metrics.md, "Latency").
-        if pkt.wants_timestamp() {
+        // Latency matching (docs/metrics.md, "Latency"). Karn's rule: a retransmitted
+        // request is never timestamped (its answer could belong to either transmission).
+        let retransmit = matches!(outcome.psn, PsnVerdict::Retransmit { .. });
+        if pkt.wants_timestamp() && !retransmit {
             let pk = PendingKey {
                 requester: src_ip,
                 responder: dst_ip,
@@ -687,14 +689,14 @@ impl Engine {
                     last_ts: s.last_ns,
                     rate_bps: rate,
                 };
-                let sort = (snap.src_ip, snap.dst_ip, k.dst_qp, snap.iface.clone(), k.direction);
+                let sort = (k.src_ip, k.dst_ip, k.dst_qp, snap.iface.clone(), k.direction);
                 (sort, snap)
             })
             .collect();
         flows.sort_by(|a, b| a.0.cmp(&b.0));
         let flows: Vec<FlowSnapshot> = flows.into_iter().map(|(_, f)| f).collect();
 
-        let pfc = self
+        let mut pfc: Vec<PfcSnapshot> = self
             .pfc
             .iter()
             .filter(|(_, e)| e.stats.pause_frames + e.stats.xon_frames > 0 || e.timeline.has_frames())
@@ -724,6 +726,10 @@ impl Engine {
                 }
             })
             .collect();
+        // By (source MAC, priority) with the legacy PAUSE entry (null) first, then where seen.
+        pfc.sort_by(|a, b| {
+            (&a.src_mac, a.priority, &a.iface, a.direction).cmp(&(&b.src_mac, b.priority, &b.iface, b.direction))
+        });
 
         // Counters.
         let total = |c: Counter| -> u64 { self.counters.iter().map(|d| d[c as usize]).sum() };
@@ -872,7 +878,9 @@ impl Engine {
     }
 }
 
-type FlowSortKey = (std::net::IpAddr, std::net::IpAddr, u32, String, u8);
+/// Flows are listed by (source IP, destination IP, QP) comparing the 16-byte forms, then
+/// interface name and direction.
+type FlowSortKey = ([u8; 16], [u8; 16], u32, String, u8);
 
 fn pfc_key(ifindex: u32, d: Direction, priority: u8, src_mac: [u8; 6]) -> PfcKey {
     PfcKey {
