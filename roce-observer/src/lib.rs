@@ -1,4 +1,8 @@
 //! roce-observer: per-QP RoCEv2 observation. One pipeline: sources (kernel programs, captures)
-//! -> one analysis state (engine) -> renderers (sinks).
+//! -> one analysis state ([`engine::Engine`]) -> renderers ([`sink`]) that read its snapshot.
 
+pub mod analyze;
+pub mod engine;
+pub mod sink;
 pub mod source;
+pub mod wire;

@@ -1,0 +1,161 @@
+//! `roce-observer analyze FILE|-`: read a pcap/pcapng capture (file or stdin stream) through
+//! the engine and print the table or the JSON document. Timestamps come from the capture, so
+//! the output is deterministic.
+
+use std::{
+    fs::File,
+    io::{BufWriter, Read, Write},
+    path::PathBuf,
+};
+
+use anyhow::Context;
+
+use crate::{
+    engine::{Engine, EngineConfig, ecmp::EcmpHash, snapshot::CaptureSummary},
+    sink,
+    wire::capture::{CaptureError, read_capture},
+};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AnalyzeArgs {
+    /// Capture to read (pcap or pcapng, Ethernet link type); `-` reads a stream from stdin,
+    /// e.g. `tcpdump -i mlx5_0 -w - | roce-observer analyze -`.
+    #[arg(value_name = "FILE|-")]
+    pub input: PathBuf,
+    /// Print the JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Path MTU in bytes for READ PSN reservations [default: 4096, or learned from READ
+    /// responses]. Giving it turns learning off.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(256..=65536))]
+    pub pmtu: Option<u32>,
+    /// Link speed for PFC pause time, Gb/s.
+    #[arg(long = "link-speed", value_name = "GBPS", default_value_t = 100.0)]
+    pub link_speed: f64,
+    /// RoCEv2 UDP destination port.
+    #[arg(long = "roce-port", default_value_t = roce_observer_common::ROCE_V2_PORT)]
+    pub roce_port: u16,
+    /// Uplinks in the modelled ECMP view (0 turns the model off).
+    #[arg(long = "ecmp-paths", value_name = "N", default_value_t = 8)]
+    pub ecmp_paths: u32,
+    /// Switch hash for the modelled ECMP view.
+    #[arg(long = "ecmp-hash", value_enum, default_value_t = EcmpHash::Crc32)]
+    pub ecmp_hash: EcmpHash,
+    /// Hash seed for the modelled ECMP view.
+    #[arg(long = "ecmp-seed", value_name = "S", default_value_t = 0)]
+    pub ecmp_seed: u32,
+    /// DSCP of the lossless class RoCE data should use.
+    #[arg(long = "lossless-dscp", default_value_t = 26, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub lossless_dscp: u8,
+    /// 802.1p priority of the lossless class (checked on tagged frames).
+    #[arg(long = "lossless-pcp", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
+    pub lossless_pcp: u8,
+    /// DSCP CNPs should use.
+    #[arg(long = "cnp-dscp", default_value_t = 48, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub cnp_dscp: u8,
+    /// Alert on latency samples above this many microseconds.
+    #[arg(long = "rtt-alert-us", value_name = "US")]
+    pub rtt_alert_us: Option<u64>,
+    /// PFC storm: paused fraction (percent) that must be exceeded over a whole window.
+    #[arg(long = "storm-threshold", value_name = "PERCENT", default_value_t = 50.0)]
+    pub storm_threshold: f64,
+    /// PFC storm window, milliseconds.
+    #[arg(long = "storm-window-ms", value_name = "MS", default_value_t = 1000)]
+    pub storm_window_ms: u64,
+    /// Also write the flows as JSON lines (one record per flow) to this file.
+    #[arg(long = "flow-log", value_name = "FILE")]
+    pub flow_log: Option<PathBuf>,
+}
+
+impl AnalyzeArgs {
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            pmtu: self.pmtu.unwrap_or(roce_observer_common::DEFAULT_PMTU),
+            pmtu_explicit: self.pmtu.is_some(),
+            link_gbps: self.link_speed,
+            roce_port: self.roce_port,
+            ecmp_paths: self.ecmp_paths,
+            ecmp_hash: self.ecmp_hash,
+            ecmp_seed: self.ecmp_seed,
+            lossless_dscp: self.lossless_dscp,
+            lossless_pcp: self.lossless_pcp,
+            cnp_dscp: self.cnp_dscp,
+            rtt_alert_ns: self.rtt_alert_us.map(|us| us.saturating_mul(1000)),
+            storm_threshold: (self.storm_threshold / 100.0).clamp(0.0, 1.0),
+            storm_window_ns: self.storm_window_ms.saturating_mul(1_000_000),
+            ..EngineConfig::default()
+        }
+    }
+}
+
+/// Errors of the analyze command.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyzeError {
+    #[error("nothing could be read from {input}: {source}")]
+    Unreadable {
+        input: String,
+        #[source]
+        source: CaptureError,
+    },
+    #[error("--link-speed must be a positive number of Gb/s (got {0})")]
+    LinkSpeed(f64),
+}
+
+/// Feed a whole capture through a new engine. Returns the engine and the damage, if any.
+pub fn analyze_reader<R: Read + Send>(input: R, cfg: EngineConfig) -> (Engine, Option<CaptureError>) {
+    let mut engine = Engine::new(cfg);
+    let end = {
+        let engine = std::cell::RefCell::new(&mut engine);
+        read_capture(
+            input,
+            |iface| engine.borrow_mut().set_iface_name(iface.index, &iface.name),
+            |f| engine.borrow_mut().ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface),
+        )
+    };
+    engine.set_capture_summary(CaptureSummary {
+        format: if end.stats.format.is_empty() { "unknown" } else { end.stats.format },
+        frames: end.stats.frames,
+        snap_truncated: end.stats.snap_truncated,
+        skipped_link_type: end.stats.skipped_link_type,
+        error: end.error.as_ref().map(|e| e.to_string()),
+    });
+    (engine, end.error)
+}
+
+pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
+    if !(args.link_speed > 0.0 && args.link_speed.is_finite()) {
+        return Err(AnalyzeError::LinkSpeed(args.link_speed).into());
+    }
+    let cfg = args.engine_config();
+    let name = args.input.display().to_string();
+    let (engine, damage) = if name == "-" {
+        analyze_reader(std::io::stdin(), cfg)
+    } else {
+        let file = File::open(&args.input)
+            .with_context(|| format!("cannot open capture {name} (check the path and permissions)"))?;
+        analyze_reader(file, cfg)
+    };
+    let frames = engine.snapshot(engine.last_ts()).summary.total_packets;
+    if let Some(err) = damage {
+        if frames == 0 {
+            return Err(AnalyzeError::Unreadable { input: name, source: err }.into());
+        }
+        eprintln!("warning: {name}: {err}");
+    }
+    let snap = engine.snapshot(engine.last_ts());
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if args.json {
+        sink::json::write_document(&mut out, &snap).context("writing the JSON document to stdout")?;
+    } else {
+        out.write_all(sink::table::render(&snap).as_bytes())
+            .context("writing the table to stdout")?;
+    }
+    out.flush().context("writing to stdout")?;
+    if let Some(path) = &args.flow_log {
+        let f = File::create(path).with_context(|| format!("cannot create flow log {}", path.display()))?;
+        sink::json::write_flow_log(BufWriter::new(f), &snap, snap.summary.interval_end_ts)
+            .with_context(|| format!("writing flow log {}", path.display()))?;
+    }
+    Ok(())
+}

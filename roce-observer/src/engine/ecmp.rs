@@ -1,0 +1,430 @@
+//! ECMP path imbalance, three views (docs/metrics.md, "ECMP"):
+//! measured bytes per observed interface, a model of how a switch hash spreads the flows'
+//! UDP 5-tuples over N uplinks, and the 5-tuple entropy per host pair.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+};
+
+use serde::Serialize;
+
+/// The hash a switch applies to the UDP 5-tuple.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EcmpHash {
+    /// CRC-32 (IEEE) over seed ‖ src IP ‖ dst IP ‖ protocol ‖ src port ‖ dst port.
+    Crc32,
+    /// XOR of the 32-bit words of the same fields and the seed, folded to 16 bits.
+    Xor,
+    /// Toeplitz (RSS) over src IP ‖ dst IP ‖ src port ‖ dst port with the Microsoft RSS key,
+    /// its first four bytes XORed with the seed.
+    Toeplitz,
+}
+
+impl EcmpHash {
+    pub fn name(self) -> &'static str {
+        match self {
+            EcmpHash::Crc32 => "crc32",
+            EcmpHash::Xor => "xor",
+            EcmpHash::Toeplitz => "toeplitz",
+        }
+    }
+}
+
+/// The UDP 5-tuple of a RoCE flow (protocol 17, destination port = the RoCE port).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FiveTuple {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+fn ip_bytes(ip: &IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+/// The Microsoft RSS verification key.
+const RSS_KEY: [u8; 40] = [
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f,
+    0xb0, 0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30,
+    0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+/// Toeplitz hash of `input` under `key` (the key must be at least `input.len() + 4` bytes).
+pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
+    let mut result = 0u32;
+    let mut window = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
+    let mut next = 4;
+    for &byte in input {
+        for bit in (0..8).rev() {
+            if byte & (1 << bit) != 0 {
+                result ^= window;
+            }
+            let k = key.get(next).copied().unwrap_or(0);
+            window = (window << 1) | u32::from((k >> bit) & 1);
+        }
+        next += 1;
+    }
+    result
+}
+
+impl EcmpHash {
+    pub fn hash(self, t: &FiveTuple, seed: u32) -> u32 {
+        match self {
+            EcmpHash::Crc32 => {
+                let mut h = crc32fast::Hasher::new();
+                h.update(&seed.to_be_bytes());
+                h.update(&ip_bytes(&t.src));
+                h.update(&ip_bytes(&t.dst));
+                h.update(&[17]);
+                h.update(&t.sport.to_be_bytes());
+                h.update(&t.dport.to_be_bytes());
+                h.finalize()
+            }
+            EcmpHash::Xor => {
+                let mut x = seed ^ 17;
+                for ip in [&t.src, &t.dst] {
+                    for w in ip_bytes(ip).chunks(4) {
+                        x ^= u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+                    }
+                }
+                x ^= (u32::from(t.sport) << 16) | u32::from(t.dport);
+                (x >> 16) ^ (x & 0xffff)
+            }
+            EcmpHash::Toeplitz => {
+                let mut key = RSS_KEY;
+                for (k, s) in key.iter_mut().zip(seed.to_be_bytes()) {
+                    *k ^= s;
+                }
+                let mut input = ip_bytes(&t.src);
+                input.extend(ip_bytes(&t.dst));
+                input.extend(t.sport.to_be_bytes());
+                input.extend(t.dport.to_be_bytes());
+                // IPv6 needs a 36 + 4 byte key: the 40-byte key covers it exactly.
+                toeplitz(&key, &input)
+            }
+        }
+    }
+
+    /// The uplink (0 .. paths) this 5-tuple is hashed to.
+    pub fn path(self, t: &FiveTuple, seed: u32, paths: u32) -> u32 {
+        if paths == 0 { 0 } else { self.hash(t, seed) % paths }
+    }
+}
+
+/// max / mean of `loads` (1.0 is perfect balance; 0 when empty or idle).
+pub fn imbalance(loads: &[u64]) -> f64 {
+    let total: u64 = loads.iter().sum();
+    if loads.is_empty() || total == 0 {
+        return 0.0;
+    }
+    let mean = total as f64 / loads.len() as f64;
+    loads.iter().copied().max().unwrap_or(0) as f64 / mean
+}
+
+/// Jain's fairness index (Σx)² / (n·Σx²): 1 when equal, 1/n when one path carries all.
+pub fn jain(loads: &[u64]) -> f64 {
+    let sum: f64 = loads.iter().map(|&x| x as f64).sum();
+    let sq: f64 = loads.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    if loads.is_empty() || sq == 0.0 {
+        return 0.0;
+    }
+    sum * sum / (loads.len() as f64 * sq)
+}
+
+/// One flow's contribution to the ECMP views.
+#[derive(Clone, Debug)]
+pub struct FlowLoad {
+    pub tuple: FiveTuple,
+    pub dst_qp: u32,
+    /// "iface/direction" where the flow was observed.
+    pub point: String,
+    pub bytes: u64,
+    /// Distinct UDP source ports of the flow (exact up to 4).
+    pub sports: Vec<u16>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PathLoad {
+    pub path: String,
+    pub bytes: u64,
+    pub flows: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MeasuredView {
+    pub paths: Vec<PathLoad>,
+    pub imbalance: f64,
+    pub jain: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TupleLoad {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub udp_src_port: u16,
+    pub bytes: u64,
+    pub qps: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Collision {
+    pub path: u32,
+    /// Bytes of the elephants that share this path.
+    pub bytes: u64,
+    pub elephants: Vec<TupleLoad>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ModelledView {
+    pub hash: EcmpHash,
+    pub seed: u32,
+    pub paths: u32,
+    pub bytes_per_path: Vec<u64>,
+    pub tuples_per_path: Vec<u64>,
+    pub imbalance: f64,
+    pub jain: f64,
+    /// Paths that carry two or more elephant 5-tuples (at least half a path's fair share,
+    /// total / 2N, each), busiest first; at most 10.
+    pub collisions: Vec<Collision>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HostPairEntropy {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub bytes: u64,
+    pub qps: u64,
+    pub udp_src_ports: u64,
+    /// Share of the pair's bytes on its busiest 5-tuple.
+    pub busiest_tuple_share: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EcmpSnapshot {
+    pub measured: MeasuredView,
+    pub modelled: Option<ModelledView>,
+    /// Host pairs, most bytes first; at most [`MAX_PAIRS`].
+    pub entropy: Vec<HostPairEntropy>,
+}
+
+/// Host pairs listed in the entropy view.
+pub const MAX_PAIRS: usize = 1000;
+
+/// Compute the three views. `paths == 0` disables the model.
+pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> EcmpSnapshot {
+    // Measured: per observation point.
+    let mut points: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for f in flows {
+        let e = points.entry(f.point.as_str()).or_default();
+        e.0 += f.bytes;
+        e.1 += 1;
+    }
+    let loads: Vec<u64> = points.values().map(|v| v.0).collect();
+    let measured = MeasuredView {
+        paths: points
+            .iter()
+            .map(|(p, (b, n))| PathLoad {
+                path: (*p).to_string(),
+                bytes: *b,
+                flows: *n,
+            })
+            .collect(),
+        imbalance: imbalance(&loads),
+        jain: jain(&loads),
+    };
+
+    // 5-tuples: a flow's bytes go to its 5-tuple (its first source port).
+    let mut tuples: HashMap<FiveTuple, (u64, u64)> = HashMap::new();
+    for f in flows {
+        let e = tuples.entry(f.tuple).or_default();
+        e.0 += f.bytes;
+        e.1 += 1;
+    }
+    let tuple_load = |t: &FiveTuple, (bytes, qps): (u64, u64)| TupleLoad {
+        src_ip: t.src,
+        dst_ip: t.dst,
+        udp_src_port: t.sport,
+        bytes,
+        qps,
+    };
+
+    let modelled = (paths > 0).then(|| {
+        let n = paths as usize;
+        let mut bytes = vec![0u64; n];
+        let mut count = vec![0u64; n];
+        let total: u64 = tuples.values().map(|v| v.0).sum();
+        let mut elephants: BTreeMap<u32, Vec<TupleLoad>> = BTreeMap::new();
+        for (t, v) in &tuples {
+            let p = hash.path(t, seed, paths);
+            bytes[p as usize] += v.0;
+            count[p as usize] += 1;
+            if v.0 > 0 && (v.0 as u128) * 2 * (paths as u128) >= total as u128 {
+                elephants.entry(p).or_default().push(tuple_load(t, *v));
+            }
+        }
+        let mut collisions: Vec<Collision> = elephants
+            .into_iter()
+            .filter(|(_, e)| e.len() >= 2)
+            .map(|(path, mut e)| {
+                e.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.udp_src_port.cmp(&b.udp_src_port)));
+                Collision {
+                    path,
+                    bytes: e.iter().map(|t| t.bytes).sum(),
+                    elephants: e,
+                }
+            })
+            .collect();
+        collisions.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.path.cmp(&b.path)));
+        collisions.truncate(10);
+        ModelledView {
+            hash,
+            seed,
+            paths,
+            imbalance: imbalance(&bytes),
+            jain: jain(&bytes),
+            bytes_per_path: bytes,
+            tuples_per_path: count,
+            collisions,
+        }
+    });
+
+    // Entropy per (src, dst) host pair.
+    #[derive(Default)]
+    struct Pair {
+        bytes: u64,
+        qps: u64,
+        ports: std::collections::BTreeSet<u16>,
+        busiest: u64,
+    }
+    let mut pairs: HashMap<(IpAddr, IpAddr), Pair> = HashMap::new();
+    for f in flows {
+        let p = pairs.entry((f.tuple.src, f.tuple.dst)).or_default();
+        p.bytes += f.bytes;
+        p.qps += 1;
+        p.ports.extend(f.sports.iter().copied());
+    }
+    for (t, v) in &tuples {
+        if let Some(p) = pairs.get_mut(&(t.src, t.dst)) {
+            p.busiest = p.busiest.max(v.0);
+        }
+    }
+    let mut entropy: Vec<HostPairEntropy> = pairs
+        .into_iter()
+        .map(|((src, dst), p)| HostPairEntropy {
+            src_ip: src,
+            dst_ip: dst,
+            bytes: p.bytes,
+            qps: p.qps,
+            udp_src_ports: p.ports.len() as u64,
+            busiest_tuple_share: if p.bytes == 0 {
+                0.0
+            } else {
+                p.busiest as f64 / p.bytes as f64
+            },
+        })
+        .collect();
+    entropy.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(a.src_ip.cmp(&b.src_ip))
+            .then(a.dst_ip.cmp(&b.dst_ip))
+    });
+    entropy.truncate(MAX_PAIRS);
+
+    EcmpSnapshot {
+        measured,
+        modelled,
+        entropy,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn toeplitz_matches_the_rss_verification_suite() {
+        // Microsoft "Verifying the RSS Hash Calculation", IPv4 with TCP/UDP ports.
+        let input = |src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16| {
+            let mut v = src.to_vec();
+            v.extend(dst);
+            v.extend(sp.to_be_bytes());
+            v.extend(dp.to_be_bytes());
+            v
+        };
+        assert_eq!(
+            toeplitz(&RSS_KEY, &input([66, 9, 149, 187], [161, 142, 100, 80], 2794, 1766)),
+            0x51cc_c178
+        );
+        assert_eq!(
+            toeplitz(&RSS_KEY, &input([199, 92, 111, 2], [65, 69, 140, 83], 14230, 4739)),
+            0xc626_b0ea
+        );
+        // IPv4 only (2-tuple).
+        assert_eq!(toeplitz(&RSS_KEY, &[66, 9, 149, 187, 161, 142, 100, 80]), 0x323e_8fc2);
+    }
+
+    #[test]
+    fn fairness_measures() {
+        assert_eq!(imbalance(&[10, 10, 10, 10]), 1.0);
+        assert_eq!(jain(&[10, 10, 10, 10]), 1.0);
+        assert_eq!(imbalance(&[40, 0, 0, 0]), 4.0);
+        assert_eq!(jain(&[40, 0, 0, 0]), 0.25);
+        assert_eq!(imbalance(&[]), 0.0);
+    }
+
+    fn load(sport: u16, bytes: u64, qp: u32) -> FlowLoad {
+        FlowLoad {
+            tuple: FiveTuple {
+                src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                sport,
+                dport: 4791,
+            },
+            dst_qp: qp,
+            point: "pcap/capture".into(),
+            bytes,
+            sports: vec![sport],
+        }
+    }
+
+    #[test]
+    fn views() {
+        // Two QPs pinned on one 5-tuple, one on another.
+        let flows = [load(1000, 100, 1), load(1000, 100, 2), load(2000, 200, 3)];
+        let s = compute(&flows, EcmpHash::Crc32, 4, 0);
+        assert_eq!(s.measured.paths.len(), 1);
+        assert_eq!(s.measured.jain, 1.0);
+        let m = s.modelled.expect("model");
+        assert_eq!(m.bytes_per_path.iter().sum::<u64>(), 400);
+        assert_eq!(m.tuples_per_path.iter().sum::<u64>(), 2);
+        assert_eq!(s.entropy.len(), 1);
+        assert_eq!(s.entropy[0].udp_src_ports, 2);
+        assert_eq!(s.entropy[0].qps, 3);
+        assert_eq!(s.entropy[0].busiest_tuple_share, 0.5);
+        // Deterministic hashes, different per seed for some tuple.
+        let t = flows[0].tuple;
+        for h in [EcmpHash::Crc32, EcmpHash::Xor, EcmpHash::Toeplitz] {
+            assert_eq!(h.hash(&t, 1), h.hash(&t, 1));
+            assert_ne!(h.hash(&t, 0), h.hash(&t, 0x1234_5678));
+            assert!(h.path(&t, 0, 8) < 8);
+        }
+    }
+
+    #[test]
+    fn collisions_list_elephants_sharing_a_path() {
+        // xor folds the source port into the low bits: ports of equal parity share a path.
+        let flows = [load(2, 500, 1), load(4, 400, 2), load(3, 1, 3)];
+        let m = compute(&flows, EcmpHash::Xor, 2, 0).modelled.expect("model");
+        assert_eq!(m.collisions.len(), 1);
+        assert_eq!(m.collisions[0].elephants.len(), 2);
+        assert_eq!(m.collisions[0].bytes, 900);
+    }
+}

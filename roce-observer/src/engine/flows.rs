@@ -1,0 +1,147 @@
+//! The flow table: per-flow counters and PSN state ([`FlowStats`], updated by the shared
+//! `account` in the capture path or copied from the kernel's map in the live path), plus the
+//! state only user space keeps: the latency sketch, burst windows and the interval baseline.
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, Ipv6Addr},
+};
+
+use roce_observer_common::{
+    FlowKey, FlowStats,
+    flow::{NAK_CLASSES, PCP_UNTAGGED, TRANSPORT_UNSET, nak},
+    opcode,
+};
+
+use super::{
+    alerts::Burst,
+    sketch::Sketch,
+    snapshot::{NakCounts, OpcodeCounts},
+};
+
+#[derive(Clone, Debug)]
+pub struct FlowEntry {
+    pub stats: FlowStats,
+    /// Latency samples of requests sent on this flow (boxed: most flows have none).
+    pub rtt: Option<Box<Sketch>>,
+    pub retransmit_burst: Burst,
+    pub nak_burst: Burst,
+    /// `stats.bytes` at the start of the reporting interval.
+    pub base_bytes: u64,
+}
+
+impl FlowEntry {
+    pub fn new(now_ns: u64) -> FlowEntry {
+        let mut stats = FlowStats::zeroed();
+        stats.init(now_ns);
+        FlowEntry {
+            stats,
+            rtt: None,
+            retransmit_burst: Burst::default(),
+            nak_burst: Burst::default(),
+            base_bytes: 0,
+        }
+    }
+
+    /// Bytes held by this entry, heap included (for memory reports).
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<FlowKey>()
+            + std::mem::size_of::<FlowEntry>()
+            + self
+                .rtt
+                .as_ref()
+                .map(|s| std::mem::size_of::<Sketch>() + s.heap_bytes())
+                .unwrap_or(0)
+    }
+}
+
+pub type FlowTable = HashMap<FlowKey, FlowEntry>;
+
+/// A 16-byte address as shown: IPv4-mapped addresses as dotted IPv4.
+pub fn show_ip(a: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(a);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// The reverse of [`show_ip`].
+pub fn store_ip(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+
+/// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
+pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {
+    let mut out = Vec::new();
+    if s.transport != TRANSPORT_UNSET {
+        let t = opcode::transport_name(s.transport);
+        for (op, &n) in s.opcodes.iter().enumerate() {
+            if n > 0 {
+                out.push((format!("{t}_{}", opcode::operation_name(op as u8)), n));
+            }
+        }
+    }
+    if s.cnp > 0 {
+        out.push(("CNP".to_string(), s.cnp));
+    }
+    OpcodeCounts(out)
+}
+
+pub fn nak_counts(s: &FlowStats) -> NakCounts {
+    let n: [u64; NAK_CLASSES] = s.naks;
+    NakCounts {
+        psn_seq_err: n[nak::PSN_SEQ_ERR],
+        rnr: n[nak::RNR],
+        invalid_request: n[nak::INVALID_REQUEST],
+        remote_access: n[nak::REMOTE_ACCESS],
+        remote_op: n[nak::REMOTE_OP],
+        other: n[nak::OTHER],
+    }
+}
+
+pub fn transport(s: &FlowStats) -> Option<&'static str> {
+    (s.transport != TRANSPORT_UNSET).then(|| opcode::transport_name(s.transport))
+}
+
+pub fn pcp(s: &FlowStats) -> Option<u8> {
+    (s.pcp != PCP_UNTAGGED).then_some(s.pcp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_forms() {
+        let v4: IpAddr = "10.0.0.1".parse().expect("literal");
+        assert_eq!(show_ip(store_ip(v4)), v4);
+        let v6: IpAddr = "fd00::1".parse().expect("literal");
+        assert_eq!(show_ip(store_ip(v6)), v6);
+        assert_eq!(show_ip(store_ip(v4)).to_string(), "10.0.0.1");
+    }
+
+    #[test]
+    fn opcode_names() {
+        let mut s = FlowStats::zeroed();
+        s.transport = 0;
+        s.opcodes[4] = 3;
+        s.opcodes[0x11] = 1;
+        s.cnp = 2;
+        let c = opcode_counts(&s);
+        assert_eq!(
+            c.0,
+            vec![
+                ("RC_SEND_ONLY".to_string(), 3),
+                ("RC_ACKNOWLEDGE".to_string(), 1),
+                ("CNP".to_string(), 2)
+            ]
+        );
+        assert_eq!(transport(&s), Some("RC"));
+        assert_eq!(pcp(&s), None);
+    }
+}

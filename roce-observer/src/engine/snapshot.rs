@@ -1,0 +1,202 @@
+//! The snapshot: everything the engine knows at one moment, as plain data that every renderer
+//! (table, JSON, flow log, TUI) reads. Field names are the JSON names (docs/metrics.md).
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use serde::{Serialize, Serializer, ser::SerializeMap};
+
+use super::ecmp::EcmpSnapshot;
+
+/// JSON schema version of the document built from a snapshot.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Snapshot {
+    pub schema_version: u32,
+    pub flows: Vec<FlowSnapshot>,
+    pub pfc: Vec<PfcSnapshot>,
+    pub summary: Summary,
+    pub latency: LatencySnapshot,
+    pub ecmp: EcmpSnapshot,
+    pub alerts: Vec<AlertSnapshot>,
+}
+
+/// Opcode counts in opcode order, serialized as a JSON object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpcodeCounts(pub Vec<(String, u64)>);
+
+impl Serialize for OpcodeCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct NakCounts {
+    pub psn_seq_err: u64,
+    pub rnr: u64,
+    pub invalid_request: u64,
+    pub remote_access: u64,
+    pub remote_op: u64,
+    pub other: u64,
+}
+
+/// Latency quantiles in nanoseconds; all but `count` are null without samples.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RttSummary {
+    pub count: u64,
+    pub min: Option<u64>,
+    pub p50: Option<u64>,
+    pub p90: Option<u64>,
+    pub p99: Option<u64>,
+    pub p999: Option<u64>,
+    pub max: Option<u64>,
+    pub mean: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FlowSnapshot {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub dst_qp: u32,
+    pub iface: String,
+    pub direction: &'static str,
+    /// "RC", "UC", "UD", "XRC", ..., or null for a flow of CNPs only.
+    pub transport: Option<&'static str>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub opcodes: OpcodeCounts,
+    pub other_transport: u64,
+    pub psn_gaps: u64,
+    pub psn_missing: u64,
+    pub retransmits: u64,
+    pub req_retransmits: u64,
+    pub resp_retransmits: u64,
+    pub acks: u64,
+    pub naks: NakCounts,
+    pub cnp: u64,
+    pub ecn_ce: u64,
+    pub ecn_ect: u64,
+    pub dscp: u8,
+    pub pcp: Option<u8>,
+    pub peer_qp: Option<u32>,
+    pub udp_src_ports: u64,
+    pub udp_src_port_overflow: u64,
+    pub rtt_ns: RttSummary,
+    /// ns since the Unix epoch (capture time, or the clock the live path converted to).
+    pub first_ts: u64,
+    pub last_ts: u64,
+    /// bits/s over the reporting interval.
+    pub rate_bps: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PfcSnapshot {
+    pub iface: String,
+    pub direction: &'static str,
+    pub src_mac: String,
+    /// 0..=7, or null for a legacy 802.3x PAUSE (the whole link).
+    pub priority: Option<u8>,
+    /// "pfc" or "pause".
+    pub kind: &'static str,
+    /// XOFF: enabled class (or PAUSE) with a non-zero time.
+    pub pause_frames: u64,
+    pub xon_frames: u64,
+    pub pause_quanta: u64,
+    /// `pause_quanta` at the link speed, in microseconds (requested pause time).
+    pub pause_us: f64,
+    /// Time actually paused (union of pause periods, cut short by XON), in microseconds.
+    pub paused_us: f64,
+    /// `paused_us` / the reporting interval.
+    pub paused_fraction: f64,
+    /// A storm was detected (paused fraction above the threshold for a whole window).
+    pub storm: bool,
+    pub storms: u64,
+    pub first_ts: u64,
+    pub last_ts: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct CaptureSummary {
+    pub format: &'static str,
+    pub frames: u64,
+    pub snap_truncated: u64,
+    pub skipped_link_type: u64,
+    /// The damage that stopped reading early, if any.
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    pub total_packets: u64,
+    pub roce_packets: u64,
+    pub pfc_frames: u64,
+    pub pause_8023x: u64,
+    pub non_roce: u64,
+    pub malformed: u64,
+    pub ip_fragments: u64,
+    pub unsupported: u64,
+    /// Kernel error counters by `Counter::name()`.
+    pub map_full: u64,
+    pub ringbuf_full: u64,
+    pub pending_full: u64,
+    /// Ring-buffer events lost (equals `ringbuf_full`).
+    pub events_lost: u64,
+    pub flows: u64,
+    /// Path MTU used for READ reservations, and whether it was learned from READ responses.
+    pub pmtu: u32,
+    pub pmtu_learned: bool,
+    pub link_gbps: f64,
+    /// Reporting interval, ns since the epoch.
+    pub interval_start_ts: u64,
+    pub interval_end_ts: u64,
+    pub interval_s: f64,
+    /// Counters per direction ("ingress", "egress", "capture"), directions with traffic only.
+    pub by_direction: BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
+    pub alerts_dropped: u64,
+    /// Present for captures (`analyze`).
+    pub capture: Option<CaptureSummary>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LatencySnapshot {
+    /// Latency is seen at the observation point, not at either host.
+    pub observed_at: &'static str,
+    pub overall: RttSummary,
+    pub flows_with_samples: u64,
+    /// Timestamped requests still waiting for their answer.
+    pub pending: u64,
+    pub relative_accuracy: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FlowRef {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub dst_qp: u32,
+    pub iface: String,
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PfcRef {
+    pub iface: String,
+    pub direction: &'static str,
+    pub src_mac: String,
+    pub priority: Option<u8>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AlertSnapshot {
+    pub kind: &'static str,
+    pub reason: String,
+    pub flow: Option<FlowRef>,
+    pub pfc: Option<PfcRef>,
+    pub first_ts: u64,
+    pub last_ts: u64,
+    pub count: u64,
+}

@@ -1,0 +1,4 @@
+//! Renderers of an engine snapshot.
+
+pub mod json;
+pub mod table;
