@@ -67,9 +67,14 @@ pub struct SoftRoceOpts {
     /// perftest; its stdout/stderr land in vm-client/extra.out and extra.err.
     #[arg(long, value_name = "CMD")]
     pub extra_cmd: Option<String>,
-    /// Seconds the extra command gets to start before perftest.
+    /// Seconds the extra command gets to start before perftest (an upper bound when
+    /// --extra-ready is given).
     #[arg(long, default_value_t = 3)]
     pub extra_wait: u32,
+    /// Start perftest as soon as the extra command's output matches this (grep) pattern,
+    /// e.g. "attached".
+    #[arg(long, value_name = "PATTERN")]
+    pub extra_ready: Option<String>,
 }
 
 impl Default for SoftRoceOpts {
@@ -86,6 +91,7 @@ impl Default for SoftRoceOpts {
             extra_bin: None,
             extra_cmd: None,
             extra_wait: 3,
+            extra_ready: None,
         }
     }
 }
@@ -160,6 +166,10 @@ fn scenarios() -> Vec<Scenario> {
 }
 
 impl Scenario {
+    /// RoCE path MTU rxe uses for this link MTU (1024 at 1500 bytes, 4096 at 9000).
+    fn expected_pmtu(&self) -> u64 {
+        if self.mtu >= 4096 + 100 { 4096 } else { 1024 }
+    }
     fn perftest_args(&self) -> String {
         format!("-s {} -n {}", self.size, self.iters)
     }
@@ -186,13 +196,19 @@ pub fn run(opts: SoftRoceOpts) -> Result<()> {
         }
         return Ok(());
     }
+    let names: Vec<&str> = all.iter().map(|s| s.name).collect();
     let selected: Vec<Scenario> = all
+        .clone()
         .into_iter()
         .filter(|s| {
             if opts.scenarios.is_empty() {
                 opts.full || s.fast
             } else {
-                opts.scenarios.iter().any(|f| s.name.contains(f.as_str()))
+                // an exact name selects that scenario, anything else is a substring
+                opts.scenarios.iter().any(|f| {
+                    s.name == f.as_str()
+                        || (!names.contains(&f.as_str()) && s.name.contains(f.as_str()))
+                })
             }
         })
         .collect();
@@ -858,13 +874,8 @@ fn start_vm(
     })
 }
 
-fn write_config(
-    share: &Path,
-    sc: &Scenario,
-    role: &str,
-    extra: Option<(&str, u32)>,
-    timeout: u64,
-) -> Result<()> {
+fn write_config(share: &Path, sc: &Scenario, role: &str, opts: &SoftRoceOpts) -> Result<()> {
+    let timeout = opts.vm_timeout;
     let (me, peer) = if role == "server" {
         (SERVER_IP, CLIENT_IP)
     } else {
@@ -886,15 +897,23 @@ fn write_config(
         if client { sc.loss.unwrap_or("") } else { "" }
     )?;
     writeln!(c, "CAPTURE={}", if client { 1 } else { 0 })?;
-    if let (true, Some((cmd, wait))) = (client, extra) {
-        writeln!(
-            c,
-            "EXTRA_CMD='{}'\nEXTRA_WAIT={wait}",
-            cmd.replace('\'', "'\\''")
-        )?;
+    if let (true, Some(cmd)) = (client, opts.extra_cmd.as_deref()) {
+        let cmd = cmd
+            .replace("{pmtu}", &sc.expected_pmtu().to_string())
+            .replace("{mtu}", &sc.mtu.to_string())
+            .replace("{scenario}", sc.name);
+        writeln!(c, "EXTRA_CMD={}", sh_quote(&cmd))?;
+        writeln!(c, "EXTRA_WAIT={}", opts.extra_wait)?;
+        if let Some(r) = &opts.extra_ready {
+            writeln!(c, "EXTRA_READY={}", sh_quote(r))?;
+        }
     }
     fs::write(share.join("config.env"), c)?;
     Ok(())
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 fn stage_extra_bin(bin: &Path, share: &Path) -> Result<()> {
@@ -917,9 +936,8 @@ fn run_scenario(sc: &Scenario, image: &Image, dir: &Path, opts: &SoftRoceOpts) -
     let (sdir, cdir) = (dir.join("vm-server"), dir.join("vm-client"));
     fs::create_dir_all(&sdir)?;
     fs::create_dir_all(&cdir)?;
-    let extra = opts.extra_cmd.as_deref().map(|c| (c, opts.extra_wait));
-    write_config(&sdir, sc, "server", None, opts.vm_timeout)?;
-    write_config(&cdir, sc, "client", extra, opts.vm_timeout)?;
+    write_config(&sdir, sc, "server", opts)?;
+    write_config(&cdir, sc, "client", opts)?;
     if let Some(bin) = &opts.extra_bin {
         stage_extra_bin(bin, &cdir)?;
     }
@@ -1434,7 +1452,7 @@ fn analyze(
     if !cap.exists() {
         bail!("no capture at {}", cap.display());
     }
-    let expect_pmtu: u64 = if sc.mtu >= 9000 { 4096 } else { 1024 };
+    let expect_pmtu = sc.expected_pmtu();
     let pmtu = pc.mtu.unwrap_or(expect_pmtu);
     let pkts = tshark_packets(cap)?;
     let c2s = direction(&pkts, CLIENT_IP, pmtu);
