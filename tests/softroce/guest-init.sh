@@ -199,7 +199,29 @@ log "perftest rc=$PERF_RC"
 # let the last ACKs / retransmissions drain before the counters are read
 sleep 1
 
-snap_counters $OUT/counters_after.txt
+# Closing rendezvous, so that the capture (client) covers everything counted on both sides:
+# the server reads its counters first, then answers "done"; the client reads its counters
+# and stops tcpdump only after that answer (it crossed the same FIFO link after any RoCE
+# packet the server had sent).
+if [ "$ROLE" = server ]; then
+	snap_counters $OUT/counters_after.txt
+	status "T_COUNTERS=$(cut -d' ' -f1 /proc/uptime)"
+	(echo done | nc -l -p "$((READY_PORT + 1))" >/dev/null 2>&1) &
+	DONE_PID=$!
+	i=0
+	while kill -0 $DONE_PID 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	kill $DONE_PID 2>/dev/null && status "DONE_RENDEZVOUS=timeout"
+else
+	i=0
+	while [ $i -lt 120 ]; do
+		r=$(nc "$PEER_IP" "$((READY_PORT + 1))" </dev/null 2>/dev/null)
+		[ "$r" = done ] && break
+		sleep 0.5; i=$((i + 1))
+	done
+	[ "$r" = done ] || status "DONE_RENDEZVOUS=timeout"
+	snap_counters $OUT/counters_after.txt
+	status "T_COUNTERS=$(cut -d' ' -f1 /proc/uptime)"
+fi
 
 if [ -n "$EXTRA_PID" ]; then
 	# SIGINT first (Ctrl-C), then SIGTERM, then SIGKILL. A background job of a

@@ -75,6 +75,9 @@ pub struct SoftRoceOpts {
     /// e.g. "attached".
     #[arg(long, value_name = "PATTERN")]
     pub extra_ready: Option<String>,
+    /// Do not boot anything: check the results already in the output directory again.
+    #[arg(long)]
+    pub reanalyze: bool,
 }
 
 impl Default for SoftRoceOpts {
@@ -92,6 +95,7 @@ impl Default for SoftRoceOpts {
             extra_cmd: None,
             extra_wait: 3,
             extra_ready: None,
+            reanalyze: false,
         }
     }
 }
@@ -224,13 +228,17 @@ pub fn run(opts: SoftRoceOpts) -> Result<()> {
     fs::create_dir_all(&out)?;
     let t0 = Instant::now();
 
-    let host = ensure_host(!opts.no_install)?;
-    println!(
-        "softroce: kernel {} ({}), qemu {}",
-        host.kernel_release, host.kernel_pkg_version, host.qemu_version
-    );
-    let image = build_image(&root, &out, &host, opts.rebuild_image)?;
-    println!("softroce: setup took {:.1}s", t0.elapsed().as_secs_f64());
+    let mut setup = None;
+    if !opts.reanalyze {
+        let host = ensure_host(!opts.no_install)?;
+        println!(
+            "softroce: kernel {} ({}), qemu {}",
+            host.kernel_release, host.kernel_pkg_version, host.qemu_version
+        );
+        let image = build_image(&root, &out, &host, opts.rebuild_image)?;
+        println!("softroce: setup took {:.1}s", t0.elapsed().as_secs_f64());
+        setup = Some((host, image));
+    }
 
     let results_dir = out.join("results");
     fs::create_dir_all(&results_dir)?;
@@ -238,8 +246,15 @@ pub fn run(opts: SoftRoceOpts) -> Result<()> {
     let mut failures: Vec<String> = Vec::new();
     for sc in &selected {
         let t = Instant::now();
-        println!("softroce: running {} ...", sc.name);
-        match run_scenario(sc, &image, &results_dir.join(sc.name), &opts) {
+        let dir = results_dir.join(sc.name);
+        let result = match &setup {
+            Some((_, image)) => {
+                println!("softroce: running {} ...", sc.name);
+                run_scenario(sc, image, &dir, &opts)
+            }
+            None => reanalyze(sc, &dir),
+        };
+        match result {
             Ok(summary) => {
                 let failed: Vec<String> = summary
                     .checks
@@ -269,10 +284,11 @@ pub fn run(opts: SoftRoceOpts) -> Result<()> {
 
     println!();
     print!("{}", table(&summaries));
+    let host = setup.as_ref().map(|(h, _)| h);
     let all_json = json!({
-        "kernel": host.kernel_release,
-        "kernel_package": host.kernel_pkg_version,
-        "qemu": host.qemu_version,
+        "kernel": host.map(|h| &h.kernel_release),
+        "kernel_package": host.map(|h| &h.kernel_pkg_version),
+        "qemu": host.map(|h| &h.qemu_version),
         "total_seconds": t0.elapsed().as_secs_f64(),
         "scenarios": summaries.iter().map(|s| s.json.clone()).collect::<Vec<_>>(),
         "failures": failures,
@@ -1040,6 +1056,8 @@ struct Perftest {
     msg_rate_mpps: Option<f64>,
     lat_typical_us: Option<f64>,
     lat_avg_us: Option<f64>,
+    /// Initial PSN of this side's QP ("local address: ... PSN 0x...").
+    local_psn: Option<u32>,
 }
 
 fn parse_perftest(vm: &Path, latency: bool) -> Perftest {
@@ -1049,6 +1067,13 @@ fn parse_perftest(vm: &Path, latency: bool) -> Perftest {
         rc: status.get("PERFTEST_RC").and_then(|v| v.parse().ok()),
         ..Default::default()
     };
+    p.local_psn = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("local address:"))
+        .and_then(|l| l.split("PSN").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(num)
+        .map(|v| v as u32);
     let mut lines = text.lines();
     while let Some(l) = lines.next() {
         if let Some(rest) = l.trim().strip_prefix("Mtu") {
@@ -1233,10 +1258,10 @@ fn span(p: &Pkt, pmtu: u64) -> u32 {
 }
 
 /// Gap / retransmission detector of the request stream (docs: "Sequence rules").
-fn request_stream(reqs: &[&Pkt], pmtu: u64) -> (u64, u64, u64) {
+fn request_stream(reqs: &[&Pkt], pmtu: u64, first_psn: Option<u32>) -> (u64, u64, u64) {
     let (mut retrans, mut gaps, mut missing) = (0u64, 0u64, 0u64);
     let mut highest: Option<u32> = None;
-    let mut expected: Option<u32> = None;
+    let mut expected: Option<u32> = first_psn;
     for p in reqs {
         match highest {
             Some(h) if psn_diff(p.psn, h) <= 0 => retrans += 1,
@@ -1259,7 +1284,9 @@ fn request_stream(reqs: &[&Pkt], pmtu: u64) -> (u64, u64, u64) {
     (retrans, gaps, missing)
 }
 
-fn direction(pkts: &[Pkt], src: &str, pmtu: u64) -> Dir {
+/// `first_psn`: the initial PSN of the sending QP (from perftest), so that a loss of the very
+/// first request is seen as one; None = trust the first packet seen.
+fn direction(pkts: &[Pkt], src: &str, pmtu: u64, first_psn: Option<u32>) -> Dir {
     let mine: Vec<&Pkt> = pkts.iter().filter(|p| p.src == src).collect();
     let mut d = Dir {
         packets: mine.len() as u64,
@@ -1284,15 +1311,15 @@ fn direction(pkts: &[Pkt], src: &str, pmtu: u64) -> Dir {
             .map(|p| p.psn)
             .collect::<HashSet<_>>()
             .len() as u64;
-        let (r, g, m) = request_stream(&reqs, pmtu);
+        let (r, g, m) = request_stream(&reqs, pmtu, first_psn);
         d.req_retransmissions += r;
         d.req_gaps += g;
         d.req_missing_psns += m;
-        d.req_gaps_pmtu4096 += request_stream(&reqs, 4096).1;
+        d.req_gaps_pmtu4096 += request_stream(&reqs, 4096, first_psn).1;
 
         // responder model (rxe check_psn): diff > 0: out of sequence, NAK once until an
         // in-order packet arrives; diff < 0: duplicate; == 0: accept, ePSN += span.
-        let mut epsn: Option<u32> = None;
+        let mut epsn: Option<u32> = first_psn;
         let mut nak_sent = false;
         for p in &reqs {
             let e = *epsn.get_or_insert(p.psn);
@@ -1428,6 +1455,29 @@ fn tcpdump_kernel_drops(vm: &Path) -> Option<u64> {
         .ok()
 }
 
+/// Check a scenario's results again (after a change of the checks), without booting.
+fn reanalyze(sc: &Scenario, dir: &Path) -> Result<Summary> {
+    let old: Value = fs::read_to_string(dir.join("summary.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let wall = old["wall_seconds"].as_f64().unwrap_or(0.0);
+    let client_secs = old["client_vm_seconds"].as_f64().unwrap_or(0.0);
+    let (sdir, cdir) = (dir.join("vm-server"), dir.join("vm-client"));
+    if !sdir.join("config.env").exists() {
+        bail!("no results in {} to check", dir.display());
+    }
+    analyze(
+        sc,
+        dir,
+        &sdir,
+        &cdir,
+        &dir.join("cap.pcap"),
+        wall,
+        client_secs,
+    )
+}
+
 fn analyze(
     sc: &Scenario,
     dir: &Path,
@@ -1455,8 +1505,8 @@ fn analyze(
     let expect_pmtu = sc.expected_pmtu();
     let pmtu = pc.mtu.unwrap_or(expect_pmtu);
     let pkts = tshark_packets(cap)?;
-    let c2s = direction(&pkts, CLIENT_IP, pmtu);
-    let s2c = direction(&pkts, SERVER_IP, pmtu);
+    let c2s = direction(&pkts, CLIENT_IP, pmtu, pc.local_psn);
+    let s2c = direction(&pkts, SERVER_IP, pmtu, ps.local_psn);
     let g = |m: &BTreeMap<String, i64>, k: &str| m.get(k).copied().unwrap_or(-1);
 
     let mut ck = Checks(Vec::new());
@@ -1468,6 +1518,16 @@ fn analyze(
         pc.iterations.unwrap_or(0),
     );
     ck.eq("path MTU reported by perftest", expect_pmtu, pmtu);
+    ck.truth(
+        "closing rendezvous (server counters read before the capture stopped)",
+        "no timeout",
+        format!(
+            "client {}, server {}",
+            cstat.get("DONE_RENDEZVOUS").map_or("ok", |s| s.as_str()),
+            sstat.get("DONE_RENDEZVOUS").map_or("ok", |s| s.as_str())
+        ),
+        !cstat.contains_key("DONE_RENDEZVOUS") && !sstat.contains_key("DONE_RENDEZVOUS"),
+    );
     ck.eq(
         "tcpdump packets dropped by kernel",
         0,
@@ -1657,6 +1717,7 @@ fn analyze(
     ];
     let pj = |p: &Perftest| {
         json!({"rc": p.rc, "mtu": p.mtu, "bytes": p.bytes, "iterations": p.iterations,
+               "initial_psn": p.local_psn,
                "bw_average_mb_s": p.bw_avg_mb, "msg_rate_mpps": p.msg_rate_mpps,
                "lat_typical_us": p.lat_typical_us, "lat_avg_us": p.lat_avg_us})
     };
@@ -1781,14 +1842,14 @@ mod tests {
             };
             v.push(pkt(SERVER_IP, op, psn, None, None));
         }
-        let c = direction(&v, CLIENT_IP, 1024);
+        let c = direction(&v, CLIENT_IP, 1024, None);
         assert_eq!(
             (c.req_gaps, c.req_retransmissions, c.read_requests),
             (0, 0, 2)
         );
         assert_eq!(c.req_gaps_pmtu4096, 1);
         assert_eq!((c.sim_duplicates, c.sim_out_of_seq), (0, 0));
-        let s = direction(&v, SERVER_IP, 1024);
+        let s = direction(&v, SERVER_IP, 1024, None);
         assert_eq!(
             (
                 s.resp_gaps,
@@ -1807,14 +1868,29 @@ mod tests {
             .map(|&p| pkt(CLIENT_IP, 0x0A, p, None, Some(64)))
             .chain([pkt(SERVER_IP, 0x11, 3, Some(0x60), None)])
             .collect();
-        let c = direction(&v, CLIENT_IP, 1024);
+        let c = direction(&v, CLIENT_IP, 1024, None);
         assert_eq!((c.req_gaps, c.req_missing_psns), (1, 1));
         assert_eq!(c.req_retransmissions, 4); // 3, 4, 5 and 5 again: not newer than 5
         assert_eq!(c.sim_out_of_seq, 1); // one NAK for 4 and 5
         assert_eq!(c.sim_duplicates, 1); // only the last 5 was already accepted
         assert_eq!(c.distinct_request_psns, 5);
-        let s = direction(&v, SERVER_IP, 1024);
+        let s = direction(&v, SERVER_IP, 1024, None);
         assert_eq!((s.naks_seq, s.acks), (1, 0));
+    }
+
+    #[test]
+    fn first_request_lost() {
+        // the QP starts at PSN 100; 100 is lost, 101 arrives (NAK), then 100 and 101 again
+        let v: Vec<Pkt> = [101, 100, 101]
+            .iter()
+            .map(|&p| pkt(CLIENT_IP, 0x0A, p, None, Some(64)))
+            .collect();
+        let c = direction(&v, CLIENT_IP, 1024, Some(100));
+        assert_eq!((c.sim_out_of_seq, c.sim_duplicates), (1, 0));
+        assert_eq!((c.req_gaps, c.req_missing_psns), (1, 1));
+        // without the initial PSN the first packet seen is taken as the start
+        let c = direction(&v, CLIENT_IP, 1024, None);
+        assert_eq!(c.sim_out_of_seq, 0);
     }
 
     #[test]
@@ -1823,7 +1899,7 @@ mod tests {
         fs::create_dir_all(&dir).expect("tmp dir");
         fs::write(
             dir.join("perftest.out"),
-            " Mtu             : 1024[B]\n #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 8192       100              11.86              7.28   \t\t   0.000932\n",
+            " Mtu             : 1024[B]\n local address: LID 0000 QPN 0x0011 PSN 0x2ae78a RKey 0x0002a1 VAddr 0x0056542bbde000\n #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 8192       100              11.86              7.28   \t\t   0.000932\n",
         )
         .expect("write");
         fs::write(dir.join("status.env"), "PERFTEST_RC=0\n").expect("write");
@@ -1834,5 +1910,6 @@ mod tests {
             (Some(0), Some(1024), Some(100))
         );
         assert_eq!(p.bw_avg_mb, Some(7.28));
+        assert_eq!(p.local_psn, Some(0x2ae78a));
     }
 }
