@@ -19,7 +19,10 @@ use aya_ebpf::{
 };
 use roce_observer_common::Direction;
 
-#[xdp]
+/// `frags`: jumbo frames (RoCE fabrics run MTU 9000) arrive as multi-buffer XDP; the headers we
+/// parse are always in the first buffer. Without it the kernel refuses XDP on a veth or NIC whose
+/// MTU exceeds one page.
+#[xdp(frags)]
 pub fn roce_observer_xdp(ctx: XdpContext) -> u32 {
     // SAFETY: reading a field of the context the kernel passed in.
     let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };

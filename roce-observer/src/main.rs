@@ -11,12 +11,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Watch interfaces live: XDP on ingress and TC on egress (needs root or CAP_BPF +
+    /// CAP_NET_ADMIN).
+    Run(roce_observer::run::RunArgs),
     /// Analyze a pcap/pcapng capture (file, or `-` for a stream on stdin).
     Analyze(roce_observer::analyze::AnalyzeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Run(args) => roce_observer::run::run(args),
         Command::Analyze(args) => roce_observer::analyze::run(args),
     }
 }
