@@ -68,14 +68,23 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| root.join("tests/fixtures/mixed_demo.pcap"));
     if !pcap.exists() {
-        bail!("{} not found (regenerate with `cargo xtask fixtures`)", pcap.display());
+        bail!(
+            "{} not found (regenerate with `cargo xtask fixtures`)",
+            pcap.display()
+        );
     }
 
     let ns = format!("ro-demo-{}", std::process::id());
     sh(Command::new("ip").args(["netns", "add", &ns]))?;
-    let mut net = DemoNet { ns: ns.clone(), replay: None };
+    let mut net = DemoNet {
+        ns: ns.clone(),
+        replay: None,
+    };
     for args in [
-        vec!["link", "add", "rdemo0", "mtu", "9500", "type", "veth", "peer", "name", "rdemo1", "mtu", "9500"],
+        vec![
+            "link", "add", "rdemo0", "mtu", "9500", "type", "veth", "peer", "name", "rdemo1",
+            "mtu", "9500",
+        ],
         vec!["link", "set", "lo", "up"],
     ] {
         sh(ns_cmd(&ns, "ip").args(&args))?;
@@ -88,7 +97,13 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
         sh(ns_cmd(&ns, "ip").args(["link", "set", dev, "up"]))?;
     }
     let replay = ns_cmd(&ns, "tcpreplay")
-        .args(["-q", "--loop=0", &format!("--pps={}", opts.pps), "-i", "rdemo0"])
+        .args([
+            "-q",
+            "--loop=0",
+            &format!("--pps={}", opts.pps),
+            "-i",
+            "rdemo0",
+        ])
         .arg(&pcap)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -128,11 +128,10 @@ pub struct KernelSource {
 fn is_eperm(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
                 return true;
             }
-        }
         let text = e.to_string();
         if text.contains("Operation not permitted") || text.contains("Permission denied") {
             return true;
@@ -259,11 +258,10 @@ impl KernelSource {
             Ok(id) => attachment.tc = Some(id),
             Err(source) => {
                 // Undo the XDP half so nothing of ours stays behind.
-                if let Some(id) = attachment.xdp.take() {
-                    if let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM) {
+                if let Some(id) = attachment.xdp.take()
+                    && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM) {
                         let _ = xdp.detach(id);
                     }
-                }
                 return Err(KernelError::Attach {
                     what: "TC egress",
                     iface: iface.into(),
@@ -282,16 +280,14 @@ impl KernelSource {
     /// Detach everything we attached (also done on drop).
     pub fn detach_all(&mut self) {
         for mut a in self.attachments.drain(..) {
-            if let Some(id) = a.xdp.take() {
-                if let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM) {
+            if let Some(id) = a.xdp.take()
+                && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM) {
                     let _ = xdp.detach(id);
                 }
-            }
-            if let Some(id) = a.tc.take() {
-                if let Ok(tc_prog) = program_mut::<SchedClassifier>(&mut self.ebpf, TC_PROGRAM) {
+            if let Some(id) = a.tc.take()
+                && let Ok(tc_prog) = program_mut::<SchedClassifier>(&mut self.ebpf, TC_PROGRAM) {
                     let _ = tc_prog.detach(id);
                 }
-            }
         }
     }
 
