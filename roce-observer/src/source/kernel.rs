@@ -309,13 +309,11 @@ impl KernelSource {
                 source,
             })?;
         let mut out = Vec::new();
-        for item in flows.iter() {
-            // An entry deleted between key iteration and lookup is skipped.
-            if let Ok((k, mut v)) = item {
-                v.first_ns = self.to_epoch_ns(v.first_ns);
-                v.last_ns = self.to_epoch_ns(v.last_ns);
-                out.push((k, v));
-            }
+        // An entry deleted between key iteration and lookup is skipped (flatten).
+        for (k, mut v) in flows.iter().flatten() {
+            v.first_ns = self.to_epoch_ns(v.first_ns);
+            v.last_ns = self.to_epoch_ns(v.last_ns);
+            out.push((k, v));
         }
         Ok(out)
     }
