@@ -1,6 +1,7 @@
 //! `cargo xtask demo`: set up, build, create a throwaway network namespace with a veth pair,
-//! replay the bundled mixed capture into one end in a loop (tcpreplay), and run the observer on
-//! both ends. Everything is removed on exit, Ctrl-C included.
+//! replay the bundled mixed capture into one end in a loop (roce-replay: like tcpreplay --loop,
+//! but each pass continues the PSN sequences instead of repeating them), and run the observer
+//! on both ends. Everything is removed on exit, Ctrl-C included.
 
 use std::{
     path::PathBuf,
@@ -61,7 +62,8 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
     let root = workspace_root();
     sh(cargo()
         .current_dir(&root)
-        .args(["build", "--release", "-p", "roce-observer"]))?;
+        .args(["build", "--release", "-p", "roce-observer"])
+        .args(["-p", "integration-tests", "--bin", "roce-replay"]))?;
     let bin = root.join("target/release/roce-observer");
     let pcap = opts
         .pcap
@@ -96,19 +98,14 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
             .status();
         sh(ns_cmd(&ns, "ip").args(["link", "set", dev, "up"]))?;
     }
-    let replay = ns_cmd(&ns, "tcpreplay")
-        .args([
-            "-q",
-            "--loop=0",
-            &format!("--pps={}", opts.pps),
-            "-i",
-            "rdemo0",
-        ])
+    let replayer = root.join("target/release/roce-replay");
+    let replay = ns_cmd(&ns, replayer.to_str().context("non-UTF-8 path")?)
+        .arg("rdemo0")
         .arg(&pcap)
+        .arg(opts.pps.to_string())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
-        .context("starting tcpreplay (installed by `cargo xtask setup`)")?;
+        .context("starting roce-replay")?;
     net.replay = Some(replay);
 
     let mut observer = ns_cmd(&ns, bin.to_str().context("non-UTF-8 path")?);
