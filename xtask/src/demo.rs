@@ -13,7 +13,7 @@ use clap::Args;
 
 use crate::{
     setup,
-    util::{cargo, is_root, output, sh, workspace_root},
+    util::{cargo, is_root, sh, workspace_root},
 };
 
 #[derive(Args)]
@@ -113,7 +113,8 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
     if let Some(d) = opts.duration {
         observer.args(["--duration", &d.to_string()]);
     }
-    if opts.no_tui || output(Command::new("tty").arg("-s")).is_none() {
+    // Without a terminal on stdout the observer prints plain tables by itself.
+    if opts.no_tui {
         observer.arg("--no-tui");
     }
     eprintln!(
