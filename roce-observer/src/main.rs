@@ -18,8 +18,19 @@ enum Command {
     Analyze(roce_observer::analyze::AnalyzeArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    // Errors are for people: the whole cause chain on one line each, no backtrace.
+    match dispatch(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("roce-observer: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Run(args) => roce_observer::run::run(args),
         Command::Analyze(args) => roce_observer::analyze::run(args),
     }
