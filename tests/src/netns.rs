@@ -139,6 +139,16 @@ impl Observer {
         }
     }
 
+    /// Process id (for signalling it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for the process to end (after a signal sent by the test).
+    pub fn wait(mut self) -> anyhow::Result<std::process::ExitStatus> {
+        Ok(self.child.wait()?)
+    }
+
     pub fn log(&self) -> String {
         self.stderr_log
             .lock()
