@@ -91,7 +91,7 @@ impl AnalyzeArgs {
 /// Errors of the analyze command.
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
-    #[error("nothing could be read from {input}: {source}")]
+    #[error("nothing could be read from {input}")]
     Unreadable {
         input: String,
         #[source]

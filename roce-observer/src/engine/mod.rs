@@ -18,6 +18,8 @@ pub mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use rustc_hash::FxHashMap;
+
 use roce_observer_common::{
     Counter, Direction, Event, EventKind, FlowKey, FlowStats, PfcKey, PfcStats,
     account::learn_peer,
@@ -112,7 +114,7 @@ pub struct Engine {
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
     counters: [[u64; Counter::COUNT as usize]; 3],
-    pending: HashMap<PendingKey, PendingValue>,
+    pending: FxHashMap<PendingKey, PendingValue>,
     rtt_overall: Sketch,
     alerts: Alerts,
     /// Earliest and latest time seen (frames, events).
@@ -130,6 +132,8 @@ struct Tally {
     cnp: u64,
     ect: u64,
     ce: u64,
+    dscp: u8,
+    pcp: u8,
 }
 
 impl Tally {
@@ -139,6 +143,8 @@ impl Tally {
             cnp: s.cnp,
             ect: s.ecn_ect,
             ce: s.ecn_ce,
+            dscp: s.dscp,
+            pcp: s.pcp,
         }
     }
 }
@@ -170,10 +176,10 @@ impl Engine {
             pmtu,
             pmtu_learned: false,
             iface_names: HashMap::new(),
-            flows: HashMap::new(),
+            flows: FlowTable::default(),
             pfc: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
-            pending: HashMap::new(),
+            pending: FxHashMap::default(),
             rtt_overall: Sketch::new(),
             alerts: Alerts::default(),
             first_ns: None,
@@ -323,7 +329,7 @@ impl Engine {
             Some(e) => {
                 let before = Tally::of(&e.stats);
                 let out = account(&mut e.stats, pkt, pmtu, ts);
-                (out, before, e.stats)
+                (out, before, Tally::of(&e.stats))
             }
             None if flows_len >= max_flows => {
                 self.count(d, Counter::MapFull, 1);
@@ -333,7 +339,7 @@ impl Engine {
                 let mut e = FlowEntry::new(ts);
                 let before = Tally::of(&e.stats);
                 let out = account(&mut e.stats, pkt, pmtu, ts);
-                let after = e.stats;
+                let after = Tally::of(&e.stats);
                 self.flows.insert(key, e);
                 let mut ev = Event::zeroed();
                 ev.ts_ns = ts;
@@ -343,7 +349,7 @@ impl Engine {
                 (out, before, after)
             }
         };
-        self.check_classes(&key, before, &after, ts);
+        self.check_classes(&key, before, after, ts);
 
         // The outcome as the kernel's events.
         let mut ev = Event::zeroed();
@@ -480,14 +486,14 @@ impl Engine {
     /// map read's worth in the live path): data outside the lossless class, Not-ECT data,
     /// CNPs off the CNP DSCP. `dscp`/`pcp` are those of the flow's last packet, so a batch
     /// that mixes CNPs and data is not judged on them.
-    fn check_classes(&mut self, key: &FlowKey, before: Tally, after: &FlowStats, ts: u64) {
+    fn check_classes(&mut self, key: &FlowKey, before: Tally, after: Tally, ts: u64) {
         let packets = after.packets.saturating_sub(before.packets);
         let cnps = after.cnp.saturating_sub(before.cnp);
         if packets == 0 {
             return;
         }
         let data = packets - cnps.min(packets);
-        let marked = (after.ecn_ect + after.ecn_ce).saturating_sub(before.ect + before.ce);
+        let marked = (after.ect + after.ce).saturating_sub(before.ect + before.ce);
         let cfg = &self.cfg;
         let subject = Subject::Flow(*key);
         if cnps == 0 {
@@ -543,7 +549,7 @@ impl Engine {
                 before
             }
         };
-        self.check_classes(key, before, stats, ts);
+        self.check_classes(key, before, Tally::of(stats), ts);
     }
 
     /// Kernel path: the absolute values of one PFC map entry.
@@ -618,7 +624,7 @@ impl Engine {
                 self.rtt_overall.insert(sample);
                 if let Some(t) = alert {
                     self.alerts.raise(AlertKind::HighLatency, Subject::Flow(ev.flow), ts, 1, || {
-                        format!("latency above {} us seen at the observation point (max so far here: {} us)", t / 1000, sample / 1000)
+                        format!("latency above {} us seen at the observation point (first: {} us)", t / 1000, sample / 1000)
                     });
                 }
             }
