@@ -57,7 +57,11 @@ pub struct AnalyzeArgs {
     #[arg(long = "rtt-alert-us", value_name = "US")]
     pub rtt_alert_us: Option<u64>,
     /// PFC storm: paused fraction (percent) that must be exceeded over a whole window.
-    #[arg(long = "storm-threshold", value_name = "PERCENT", default_value_t = 50.0)]
+    #[arg(
+        long = "storm-threshold",
+        value_name = "PERCENT",
+        default_value_t = 50.0
+    )]
     pub storm_threshold: f64,
     /// PFC storm window, milliseconds.
     #[arg(long = "storm-window-ms", value_name = "MS", default_value_t = 1000)]
@@ -102,18 +106,29 @@ pub enum AnalyzeError {
 }
 
 /// Feed a whole capture through a new engine. Returns the engine and the damage, if any.
-pub fn analyze_reader<R: Read + Send>(input: R, cfg: EngineConfig) -> (Engine, Option<CaptureError>) {
+pub fn analyze_reader<R: Read + Send>(
+    input: R,
+    cfg: EngineConfig,
+) -> (Engine, Option<CaptureError>) {
     let mut engine = Engine::new(cfg);
     let end = {
         let engine = std::cell::RefCell::new(&mut engine);
         read_capture(
             input,
             |iface| engine.borrow_mut().set_iface_name(iface.index, &iface.name),
-            |f| engine.borrow_mut().ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface),
+            |f| {
+                engine
+                    .borrow_mut()
+                    .ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface)
+            },
         )
     };
     engine.set_capture_summary(CaptureSummary {
-        format: if end.stats.format.is_empty() { "unknown" } else { end.stats.format },
+        format: if end.stats.format.is_empty() {
+            "unknown"
+        } else {
+            end.stats.format
+        },
         frames: end.stats.frames,
         snap_truncated: end.stats.snap_truncated,
         skipped_link_type: end.stats.skipped_link_type,
@@ -131,14 +146,19 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let (engine, damage) = if name == "-" {
         analyze_reader(std::io::stdin(), cfg)
     } else {
-        let file = File::open(&args.input)
-            .with_context(|| format!("cannot open capture {name} (check the path and permissions)"))?;
+        let file = File::open(&args.input).with_context(|| {
+            format!("cannot open capture {name} (check the path and permissions)")
+        })?;
         analyze_reader(file, cfg)
     };
     let frames = engine.snapshot(engine.last_ts()).summary.total_packets;
     if let Some(err) = damage {
         if frames == 0 {
-            return Err(AnalyzeError::Unreadable { input: name, source: err }.into());
+            return Err(AnalyzeError::Unreadable {
+                input: name,
+                source: err,
+            }
+            .into());
         }
         eprintln!("warning: {name}: {err}");
     }
@@ -146,14 +166,16 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if args.json {
-        sink::json::write_document(&mut out, &snap).context("writing the JSON document to stdout")?;
+        sink::json::write_document(&mut out, &snap)
+            .context("writing the JSON document to stdout")?;
     } else {
         out.write_all(sink::table::render(&snap).as_bytes())
             .context("writing the table to stdout")?;
     }
     out.flush().context("writing to stdout")?;
     if let Some(path) = &args.flow_log {
-        let f = File::create(path).with_context(|| format!("cannot create flow log {}", path.display()))?;
+        let f = File::create(path)
+            .with_context(|| format!("cannot create flow log {}", path.display()))?;
         sink::json::write_flow_log(BufWriter::new(f), &snap, snap.summary.interval_end_ts)
             .with_context(|| format!("writing flow log {}", path.display()))?;
     }

@@ -19,7 +19,11 @@ fn fixture(name: &str) -> PathBuf {
 fn run(args: &[&str], stdin: Option<Vec<u8>>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_roce-observer"));
     cmd.arg("analyze").args(args);
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn roce-observer");
     if let Some(data) = stdin {
@@ -96,7 +100,11 @@ fn block(kind: u32, body: &[u8]) -> Vec<u8> {
 
 /// A pcapng with one interface per `(linktype, name)`; every record goes to interface
 /// `iface_of(i)`, with nanosecond timestamps.
-fn pcapng(ifaces: &[(u16, &str)], records: &[(u32, u32, Vec<u8>)], iface_of: impl Fn(usize) -> u32) -> Vec<u8> {
+fn pcapng(
+    ifaces: &[(u16, &str)],
+    records: &[(u32, u32, Vec<u8>)],
+    iface_of: impl Fn(usize) -> u32,
+) -> Vec<u8> {
     let mut out = Vec::new();
     let mut shb = Vec::new();
     shb.extend(0x1a2b_3c4du32.to_le_bytes());
@@ -166,20 +174,40 @@ fn pcapng_gives_the_same_flows_as_pcap() {
     std::fs::write(&path, ng).expect("write pcapng");
     let from_ng = json(&run(&["--json", path.to_str().expect("utf-8 path")], None));
     assert_eq!(from_ng["summary"]["capture"]["format"], "pcapng");
-    assert_eq!(from_pcap["summary"]["total_packets"], from_ng["summary"]["total_packets"]);
-    assert_eq!(flows_without_place(&from_pcap), flows_without_place(&from_ng));
-    assert!(from_ng["flows"].as_array().expect("flows").iter().all(|f| f["iface"] == "eth7"));
-    assert_eq!(from_pcap["pfc"].as_array().map(Vec::len), from_ng["pfc"].as_array().map(Vec::len));
+    assert_eq!(
+        from_pcap["summary"]["total_packets"],
+        from_ng["summary"]["total_packets"]
+    );
+    assert_eq!(
+        flows_without_place(&from_pcap),
+        flows_without_place(&from_ng)
+    );
+    assert!(
+        from_ng["flows"]
+            .as_array()
+            .expect("flows")
+            .iter()
+            .all(|f| f["iface"] == "eth7")
+    );
+    assert_eq!(
+        from_pcap["pfc"].as_array().map(Vec::len),
+        from_ng["pfc"].as_array().map(Vec::len)
+    );
 }
 
 #[test]
 fn pcapng_skips_frames_on_non_ethernet_interfaces() {
-    let records = pcap_records(&std::fs::read(fixture("rc_send_write_read.pcap")).expect("fixture"));
+    let records =
+        pcap_records(&std::fs::read(fixture("rc_send_write_read.pcap")).expect("fixture"));
     let n = records.len() as u64;
     // Every third record on a Linux-cooked interface.
-    let ng = pcapng(&[(1, "eth0"), (113, "any")], &records, |i| u32::from(i % 3 == 2));
+    let ng = pcapng(&[(1, "eth0"), (113, "any")], &records, |i| {
+        u32::from(i % 3 == 2)
+    });
     let doc = json(&run(&["--json", "-"], Some(ng)));
-    let skipped = doc["summary"]["capture"]["skipped_link_type"].as_u64().expect("count");
+    let skipped = doc["summary"]["capture"]["skipped_link_type"]
+        .as_u64()
+        .expect("count");
     assert_eq!(skipped, n / 3);
     assert_eq!(doc["summary"]["total_packets"].as_u64(), Some(n - skipped));
 }
@@ -208,7 +236,9 @@ fn truncated_file_prints_results_up_to_the_damage() {
     let out = run(&["--json", "-"], Some(cut));
     let doc = json(&out);
     assert_eq!(doc["summary"]["total_packets"], 100);
-    let err = doc["summary"]["capture"]["error"].as_str().expect("damage reported");
+    let err = doc["summary"]["capture"]["error"]
+        .as_str()
+        .expect("damage reported");
     assert!(err.contains("after 100 frames"), "{err}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("warning"));
     // The table too.
@@ -237,7 +267,11 @@ fn corrupt_record_length_is_reported_not_fatal() {
 fn nothing_readable_is_an_error_that_says_what_to_do() {
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty", Vec::new(), "empty"),
-        ("garbage", b"GET / HTTP/1.1\r\nHost: example\r\n\r\n".to_vec(), "not a pcap or pcapng"),
+        (
+            "garbage",
+            b"GET / HTTP/1.1\r\nHost: example\r\n\r\n".to_vec(),
+            "not a pcap or pcapng",
+        ),
         ("short header", pcap_header(1)[..10].to_vec(), "truncated"),
         ("linux cooked", pcap_header(113), "not Ethernet"),
         (

@@ -101,11 +101,17 @@ fn compare(name: &str, expected: &Value, actual: &Value) -> Vec<String> {
     for (i, (e, a)) in exp_flows.iter().zip(act_flows).enumerate() {
         for f in FLOW_FIELDS {
             if e[f] != a[f] {
-                diffs.push(format!("{name}: flow[{i}].{f}: expected {}, got {}", e[f], a[f]));
+                diffs.push(format!(
+                    "{name}: flow[{i}].{f}: expected {}, got {}",
+                    e[f], a[f]
+                ));
             }
         }
         if a["iface"] != "pcap" || a["direction"] != "capture" {
-            diffs.push(format!("{name}: flow[{i}] iface/direction {} {}", a["iface"], a["direction"]));
+            diffs.push(format!(
+                "{name}: flow[{i}] iface/direction {} {}",
+                a["iface"], a["direction"]
+            ));
         }
         let mut samples: Vec<u64> = e["rtt_ns"]
             .as_array()
@@ -122,10 +128,7 @@ fn compare(name: &str, expected: &Value, actual: &Value) -> Vec<String> {
                 rtt["count"]
             ));
         } else if !samples.is_empty() {
-            let mut want = vec![
-                ("min", samples[0]),
-                ("max", samples[samples.len() - 1]),
-            ];
+            let mut want = vec![("min", samples[0]), ("max", samples[samples.len() - 1])];
             // Exact below the sketch's switch-over; within 1% above it.
             let exact = samples.len() <= 64;
             for (k, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)] {
@@ -139,7 +142,9 @@ fn compare(name: &str, expected: &Value, actual: &Value) -> Vec<String> {
                     (got as f64 - w as f64).abs() <= 0.01 * w as f64
                 };
                 if !ok {
-                    diffs.push(format!("{name}: flow[{i}].rtt_ns.{k}: expected {w}, got {got}"));
+                    diffs.push(format!(
+                        "{name}: flow[{i}].rtt_ns.{k}: expected {w}, got {got}"
+                    ));
                 }
             }
         }
@@ -156,7 +161,10 @@ fn compare(name: &str, expected: &Value, actual: &Value) -> Vec<String> {
     for (i, (e, a)) in exp_pfc.iter().zip(act_pfc).enumerate() {
         for f in PFC_FIELDS {
             if e[f] != a[f] {
-                diffs.push(format!("{name}: pfc[{i}].{f}: expected {}, got {}", e[f], a[f]));
+                diffs.push(format!(
+                    "{name}: pfc[{i}].{f}: expected {}, got {}",
+                    e[f], a[f]
+                ));
             }
         }
     }
@@ -174,9 +182,14 @@ fn every_fixture_matches_its_expected_document() {
     assert!(pcaps.len() >= 10, "fixtures missing: {pcaps:?}");
     let mut diffs = Vec::new();
     for pcap in &pcaps {
-        let name = pcap.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
+        let name = pcap
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("?")
+            .to_string();
         let expected: Value = serde_json::from_slice(
-            &std::fs::read(pcap.with_extension("expected.json")).expect("expected JSON next to the pcap"),
+            &std::fs::read(pcap.with_extension("expected.json"))
+                .expect("expected JSON next to the pcap"),
         )
         .expect("expected JSON parses");
         let pmtu = expected["pmtu"].as_u64().unwrap_or(4096).to_string();
@@ -184,7 +197,16 @@ fn every_fixture_matches_its_expected_document() {
         diffs.extend(compare(&name, &expected, &actual));
         // Learning the path MTU must not change anything on these captures.
         let learned = analyze(pcap, &[]);
-        diffs.extend(compare(&format!("{name} (pmtu learned)"), &expected, &learned));
+        diffs.extend(compare(
+            &format!("{name} (pmtu learned)"),
+            &expected,
+            &learned,
+        ));
     }
-    assert!(diffs.is_empty(), "{} differences:\n{}", diffs.len(), diffs.join("\n"));
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
 }

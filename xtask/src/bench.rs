@@ -79,7 +79,7 @@ pub fn generate(path: &Path, packets: u64, qps: u32) -> anyhow::Result<u64> {
             let psn = next_psn[qp as usize];
             next_psn[qp as usize] = (psn + 1) & 0x00ff_ffff;
             sent[qp as usize] += 1;
-            let ack_req = sent[qp as usize] % 4 == 0;
+            let ack_req = sent[qp as usize].is_multiple_of(4);
             build(&mut frame, qp, false, psn, ack_req, PAYLOAD);
             if ack_req {
                 ack_due = Some((qp, psn));
@@ -102,7 +102,11 @@ fn build(f: &mut Vec<u8>, qp: u32, ack: bool, psn: u32, ack_req: bool, payload: 
     // Hosts: 64 requesters 10.1.0.x talk to 64 responders 10.2.0.x.
     let host = (qp % 64) as u8 + 1;
     let (req_ip, resp_ip) = ([10, 1, 0, host], [10, 2, 0, host]);
-    let (src, dst) = if ack { (resp_ip, req_ip) } else { (req_ip, resp_ip) };
+    let (src, dst) = if ack {
+        (resp_ip, req_ip)
+    } else {
+        (req_ip, resp_ip)
+    };
     // Requester QP 0x10000 + qp, responder QP 0x800000 + qp.
     let dst_qp = if ack { 0x1_0000 + qp } else { 0x80_0000 + qp };
     let sport = 49152 + (qp % 16384) as u16;
@@ -110,7 +114,9 @@ fn build(f: &mut Vec<u8>, qp: u32, ack: bool, psn: u32, ack_req: bool, payload: 
     let udp_len = 8 + 12 + bth_ext + payload + 4;
     let ip_len = 20 + udp_len;
     // Ethernet
-    f.extend_from_slice(&[0x02, 0, 0, 0, 0x02, host, 0x02, 0, 0, 0, 0x01, host, 0x08, 0x00]);
+    f.extend_from_slice(&[
+        0x02, 0, 0, 0, 0x02, host, 0x02, 0, 0, 0, 0x01, host, 0x08, 0x00,
+    ]);
     // IPv4: DSCP 26, ECT(0), DF, TTL 64, UDP; checksum left 0.
     f.extend_from_slice(&[0x45, (26 << 2) | 2]);
     f.extend_from_slice(&(ip_len as u16).to_be_bytes());
@@ -264,7 +270,12 @@ pub fn run(opts: &BenchOpts) -> anyhow::Result<()> {
             println!("tshark  : not installed (apt-get install tshark)");
         }
         if have("tcpdump") {
-            let tcpdump = measure(Command::new("tcpdump").arg("-r").arg(&main).args(["-w", "/dev/null"]))?;
+            let tcpdump = measure(
+                Command::new("tcpdump")
+                    .arg("-r")
+                    .arg(&main)
+                    .args(["-w", "/dev/null"]),
+            )?;
             println!(
                 "tcpdump : {:>8.3} s  {:>12.0} packets/s",
                 tcpdump.seconds,

@@ -160,7 +160,10 @@ mod tests {
         let al = a.iter().next().expect("one alert");
         assert_eq!((al.first_ns, al.last_ns, al.count), (3, 5, 3));
         for i in 0..MAX_ALERTS as u32 + 5 {
-            let k = FlowKey { dst_qp: i + 1, ..FlowKey::zeroed() };
+            let k = FlowKey {
+                dst_qp: i + 1,
+                ..FlowKey::zeroed()
+            };
             a.raise(AlertKind::NotEct, Subject::Flow(k), 0, 1, String::new);
         }
         assert_eq!(a.len(), MAX_ALERTS);

@@ -50,17 +50,16 @@ fn ip_bytes(ip: &IpAddr) -> Vec<u8> {
 
 /// The Microsoft RSS verification key.
 const RSS_KEY: [u8; 40] = [
-    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f,
-    0xb0, 0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30,
-    0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,
+    0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c,
+    0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
 ];
 
 /// Toeplitz hash of `input` under `key` (the key must be at least `input.len() + 4` bytes).
 pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
     let mut result = 0u32;
     let mut window = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
-    let mut next = 4;
-    for &byte in input {
+    for (next, &byte) in (4..).zip(input) {
         for bit in (0..8).rev() {
             if byte & (1 << bit) != 0 {
                 result ^= window;
@@ -68,7 +67,6 @@ pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
             let k = key.get(next).copied().unwrap_or(0);
             window = (window << 1) | u32::from((k >> bit) & 1);
         }
-        next += 1;
     }
     result
 }
@@ -113,7 +111,11 @@ impl EcmpHash {
 
     /// The uplink (0 .. paths) this 5-tuple is hashed to.
     pub fn path(self, t: &FiveTuple, seed: u32, paths: u32) -> u32 {
-        if paths == 0 { 0 } else { self.hash(t, seed) % paths }
+        if paths == 0 {
+            0
+        } else {
+            self.hash(t, seed) % paths
+        }
     }
 }
 
@@ -272,7 +274,11 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
             .into_iter()
             .filter(|(_, e)| e.len() >= 2)
             .map(|(path, mut e)| {
-                e.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.udp_src_port.cmp(&b.udp_src_port)));
+                e.sort_by(|a, b| {
+                    b.bytes
+                        .cmp(&a.bytes)
+                        .then(a.udp_src_port.cmp(&b.udp_src_port))
+                });
                 Collision {
                     path,
                     bytes: e.iter().map(|t| t.bytes).sum(),
@@ -360,15 +366,24 @@ mod tests {
             v
         };
         assert_eq!(
-            toeplitz(&RSS_KEY, &input([66, 9, 149, 187], [161, 142, 100, 80], 2794, 1766)),
+            toeplitz(
+                &RSS_KEY,
+                &input([66, 9, 149, 187], [161, 142, 100, 80], 2794, 1766)
+            ),
             0x51cc_c178
         );
         assert_eq!(
-            toeplitz(&RSS_KEY, &input([199, 92, 111, 2], [65, 69, 140, 83], 14230, 4739)),
+            toeplitz(
+                &RSS_KEY,
+                &input([199, 92, 111, 2], [65, 69, 140, 83], 14230, 4739)
+            ),
             0xc626_b0ea
         );
         // IPv4 only (2-tuple).
-        assert_eq!(toeplitz(&RSS_KEY, &[66, 9, 149, 187, 161, 142, 100, 80]), 0x323e_8fc2);
+        assert_eq!(
+            toeplitz(&RSS_KEY, &[66, 9, 149, 187, 161, 142, 100, 80]),
+            0x323e_8fc2
+        );
     }
 
     #[test]
@@ -422,7 +437,9 @@ mod tests {
     fn collisions_list_elephants_sharing_a_path() {
         // xor folds the source port into the low bits: ports of equal parity share a path.
         let flows = [load(2, 500, 1), load(4, 400, 2), load(3, 1, 3)];
-        let m = compute(&flows, EcmpHash::Xor, 2, 0).modelled.expect("model");
+        let m = compute(&flows, EcmpHash::Xor, 2, 0)
+            .modelled
+            .expect("model");
         assert_eq!(m.collisions.len(), 1);
         assert_eq!(m.collisions[0].elephants.len(), 2);
         assert_eq!(m.collisions[0].bytes, 900);

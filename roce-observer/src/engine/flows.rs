@@ -73,7 +73,6 @@ pub fn store_ip(a: IpAddr) -> [u8; 16] {
     }
 }
 
-
 /// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
 pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {
     let mut out = Vec::new();

@@ -215,7 +215,11 @@ impl Engine {
             + self
                 .flows
                 .values()
-                .map(|e| e.footprint() - std::mem::size_of::<FlowKey>() - std::mem::size_of::<FlowEntry>())
+                .map(|e| {
+                    e.footprint()
+                        - std::mem::size_of::<FlowKey>()
+                        - std::mem::size_of::<FlowEntry>()
+                })
                 .sum::<usize>()
     }
 
@@ -297,7 +301,11 @@ impl Engine {
             Frame::Pause { src_mac, quanta } => {
                 self.count(d, Counter::Pause8023x, 1);
                 let key = pfc_key(ifindex, d, PRIORITY_LINK, src_mac);
-                self.pfc.entry(key).or_default().stats.account(quanta, ts_ns);
+                self.pfc
+                    .entry(key)
+                    .or_default()
+                    .stats
+                    .account(quanta, ts_ns);
                 let mut ev = Event::zeroed();
                 ev.ts_ns = ts_ns;
                 ev.kind = EventKind::Pause as u32;
@@ -311,7 +319,14 @@ impl Engine {
         }
     }
 
-    fn roce_packet(&mut self, ts: u64, ifindex: u32, src_ip: [u8; 16], dst_ip: [u8; 16], pkt: &RocePacket) {
+    fn roce_packet(
+        &mut self,
+        ts: u64,
+        ifindex: u32,
+        src_ip: [u8; 16],
+        dst_ip: [u8; 16],
+        pkt: &RocePacket,
+    ) {
         let d = Direction::Capture;
         self.learn_pmtu(src_ip, pkt);
         let key = FlowKey {
@@ -499,7 +514,8 @@ impl Engine {
         if cnps == 0 {
             let pcp_ok = after.pcp == PCP_UNTAGGED || after.pcp == cfg.lossless_pcp;
             if after.dscp != cfg.lossless_dscp || !pcp_ok {
-                let (dscp, pcp, ld, lp) = (after.dscp, after.pcp, cfg.lossless_dscp, cfg.lossless_pcp);
+                let (dscp, pcp, ld, lp) =
+                    (after.dscp, after.pcp, cfg.lossless_dscp, cfg.lossless_pcp);
                 self.alerts.raise(AlertKind::NonLosslessClass, subject, ts, data, || {
                     let pcp = if pcp == PCP_UNTAGGED { "untagged".to_string() } else { format!("PCP {pcp}") };
                     format!(
@@ -591,9 +607,13 @@ impl Engine {
                 let (limit, window) = (cfg.burst_count, cfg.burst_window_ns);
                 if let Some(e) = self.flows.get_mut(&ev.flow) {
                     if e.nak_burst.add(ts, 1, limit, window) {
-                        self.alerts.raise(AlertKind::NakBurst, Subject::Flow(ev.flow), ts, 1, || {
-                            format!("{limit} or more NAKs within {} ms", window / 1_000_000)
-                        });
+                        self.alerts.raise(
+                            AlertKind::NakBurst,
+                            Subject::Flow(ev.flow),
+                            ts,
+                            1,
+                            || format!("{limit} or more NAKs within {} ms", window / 1_000_000),
+                        );
                     }
                 }
             }
@@ -623,16 +643,30 @@ impl Engine {
                 }
                 self.rtt_overall.insert(sample);
                 if let Some(t) = alert {
-                    self.alerts.raise(AlertKind::HighLatency, Subject::Flow(ev.flow), ts, 1, || {
-                        format!("latency above {} us seen at the observation point (first: {} us)", t / 1000, sample / 1000)
-                    });
+                    self.alerts.raise(
+                        AlertKind::HighLatency,
+                        Subject::Flow(ev.flow),
+                        ts,
+                        1,
+                        || {
+                            format!(
+                                "latency above {} us seen at the observation point (first: {} us)",
+                                t / 1000,
+                                sample / 1000
+                            )
+                        },
+                    );
                 }
             }
         }
     }
 
     fn pause_timeline(&mut self, key: PfcKey, ts: u64, quanta: u16) {
-        let (gbps, thr, win) = (self.cfg.link_gbps, self.cfg.storm_threshold, self.cfg.storm_window_ns);
+        let (gbps, thr, win) = (
+            self.cfg.link_gbps,
+            self.cfg.storm_threshold,
+            self.cfg.storm_window_ns,
+        );
         let entry = self.pfc.entry(key).or_default();
         if entry.timeline.frame(ts, quanta, gbps, thr, win) {
             self.alerts.raise(AlertKind::PfcStorm, Subject::Pfc(key), ts, 1, || {
@@ -695,7 +729,13 @@ impl Engine {
                     last_ts: s.last_ns,
                     rate_bps: rate,
                 };
-                let sort = (k.src_ip, k.dst_ip, k.dst_qp, snap.iface.clone(), k.direction);
+                let sort = (
+                    k.src_ip,
+                    k.dst_ip,
+                    k.dst_qp,
+                    snap.iface.clone(),
+                    k.direction,
+                );
                 (sort, snap)
             })
             .collect();
@@ -705,7 +745,9 @@ impl Engine {
         let mut pfc: Vec<PfcSnapshot> = self
             .pfc
             .iter()
-            .filter(|(_, e)| e.stats.pause_frames + e.stats.xon_frames > 0 || e.timeline.has_frames())
+            .filter(|(_, e)| {
+                e.stats.pause_frames + e.stats.xon_frames > 0 || e.timeline.has_frames()
+            })
             .map(|(k, e)| {
                 let paused = e.timeline.paused_in_interval(now_ns);
                 PfcSnapshot {
@@ -713,7 +755,11 @@ impl Engine {
                     direction: Direction::from_u8(k.direction).name(),
                     src_mac: show_mac(k.src_mac),
                     priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
-                    kind: if k.priority == PRIORITY_LINK { "pause" } else { "pfc" },
+                    kind: if k.priority == PRIORITY_LINK {
+                        "pause"
+                    } else {
+                        "pfc"
+                    },
                     pause_frames: e.stats.pause_frames,
                     xon_frames: e.stats.xon_frames,
                     pause_quanta: e.stats.pause_quanta,
@@ -725,7 +771,11 @@ impl Engine {
                         0.0
                     },
                     storm: e.timeline.storms > 0
-                        || e.timeline.storm_at(now_ns, self.cfg.storm_threshold, self.cfg.storm_window_ns),
+                        || e.timeline.storm_at(
+                            now_ns,
+                            self.cfg.storm_threshold,
+                            self.cfg.storm_window_ns,
+                        ),
                     storms: e.timeline.storms,
                     first_ts: e.stats.first_ns,
                     last_ts: e.stats.last_ns,
@@ -734,7 +784,12 @@ impl Engine {
             .collect();
         // By (source MAC, priority) with the legacy PAUSE entry (null) first, then where seen.
         pfc.sort_by(|a, b| {
-            (&a.src_mac, a.priority, &a.iface, a.direction).cmp(&(&b.src_mac, b.priority, &b.iface, b.direction))
+            (&a.src_mac, a.priority, &a.iface, a.direction).cmp(&(
+                &b.src_mac,
+                b.priority,
+                &b.iface,
+                b.direction,
+            ))
         });
 
         // Counters.
@@ -745,13 +800,17 @@ impl Engine {
             if block.iter().any(|&v| v > 0) {
                 by_direction.insert(
                     d.name(),
-                    Counter::ALL.iter().map(|c| (c.name(), block[*c as usize])).collect(),
+                    Counter::ALL
+                        .iter()
+                        .map(|c| (c.name(), block[*c as usize]))
+                        .collect(),
                 );
             }
         }
 
         // Alerts, plus those judged on the whole table.
-        let mut alerts: Vec<AlertSnapshot> = self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
+        let mut alerts: Vec<AlertSnapshot> =
+            self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
         alerts.extend(self.ce_without_cnp());
         alerts.sort_by(|a, b| a.first_ts.cmp(&b.first_ts).then(a.kind.cmp(b.kind)));
 
@@ -767,12 +826,27 @@ impl Engine {
                     dport: self.cfg.roce_port,
                 },
                 dst_qp: k.dst_qp,
-                point: format!("{}/{}", self.iface_name(k.ifindex), Direction::from_u8(k.direction).name()),
+                point: format!(
+                    "{}/{}",
+                    self.iface_name(k.ifindex),
+                    Direction::from_u8(k.direction).name()
+                ),
                 bytes: e.stats.bytes,
-                sports: e.stats.udp_sports.iter().copied().filter(|p| *p != 0).collect(),
+                sports: e
+                    .stats
+                    .udp_sports
+                    .iter()
+                    .copied()
+                    .filter(|p| *p != 0)
+                    .collect(),
             })
             .collect();
-        let ecmp = ecmp::compute(&ecmp_flows, self.cfg.ecmp_hash, self.cfg.ecmp_paths, self.cfg.ecmp_seed);
+        let ecmp = ecmp::compute(
+            &ecmp_flows,
+            self.cfg.ecmp_hash,
+            self.cfg.ecmp_paths,
+            self.cfg.ecmp_seed,
+        );
 
         let ringbuf_full = total(Counter::RingbufFull);
         Snapshot {

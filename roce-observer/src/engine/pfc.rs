@@ -39,7 +39,14 @@ pub struct PauseTimeline {
 
 impl PauseTimeline {
     /// One PFC class (or a legacy PAUSE) with `quanta` at `t`. Returns true when a storm starts.
-    pub fn frame(&mut self, t: u64, quanta: u16, link_gbps: f64, threshold: f64, window_ns: u64) -> bool {
+    pub fn frame(
+        &mut self,
+        t: u64,
+        quanta: u16,
+        link_gbps: f64,
+        threshold: f64,
+        window_ns: u64,
+    ) -> bool {
         self.first_ns.get_or_insert(t);
         let dur = quanta_to_ns(u64::from(quanta), link_gbps) as u64;
         match self.open {

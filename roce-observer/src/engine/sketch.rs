@@ -253,7 +253,9 @@ mod tests {
         // Deterministic spread over four decades.
         let mut x: u64 = 12345;
         for _ in 0..100_000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let v = 1_000 + (x >> 33) % 10_000_000;
             s.insert(v);
             all.push(v);
@@ -262,7 +264,10 @@ mod tests {
         for q in [0.01, 0.1, 0.5, 0.9, 0.99, 0.999] {
             let got = s.quantile(q).expect("samples") as f64;
             let want = exact_quantile(&all, q) as f64;
-            assert!((got - want).abs() / want <= 0.02, "q={q} got={got} want={want}");
+            assert!(
+                (got - want).abs() / want <= 0.02,
+                "q={q} got={got} want={want}"
+            );
         }
         assert!(s.heap_bytes() < 16 * 1024);
     }
@@ -274,7 +279,11 @@ mod tests {
         let mut both = Sketch::new();
         for v in 1..=1000u64 {
             let v = v * 997;
-            if v % 2 == 0 { a.insert(v) } else { b.insert(v) }
+            if v % 2 == 0 {
+                a.insert(v)
+            } else {
+                b.insert(v)
+            }
             both.insert(v);
         }
         let mut m = a.clone();

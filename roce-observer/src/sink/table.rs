@@ -26,7 +26,11 @@ fn human_bytes(n: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 fn human_rate(bps: f64) -> String {
@@ -139,7 +143,10 @@ pub fn render(s: &Snapshot) -> String {
                 c.frames,
                 c.snap_truncated,
                 c.skipped_link_type,
-                c.error.as_ref().map(|e| format!("; {e}")).unwrap_or_default()
+                c.error
+                    .as_ref()
+                    .map(|e| format!("; {e}"))
+                    .unwrap_or_default()
             );
         }
     }
@@ -148,15 +155,31 @@ pub fn render(s: &Snapshot) -> String {
     let _ = writeln!(
         out,
         "{:<33} {:<15} {:>7} {:>9} {:>10} {:>5} {:>5} {:>5} {:>4} {:>5} {:>5} {:>6} {:>15}",
-        "SRC > DST", "QP<PEER", "PKTS", "BYTES", "RATE", "GAPS", "RETX", "ACKS", "NAKS", "CNP", "CE", "DSCP/P", "RTT p50/p99"
+        "SRC > DST",
+        "QP<PEER",
+        "PKTS",
+        "BYTES",
+        "RATE",
+        "GAPS",
+        "RETX",
+        "ACKS",
+        "NAKS",
+        "CNP",
+        "CE",
+        "DSCP/P",
+        "RTT p50/p99"
     );
     let mut flows: Vec<&FlowSnapshot> = s.flows.iter().collect();
-    flows.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
     for f in flows.iter().take(MAX_FLOW_ROWS) {
         flow_row(&mut out, f);
     }
     if flows.len() > MAX_FLOW_ROWS {
-        let _ = writeln!(out, "... {} more flows (use --json for all)", flows.len() - MAX_FLOW_ROWS);
+        let _ = writeln!(
+            out,
+            "... {} more flows (use --json for all)",
+            flows.len() - MAX_FLOW_ROWS
+        );
     }
 
     if !s.pfc.is_empty() {
@@ -172,7 +195,9 @@ pub fn render(s: &Snapshot) -> String {
                 "{:<16} {:<17} {:>4} {:>8} {:>8} {:>11} {:>12} {:>7.2}% {:>5}",
                 fit(&format!("{}/{}", p.iface, p.direction), 16),
                 p.src_mac,
-                p.priority.map(|v| v.to_string()).unwrap_or_else(|| "link".into()),
+                p.priority
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "link".into()),
                 p.pause_frames,
                 p.xon_frames,
                 p.pause_quanta,
@@ -218,7 +243,11 @@ pub fn render(s: &Snapshot) -> String {
                 mdl.seed,
                 mdl.imbalance,
                 mdl.jain,
-                mdl.bytes_per_path.iter().map(|b| human_bytes(*b)).collect::<Vec<_>>().join(", ")
+                mdl.bytes_per_path
+                    .iter()
+                    .map(|b| human_bytes(*b))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
             for c in mdl.collisions.iter().take(3) {
                 let _ = writeln!(
@@ -253,14 +282,27 @@ pub fn render(s: &Snapshot) -> String {
                     "{} {} prio {}",
                     p.iface,
                     p.src_mac,
-                    p.priority.map(|v| v.to_string()).unwrap_or_else(|| "link".into())
+                    p.priority
+                        .map(|v| v.to_string())
+                        .unwrap_or_else(|| "link".into())
                 ),
                 _ => String::new(),
             };
-            let _ = writeln!(out, "  {:<18} {:<40} x{} {}", a.kind, fit(&subject, 40), a.count, a.reason);
+            let _ = writeln!(
+                out,
+                "  {:<18} {:<40} x{} {}",
+                a.kind,
+                fit(&subject, 40),
+                a.count,
+                a.reason
+            );
         }
         if s.alerts.len() > 20 {
-            let _ = writeln!(out, "  ... {} more alerts (use --json)", s.alerts.len() - 20);
+            let _ = writeln!(
+                out,
+                "  ... {} more alerts (use --json)",
+                s.alerts.len() - 20
+            );
         }
     }
     out

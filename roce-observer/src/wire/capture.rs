@@ -5,9 +5,7 @@
 
 use std::io::Read;
 
-use pcap_parser::{
-    Block, Linktype, PcapBlockOwned, PcapError, create_reader,
-};
+use pcap_parser::{Block, Linktype, PcapBlockOwned, PcapError, create_reader};
 
 /// Initial read buffer; grown for larger records up to [`MAX_BUFFER`].
 const INITIAL_BUFFER: usize = 1 << 20;
@@ -113,7 +111,11 @@ fn hex_prefix(buf: &[u8]) -> String {
     for b in buf.iter().take(8) {
         s.push_str(&format!("{b:02x}"));
     }
-    if s.is_empty() { "nothing".into() } else { format!("0x{s}") }
+    if s.is_empty() {
+        "nothing".into()
+    } else {
+        format!("0x{s}")
+    }
 }
 
 /// How many leading bytes the capture header needs: pcap's 24-byte file header, or pcapng's
@@ -297,7 +299,14 @@ where
                         match ifaces.get(section_base as usize) {
                             Some(i) if i.ethernet => {
                                 let data = &spb.data[..(spb.origlen as usize).min(spb.data.len())];
-                                emit(&mut stats, &mut on_frame, 0, data, spb.origlen, section_base);
+                                emit(
+                                    &mut stats,
+                                    &mut on_frame,
+                                    0,
+                                    data,
+                                    spb.origlen,
+                                    section_base,
+                                );
                             }
                             _ => stats.skipped_link_type += 1,
                         }
