@@ -986,3 +986,6 @@ fn rtt_summary(s: Option<&Sketch>) -> RttSummary {
         mean: s.mean(),
     }
 }
+
+#[cfg(test)]
+mod tests;
