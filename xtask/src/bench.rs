@@ -60,7 +60,10 @@ pub fn generate(path: &Path, packets: u64, qps: u32) -> anyhow::Result<u64> {
     w.write_all(&65535u32.to_le_bytes())?;
     w.write_all(&1u32.to_le_bytes())?;
 
-    let mut next_psn = vec![0u32; qps as usize];
+    // Each QP starts at its own PSN, as real QPs do (a fixed multiplicative spread).
+    let mut next_psn: Vec<u32> = (0..qps)
+        .map(|q| q.wrapping_mul(2_654_435_761) & 0x00ff_ffff)
+        .collect();
     let mut sent = vec![0u32; qps as usize];
     // Pending ACK (qp, psn) to send right after its request.
     let mut ack_due: Option<(u32, u32)> = None;

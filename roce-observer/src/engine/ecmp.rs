@@ -242,7 +242,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
     };
 
     // 5-tuples: a flow's bytes go to its 5-tuple (its first source port).
-    let mut tuples: HashMap<FiveTuple, (u64, u64)> = HashMap::new();
+    let mut tuples: HashMap<FiveTuple, (u64, u64), super::flows::FastHash> = HashMap::default();
     for f in flows {
         let e = tuples.entry(f.tuple).or_default();
         e.0 += f.bytes;
@@ -277,7 +277,11 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
                 e.sort_by(|a, b| {
                     b.bytes
                         .cmp(&a.bytes)
-                        .then(a.udp_src_port.cmp(&b.udp_src_port))
+                        .then((a.src_ip, a.dst_ip, a.udp_src_port).cmp(&(
+                            b.src_ip,
+                            b.dst_ip,
+                            b.udp_src_port,
+                        )))
                 });
                 Collision {
                     path,
@@ -308,7 +312,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
         ports: std::collections::BTreeSet<u16>,
         busiest: u64,
     }
-    let mut pairs: HashMap<(IpAddr, IpAddr), Pair> = HashMap::new();
+    let mut pairs: HashMap<(IpAddr, IpAddr), Pair, super::flows::FastHash> = HashMap::default();
     for f in flows {
         let p = pairs.entry((f.tuple.src, f.tuple.dst)).or_default();
         p.bytes += f.bytes;

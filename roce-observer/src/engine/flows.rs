@@ -2,7 +2,10 @@
 //! `account` in the capture path or copied from the kernel's map in the live path), plus the
 //! state only user space keeps: the latency sketch, burst windows and the interval baseline.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::{
+    collections::HashMap,
+    net::{IpAddr, Ipv6Addr},
+};
 
 use roce_observer_common::{
     FlowKey, FlowStats,
@@ -52,9 +55,13 @@ impl FlowEntry {
     }
 }
 
-/// Keyed by the flow key with a fast non-cryptographic hash (SipHash was a third of the
-/// per-packet cost). A capture crafted to collide can only make lookups slower, never wrong.
-pub type FlowTable = rustc_hash::FxHashMap<FlowKey, FlowEntry>;
+/// A fast hasher with a fixed seed (SipHash was a third of the per-packet cost; FxHash
+/// collided badly on flow keys that differ only in a few address and QP bits). Fixed, so runs
+/// are reproducible; a capture crafted to collide can only make lookups slower, never wrong.
+pub type FastHash = foldhash::fast::FixedState;
+
+/// Flows by key.
+pub type FlowTable = HashMap<FlowKey, FlowEntry, FastHash>;
 
 /// A 16-byte address as shown: IPv4-mapped addresses as dotted IPv4.
 pub fn show_ip(a: [u8; 16]) -> IpAddr {

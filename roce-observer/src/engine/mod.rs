@@ -18,8 +18,6 @@ pub mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use rustc_hash::FxHashMap;
-
 use roce_observer_common::{
     Counter, Direction, Event, EventKind, FlowKey, FlowStats, PfcKey, PfcStats,
     account::learn_peer,
@@ -114,7 +112,7 @@ pub struct Engine {
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
     counters: [[u64; Counter::COUNT as usize]; 3],
-    pending: FxHashMap<PendingKey, PendingValue>,
+    pending: HashMap<PendingKey, PendingValue, flows::FastHash>,
     rtt_overall: Sketch,
     alerts: Alerts,
     /// Earliest and latest time seen (frames, events).
@@ -179,7 +177,7 @@ impl Engine {
             flows: FlowTable::default(),
             pfc: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
-            pending: FxHashMap::default(),
+            pending: HashMap::default(),
             rtt_overall: Sketch::new(),
             alerts: Alerts::default(),
             first_ns: None,
@@ -201,6 +199,14 @@ impl Engine {
     /// Attach the capture's own counts (shown in the summary).
     pub fn set_capture_summary(&mut self, c: CaptureSummary) {
         self.capture = Some(c);
+    }
+
+    /// Frames counted so far, all directions.
+    pub fn frames_seen(&self) -> u64 {
+        self.counters
+            .iter()
+            .map(|d| d[Counter::TotalPackets as usize])
+            .sum()
     }
 
     /// Number of flows in the table.
@@ -687,10 +693,20 @@ impl Engine {
         let interval_ns = now_ns.saturating_sub(start);
         let interval_s = interval_ns as f64 / 1e9;
 
-        let mut flows: Vec<(FlowSortKey, FlowSnapshot)> = self
+        // Sort references (moving whole records made sorting the biggest cost at 100k flows).
+        let mut order: Vec<(&FlowKey, &FlowEntry)> = self
             .flows
             .iter()
             .filter(|(_, e)| e.stats.packets > 0)
+            .collect();
+        order.sort_unstable_by(|(a, _), (b, _)| {
+            (a.src_ip, a.dst_ip, a.dst_qp)
+                .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
+                .then_with(|| self.iface_name(a.ifindex).cmp(&self.iface_name(b.ifindex)))
+                .then(a.direction.cmp(&b.direction))
+        });
+        let flows: Vec<FlowSnapshot> = order
+            .into_iter()
             .map(|(k, e)| {
                 let s = &e.stats;
                 let rate = if interval_ns > 0 {
@@ -698,7 +714,7 @@ impl Engine {
                 } else {
                     0.0
                 };
-                let snap = FlowSnapshot {
+                FlowSnapshot {
                     src_ip: show_ip(k.src_ip),
                     dst_ip: show_ip(k.dst_ip),
                     dst_qp: k.dst_qp,
@@ -728,19 +744,9 @@ impl Engine {
                     first_ts: s.first_ns,
                     last_ts: s.last_ns,
                     rate_bps: rate,
-                };
-                let sort = (
-                    k.src_ip,
-                    k.dst_ip,
-                    k.dst_qp,
-                    snap.iface.clone(),
-                    k.direction,
-                );
-                (sort, snap)
+                }
             })
             .collect();
-        flows.sort_by(|a, b| a.0.cmp(&b.0));
-        let flows: Vec<FlowSnapshot> = flows.into_iter().map(|(_, f)| f).collect();
 
         let mut pfc: Vec<PfcSnapshot> = self
             .pfc
@@ -812,7 +818,9 @@ impl Engine {
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
         alerts.extend(self.ce_without_cnp());
-        alerts.sort_by(|a, b| a.first_ts.cmp(&b.first_ts).then(a.kind.cmp(b.kind)));
+        alerts.sort_by(|a, b| {
+            (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
+        });
 
         let ecmp_flows: Vec<FlowLoad> = self
             .flows
@@ -957,10 +965,6 @@ impl Engine {
             .collect()
     }
 }
-
-/// Flows are listed by (source IP, destination IP, QP) comparing the 16-byte forms, then
-/// interface name and direction.
-type FlowSortKey = ([u8; 16], [u8; 16], u32, String, u8);
 
 fn pfc_key(ifindex: u32, d: Direction, priority: u8, src_mac: [u8; 6]) -> PfcKey {
     PfcKey {
