@@ -6,6 +6,7 @@ use std::{
     fs::File,
     io::{BufWriter, Read, Write},
     path::PathBuf,
+    sync::atomic::{AtomicBool, Ordering},
 };
 
 use anyhow::Context;
@@ -27,7 +28,7 @@ pub struct AnalyzeArgs {
     pub json: bool,
     /// Path MTU in bytes for READ PSN reservations [default: 4096, or learned from READ
     /// responses]. Giving it turns learning off.
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(256..=65536))]
+    #[arg(long, value_name = "BYTES", value_parser = parse_pmtu)]
     pub pmtu: Option<u32>,
     /// Link speed for PFC pause time, Gb/s.
     #[arg(long = "link-speed", value_name = "GBPS", default_value_t = 100.0)]
@@ -71,6 +72,56 @@ pub struct AnalyzeArgs {
     pub flow_log: Option<PathBuf>,
 }
 
+fn parse_pmtu(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(v @ (256 | 512 | 1024 | 2048 | 4096)) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a RoCE path MTU: use 256, 512, 1024, 2048 or 4096"
+        )),
+    }
+}
+
+/// Set by the first SIGINT/SIGTERM: end the input there and print what was read.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// On Ctrl-C (which also stops the `tcpdump` feeding the pipe) finish with the results so far
+/// instead of dying silently. The handler is one-shot: a second Ctrl-C kills as usual.
+fn stop_on_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: an all-zero sigaction is a valid value; the handler only stores to an atomic
+        // (async-signal-safe); no SA_RESTART, so a blocked read() returns EINTR and the reader
+        // below sees the flag.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESETHAND;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// A reader that reports end of input once a stop signal arrived.
+struct UntilStopped<R>(R);
+
+impl<R: Read> Read for UntilStopped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if STOP.load(Ordering::Relaxed) {
+                return Ok(0);
+            }
+            match self.0.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        }
+    }
+}
+
 impl AnalyzeArgs {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
@@ -95,7 +146,7 @@ impl AnalyzeArgs {
 /// Errors of the analyze command.
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
-    #[error("nothing could be read from {input}: {source}")]
+    #[error("nothing could be read from {input}")]
     Unreadable {
         input: String,
         #[source]
@@ -143,15 +194,19 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     }
     let cfg = args.engine_config();
     let name = args.input.display().to_string();
+    stop_on_signals();
     let (engine, damage) = if name == "-" {
-        analyze_reader(std::io::stdin(), cfg)
+        analyze_reader(UntilStopped(std::io::stdin()), cfg)
     } else {
         let file = File::open(&args.input).with_context(|| {
             format!("cannot open capture {name} (check the path and permissions)")
         })?;
-        analyze_reader(file, cfg)
+        analyze_reader(UntilStopped(file), cfg)
     };
-    let frames = engine.snapshot(engine.last_ts()).summary.total_packets;
+    if STOP.load(Ordering::Relaxed) {
+        eprintln!("interrupted: results cover the frames read so far");
+    }
+    let frames = engine.frames_seen();
     if let Some(err) = damage {
         if frames == 0 {
             return Err(AnalyzeError::Unreadable {

@@ -60,8 +60,8 @@ pub struct SoftRoceOpts {
     pub vm_memory: u32,
     /// Run this roce-observer binary in the client VM while perftest runs: short for
     /// --extra-bin PATH --extra-cmd '/share/extra/NAME run -i eth0 --no-tui --json --pmtu
-    /// {pmtu}' --extra-ready attached --extra-wait 60 (explicit --extra-* options win). Its
-    /// JSON output is kept in summary.json as "extra_json".
+    /// {pmtu} --xdp-mode {xdp_mode}' --extra-ready attached --extra-wait 60 (explicit --extra-*
+    /// options win). Its JSON output is kept in summary.json as "extra_json".
     #[arg(long, value_name = "PATH")]
     pub observer: Option<PathBuf>,
     /// A binary to copy into the client VM's share as /share/extra/<name> (its shared
@@ -70,7 +70,9 @@ pub struct SoftRoceOpts {
     pub extra_bin: Option<PathBuf>,
     /// A command run in the client VM in the background while perftest runs (e.g.
     /// "/share/extra/roce-observer run -i eth0 --no-tui --json"); stopped with SIGINT after
-    /// perftest; its stdout/stderr land in vm-client/extra.out and extra.err.
+    /// perftest; its stdout/stderr land in vm-client/extra.out and extra.err. Placeholders:
+    /// {pmtu} (RoCE path MTU), {mtu} (link MTU), {xdp_mode} (skb above MTU 3000, where
+    /// virtio_net refuses native XDP, else auto), {scenario}.
     #[arg(long, value_name = "CMD")]
     pub extra_cmd: Option<String>,
     /// Seconds the extra command gets to start before perftest (an upper bound when
@@ -201,7 +203,7 @@ pub fn run(mut opts: SoftRoceOpts) -> Result<()> {
         }
         if opts.extra_cmd.is_none() {
             opts.extra_cmd = Some(format!(
-                "/share/extra/{name} run -i eth0 --no-tui --json --pmtu {{pmtu}}"
+                "/share/extra/{name} run -i eth0 --no-tui --json --pmtu {{pmtu}} --xdp-mode {{xdp_mode}}"
             ));
         }
         if opts.extra_ready.is_none() {
@@ -995,6 +997,8 @@ fn write_config(share: &Path, sc: &Scenario, role: &str, opts: &SoftRoceOpts) ->
         let cmd = cmd
             .replace("{pmtu}", &sc.expected_pmtu().to_string())
             .replace("{mtu}", &sc.mtu.to_string())
+            // virtio_net refuses native XDP above about 3.5 KB of MTU: generic XDP then
+            .replace("{xdp_mode}", if sc.mtu > 3000 { "skb" } else { "auto" })
             .replace("{scenario}", sc.name);
         writeln!(c, "EXTRA_CMD={}", sh_quote(&cmd))?;
         writeln!(c, "EXTRA_WAIT={}", opts.extra_wait)?;

@@ -59,8 +59,7 @@ const RSS_KEY: [u8; 40] = [
 pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
     let mut result = 0u32;
     let mut window = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
-    let mut next = 4;
-    for &byte in input {
+    for (next, &byte) in (4..).zip(input) {
         for bit in (0..8).rev() {
             if byte & (1 << bit) != 0 {
                 result ^= window;
@@ -68,7 +67,6 @@ pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
             let k = key.get(next).copied().unwrap_or(0);
             window = (window << 1) | u32::from((k >> bit) & 1);
         }
-        next += 1;
     }
     result
 }
@@ -244,7 +242,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
     };
 
     // 5-tuples: a flow's bytes go to its 5-tuple (its first source port).
-    let mut tuples: HashMap<FiveTuple, (u64, u64)> = HashMap::new();
+    let mut tuples: HashMap<FiveTuple, (u64, u64), super::flows::FastHash> = HashMap::default();
     for f in flows {
         let e = tuples.entry(f.tuple).or_default();
         e.0 += f.bytes;
@@ -279,7 +277,11 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
                 e.sort_by(|a, b| {
                     b.bytes
                         .cmp(&a.bytes)
-                        .then(a.udp_src_port.cmp(&b.udp_src_port))
+                        .then((a.src_ip, a.dst_ip, a.udp_src_port).cmp(&(
+                            b.src_ip,
+                            b.dst_ip,
+                            b.udp_src_port,
+                        )))
                 });
                 Collision {
                     path,
@@ -310,7 +312,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
         ports: std::collections::BTreeSet<u16>,
         busiest: u64,
     }
-    let mut pairs: HashMap<(IpAddr, IpAddr), Pair> = HashMap::new();
+    let mut pairs: HashMap<(IpAddr, IpAddr), Pair, super::flows::FastHash> = HashMap::default();
     for f in flows {
         let p = pairs.entry((f.tuple.src, f.tuple.dst)).or_default();
         p.bytes += f.bytes;

@@ -112,7 +112,7 @@ pub struct Engine {
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
     counters: [[u64; Counter::COUNT as usize]; 3],
-    pending: HashMap<PendingKey, PendingValue>,
+    pending: HashMap<PendingKey, PendingValue, flows::FastHash>,
     rtt_overall: Sketch,
     alerts: Alerts,
     /// Earliest and latest time seen (frames, events).
@@ -130,6 +130,8 @@ struct Tally {
     cnp: u64,
     ect: u64,
     ce: u64,
+    dscp: u8,
+    pcp: u8,
 }
 
 impl Tally {
@@ -139,6 +141,8 @@ impl Tally {
             cnp: s.cnp,
             ect: s.ecn_ect,
             ce: s.ecn_ce,
+            dscp: s.dscp,
+            pcp: s.pcp,
         }
     }
 }
@@ -170,10 +174,10 @@ impl Engine {
             pmtu,
             pmtu_learned: false,
             iface_names: HashMap::new(),
-            flows: HashMap::new(),
+            flows: FlowTable::default(),
             pfc: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             rtt_overall: Sketch::new(),
             alerts: Alerts::default(),
             first_ns: None,
@@ -195,6 +199,14 @@ impl Engine {
     /// Attach the capture's own counts (shown in the summary).
     pub fn set_capture_summary(&mut self, c: CaptureSummary) {
         self.capture = Some(c);
+    }
+
+    /// Frames counted so far, all directions.
+    pub fn frames_seen(&self) -> u64 {
+        self.counters
+            .iter()
+            .map(|d| d[Counter::TotalPackets as usize])
+            .sum()
     }
 
     /// Number of flows in the table.
@@ -338,7 +350,7 @@ impl Engine {
             Some(e) => {
                 let before = Tally::of(&e.stats);
                 let out = account(&mut e.stats, pkt, pmtu, ts);
-                (out, before, e.stats)
+                (out, before, Tally::of(&e.stats))
             }
             None if flows_len >= max_flows => {
                 self.count(d, Counter::MapFull, 1);
@@ -348,7 +360,7 @@ impl Engine {
                 let mut e = FlowEntry::new(ts);
                 let before = Tally::of(&e.stats);
                 let out = account(&mut e.stats, pkt, pmtu, ts);
-                let after = e.stats;
+                let after = Tally::of(&e.stats);
                 self.flows.insert(key, e);
                 let mut ev = Event::zeroed();
                 ev.ts_ns = ts;
@@ -358,7 +370,7 @@ impl Engine {
                 (out, before, after)
             }
         };
-        self.check_classes(&key, before, &after, ts);
+        self.check_classes(&key, before, after, ts);
 
         // The outcome as the kernel's events.
         let mut ev = Event::zeroed();
@@ -495,14 +507,14 @@ impl Engine {
     /// map read's worth in the live path): data outside the lossless class, Not-ECT data,
     /// CNPs off the CNP DSCP. `dscp`/`pcp` are those of the flow's last packet, so a batch
     /// that mixes CNPs and data is not judged on them.
-    fn check_classes(&mut self, key: &FlowKey, before: Tally, after: &FlowStats, ts: u64) {
+    fn check_classes(&mut self, key: &FlowKey, before: Tally, after: Tally, ts: u64) {
         let packets = after.packets.saturating_sub(before.packets);
         let cnps = after.cnp.saturating_sub(before.cnp);
         if packets == 0 {
             return;
         }
         let data = packets - cnps.min(packets);
-        let marked = (after.ecn_ect + after.ecn_ce).saturating_sub(before.ect + before.ce);
+        let marked = (after.ect + after.ce).saturating_sub(before.ect + before.ce);
         let cfg = &self.cfg;
         let subject = Subject::Flow(*key);
         if cnps == 0 {
@@ -559,7 +571,7 @@ impl Engine {
                 before
             }
         };
-        self.check_classes(key, before, stats, ts);
+        self.check_classes(key, before, Tally::of(stats), ts);
     }
 
     /// Kernel path: the absolute values of one PFC map entry.
@@ -637,9 +649,19 @@ impl Engine {
                 }
                 self.rtt_overall.insert(sample);
                 if let Some(t) = alert {
-                    self.alerts.raise(AlertKind::HighLatency, Subject::Flow(ev.flow), ts, 1, || {
-                        format!("latency above {} us seen at the observation point (max so far here: {} us)", t / 1000, sample / 1000)
-                    });
+                    self.alerts.raise(
+                        AlertKind::HighLatency,
+                        Subject::Flow(ev.flow),
+                        ts,
+                        1,
+                        || {
+                            format!(
+                                "latency above {} us seen at the observation point (first: {} us)",
+                                t / 1000,
+                                sample / 1000
+                            )
+                        },
+                    );
                 }
             }
         }
@@ -671,10 +693,20 @@ impl Engine {
         let interval_ns = now_ns.saturating_sub(start);
         let interval_s = interval_ns as f64 / 1e9;
 
-        let mut flows: Vec<(FlowSortKey, FlowSnapshot)> = self
+        // Sort references (moving whole records made sorting the biggest cost at 100k flows).
+        let mut order: Vec<(&FlowKey, &FlowEntry)> = self
             .flows
             .iter()
             .filter(|(_, e)| e.stats.packets > 0)
+            .collect();
+        order.sort_unstable_by(|(a, _), (b, _)| {
+            (a.src_ip, a.dst_ip, a.dst_qp)
+                .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
+                .then_with(|| self.iface_name(a.ifindex).cmp(&self.iface_name(b.ifindex)))
+                .then(a.direction.cmp(&b.direction))
+        });
+        let flows: Vec<FlowSnapshot> = order
+            .into_iter()
             .map(|(k, e)| {
                 let s = &e.stats;
                 let rate = if interval_ns > 0 {
@@ -682,7 +714,7 @@ impl Engine {
                 } else {
                     0.0
                 };
-                let snap = FlowSnapshot {
+                FlowSnapshot {
                     src_ip: show_ip(k.src_ip),
                     dst_ip: show_ip(k.dst_ip),
                     dst_qp: k.dst_qp,
@@ -712,19 +744,9 @@ impl Engine {
                     first_ts: s.first_ns,
                     last_ts: s.last_ns,
                     rate_bps: rate,
-                };
-                let sort = (
-                    k.src_ip,
-                    k.dst_ip,
-                    k.dst_qp,
-                    snap.iface.clone(),
-                    k.direction,
-                );
-                (sort, snap)
+                }
             })
             .collect();
-        flows.sort_by(|a, b| a.0.cmp(&b.0));
-        let flows: Vec<FlowSnapshot> = flows.into_iter().map(|(_, f)| f).collect();
 
         let mut pfc: Vec<PfcSnapshot> = self
             .pfc
@@ -796,7 +818,9 @@ impl Engine {
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
         alerts.extend(self.ce_without_cnp());
-        alerts.sort_by(|a, b| a.first_ts.cmp(&b.first_ts).then(a.kind.cmp(b.kind)));
+        alerts.sort_by(|a, b| {
+            (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
+        });
 
         let ecmp_flows: Vec<FlowLoad> = self
             .flows
@@ -942,10 +966,6 @@ impl Engine {
     }
 }
 
-/// Flows are listed by (source IP, destination IP, QP) comparing the 16-byte forms, then
-/// interface name and direction.
-type FlowSortKey = ([u8; 16], [u8; 16], u32, String, u8);
-
 fn pfc_key(ifindex: u32, d: Direction, priority: u8, src_mac: [u8; 6]) -> PfcKey {
     PfcKey {
         ifindex,
@@ -970,3 +990,6 @@ fn rtt_summary(s: Option<&Sketch>) -> RttSummary {
         mean: s.mean(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -173,7 +173,7 @@ pub struct LatencySnapshot {
     pub relative_accuracy: f64,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
 pub struct FlowRef {
     pub src_ip: IpAddr,
     pub dst_ip: IpAddr,
@@ -182,7 +182,7 @@ pub struct FlowRef {
     pub direction: &'static str,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PfcRef {
     pub iface: String,
     pub direction: &'static str,

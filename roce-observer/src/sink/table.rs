@@ -170,7 +170,7 @@ pub fn render(s: &Snapshot) -> String {
         "RTT p50/p99"
     );
     let mut flows: Vec<&FlowSnapshot> = s.flows.iter().collect();
-    flows.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
     for f in flows.iter().take(MAX_FLOW_ROWS) {
         flow_row(&mut out, f);
     }

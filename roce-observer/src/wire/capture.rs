@@ -190,11 +190,20 @@ where
             error: Some(CaptureError::Empty),
         };
     }
-    if header_len(&head).is_none_or(|n| head.len() < n) {
-        return CaptureEnd {
-            stats,
-            error: Some(CaptureError::NotACapture(hex_prefix(&head))),
-        };
+    match header_len(&head) {
+        None => {
+            return CaptureEnd {
+                stats,
+                error: Some(CaptureError::NotACapture(hex_prefix(&head))),
+            };
+        }
+        Some(n) if head.len() < n => {
+            return CaptureEnd {
+                stats,
+                error: Some(CaptureError::Truncated { frames: 0 }),
+            };
+        }
+        Some(_) => {}
     }
     let chained = std::io::Cursor::new(head.clone()).chain(input);
     let mut reader = match create_reader(INITIAL_BUFFER, chained) {

@@ -1,0 +1,495 @@
+//! Engine behaviour on hand-built frames: latency matching (with Karn's rule), peer learning,
+//! path-MTU learning, PFC time and storms, alerts, the kernel-path entry points and the
+//! reporting interval.
+
+use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey, PfcKey, PfcStats};
+
+use super::*;
+
+const A: [u8; 4] = [192, 0, 2, 1];
+const B: [u8; 4] = [192, 0, 2, 2];
+const US: u64 = 1_000;
+const T0: u64 = 1_700_000_000_000_000_000;
+
+#[derive(Clone, Copy)]
+struct Pkt {
+    src: [u8; 4],
+    dst: [u8; 4],
+    opcode: u8,
+    qp: u32,
+    psn: u32,
+    ack_req: bool,
+    tos: u8,
+    pcp: Option<u8>,
+    syndrome: u8,
+    dma_len: u32,
+    payload: usize,
+}
+
+fn req(psn: u32) -> Pkt {
+    Pkt {
+        src: A,
+        dst: B,
+        opcode: 0x04,
+        qp: 0x12,
+        psn,
+        ack_req: false,
+        tos: (26 << 2) | 2,
+        pcp: None,
+        syndrome: 0,
+        dma_len: 0,
+        payload: 64,
+    }
+}
+
+fn ack(psn: u32) -> Pkt {
+    Pkt {
+        src: B,
+        dst: A,
+        opcode: 0x11,
+        qp: 0x11,
+        payload: 0,
+        ..req(psn)
+    }
+}
+
+fn frame(p: Pkt) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    if let Some(pcp) = p.pcp {
+        f.extend([0x81, 0x00, pcp << 5, 0]);
+    }
+    f.extend([0x08, 0x00]);
+    let ext = if roce_observer_common::opcode::has_reth(p.opcode) {
+        16
+    } else if roce_observer_common::opcode::has_aeth(p.opcode) {
+        4
+    } else if p.opcode == 0x81 {
+        16
+    } else {
+        0
+    };
+    let udp_len = 8 + 12 + ext + p.payload + 4;
+    f.extend([0x45, p.tos]);
+    f.extend(((20 + udp_len) as u16).to_be_bytes());
+    f.extend([0, 0, 0x40, 0, 64, 17, 0, 0]);
+    f.extend(p.src);
+    f.extend(p.dst);
+    f.extend(49152u16.to_be_bytes());
+    f.extend(4791u16.to_be_bytes());
+    f.extend((udp_len as u16).to_be_bytes());
+    f.extend([0, 0]);
+    f.extend([p.opcode, 0, 0xff, 0xff, 0]);
+    f.extend(&p.qp.to_be_bytes()[1..]);
+    f.push(if p.ack_req { 0x80 } else { 0 });
+    f.extend(&p.psn.to_be_bytes()[1..]);
+    if ext == 16 && p.opcode != 0x81 {
+        f.extend([0u8; 12]);
+        f.extend(p.dma_len.to_be_bytes());
+    } else if ext == 4 {
+        f.extend([p.syndrome, 0, 0, 1]);
+    } else if ext == 16 {
+        f.extend([0u8; 16]);
+    }
+    f.extend(vec![0u8; p.payload + 4]);
+    f
+}
+
+fn feed(e: &mut Engine, ts: u64, p: Pkt) {
+    let f = frame(p);
+    e.ingest_frame(ts, &f, f.len() as u32, 0);
+}
+
+fn pfc_frame(mac_last: u8, enable: u16, quanta: [u16; 8]) -> Vec<u8> {
+    let mut f = vec![
+        1, 0x80, 0xc2, 0, 0, 1, 2, 0, 0, 0, 1, mac_last, 0x88, 0x08, 0x01, 0x01,
+    ];
+    f.extend(enable.to_be_bytes());
+    for q in quanta {
+        f.extend(q.to_be_bytes());
+    }
+    f.resize(60, 0);
+    f
+}
+
+fn flow(s: &Snapshot, src: [u8; 4], qp: u32) -> &FlowSnapshot {
+    s.flows
+        .iter()
+        .find(|f| f.src_ip == std::net::IpAddr::from(src) && f.dst_qp == qp)
+        .expect("flow present")
+}
+
+fn kinds(s: &Snapshot) -> Vec<&'static str> {
+    s.alerts.iter().map(|a| a.kind).collect()
+}
+
+#[test]
+fn latency_sample_on_the_request_flow_and_peers_learned() {
+    let mut e = Engine::new(EngineConfig::default());
+    feed(
+        &mut e,
+        T0,
+        Pkt {
+            ack_req: true,
+            ..req(100)
+        },
+    );
+    feed(&mut e, T0 + 7 * US, ack(100));
+    // A duplicate ACK matches nothing.
+    feed(&mut e, T0 + 9 * US, ack(100));
+    let s = e.snapshot(e.last_ts());
+    let r = flow(&s, A, 0x12);
+    assert_eq!(r.rtt_ns.count, 1);
+    assert_eq!(r.rtt_ns.p50, Some(7_000));
+    assert_eq!(r.peer_qp, Some(0x11));
+    let a = flow(&s, B, 0x11);
+    assert_eq!(a.rtt_ns.count, 0);
+    assert_eq!(a.peer_qp, Some(0x12));
+    assert_eq!(s.latency.overall.count, 1);
+    assert_eq!(s.latency.pending, 0);
+}
+
+#[test]
+fn retransmitted_request_is_not_timestamped() {
+    let mut e = Engine::new(EngineConfig::default());
+    feed(
+        &mut e,
+        T0,
+        Pkt {
+            ack_req: true,
+            ..req(5)
+        },
+    );
+    feed(&mut e, T0 + US, ack(5));
+    // Resend of 5 (a retransmit): its ACK yields no sample.
+    feed(
+        &mut e,
+        T0 + 2 * US,
+        Pkt {
+            ack_req: true,
+            ..req(5)
+        },
+    );
+    feed(&mut e, T0 + 3 * US, ack(5));
+    let s = e.snapshot(e.last_ts());
+    assert_eq!(flow(&s, A, 0x12).retransmits, 1);
+    assert_eq!(flow(&s, A, 0x12).rtt_ns.count, 1);
+    assert_eq!(flow(&s, A, 0x12).rtt_ns.max, Some(1_000));
+}
+
+#[test]
+fn pmtu_is_learned_from_read_responses_unless_given() {
+    let read = |psn| Pkt {
+        opcode: 0x0c,
+        dma_len: 4096,
+        payload: 0,
+        ..req(psn)
+    };
+    let resp = |op, psn| Pkt {
+        src: B,
+        dst: A,
+        opcode: op,
+        qp: 0x11,
+        payload: 1024,
+        ..req(psn)
+    };
+    let run = |cfg: EngineConfig| {
+        let mut e = Engine::new(cfg);
+        // First READ of 4096 B at PMTU 1024 (4 PSNs): 10..13.
+        feed(&mut e, T0, read(10));
+        feed(&mut e, T0 + US, resp(0x0d, 10));
+        feed(&mut e, T0 + 2 * US, resp(0x0e, 11));
+        feed(&mut e, T0 + 3 * US, resp(0x0e, 12));
+        feed(&mut e, T0 + 4 * US, resp(0x0f, 13));
+        // Second READ at 14, then a SEND at 18.
+        feed(&mut e, T0 + 5 * US, read(14));
+        feed(&mut e, T0 + 6 * US, req(18));
+        e.snapshot(e.last_ts())
+    };
+    let learned = run(EngineConfig::default());
+    assert!(learned.summary.pmtu_learned);
+    assert_eq!(learned.summary.pmtu, 1024);
+    // The first READ was reserved at 4096 before anything was learned: one gap at 14.
+    assert_eq!(flow(&learned, A, 0x12).psn_gaps, 1);
+    let explicit = run(EngineConfig {
+        pmtu: 1024,
+        pmtu_explicit: true,
+        ..EngineConfig::default()
+    });
+    assert!(!explicit.summary.pmtu_learned);
+    assert_eq!(flow(&explicit, A, 0x12).psn_gaps, 0);
+    let wrong = run(EngineConfig {
+        pmtu: 4096,
+        pmtu_explicit: true,
+        ..EngineConfig::default()
+    });
+    assert_eq!(flow(&wrong, A, 0x12).psn_gaps, 2);
+}
+
+#[test]
+fn pfc_entries_time_and_storm() {
+    let mut e = Engine::new(EngineConfig::default());
+    // Priority 3 refreshed every 300 us for 1.2 s; priority 4 XON only.
+    let mut t = T0;
+    let end = T0 + 1_200_000 * US;
+    while t < end {
+        let mut q = [0u16; 8];
+        q[3] = 0xffff;
+        let f = pfc_frame(1, (1 << 3) | (1 << 4), q);
+        e.ingest_frame(t, &f, 60, 0);
+        t += 300 * US;
+    }
+    let s = e.snapshot(e.last_ts());
+    assert_eq!(s.summary.pfc_frames, 4000);
+    let p3 = s
+        .pfc
+        .iter()
+        .find(|p| p.priority == Some(3))
+        .expect("prio 3");
+    assert_eq!(p3.pause_frames, 4000);
+    assert!(p3.storm);
+    assert!(p3.paused_fraction > 0.99);
+    assert!((p3.pause_us - 4000.0 * 335.5392).abs() < 1.0);
+    let p4 = s
+        .pfc
+        .iter()
+        .find(|p| p.priority == Some(4))
+        .expect("prio 4");
+    assert_eq!((p4.pause_frames, p4.xon_frames), (0, 4000));
+    assert!(!p4.storm);
+    assert_eq!(kinds(&s), vec!["pfc_storm"]);
+    // Link speed scales the time: 400G is a quarter.
+    let mut f = Engine::new(EngineConfig {
+        link_gbps: 400.0,
+        ..EngineConfig::default()
+    });
+    let fr = pfc_frame(1, 1 << 3, [0, 0, 0, 0xffff, 0, 0, 0, 0]);
+    f.ingest_frame(T0, &fr, 60, 0);
+    let s = f.snapshot(T0 + 1_000 * US);
+    assert!((s.pfc[0].pause_us - 83.8848).abs() < 0.001);
+    assert!((s.pfc[0].paused_us - 83.884).abs() < 0.001);
+}
+
+#[test]
+fn class_and_ecn_alerts() {
+    let mut e = Engine::new(EngineConfig::default());
+    // Data on DSCP 0, Not-ECT, on PCP 5: three findings for one flow.
+    feed(
+        &mut e,
+        T0,
+        Pkt {
+            tos: 0,
+            pcp: Some(5),
+            ..req(1)
+        },
+    );
+    // CNP on DSCP 46 (not 48).
+    feed(
+        &mut e,
+        T0 + US,
+        Pkt {
+            src: B,
+            dst: A,
+            opcode: 0x81,
+            qp: 0x11,
+            tos: 46 << 2,
+            payload: 0,
+            ..req(0)
+        },
+    );
+    // CE on C->D with no CNP back.
+    feed(
+        &mut e,
+        T0 + 2 * US,
+        Pkt {
+            src: [192, 0, 2, 3],
+            dst: [192, 0, 2, 4],
+            tos: (26 << 2) | 3,
+            ..req(1)
+        },
+    );
+    // CE on A->B is answered by the CNP above: no alert for it.
+    feed(
+        &mut e,
+        T0 + 3 * US,
+        Pkt {
+            tos: (26 << 2) | 3,
+            ..req(2)
+        },
+    );
+    let s = e.snapshot(e.last_ts());
+    let mut k = kinds(&s);
+    k.sort_unstable();
+    assert_eq!(
+        k,
+        vec![
+            "ce_without_cnp",
+            "cnp_wrong_dscp",
+            "non_lossless_class",
+            "not_ect"
+        ]
+    );
+    let ce = s
+        .alerts
+        .iter()
+        .find(|a| a.kind == "ce_without_cnp")
+        .expect("alert");
+    assert_eq!(
+        ce.flow.as_ref().map(|f| f.src_ip.to_string()),
+        Some("192.0.2.3".into())
+    );
+    // The clean default class raises nothing.
+    let mut clean = Engine::new(EngineConfig::default());
+    feed(&mut clean, T0, req(1));
+    feed(&mut clean, T0 + US, ack(1));
+    assert!(clean.snapshot(T0 + US).alerts.is_empty());
+}
+
+#[test]
+fn retransmit_burst_and_latency_alerts() {
+    let mut e = Engine::new(EngineConfig {
+        rtt_alert_ns: Some(50 * US),
+        ..EngineConfig::default()
+    });
+    feed(&mut e, T0, req(100));
+    for i in 0..10 {
+        feed(&mut e, T0 + (i + 1) * US, req(90 + i as u32));
+    }
+    feed(
+        &mut e,
+        T0 + 20 * US,
+        Pkt {
+            ack_req: true,
+            ..req(101)
+        },
+    );
+    feed(&mut e, T0 + 120 * US, ack(101));
+    let s = e.snapshot(e.last_ts());
+    assert_eq!(flow(&s, A, 0x12).retransmits, 10);
+    let mut k = kinds(&s);
+    k.sort_unstable();
+    assert_eq!(k, vec!["high_latency", "retransmit_burst"]);
+}
+
+#[test]
+fn kernel_path_replaces_values_and_takes_events() {
+    // Run frames through one engine, then hand its flow values to a second engine the way the
+    // loader hands over map values: the flow records must be identical.
+    let mut cap = Engine::new(EngineConfig::default());
+    feed(
+        &mut cap,
+        T0,
+        Pkt {
+            ack_req: true,
+            ..req(1)
+        },
+    );
+    feed(&mut cap, T0 + 5 * US, ack(1));
+    feed(&mut cap, T0 + 6 * US, req(4));
+    let mut live = Engine::new(EngineConfig::default());
+    live.set_iface_name(0, "if0");
+    for (k, v) in &cap.flows {
+        live.update_flow(k, &v.stats);
+        // Twice: values replace, never add.
+        live.update_flow(k, &v.stats);
+    }
+    let req_key = *cap
+        .flows
+        .keys()
+        .find(|k| k.dst_qp == 0x12)
+        .expect("request flow");
+    let mut ev = Event::zeroed();
+    ev.kind = EventKind::Latency as u32;
+    ev.ts_ns = T0 + 5 * US;
+    ev.flow = req_key;
+    ev.a = 5_000;
+    ev.c = 0x11;
+    live.ingest_event(&ev);
+    for c in Counter::ALL {
+        let v = cap.counters[2][c as usize];
+        live.update_counter(Direction::Ingress, c, v);
+        live.update_counter(Direction::Ingress, c, v);
+    }
+    let a = cap.snapshot(T0 + 6 * US);
+    let b = live.snapshot(T0 + 6 * US);
+    assert_eq!(a.flows, b.flows);
+    assert_eq!(a.summary.total_packets, b.summary.total_packets);
+    assert!(b.summary.by_direction.contains_key("ingress"));
+
+    // PFC values replace too; events feed the pause timeline.
+    let key = PfcKey {
+        ifindex: 3,
+        direction: Direction::Ingress as u8,
+        priority: 3,
+        src_mac: [2, 0, 0, 0, 1, 1],
+    };
+    let stats = PfcStats {
+        pause_frames: 2,
+        xon_frames: 1,
+        pause_quanta: 100,
+        first_ns: T0,
+        last_ns: T0 + US,
+    };
+    live.update_pfc(&key, &stats);
+    live.update_pfc(&key, &stats);
+    let mut pe = Event::zeroed();
+    pe.kind = EventKind::Pfc as u32;
+    pe.ts_ns = T0;
+    pe.flow = FlowKey {
+        ifindex: 3,
+        direction: Direction::Ingress as u8,
+        ..FlowKey::zeroed()
+    };
+    pe.mac = key.src_mac;
+    pe.c = 1 << 3;
+    pe.quanta[3] = 100;
+    live.ingest_event(&pe);
+    let s = live.snapshot(T0 + 1_000 * US);
+    let p = s
+        .pfc
+        .iter()
+        .find(|p| p.priority == Some(3))
+        .expect("pfc entry");
+    assert_eq!((p.pause_frames, p.xon_frames, p.pause_quanta), (2, 1, 100));
+    assert!((p.paused_us - 0.512).abs() < 1e-9);
+}
+
+#[test]
+fn rate_over_the_reporting_interval() {
+    let mut e = Engine::new(EngineConfig::default());
+    feed(&mut e, T0, req(1));
+    let bytes = e.snapshot(T0).flows[0].bytes;
+    // One second later, 1 more packet: rate over [T0, T0 + 1 s].
+    feed(&mut e, T0 + 1_000_000 * US, req(2));
+    let s = e.snapshot(T0 + 1_000_000 * US);
+    assert_eq!(s.flows[0].rate_bps, (2 * bytes * 8) as f64);
+    // A new interval counts only what came after it.
+    e.begin_interval(T0 + 1_000_000 * US);
+    feed(&mut e, T0 + 1_500_000 * US, req(3));
+    let s = e.snapshot(T0 + 2_000_000 * US);
+    assert_eq!(s.flows[0].rate_bps, (bytes * 8) as f64);
+}
+
+#[test]
+fn tables_are_bounded() {
+    let mut e = Engine::new(EngineConfig {
+        max_flows: 3,
+        max_pending: 2,
+        ..EngineConfig::default()
+    });
+    for qp in 0..5 {
+        feed(
+            &mut e,
+            T0,
+            Pkt {
+                qp,
+                ack_req: true,
+                ..req(qp)
+            },
+        );
+    }
+    let s = e.snapshot(T0);
+    assert_eq!(s.flows.len(), 3);
+    assert_eq!(s.summary.map_full, 2);
+    assert_eq!(s.summary.pending_full, 1);
+    assert_eq!(s.summary.roce_packets, 5);
+}

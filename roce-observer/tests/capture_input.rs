@@ -1,0 +1,307 @@
+//! Capture input handling end to end: pcapng, streams on stdin, and damaged or foreign input
+//! (truncated files, other link types, garbage), which must give a clear error or a warning
+//! with the results up to the damage, and never a panic.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
+}
+
+fn run(args: &[&str], stdin: Option<Vec<u8>>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_roce-observer"));
+    cmd.arg("analyze").args(args);
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn roce-observer");
+    if let Some(data) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin is piped");
+        // Dribble the stream in small pieces, as a live `tcpdump -w -` would.
+        std::thread::spawn(move || {
+            for chunk in data.chunks(1000) {
+                if pipe.write_all(chunk).is_err() {
+                    return;
+                }
+                let _ = pipe.flush();
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        });
+    }
+    let out = child.wait_with_output().expect("wait for roce-observer");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    out
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// (ts_sec, ts_usec, data) of every record of a classic pcap.
+fn pcap_records(bytes: &[u8]) -> Vec<(u32, u32, Vec<u8>)> {
+    let u32le = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let mut out = Vec::new();
+    let mut off = 24;
+    while off + 16 <= bytes.len() {
+        let caplen = u32le(bytes, off + 8) as usize;
+        out.push((
+            u32le(bytes, off),
+            u32le(bytes, off + 4),
+            bytes[off + 16..off + 16 + caplen].to_vec(),
+        ));
+        off += 16 + caplen;
+    }
+    out
+}
+
+fn pcap_header(linktype: u32) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend(0xa1b2_c3d4u32.to_le_bytes());
+    h.extend(2u16.to_le_bytes());
+    h.extend(4u16.to_le_bytes());
+    h.extend(0i32.to_le_bytes());
+    h.extend(0u32.to_le_bytes());
+    h.extend(65535u32.to_le_bytes());
+    h.extend(linktype.to_le_bytes());
+    h
+}
+
+fn block(kind: u32, body: &[u8]) -> Vec<u8> {
+    let mut body = body.to_vec();
+    while body.len() % 4 != 0 {
+        body.push(0);
+    }
+    let len = (body.len() + 12) as u32;
+    let mut b = Vec::new();
+    b.extend(kind.to_le_bytes());
+    b.extend(len.to_le_bytes());
+    b.extend(body);
+    b.extend(len.to_le_bytes());
+    b
+}
+
+/// A pcapng with one interface per `(linktype, name)`; every record goes to interface
+/// `iface_of(i)`, with nanosecond timestamps.
+fn pcapng(
+    ifaces: &[(u16, &str)],
+    records: &[(u32, u32, Vec<u8>)],
+    iface_of: impl Fn(usize) -> u32,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut shb = Vec::new();
+    shb.extend(0x1a2b_3c4du32.to_le_bytes());
+    shb.extend(1u16.to_le_bytes());
+    shb.extend(0u16.to_le_bytes());
+    shb.extend((-1i64).to_le_bytes());
+    out.extend(block(0x0a0d_0d0a, &shb));
+    for (lt, name) in ifaces {
+        let mut idb = Vec::new();
+        idb.extend(lt.to_le_bytes());
+        idb.extend(0u16.to_le_bytes());
+        idb.extend(0u32.to_le_bytes());
+        // if_name
+        let mut name_opt = name.as_bytes().to_vec();
+        let nlen = name_opt.len() as u16;
+        while name_opt.len() % 4 != 0 {
+            name_opt.push(0);
+        }
+        idb.extend(2u16.to_le_bytes());
+        idb.extend(nlen.to_le_bytes());
+        idb.extend(name_opt);
+        // if_tsresol = 9 (nanoseconds)
+        idb.extend(9u16.to_le_bytes());
+        idb.extend(1u16.to_le_bytes());
+        idb.extend([9, 0, 0, 0]);
+        idb.extend([0, 0, 0, 0]);
+        out.extend(block(1, &idb));
+    }
+    for (i, (sec, usec, data)) in records.iter().enumerate() {
+        let ts = u64::from(*sec) * 1_000_000_000 + u64::from(*usec) * 1000;
+        let mut epb = Vec::new();
+        epb.extend(iface_of(i).to_le_bytes());
+        epb.extend(((ts >> 32) as u32).to_le_bytes());
+        epb.extend((ts as u32).to_le_bytes());
+        epb.extend((data.len() as u32).to_le_bytes());
+        epb.extend((data.len() as u32).to_le_bytes());
+        epb.extend(data);
+        out.extend(block(6, &epb));
+    }
+    out
+}
+
+fn flows_without_place(doc: &Value) -> Vec<Value> {
+    doc["flows"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            if let Some(o) = f.as_object_mut() {
+                o.remove("iface");
+                o.remove("rate_bps");
+            }
+            f
+        })
+        .collect()
+}
+
+#[test]
+fn pcapng_gives_the_same_flows_as_pcap() {
+    let pcap = fixture("mixed_demo.pcap");
+    let from_pcap = json(&run(&["--json", pcap.to_str().expect("utf-8 path")], None));
+    let records = pcap_records(&std::fs::read(&pcap).expect("fixture"));
+    let ng = pcapng(&[(1, "eth7")], &records, |_| 0);
+    let dir = tempdir("pcapng");
+    let path = dir.join("mixed.pcapng");
+    std::fs::write(&path, ng).expect("write pcapng");
+    let from_ng = json(&run(&["--json", path.to_str().expect("utf-8 path")], None));
+    assert_eq!(from_ng["summary"]["capture"]["format"], "pcapng");
+    assert_eq!(
+        from_pcap["summary"]["total_packets"],
+        from_ng["summary"]["total_packets"]
+    );
+    assert_eq!(
+        flows_without_place(&from_pcap),
+        flows_without_place(&from_ng)
+    );
+    assert!(
+        from_ng["flows"]
+            .as_array()
+            .expect("flows")
+            .iter()
+            .all(|f| f["iface"] == "eth7")
+    );
+    assert_eq!(
+        from_pcap["pfc"].as_array().map(Vec::len),
+        from_ng["pfc"].as_array().map(Vec::len)
+    );
+}
+
+#[test]
+fn pcapng_skips_frames_on_non_ethernet_interfaces() {
+    let records =
+        pcap_records(&std::fs::read(fixture("rc_send_write_read.pcap")).expect("fixture"));
+    let n = records.len() as u64;
+    // Every third record on a Linux-cooked interface.
+    let ng = pcapng(&[(1, "eth0"), (113, "any")], &records, |i| {
+        u32::from(i % 3 == 2)
+    });
+    let doc = json(&run(&["--json", "-"], Some(ng)));
+    let skipped = doc["summary"]["capture"]["skipped_link_type"]
+        .as_u64()
+        .expect("count");
+    assert_eq!(skipped, n / 3);
+    assert_eq!(doc["summary"]["total_packets"].as_u64(), Some(n - skipped));
+}
+
+#[test]
+fn stdin_stream_matches_the_file() {
+    let pcap = fixture("mixed_demo.pcap");
+    let from_file = json(&run(&["--json", pcap.to_str().expect("utf-8 path")], None));
+    let bytes = std::fs::read(&pcap).expect("fixture");
+    let from_stdin = json(&run(&["--json", "-"], Some(bytes)));
+    assert_eq!(from_file["flows"], from_stdin["flows"]);
+    assert_eq!(from_file["pfc"], from_stdin["pfc"]);
+    assert_eq!(from_file["summary"], from_stdin["summary"]);
+}
+
+#[test]
+fn truncated_file_prints_results_up_to_the_damage() {
+    let bytes = std::fs::read(fixture("mixed_demo.pcap")).expect("fixture");
+    let records = pcap_records(&bytes);
+    // Cut in the middle of record 100's data.
+    let mut off = 24;
+    for r in &records[..100] {
+        off += 16 + r.2.len();
+    }
+    let cut = bytes[..off + 16 + records[100].2.len() / 2].to_vec();
+    let out = run(&["--json", "-"], Some(cut));
+    let doc = json(&out);
+    assert_eq!(doc["summary"]["total_packets"], 100);
+    let err = doc["summary"]["capture"]["error"]
+        .as_str()
+        .expect("damage reported");
+    assert!(err.contains("after 100 frames"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning"));
+    // The table too.
+    let table = run(&["-"], Some(bytes[..off + 20].to_vec()));
+    assert!(table.status.success());
+    assert!(String::from_utf8_lossy(&table.stdout).contains("frames 100"));
+}
+
+#[test]
+fn corrupt_record_length_is_reported_not_fatal() {
+    let bytes = std::fs::read(fixture("psn_gap.pcap")).expect("fixture");
+    let mut bad = bytes.clone();
+    // A record header claiming a 200 MB frame.
+    bad.extend(0u32.to_le_bytes());
+    bad.extend(0u32.to_le_bytes());
+    bad.extend(200_000_000u32.to_le_bytes());
+    bad.extend(200_000_000u32.to_le_bytes());
+    bad.extend([0u8; 64]);
+    let out = run(&["--json", "-"], Some(bad));
+    let doc = json(&out);
+    assert_eq!(doc["summary"]["total_packets"], 9);
+    assert!(doc["summary"]["capture"]["error"].is_string());
+}
+
+#[test]
+fn nothing_readable_is_an_error_that_says_what_to_do() {
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", Vec::new(), "empty"),
+        (
+            "garbage",
+            b"GET / HTTP/1.1\r\nHost: example\r\n\r\n".to_vec(),
+            "not a pcap or pcapng",
+        ),
+        ("short header", pcap_header(1)[..10].to_vec(), "truncated"),
+        ("linux cooked", pcap_header(113), "not Ethernet"),
+        (
+            "pcapng, only non-Ethernet",
+            pcapng(&[(101, "raw")], &[(1, 0, vec![0x45; 40])], |_| 0),
+            "not Ethernet",
+        ),
+    ];
+    for (what, input, needle) in cases {
+        let out = run(&["--json", "-"], Some(input));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: should fail");
+        assert!(stderr.contains(needle), "{what}: {stderr}");
+    }
+    let out = run(&["/nonexistent/capture.pcap"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open capture"));
+}
+
+#[test]
+fn header_only_capture_is_an_empty_result() {
+    let doc = json(&run(&["--json", "-"], Some(pcap_header(1))));
+    assert_eq!(doc["summary"]["total_packets"], 0);
+    assert_eq!(doc["flows"], serde_json::json!([]));
+}
+
+/// A fresh directory under the target dir (removed first if left over).
+fn tempdir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
