@@ -129,9 +129,10 @@ fn is_eperm(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
         if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
-                return true;
-            }
+            && matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
+        {
+            return true;
+        }
         let text = e.to_string();
         if text.contains("Operation not permitted") || text.contains("Permission denied") {
             return true;
@@ -259,9 +260,10 @@ impl KernelSource {
             Err(source) => {
                 // Undo the XDP half so nothing of ours stays behind.
                 if let Some(id) = attachment.xdp.take()
-                    && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM) {
-                        let _ = xdp.detach(id);
-                    }
+                    && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM)
+                {
+                    let _ = xdp.detach(id);
+                }
                 return Err(KernelError::Attach {
                     what: "TC egress",
                     iface: iface.into(),
@@ -281,13 +283,15 @@ impl KernelSource {
     pub fn detach_all(&mut self) {
         for mut a in self.attachments.drain(..) {
             if let Some(id) = a.xdp.take()
-                && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM) {
-                    let _ = xdp.detach(id);
-                }
+                && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM)
+            {
+                let _ = xdp.detach(id);
+            }
             if let Some(id) = a.tc.take()
-                && let Ok(tc_prog) = program_mut::<SchedClassifier>(&mut self.ebpf, TC_PROGRAM) {
-                    let _ = tc_prog.detach(id);
-                }
+                && let Ok(tc_prog) = program_mut::<SchedClassifier>(&mut self.ebpf, TC_PROGRAM)
+            {
+                let _ = tc_prog.detach(id);
+            }
         }
     }
 

@@ -53,9 +53,10 @@ pub fn spawn_key_reader(tx: tokio::sync::mpsc::UnboundedSender<Action>) {
             match event::read() {
                 Ok(Event::Key(key)) if key.kind == KeyEventKind::Press => {
                     if let Some(action) = action_for_key(key.code, key.modifiers)
-                        && tx.send(action).is_err() {
-                            return;
-                        }
+                        && tx.send(action).is_err()
+                    {
+                        return;
+                    }
                 }
                 Ok(Event::Resize(..)) => {
                     if tx.send(Action::Redraw).is_err() {
