@@ -408,6 +408,15 @@ fn installed_version(pkg: &str) -> Option<String> {
     Some(v.trim().to_string())
 }
 
+/// The version `apt-get install` would pick ("Candidate:" of apt-cache policy).
+fn apt_candidate(pkg: &str) -> Option<String> {
+    let out = sh_out(Command::new("apt-cache").args(["policy", pkg])).ok()?;
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("Candidate: "))
+        .filter(|c| *c != "(none)")
+        .map(str::to_string)
+}
+
 fn ensure_host(install: bool) -> Result<Host> {
     let missing: Vec<&str> = PACKAGES
         .iter()
@@ -426,20 +435,43 @@ fn ensure_host(install: bool) -> Result<Host> {
         if !st.success() {
             bail!("apt-get update failed");
         }
-        let candidate = sh_out(Command::new("apt-cache").args(["policy", "linux-image-amd64"]))?;
-        let candidate = candidate
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("Candidate: "));
-        if let Some(c) = candidate.filter(|c| !c.starts_with("6.1.")) {
+        if let Some(c) = apt_candidate("linux-image-amd64").filter(|c| !c.starts_with("6.1.")) {
             println!("softroce: warning: linux-image-amd64 candidate is {c}, not a 6.1 kernel");
         }
-        let st = Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()?;
-        if !st.success() {
-            bail!("apt-get install {} failed", missing.join(" "));
+        let install = |extra: &[String], flags: &[&str]| -> Result<bool> {
+            Ok(Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(flags)
+                .args(&missing)
+                .args(extra)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()?
+                .success())
+        };
+        // Never let apt remove packages silently. Debian 12's qemu-system-x86 (7.2) conflicts
+        // with a newer qemu-utils (a backport some machines carry): then install the qemu-utils
+        // that matches, so qemu-img stays available.
+        if !install(&[], &["--no-remove"])? {
+            let qemu = apt_candidate("qemu-system-x86");
+            let mut ok = false;
+            if let (Some(q), Some(have)) = (qemu, installed_version("qemu-utils")) {
+                println!(
+                    "softroce: qemu-system-x86 {q} needs the matching qemu-utils; replacing qemu-utils {have} by {q}"
+                );
+                ok = install(
+                    &[format!("qemu-utils={q}")],
+                    &["--no-remove", "--allow-downgrades"],
+                )?;
+            }
+            if !ok {
+                println!(
+                    "softroce: WARNING: installing {} needs apt to remove packages; letting it",
+                    missing.join(" ")
+                );
+                if !install(&[], &[])? {
+                    bail!("apt-get install {} failed", missing.join(" "));
+                }
+            }
         }
     }
     let kernel_pkg_version = installed_version("linux-image-amd64")
