@@ -239,7 +239,19 @@ impl KernelSource {
             tc: None,
         };
         let xdp = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM)?;
-        attachment.xdp = Some(xdp.attach(iface, xdp_mode).map_err(|source| {
+        let mut result = xdp.attach(iface, xdp_mode);
+        // `auto`: a driver may refuse native XDP for its configuration (virtio_net with a
+        // jumbo MTU, say); generic XDP sees the same frames, only slower.
+        if matches!(xdp_mode, XdpMode::Default)
+            && let Err(err) = &result
+            && !is_busy(err)
+        {
+            eprintln!(
+                "roce-observer: native XDP on `{iface}` refused ({err}); using generic (skb) XDP"
+            );
+            result = xdp.attach(iface, XdpMode::Skb);
+        }
+        attachment.xdp = Some(result.map_err(|source| {
             if is_busy(&source) {
                 KernelError::XdpBusy {
                     iface: iface.into(),
