@@ -116,4 +116,14 @@ fn nothing_stays_attached_after_sigkill_or_a_clean_exit() {
         before,
         "left attached after a clean exit: {left:?}"
     );
+    // No qdisc of ours stays either (TCX needs none; a netlink-path clsact is removed).
+    for dev in [&ns.a, &ns.b] {
+        let out = ns
+            .exec("tc")
+            .args(["qdisc", "show", "dev", dev])
+            .output()
+            .expect("tc runs");
+        let qdiscs = String::from_utf8_lossy(&out.stdout);
+        assert!(!qdiscs.contains("clsact"), "clsact left on {dev}: {qdiscs}");
+    }
 }
