@@ -2168,6 +2168,8 @@ const OBSERVER_FIELDS: &[&str] = &[
     "udp_src_port_overflow",
     "transport",
     "other_transport",
+    "dscp",
+    "pcp",
 ];
 
 /// What the observer checks need from the rest of the analysis.
@@ -2365,6 +2367,13 @@ fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec<String>>, 
                     o[*field].clone(),
                 );
             }
+            // the latency samples' values differ (clocks), their number must not: the same
+            // requests are timestamped and answered at both points
+            ck.eq(
+                &format!("observer == analyze, {label} ({point}): rtt_ns.count"),
+                a["rtt_ns"]["count"].clone(),
+                o["rtt_ns"]["count"].clone(),
+            );
         }
 
         let n = |v: &Value| v.as_u64().map_or("?".into(), |x| x.to_string());
@@ -2515,7 +2524,8 @@ fn lossy_egress_checks(
     let acks_naks = u(&o["acks"]) + naks_total(o);
     ck.eq(
         &name("req_retransmits == packets - ACK/NAKs - distinct request PSNs on the wire"),
-        (op - acks_naks).saturating_sub(wf.distinct_request_psns) as i64,
+        op.saturating_sub(acks_naks)
+            .saturating_sub(wf.distinct_request_psns) as i64,
         u(&o["req_retransmits"]) as i64,
     );
     for field in [
@@ -2530,6 +2540,8 @@ fn lossy_egress_checks(
         "udp_src_port_overflow",
         "transport",
         "other_transport",
+        "dscp",
+        "pcp",
     ] {
         ck.eq(&name(field), a[field].clone(), o[field].clone());
     }
