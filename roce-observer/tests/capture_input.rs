@@ -305,3 +305,51 @@ fn tempdir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create temp dir");
     dir
 }
+
+#[test]
+fn table_fits_in_120_columns() {
+    for name in [
+        "mixed_demo",
+        "rnr_nak",
+        "ipv6",
+        "pfc",
+        "pause_8023x",
+        "ecn_cnp",
+    ] {
+        let pcap = fixture(&format!("{name}.pcap"));
+        let out = run(&[pcap.to_str().expect("utf-8 path")], None);
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("SRC > DST"), "{name}: {text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 120, "{name}: too wide: {line}");
+        }
+    }
+}
+
+#[test]
+fn interrupt_prints_what_was_read() {
+    let bytes = std::fs::read(fixture("psn_gap.pcap")).expect("fixture");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
+        .args(["analyze", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn roce-observer");
+    // Write the capture and keep the pipe open, as a running `tcpdump -w -` does.
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin.write_all(&bytes).expect("write capture");
+    stdin.flush().expect("flush");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("wait for roce-observer");
+    drop(stdin);
+    let doc = json(&out);
+    assert_eq!(doc["summary"]["total_packets"], 9);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+}
