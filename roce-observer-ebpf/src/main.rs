@@ -19,7 +19,10 @@ use aya_ebpf::{
 };
 use roce_observer_common::Direction;
 
-#[xdp]
+/// `frags`: jumbo frames (RoCE fabrics run MTU 9000) arrive as multi-buffer XDP; the headers we
+/// parse are always in the first buffer. Without it the kernel refuses XDP on a veth or NIC whose
+/// MTU exceeds one page.
+#[xdp(frags)]
 pub fn roce_observer_xdp(ctx: XdpContext) -> u32 {
     // SAFETY: reading a field of the context the kernel passed in.
     let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
@@ -34,6 +37,13 @@ pub fn roce_observer_tc(ctx: TcContext) -> i32 {
     observe::observe(&view::TcView::new(&ctx), ifindex, Direction::Egress as u8);
     // PIPE: let the next filter or the default action decide, as if we were not here.
     TC_ACT_PIPE
+}
+
+/// Benchmark baseline, never attached: an XDP program that does nothing, so that
+/// `cargo xtask bench` can print our per-packet cost as a ratio to it.
+#[xdp]
+pub fn roce_observer_baseline(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
 }
 
 #[cfg(not(test))]

@@ -4,20 +4,28 @@
 
 use core::mem;
 
-use aya_ebpf::programs::{TcContext, XdpContext};
+use aya_ebpf::{
+    helpers::bpf_xdp_get_buff_len,
+    programs::{TcContext, XdpContext},
+};
 use roce_observer_common::parse::PacketView;
 
 pub struct XdpView {
     start: usize,
     end: usize,
+    /// Whole frame, all buffers of a multi-buffer (jumbo) frame included.
+    len: u32,
 }
 
 impl XdpView {
     #[inline(always)]
     pub fn new(ctx: &XdpContext) -> XdpView {
+        // SAFETY: the helper reads the context the kernel passed in.
+        let len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as u32;
         XdpView {
             start: ctx.data(),
             end: ctx.data_end(),
+            len,
         }
     }
 }
@@ -25,7 +33,7 @@ impl XdpView {
 impl PacketView for XdpView {
     #[inline(always)]
     fn frame_len(&self) -> u32 {
-        (self.end - self.start) as u32
+        self.len
     }
 
     #[inline(always)]

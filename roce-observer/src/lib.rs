@@ -3,6 +3,8 @@
 
 pub mod analyze;
 pub mod engine;
+pub mod run;
 pub mod sink;
 pub mod source;
+pub mod tui;
 pub mod wire;

@@ -11,12 +11,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Watch interfaces live: XDP on ingress and TC on egress (needs root or CAP_BPF +
+    /// CAP_NET_ADMIN).
+    Run(roce_observer::run::RunArgs),
     /// Analyze a pcap/pcapng capture (file, or `-` for a stream on stdin).
     Analyze(roce_observer::analyze::AnalyzeArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    // Errors are for people: the whole cause chain on one line each, no backtrace.
+    match dispatch(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("roce-observer: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run(args) => roce_observer::run::run(args),
         Command::Analyze(args) => roce_observer::analyze::run(args),
     }
 }

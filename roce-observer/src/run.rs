@@ -2,6 +2,7 @@
 //! renderer (periodic table, or one JSON document at the end).
 
 use std::{
+    io::{IsTerminal as _, Write as _},
     os::fd::{AsRawFd, RawFd},
     time::{Duration, Instant},
 };
@@ -10,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use roce_observer_common::{Counter, Direction};
 use tokio::{
-    io::unix::AsyncFd,
+    io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
 };
 
@@ -18,6 +19,7 @@ use crate::{
     engine::{Engine, EngineConfig},
     sink,
     source::kernel::{KernelOptions, KernelSource},
+    tui::{self, Action, App},
 };
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -41,10 +43,14 @@ pub struct RunArgs {
     /// Print one JSON document at the end instead of a table every interval.
     #[arg(long)]
     pub json: bool,
-    /// Plain output instead of the terminal UI (the terminal UI is not built yet: plain output
-    /// is what `run` does today).
+    /// Plain periodic tables instead of the terminal UI (the UI needs a terminal on stdout;
+    /// without one, plain output is used anyway).
     #[arg(long)]
     pub no_tui: bool,
+    /// Append every flow record to this file as JSON lines, once per interval (for leaving the
+    /// observer running).
+    #[arg(long, value_name = "PATH")]
+    pub flow_log: Option<std::path::PathBuf>,
     /// Seconds between two reports.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
@@ -98,7 +104,10 @@ pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()
         engine.update_pfc(&key, &stats);
     }
     let counters = src.read_counters()?;
-    for (dir, block) in [Direction::Ingress, Direction::Egress].into_iter().zip(counters) {
+    for (dir, block) in [Direction::Ingress, Direction::Egress]
+        .into_iter()
+        .zip(counters)
+    {
         for counter in Counter::ALL {
             engine.update_counter(dir, counter, block[counter as usize]);
         }
@@ -148,7 +157,33 @@ async fn run_async(args: RunArgs) -> anyhow::Result<()> {
         args.ifaces.join(", ")
     );
 
-    let events = AsyncFd::new(Fd(src.events_fd())).context("polling the ring buffer")?;
+    // SAFETY: the ring buffer's fd belongs to `src`, which outlives `events` (declared later,
+    // dropped first), and `Fd` always returns that same fd.
+    let events =
+        unsafe { AsyncFd::register_with_interest(Fd(src.events_fd()), Interest::READABLE) }
+            .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
+    let mut flow_log = match &args.flow_log {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening the flow log {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let use_tui = !args.json && !args.no_tui && std::io::stdout().is_terminal();
+    let (keys_tx, mut keys) = tokio::sync::mpsc::unbounded_channel::<Action>();
+    let mut ui = if use_tui {
+        let terminal = ratatui::init();
+        let guard = tui::TerminalGuard;
+        tui::spawn_key_reader(keys_tx);
+        let app = App::new(args.ifaces.join(", "), engine.snapshot(now_ns()));
+        Some((terminal, guard, app))
+    } else {
+        drop(keys_tx);
+        None
+    };
     let mut tick = tokio::time::interval(Duration::from_secs_f64(args.interval));
     let deadline = args
         .duration
@@ -162,26 +197,49 @@ async fn run_async(args: RunArgs) -> anyhow::Result<()> {
                 src.drain_events(|ev| engine.ingest_event(ev));
                 guard.clear_ready();
             }
+            Some(action) = keys.recv(), if ui.is_some() => {
+                if let Some((terminal, _, app)) = ui.as_mut() {
+                    app.update(action);
+                    if app.quit {
+                        break;
+                    }
+                    terminal.draw(|f| tui::view::draw(f, app)).context("drawing the UI")?;
+                }
+            }
             _ = tick.tick() => {
                 refresh(&mut src, &mut engine)?;
-                if !args.json {
-                    let snap = engine.snapshot(now_ns());
-                    println!("{}", sink::table::render(&snap));
+                let now = now_ns();
+                let snap = engine.snapshot(now);
+                if let Some(log) = flow_log.as_mut() {
+                    sink::json::write_flow_log(&mut *log, &snap, now)
+                        .context("writing the flow log")?;
                 }
-                engine.begin_interval(now_ns());
+                match ui.as_mut() {
+                    Some((terminal, _, app)) => {
+                        app.update(Action::Snapshot(Box::new(snap)));
+                        terminal.draw(|f| tui::view::draw(f, app)).context("drawing the UI")?;
+                    }
+                    None if !args.json => println!("{}", sink::table::render(&snap)),
+                    None => {}
+                }
+                engine.begin_interval(now);
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     break;
                 }
             }
         }
     }
+    // Leave the UI before the final report goes to the normal screen.
+    drop(ui);
     refresh(&mut src, &mut engine)?;
     src.detach_all();
     let snap = engine.snapshot(now_ns());
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
     if args.json {
-        println!("{}", sink::json::to_string(&snap)?);
+        sink::json::write_document(&mut out, &snap).context("writing the JSON document")?;
     } else {
-        println!("{}", sink::table::render(&snap));
+        writeln!(out, "{}", sink::table::render(&snap)).context("writing the report")?;
     }
     Ok(())
 }

@@ -86,7 +86,7 @@ fn pcap_header(linktype: u32) -> Vec<u8> {
 
 fn block(kind: u32, body: &[u8]) -> Vec<u8> {
     let mut body = body.to_vec();
-    while body.len() % 4 != 0 {
+    while !body.len().is_multiple_of(4) {
         body.push(0);
     }
     let len = (body.len() + 12) as u32;
@@ -120,7 +120,7 @@ fn pcapng(
         // if_name
         let mut name_opt = name.as_bytes().to_vec();
         let nlen = name_opt.len() as u16;
-        while name_opt.len() % 4 != 0 {
+        while !name_opt.len().is_multiple_of(4) {
             name_opt.push(0);
         }
         idb.extend(2u16.to_le_bytes());

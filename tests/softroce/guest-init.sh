@@ -12,6 +12,8 @@
 #                         (e.g. the observer: /share/extra/roce-observer run -i eth0 --no-tui --json),
 #                         stdout/stderr to extra.out/extra.err, stopped with SIGINT afterwards
 #   EXTRA_WAIT=2          seconds to give EXTRA_CMD to attach before perftest starts
+#   EXTRA_READY="attached" optional: start perftest as soon as extra.err/out matches it
+#                         (EXTRA_WAIT is then the upper bound)
 #   PERFTEST_TIMEOUT=600  hard limit for the perftest process
 # Everything the VM produces is written back into the share; the last file is
 # status.env (PERFTEST_RC=..., ...). The VM then powers off (qemu runs with
@@ -154,7 +156,18 @@ if [ -n "$EXTRA_CMD" ]; then
 	sh -c "$EXTRA_CMD" >$OUT/extra.out 2>$OUT/extra.err &
 	EXTRA_PID=$!
 	unset LD_LIBRARY_PATH
-	sleep "$EXTRA_WAIT"
+	if [ -n "$EXTRA_READY" ]; then
+		# wait (at most EXTRA_WAIT s) until the command says it is ready, e.g. "attached"
+		i=0; seen=0
+		while [ $i -lt $((EXTRA_WAIT * 10)) ]; do
+			if grep -q "$EXTRA_READY" $OUT/extra.err $OUT/extra.out 2>/dev/null; then seen=1; break; fi
+			kill -0 $EXTRA_PID 2>/dev/null || break
+			sleep 0.1; i=$((i + 1))
+		done
+		status "EXTRA_READY_SEEN=$seen"
+	else
+		sleep "$EXTRA_WAIT"
+	fi
 	status "T_EXTRA_STARTED=$(cut -d' ' -f1 /proc/uptime)"
 fi
 
@@ -186,13 +199,41 @@ log "perftest rc=$PERF_RC"
 # let the last ACKs / retransmissions drain before the counters are read
 sleep 1
 
-snap_counters $OUT/counters_after.txt
+# Closing rendezvous, so that the capture (client) covers everything counted on both sides:
+# the server reads its counters first, then answers "done"; the client reads its counters
+# and stops tcpdump only after that answer (it crossed the same FIFO link after any RoCE
+# packet the server had sent).
+if [ "$ROLE" = server ]; then
+	snap_counters $OUT/counters_after.txt
+	status "T_COUNTERS=$(cut -d' ' -f1 /proc/uptime)"
+	(echo done | nc -l -p "$((READY_PORT + 1))" >/dev/null 2>&1) &
+	DONE_PID=$!
+	i=0
+	while kill -0 $DONE_PID 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	kill $DONE_PID 2>/dev/null && status "DONE_RENDEZVOUS=timeout"
+else
+	i=0
+	while [ $i -lt 120 ]; do
+		r=$(nc "$PEER_IP" "$((READY_PORT + 1))" </dev/null 2>/dev/null)
+		[ "$r" = done ] && break
+		sleep 0.5; i=$((i + 1))
+	done
+	[ "$r" = done ] || status "DONE_RENDEZVOUS=timeout"
+	snap_counters $OUT/counters_after.txt
+	status "T_COUNTERS=$(cut -d' ' -f1 /proc/uptime)"
+fi
 
 if [ -n "$EXTRA_PID" ]; then
-	kill -INT $EXTRA_PID 2>/dev/null
-	i=0
-	while kill -0 $EXTRA_PID 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-	kill -KILL $EXTRA_PID 2>/dev/null
+	# SIGINT first (Ctrl-C), then SIGTERM, then SIGKILL. A background job of a
+	# non-interactive shell starts with SIGINT ignored: programs that install their own
+	# handler (the observer does) still get it, others stop at SIGTERM.
+	for sig in INT TERM KILL; do
+		kill -$sig $EXTRA_PID 2>/dev/null || break
+		status "EXTRA_SIGNAL=$sig"
+		i=0
+		while kill -0 $EXTRA_PID 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+		kill -0 $EXTRA_PID 2>/dev/null || break
+	done
 	wait $EXTRA_PID
 	status "EXTRA_RC=$?"
 fi

@@ -63,7 +63,11 @@ fn flow_id(f: &Value) -> String {
 }
 
 fn pfc_id(p: &Value) -> String {
-    format!("{} prio {}", p["src_mac"].as_str().unwrap_or("?"), p["priority"])
+    format!(
+        "{} prio {}",
+        p["src_mac"].as_str().unwrap_or("?"),
+        p["priority"]
+    )
 }
 
 /// The summary block for one direction: `summary.by_direction.<direction>` when present
@@ -170,6 +174,55 @@ pub fn compare(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String>
         let id = pfc_id(act);
         if !expected_pfc.iter().any(|e| pfc_id(e) == id) {
             diffs.push(format!("pfc {id}: not expected"));
+        }
+    }
+    diffs
+}
+
+/// Fields that depend on when or where a packet was seen, not on what it was.
+const TIME_OR_PLACE: &[&str] = &["first_ts", "last_ts", "rate_bps", "iface", "direction"];
+
+/// Differential check: every flow record of `a` (one observation point) against `b` (another
+/// source of the same packets), field by field, except time- and place-derived fields; latency
+/// is compared by its sample count only.
+pub fn diff_flows(a: &Value, a_view: &View<'_>, b: &Value, b_view: &View<'_>) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let empty = Vec::new();
+    let pick = |doc: &Value, view: &View<'_>| -> Vec<Value> {
+        doc["flows"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .filter(|f| selected(f, view))
+            .cloned()
+            .collect()
+    };
+    let (fa, fb) = (pick(a, a_view), pick(b, b_view));
+    if fa.len() != fb.len() {
+        diffs.push(format!("flow count: {} vs {}", fa.len(), fb.len()));
+    }
+    for x in &fa {
+        let id = flow_id(x);
+        let Some(y) = fb.iter().find(|f| flow_id(f) == id) else {
+            diffs.push(format!("flow {id}: only in the first"));
+            continue;
+        };
+        let (Some(ox), Some(oy)) = (x.as_object(), y.as_object()) else {
+            continue;
+        };
+        for (key, vx) in ox {
+            if TIME_OR_PLACE.contains(&key.as_str()) {
+                continue;
+            }
+            let vy = &oy.get(key).cloned().unwrap_or(Value::Null);
+            let same = if key == "rtt_ns" {
+                vx["count"] == vy["count"]
+            } else {
+                vx == vy
+            };
+            if !same {
+                diffs.push(format!("flow {id}: {key}: {vx} vs {vy}"));
+            }
         }
     }
     diffs

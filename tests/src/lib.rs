@@ -55,8 +55,24 @@ pub fn fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
         out.push((name.to_string(), pcap, expected));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(!out.is_empty(), "no fixtures found in {}", fixtures_dir().display());
+    assert!(
+        !out.is_empty(),
+        "no fixtures found in {}",
+        fixtures_dir().display()
+    );
     out
+}
+
+/// Every frame of a capture, in order (with the capture reader `analyze` uses).
+pub fn read_frames(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    let file = std::fs::File::open(path)?;
+    let mut frames = Vec::new();
+    let end =
+        roce_observer::wire::capture::read_capture(file, |_| {}, |f| frames.push(f.data.to_vec()));
+    if let Some(err) = end.error {
+        anyhow::bail!("{}: {err}", path.display());
+    }
+    Ok(frames)
 }
 
 /// The roce-observer binary under test.

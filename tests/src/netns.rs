@@ -128,7 +128,10 @@ impl Observer {
                 return Ok(obs);
             }
             if let Some(status) = obs.child.try_wait()? {
-                bail!("roce-observer exited ({status}) before attaching:\n{}", obs.log());
+                bail!(
+                    "roce-observer exited ({status}) before attaching:\n{}",
+                    obs.log()
+                );
             }
             if Instant::now() > deadline {
                 bail!("roce-observer did not attach within 30 s:\n{}", obs.log());
@@ -136,8 +139,21 @@ impl Observer {
         }
     }
 
+    /// Process id (for signalling it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for the process to end (after a signal sent by the test).
+    pub fn wait(mut self) -> anyhow::Result<std::process::ExitStatus> {
+        Ok(self.child.wait()?)
+    }
+
     pub fn log(&self) -> String {
-        self.stderr_log.lock().map(|l| l.clone()).unwrap_or_default()
+        self.stderr_log
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
     }
 
     /// Stop with SIGINT (a clean exit that prints the final document) and return stdout.

@@ -1,6 +1,7 @@
 //! `cargo xtask demo`: set up, build, create a throwaway network namespace with a veth pair,
-//! replay the bundled mixed capture into one end in a loop (tcpreplay), and run the observer on
-//! both ends. Everything is removed on exit, Ctrl-C included.
+//! replay the bundled mixed capture into one end in a loop (roce-replay: like tcpreplay --loop,
+//! but each pass continues the PSN sequences instead of repeating them), and run the observer
+//! on both ends. Everything is removed on exit, Ctrl-C included.
 
 use std::{
     path::PathBuf,
@@ -12,7 +13,7 @@ use clap::Args;
 
 use crate::{
     setup,
-    util::{cargo, is_root, output, sh, workspace_root},
+    util::{cargo, is_root, sh, workspace_root},
 };
 
 #[derive(Args)]
@@ -61,21 +62,31 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
     let root = workspace_root();
     sh(cargo()
         .current_dir(&root)
-        .args(["build", "--release", "-p", "roce-observer"]))?;
+        .args(["build", "--release", "-p", "roce-observer"])
+        .args(["-p", "integration-tests", "--bin", "roce-replay"]))?;
     let bin = root.join("target/release/roce-observer");
     let pcap = opts
         .pcap
         .clone()
         .unwrap_or_else(|| root.join("tests/fixtures/mixed_demo.pcap"));
     if !pcap.exists() {
-        bail!("{} not found (regenerate with `cargo xtask fixtures`)", pcap.display());
+        bail!(
+            "{} not found (regenerate with `cargo xtask fixtures`)",
+            pcap.display()
+        );
     }
 
     let ns = format!("ro-demo-{}", std::process::id());
     sh(Command::new("ip").args(["netns", "add", &ns]))?;
-    let mut net = DemoNet { ns: ns.clone(), replay: None };
+    let mut net = DemoNet {
+        ns: ns.clone(),
+        replay: None,
+    };
     for args in [
-        vec!["link", "add", "rdemo0", "mtu", "9500", "type", "veth", "peer", "name", "rdemo1", "mtu", "9500"],
+        vec![
+            "link", "add", "rdemo0", "mtu", "9500", "type", "veth", "peer", "name", "rdemo1",
+            "mtu", "9500",
+        ],
         vec!["link", "set", "lo", "up"],
     ] {
         sh(ns_cmd(&ns, "ip").args(&args))?;
@@ -87,13 +98,14 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
             .status();
         sh(ns_cmd(&ns, "ip").args(["link", "set", dev, "up"]))?;
     }
-    let replay = ns_cmd(&ns, "tcpreplay")
-        .args(["-q", "--loop=0", &format!("--pps={}", opts.pps), "-i", "rdemo0"])
+    let replayer = root.join("target/release/roce-replay");
+    let replay = ns_cmd(&ns, replayer.to_str().context("non-UTF-8 path")?)
+        .arg("rdemo0")
         .arg(&pcap)
+        .arg(opts.pps.to_string())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
-        .context("starting tcpreplay (installed by `cargo xtask setup`)")?;
+        .context("starting roce-replay")?;
     net.replay = Some(replay);
 
     let mut observer = ns_cmd(&ns, bin.to_str().context("non-UTF-8 path")?);
@@ -101,7 +113,8 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
     if let Some(d) = opts.duration {
         observer.args(["--duration", &d.to_string()]);
     }
-    if opts.no_tui || output(Command::new("tty").arg("-s")).is_none() {
+    // Without a terminal on stdout the observer prints plain tables by itself.
+    if opts.no_tui {
         observer.arg("--no-tui");
     }
     eprintln!(

@@ -3,6 +3,7 @@
 mod demo;
 mod fixtures;
 mod setup;
+mod softroce;
 mod test;
 mod util;
 
@@ -25,6 +26,9 @@ enum Task {
     Demo(demo::DemoOpts),
     /// Regenerate tests/fixtures/*.pcap and their expected JSON with scapy.
     Fixtures,
+    /// Real RoCE traffic: Soft-RoCE in two qemu VMs (kernel 6.1) running perftest, checked
+    /// against rxe's counters and the observer (root).
+    Softroce(softroce::SoftRoceOpts),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,5 +37,6 @@ fn main() -> anyhow::Result<()> {
         Task::Test(opts) => test::run(&opts),
         Task::Demo(opts) => demo::run(&opts),
         Task::Fixtures => fixtures::run(),
+        Task::Softroce(opts) => softroce::run(opts),
     }
 }

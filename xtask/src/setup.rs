@@ -40,7 +40,11 @@ fn toolchain_dir() -> PathBuf {
 }
 
 fn apt_install(pkgs: &[&str]) -> anyhow::Result<()> {
-    let missing: Vec<&str> = pkgs.iter().copied().filter(|p| !dpkg_installed(p)).collect();
+    let missing: Vec<&str> = pkgs
+        .iter()
+        .copied()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -113,7 +117,13 @@ pub fn setup() -> anyhow::Result<String> {
         eprintln!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (~3 min)");
         sh(Command::new("cargo")
             .env("LLVM_PREFIX", LLVM_PREFIX)
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked"])
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+            ])
             .args(["--no-default-features", "--features", "llvm-22"]))
         .context("installing bpf-linker failed (needs crates.io and llvm-22-dev)")?;
     }

@@ -1,13 +1,12 @@
 //! `cargo xtask test`: the project's test command (CI runs it through .ci/run).
-//! Setup, formatting, clippy with warnings denied, then every test. Kernel tests (BPF test-run
-//! and veth replay) run when we are root; without root they are reported as not run.
+//! Setup, formatting, clippy with warnings denied, every unit and integration test, then the
+//! Soft-RoCE virtual-machine tests (fast subset). Kernel tests (BPF test-run, veth replay, VMs)
+//! need root; without it they are reported as not run.
 
-use std::process::Command;
-
-use clap::Args;
+use clap::{Args, Parser};
 
 use crate::{
-    setup,
+    setup, softroce,
     util::{cargo, is_root, sh, workspace_root},
 };
 
@@ -16,28 +15,55 @@ pub struct TestOpts {
     /// Skip the Soft-RoCE virtual-machine tests.
     #[arg(long)]
     pub no_vm: bool,
+    /// Run every Soft-RoCE scenario instead of the fast subset.
+    #[arg(long)]
+    pub full_vm: bool,
 }
 
-pub fn run(_opts: &TestOpts) -> anyhow::Result<()> {
+/// The Soft-RoCE options with their defaults, as the `softroce` task would parse them.
+#[derive(Parser)]
+struct SoftRoceCli {
+    #[command(flatten)]
+    opts: softroce::SoftRoceOpts,
+}
+
+/// Host-built packages: the eBPF crate only builds for the BPF target (build.rs builds it).
+const HOST_PACKAGES: [&str; 3] = ["--workspace", "--exclude", "roce-observer-ebpf"];
+
+pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
     setup::setup()?;
     let root = workspace_root();
     sh(cargo().current_dir(&root).args(["fmt", "--all", "--check"]))?;
     sh(cargo()
         .current_dir(&root)
-        .args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    sh(cargo().current_dir(&root).args(["build", "--workspace", "--bins"]))?;
+        .arg("clippy")
+        .args(HOST_PACKAGES)
+        .args(["--all-targets", "--", "-D", "warnings"]))?;
+    sh(cargo()
+        .current_dir(&root)
+        .arg("build")
+        .args(HOST_PACKAGES)
+        .arg("--bins"))?;
     let mut test = cargo();
-    test.current_dir(&root).args(["test", "--workspace"]);
-    test.env(
-        "ROCE_OBSERVER_BIN",
-        root.join("target/debug/roce-observer"),
-    );
-    if is_root() {
+    test.current_dir(&root).arg("test").args(HOST_PACKAGES);
+    test.env("ROCE_OBSERVER_BIN", root.join("target/debug/roce-observer"));
+    let root_user = is_root();
+    if root_user {
         test.env("ROCE_OBSERVER_KERNEL_TESTS", "1");
     } else {
         eprintln!("xtask test: not root: kernel tests (BPF test-run, veth replay) will not run");
     }
     sh(&mut test)?;
-    let _ = Command::new("true");
+    if opts.no_vm {
+        eprintln!("xtask test: Soft-RoCE VM tests skipped (--no-vm)");
+    } else if !root_user {
+        eprintln!("xtask test: Soft-RoCE VM tests NOT RUN: they need root");
+    } else {
+        let mut argv = vec!["softroce"];
+        if opts.full_vm {
+            argv.push("--full");
+        }
+        softroce::run(SoftRoceCli::parse_from(argv).opts)?;
+    }
     Ok(())
 }

@@ -495,11 +495,11 @@ impl Engine {
             + if opcode::has_aeth(pkt.opcode) { 4 } else { 0 }
             + 4;
         let payload = pkt.frame_len.saturating_sub(overhead);
-        if let Some(&m) = PMTUS.iter().find(|&&m| m <= payload) {
-            if !self.pmtu_learned || m > self.pmtu {
-                self.pmtu = m;
-                self.pmtu_learned = true;
-            }
+        if let Some(&m) = PMTUS.iter().find(|&&m| m <= payload)
+            && (!self.pmtu_learned || m > self.pmtu)
+        {
+            self.pmtu = m;
+            self.pmtu_learned = true;
         }
     }
 
@@ -601,26 +601,23 @@ impl Engine {
             EventKind::NewFlow | EventKind::Cnp | EventKind::PsnGap => {}
             EventKind::PsnRetransmit => {
                 let (limit, window) = (cfg.burst_count, cfg.burst_window_ns);
-                if let Some(e) = self.flows.get_mut(&ev.flow) {
-                    if e.retransmit_burst.add(ts, 1, limit, window) {
-                        self.alerts.raise(AlertKind::RetransmitBurst, Subject::Flow(ev.flow), ts, 1, || {
+                if let Some(e) = self.flows.get_mut(&ev.flow)
+                    && e.retransmit_burst.add(ts, 1, limit, window)
+                {
+                    self.alerts.raise(AlertKind::RetransmitBurst, Subject::Flow(ev.flow), ts, 1, || {
                             format!("{limit} or more retransmissions within {} ms (loss, or a go-back-N after a NAK or timeout)", window / 1_000_000)
                         });
-                    }
                 }
             }
             EventKind::Nak => {
                 let (limit, window) = (cfg.burst_count, cfg.burst_window_ns);
-                if let Some(e) = self.flows.get_mut(&ev.flow) {
-                    if e.nak_burst.add(ts, 1, limit, window) {
-                        self.alerts.raise(
-                            AlertKind::NakBurst,
-                            Subject::Flow(ev.flow),
-                            ts,
-                            1,
-                            || format!("{limit} or more NAKs within {} ms", window / 1_000_000),
-                        );
-                    }
+                if let Some(e) = self.flows.get_mut(&ev.flow)
+                    && e.nak_burst.add(ts, 1, limit, window)
+                {
+                    self.alerts
+                        .raise(AlertKind::NakBurst, Subject::Flow(ev.flow), ts, 1, || {
+                            format!("{limit} or more NAKs within {} ms", window / 1_000_000)
+                        });
                 }
             }
             EventKind::Pfc => {

@@ -189,20 +189,20 @@ pub fn render(s: &Snapshot) -> String {
             m.map_full, m.ringbuf_full, m.pending_full
         );
     }
-    if let Some(c) = &m.capture {
-        if c.snap_truncated + c.skipped_link_type > 0 || c.error.is_some() {
-            let text = format!(
-                "capture: {} frames, {} cut by the snap length, {} on non-Ethernet interfaces skipped{}",
-                c.frames,
-                c.snap_truncated,
-                c.skipped_link_type,
-                c.error
-                    .as_ref()
-                    .map(|e| format!("; {e}"))
-                    .unwrap_or_default()
-            );
-            wrap(&mut out, &text, "", 118);
-        }
+    if let Some(c) = &m.capture
+        && (c.snap_truncated + c.skipped_link_type > 0 || c.error.is_some())
+    {
+        let text = format!(
+            "capture: {} frames, {} cut by the snap length, {} on non-Ethernet interfaces skipped{}",
+            c.frames,
+            c.snap_truncated,
+            c.skipped_link_type,
+            c.error
+                .as_ref()
+                .map(|e| format!("; {e}"))
+                .unwrap_or_default()
+        );
+        wrap(&mut out, &text, "", 118);
     }
 
     let _ = writeln!(out);

@@ -33,6 +33,16 @@ static EBPF_OBJECT: &[u8] = &[];
 
 const XDP_PROGRAM: &str = "roce_observer_xdp";
 const TC_PROGRAM: &str = "roce_observer_tc";
+const BASELINE_PROGRAM: &str = "roce_observer_baseline";
+
+/// Programs `KernelSource::bench` can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchProgram {
+    Xdp,
+    Tc,
+    /// An XDP program that only returns XDP_PASS.
+    Baseline,
+}
 
 #[derive(Debug, Error)]
 pub enum KernelError {
@@ -118,10 +128,10 @@ pub struct KernelSource {
 fn is_eperm(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
-                return true;
-            }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
+        {
+            return true;
         }
         let text = e.to_string();
         if text.contains("Operation not permitted") || text.contains("Permission denied") {
@@ -249,10 +259,10 @@ impl KernelSource {
             Ok(id) => attachment.tc = Some(id),
             Err(source) => {
                 // Undo the XDP half so nothing of ours stays behind.
-                if let Some(id) = attachment.xdp.take() {
-                    if let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM) {
-                        let _ = xdp.detach(id);
-                    }
+                if let Some(id) = attachment.xdp.take()
+                    && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM)
+                {
+                    let _ = xdp.detach(id);
                 }
                 return Err(KernelError::Attach {
                     what: "TC egress",
@@ -272,15 +282,15 @@ impl KernelSource {
     /// Detach everything we attached (also done on drop).
     pub fn detach_all(&mut self) {
         for mut a in self.attachments.drain(..) {
-            if let Some(id) = a.xdp.take() {
-                if let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM) {
-                    let _ = xdp.detach(id);
-                }
+            if let Some(id) = a.xdp.take()
+                && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM)
+            {
+                let _ = xdp.detach(id);
             }
-            if let Some(id) = a.tc.take() {
-                if let Ok(tc_prog) = program_mut::<SchedClassifier>(&mut self.ebpf, TC_PROGRAM) {
-                    let _ = tc_prog.detach(id);
-                }
+            if let Some(id) = a.tc.take()
+                && let Ok(tc_prog) = program_mut::<SchedClassifier>(&mut self.ebpf, TC_PROGRAM)
+            {
+                let _ = tc_prog.detach(id);
             }
         }
     }
@@ -303,13 +313,11 @@ impl KernelSource {
                 source,
             })?;
         let mut out = Vec::new();
-        for item in flows.iter() {
-            // An entry deleted between key iteration and lookup is skipped.
-            if let Ok((k, mut v)) = item {
-                v.first_ns = self.to_epoch_ns(v.first_ns);
-                v.last_ns = self.to_epoch_ns(v.last_ns);
-                out.push((k, v));
-            }
+        // An entry deleted between key iteration and lookup is skipped (flatten).
+        for (k, mut v) in flows.iter().flatten() {
+            v.first_ns = self.to_epoch_ns(v.first_ns);
+            v.last_ns = self.to_epoch_ns(v.last_ns);
+            out.push((k, v));
         }
         Ok(out)
     }
@@ -381,6 +389,45 @@ impl KernelSource {
     /// Run the TC program once on `frame`. Returns the TC verdict.
     pub fn test_run_tc(&self, frame: &[u8]) -> Result<u32, KernelError> {
         self.test_run(TC_PROGRAM, frame)
+    }
+
+    /// Average kernel time per run of `program` on `frame`, over `repeat` runs
+    /// (BPF_PROG_TEST_RUN's own timing). Maps update as for real packets.
+    pub fn bench(
+        &mut self,
+        program: BenchProgram,
+        frame: &[u8],
+        repeat: u32,
+    ) -> Result<std::time::Duration, KernelError> {
+        use aya::programs::{TestRun, TestRunOptions};
+        let name = match program {
+            BenchProgram::Xdp => XDP_PROGRAM,
+            BenchProgram::Tc => TC_PROGRAM,
+            BenchProgram::Baseline => BASELINE_PROGRAM,
+        };
+        if program == BenchProgram::Baseline {
+            let prog = program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?;
+            if prog.fd().is_err() {
+                prog.load().map_err(|e| KernelError::Load(Box::new(e)))?;
+            }
+        }
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            repeat,
+            ..TestRunOptions::new()
+        };
+        let prog = self
+            .ebpf
+            .program(name)
+            .ok_or_else(|| KernelError::Load(format!("no program {name}").into()))?;
+        let result = match prog {
+            aya::programs::Program::Xdp(p) => p.test_run(opts),
+            aya::programs::Program::SchedClassifier(p) => p.test_run(opts),
+            _ => return Err(KernelError::Load(format!("{name}: unexpected type").into())),
+        };
+        result
+            .map(|r| r.duration)
+            .map_err(|e| KernelError::Load(Box::new(e)))
     }
 
     fn test_run(&self, name: &'static str, frame: &[u8]) -> Result<u32, KernelError> {

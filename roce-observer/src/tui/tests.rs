@@ -1,0 +1,105 @@
+//! UI tests: state transitions, and snapshot tests of the views on ratatui's TestBackend with
+//! a deterministic snapshot (a fixture capture analysed with capture timestamps).
+
+use ratatui::{Terminal, backend::TestBackend};
+
+use super::{Action, App, Tab, view};
+use crate::{
+    engine::{Engine, EngineConfig},
+    wire,
+};
+
+fn fixture_snapshot(name: &str) -> crate::engine::snapshot::Snapshot {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(format!("{name}.pcap"));
+    let file = std::fs::File::open(&path).expect("fixture exists");
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut last = 0;
+    let end = wire::capture::read_capture(
+        file,
+        |_| {},
+        |f| {
+            last = f.ts_ns;
+            engine.ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface);
+        },
+    );
+    assert!(end.error.is_none(), "fixture reads cleanly");
+    engine.snapshot(last)
+}
+
+fn render(app: &App) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(130, 30)).expect("test terminal");
+    terminal.draw(|f| view::draw(f, app)).expect("draw");
+    format!("{}", terminal.backend())
+}
+
+#[test]
+fn navigation_and_sorting() {
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    let flows = app.snapshot.flows.len();
+    assert!(flows > 3);
+    app.update(Action::Bottom);
+    assert_eq!(app.selected, flows - 1);
+    app.update(Action::Down);
+    assert_eq!(app.selected, flows - 1, "the cursor stays on the last row");
+    app.update(Action::Top);
+    app.update(Action::Up);
+    assert_eq!(app.selected, 0);
+    // Sorted by bytes, largest first.
+    let bytes: Vec<u64> = app
+        .order
+        .iter()
+        .map(|i| app.snapshot.flows[*i].bytes)
+        .collect();
+    assert!(bytes.windows(2).all(|w| w[0] >= w[1]));
+    app.update(Action::CycleSort);
+    assert_eq!(app.sort.name(), "rate");
+    app.update(Action::NextTab);
+    assert_eq!(app.tab, Tab::Pfc);
+    app.update(Action::PrevTab);
+    app.update(Action::PrevTab);
+    assert_eq!(app.tab, Tab::Alerts);
+    app.update(Action::Quit);
+    assert!(app.quit);
+}
+
+#[test]
+fn pause_freezes_the_view() {
+    let snap = fixture_snapshot("psn_gap");
+    let mut app = App::new("test".into(), snap.clone());
+    app.update(Action::TogglePause);
+    app.update(Action::Snapshot(Box::new(fixture_snapshot("pfc"))));
+    assert_eq!(app.snapshot, snap);
+    app.update(Action::TogglePause);
+    app.update(Action::Snapshot(Box::new(fixture_snapshot("pfc"))));
+    assert_ne!(app.snapshot, snap);
+}
+
+#[test]
+fn flows_view() {
+    let mut app = App::new("veth0, veth1".into(), fixture_snapshot("mixed_demo"));
+    app.update(Action::ToggleDetail);
+    insta::assert_snapshot!(render(&app));
+}
+
+#[test]
+fn pfc_view() {
+    let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
+    app.update(Action::SelectTab(Tab::Pfc));
+    insta::assert_snapshot!(render(&app));
+}
+
+#[test]
+fn alerts_view() {
+    let mut app = App::new("veth0".into(), fixture_snapshot("mixed_demo"));
+    app.update(Action::SelectTab(Tab::Alerts));
+    insta::assert_snapshot!(render(&app));
+}
+
+#[test]
+fn help_overlay() {
+    let mut app = App::new("veth0".into(), fixture_snapshot("psn_gap"));
+    app.update(Action::ToggleHelp);
+    insta::assert_snapshot!(render(&app));
+}
