@@ -353,3 +353,32 @@ fn interrupt_prints_what_was_read() {
     assert_eq!(doc["summary"]["total_packets"], 9);
     assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
 }
+
+#[test]
+fn report_every_prints_interval_tables_and_a_flow_log() {
+    let dir = tempdir("report-every");
+    let log = dir.join("flows.jsonl");
+    let pcap = fixture("mixed_demo.pcap");
+    let out = run(
+        &[
+            "--report-every",
+            "0.2",
+            "--flow-log",
+            log.to_str().expect("utf-8 path"),
+            pcap.to_str().expect("utf-8 path"),
+        ],
+        None,
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Two interval reports (0.2 s, 0.4 s into a 0.48 s capture), then the final table.
+    assert_eq!(text.matches("--- 0.200 s of capture").count(), 2, "{text}");
+    assert_eq!(text.matches("SRC > DST").count(), 3);
+    let lines = std::fs::read_to_string(&log).expect("flow log written");
+    // 10 flows in each of the three reports.
+    assert_eq!(lines.lines().count(), 30);
+    for line in lines.lines() {
+        let v: Value = serde_json::from_str(line).expect("one JSON object per line");
+        assert!(v["ts"].is_u64() && v["dst_qp"].is_u64());
+    }
+}
