@@ -30,6 +30,20 @@ fn our_links() -> Vec<String> {
         .collect()
 }
 
+/// Our links once teardown has had up to 3 s: links go when the last file descriptor of the
+/// dead process closes, which the kernel finishes asynchronously.
+fn links_after_teardown(before: usize) -> Vec<String> {
+    let mut left = our_links();
+    for _ in 0..30 {
+        if left.len() <= before {
+            break;
+        }
+        sleep(Duration::from_millis(100));
+        left = our_links();
+    }
+    left
+}
+
 #[test]
 fn a_second_observer_is_refused_and_the_first_keeps_counting() {
     if !kernel_tests_enabled("a_second_observer_is_refused_and_the_first_keeps_counting") {
@@ -91,30 +105,25 @@ fn nothing_stays_attached_after_sigkill_or_a_clean_exit() {
     // SAFETY: signalling the observer this test started, by its pid.
     unsafe { libc::kill(killed.pid() as i32, libc::SIGKILL) };
     killed.wait().expect("reaped");
-    // Links go when the last file descriptor closes; allow the kernel a moment.
-    let mut left = our_links();
-    for _ in 0..30 {
-        if left.len() <= before {
-            break;
-        }
-        sleep(Duration::from_millis(100));
-        left = our_links();
-    }
+    let left = links_after_teardown(before);
     assert_eq!(left.len(), before, "left attached after SIGKILL: {left:?}");
 
     let clean = Observer::start(&ns, &["-i", &ifaces, "--json"]).expect("observer again");
     clean.stop().expect("clean stop");
-    let mut left = our_links();
-    for _ in 0..30 {
-        if left.len() <= before {
-            break;
-        }
-        sleep(Duration::from_millis(100));
-        left = our_links();
-    }
+    let left = links_after_teardown(before);
     assert_eq!(
         left.len(),
         before,
         "left attached after a clean exit: {left:?}"
     );
+    // No qdisc of ours stays either (TCX needs none; a netlink-path clsact is removed).
+    for dev in [&ns.a, &ns.b] {
+        let out = ns
+            .exec("tc")
+            .args(["qdisc", "show", "dev", dev])
+            .output()
+            .expect("tc runs");
+        let qdiscs = String::from_utf8_lossy(&out.stdout);
+        assert!(!qdiscs.contains("clsact"), "clsact left on {dev}: {qdiscs}");
+    }
 }

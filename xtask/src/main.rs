@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask setup | test | demo | fixtures | bench | softroce`.
 
+mod bench;
 mod demo;
 mod fixtures;
 mod setup;
@@ -26,9 +27,43 @@ enum Task {
     Demo(demo::DemoOpts),
     /// Regenerate tests/fixtures/*.pcap and their expected JSON with scapy.
     Fixtures,
+    /// Benchmarks (figures and ratios against baselines run side by side, not pass/fail):
+    /// analyze vs tshark and tcpdump, and the kernel programs vs a do-nothing XDP program.
+    Bench(BenchArgs),
     /// Real RoCE traffic: Soft-RoCE in two qemu VMs (kernel 6.1) running perftest, checked
     /// against rxe's counters and the observer (root).
     Softroce(softroce::SoftRoceOpts),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    analyze: bench::BenchOpts,
+    /// Skip the kernel per-packet benchmark (it needs root).
+    #[arg(long)]
+    no_kernel: bool,
+    /// Runs per frame in the kernel benchmark.
+    #[arg(long, default_value_t = 200_000)]
+    kernel_repeat: u32,
+}
+
+fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    bench::run(&args.analyze)?;
+    if args.no_kernel {
+        return Ok(());
+    }
+    if !util::is_root() {
+        eprintln!("bench: kernel benchmark skipped: it loads BPF programs, run as root");
+        return Ok(());
+    }
+    setup::setup()?;
+    util::sh(
+        util::cargo()
+            .current_dir(util::workspace_root())
+            .args(["run", "--quiet", "--release", "-p", "integration-tests"])
+            .args(["--bin", "kernel-bench", "--"])
+            .arg(args.kernel_repeat.to_string()),
+    )
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,6 +72,7 @@ fn main() -> anyhow::Result<()> {
         Task::Test(opts) => test::run(&opts),
         Task::Demo(opts) => demo::run(&opts),
         Task::Fixtures => fixtures::run(),
+        Task::Bench(args) => bench(&args),
         Task::Softroce(opts) => softroce::run(opts),
     }
 }

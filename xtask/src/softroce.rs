@@ -20,7 +20,7 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::io::Write as _;
@@ -60,8 +60,8 @@ pub struct SoftRoceOpts {
     pub vm_memory: u32,
     /// Run this roce-observer binary in the client VM while perftest runs: short for
     /// --extra-bin PATH --extra-cmd '/share/extra/NAME run -i eth0 --no-tui --json --pmtu
-    /// {pmtu}' --extra-ready attached --extra-wait 60 (explicit --extra-* options win). Its
-    /// JSON output is kept in summary.json as "extra_json".
+    /// {pmtu} --xdp-mode {xdp_mode}' --extra-ready attached --extra-wait 60 (explicit --extra-*
+    /// options win). Its JSON output is kept in summary.json as "extra_json".
     #[arg(long, value_name = "PATH")]
     pub observer: Option<PathBuf>,
     /// A binary to copy into the client VM's share as /share/extra/<name> (its shared
@@ -70,7 +70,9 @@ pub struct SoftRoceOpts {
     pub extra_bin: Option<PathBuf>,
     /// A command run in the client VM in the background while perftest runs (e.g.
     /// "/share/extra/roce-observer run -i eth0 --no-tui --json"); stopped with SIGINT after
-    /// perftest; its stdout/stderr land in vm-client/extra.out and extra.err.
+    /// perftest; its stdout/stderr land in vm-client/extra.out and extra.err. Placeholders:
+    /// {pmtu} (RoCE path MTU), {mtu} (link MTU), {xdp_mode} (skb above MTU 3000, where
+    /// virtio_net refuses native XDP, else auto), {scenario}.
     #[arg(long, value_name = "CMD")]
     pub extra_cmd: Option<String>,
     /// Seconds the extra command gets to start before perftest (an upper bound when
@@ -201,7 +203,7 @@ pub fn run(mut opts: SoftRoceOpts) -> Result<()> {
         }
         if opts.extra_cmd.is_none() {
             opts.extra_cmd = Some(format!(
-                "/share/extra/{name} run -i eth0 --no-tui --json --pmtu {{pmtu}}"
+                "/share/extra/{name} run -i eth0 --no-tui --json --pmtu {{pmtu}} --xdp-mode {{xdp_mode}}"
             ));
         }
         if opts.extra_ready.is_none() {
@@ -278,7 +280,7 @@ pub fn run(mut opts: SoftRoceOpts) -> Result<()> {
                 println!("softroce: running {} ...", sc.name);
                 run_scenario(sc, image, &dir, &opts)
             }
-            None => reanalyze(sc, &dir),
+            None => reanalyze(sc, &dir, &opts),
         };
         match result {
             Ok(summary) => {
@@ -310,6 +312,11 @@ pub fn run(mut opts: SoftRoceOpts) -> Result<()> {
 
     println!();
     print!("{}", table(&summaries));
+    let ft = flow_table(&summaries);
+    if !ft.is_empty() {
+        println!("\nper flow, wire (tshark) / analyze / observer (eth0 XDP ingress, TC egress):");
+        print!("{ft}");
+    }
     let host = setup.as_ref().map(|(h, _)| h);
     let all_json = json!({
         "kernel": host.map(|h| &h.kernel_release),
@@ -406,6 +413,15 @@ fn installed_version(pkg: &str) -> Option<String> {
     Some(v.trim().to_string())
 }
 
+/// The version `apt-get install` would pick ("Candidate:" of apt-cache policy).
+fn apt_candidate(pkg: &str) -> Option<String> {
+    let out = sh_out(Command::new("apt-cache").args(["policy", pkg])).ok()?;
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("Candidate: "))
+        .filter(|c| *c != "(none)")
+        .map(str::to_string)
+}
+
 fn ensure_host(install: bool) -> Result<Host> {
     let missing: Vec<&str> = PACKAGES
         .iter()
@@ -424,20 +440,43 @@ fn ensure_host(install: bool) -> Result<Host> {
         if !st.success() {
             bail!("apt-get update failed");
         }
-        let candidate = sh_out(Command::new("apt-cache").args(["policy", "linux-image-amd64"]))?;
-        let candidate = candidate
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("Candidate: "));
-        if let Some(c) = candidate.filter(|c| !c.starts_with("6.1.")) {
+        if let Some(c) = apt_candidate("linux-image-amd64").filter(|c| !c.starts_with("6.1.")) {
             println!("softroce: warning: linux-image-amd64 candidate is {c}, not a 6.1 kernel");
         }
-        let st = Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()?;
-        if !st.success() {
-            bail!("apt-get install {} failed", missing.join(" "));
+        let install = |extra: &[String], flags: &[&str]| -> Result<bool> {
+            Ok(Command::new("apt-get")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(flags)
+                .args(&missing)
+                .args(extra)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()?
+                .success())
+        };
+        // Never let apt remove packages silently. Debian 12's qemu-system-x86 (7.2) conflicts
+        // with a newer qemu-utils (a backport some machines carry): then install the qemu-utils
+        // that matches, so qemu-img stays available.
+        if !install(&[], &["--no-remove"])? {
+            let qemu = apt_candidate("qemu-system-x86");
+            let mut ok = false;
+            if let (Some(q), Some(have)) = (qemu, installed_version("qemu-utils")) {
+                println!(
+                    "softroce: qemu-system-x86 {q} needs the matching qemu-utils; replacing qemu-utils {have} by {q}"
+                );
+                ok = install(
+                    &[format!("qemu-utils={q}")],
+                    &["--no-remove", "--allow-downgrades"],
+                )?;
+            }
+            if !ok {
+                println!(
+                    "softroce: WARNING: installing {} needs apt to remove packages; letting it",
+                    missing.join(" ")
+                );
+                if !install(&[], &[])? {
+                    bail!("apt-get install {} failed", missing.join(" "));
+                }
+            }
         }
     }
     let kernel_pkg_version = installed_version("linux-image-amd64")
@@ -995,6 +1034,8 @@ fn write_config(share: &Path, sc: &Scenario, role: &str, opts: &SoftRoceOpts) ->
         let cmd = cmd
             .replace("{pmtu}", &sc.expected_pmtu().to_string())
             .replace("{mtu}", &sc.mtu.to_string())
+            // virtio_net refuses native XDP above about 3.5 KB of MTU: generic XDP then
+            .replace("{xdp_mode}", if sc.mtu > 3000 { "skb" } else { "auto" })
             .replace("{scenario}", sc.name);
         writeln!(c, "EXTRA_CMD={}", sh_quote(&cmd))?;
         writeln!(c, "EXTRA_WAIT={}", opts.extra_wait)?;
@@ -1093,7 +1134,16 @@ fn run_scenario(sc: &Scenario, image: &Image, dir: &Path, opts: &SoftRoceOpts) -
     if cdir.join("cap.pcap").exists() {
         fs::rename(cdir.join("cap.pcap"), &cap)?;
     }
-    analyze(sc, dir, &sdir, &cdir, &cap, wall, client_secs)
+    let observer = observer_bin(opts, &cdir)?;
+    analyze(
+        sc,
+        dir,
+        &sdir,
+        &cdir,
+        &cap,
+        (wall, client_secs),
+        observer.as_deref(),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1200,6 +1250,11 @@ struct Pkt {
     psn: u32,
     syndrome: Option<u8>,
     dma_len: Option<u32>,
+    /// Frame length on the wire (Ethernet header to the end of the ICRC, no FCS).
+    len: u32,
+    /// IP ECN bits.
+    ecn: u8,
+    udp_sport: u16,
 }
 
 fn num(s: &str) -> Option<u64> {
@@ -1220,6 +1275,9 @@ fn tshark_packets(cap: &Path) -> Result<Vec<Pkt>> {
         "infiniband.bth.psn",
         "infiniband.aeth.syndrome",
         "infiniband.reth.dmalen",
+        "frame.len",
+        "ip.dsfield.ecn",
+        "udp.srcport",
     ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-n").arg("-r").arg(cap).args([
@@ -1253,6 +1311,9 @@ fn tshark_packets(cap: &Path) -> Result<Vec<Pkt>> {
             psn: psn as u32,
             syndrome: num(f[5]).map(|x| x as u8),
             dma_len: num(f[6]).map(|x| x as u32),
+            len: num(f[7]).unwrap_or(0) as u32,
+            ecn: num(f[8]).unwrap_or(0) as u8,
+            udp_sport: num(f[9]).unwrap_or(0) as u16,
         });
     }
     Ok(v)
@@ -1341,23 +1402,21 @@ fn request_stream(reqs: &[&Pkt], pmtu: u64, first_psn: Option<u32>) -> (u64, u64
     let mut highest: Option<u32> = None;
     let mut expected: Option<u32> = first_psn;
     for p in reqs {
-        match highest {
-            Some(h) if psn_diff(p.psn, h) <= 0 => retrans += 1,
-            _ => {
-                if let Some(e) = expected {
-                    let d = psn_diff(p.psn, e);
-                    if d > 0 {
-                        gaps += 1;
-                        missing += d as u64;
-                    }
-                }
+        // a request not newer than the highest is a retransmission and changes nothing
+        // (docs/metrics.md): after a partial resend, the next new PSN is no gap
+        if highest.is_some_and(|h| psn_diff(p.psn, h) <= 0) {
+            retrans += 1;
+            continue;
+        }
+        if let Some(e) = expected {
+            let d = psn_diff(p.psn, e);
+            if d > 0 {
+                gaps += 1;
+                missing += d as u64;
             }
         }
         expected = Some(psn_add(p.psn, span(p, pmtu)));
-        highest = Some(match highest {
-            Some(h) if psn_diff(h, p.psn) >= 0 => h,
-            _ => p.psn,
-        });
+        highest = Some(p.psn);
     }
     (retrans, gaps, missing)
 }
@@ -1417,7 +1476,7 @@ fn direction(pkts: &[Pkt], src: &str, pmtu: u64, first_psn: Option<u32>) -> Dir 
 
         // responses this VM sent for the peer's requests
         let mut highest: Option<u32> = None;
-        let mut in_resp: Option<u32> = None; // last PSN inside a multi-packet READ response
+        let mut last: Option<u32> = None; // previous (not resent) READ response PSN
         let mut resp_psns = HashSet::new();
         for p in pk.iter().filter(|p| !is_request(p.opcode)) {
             match p.opcode {
@@ -1431,32 +1490,182 @@ fn direction(pkts: &[Pkt], src: &str, pmtu: u64, first_psn: Option<u32>) -> Dir 
                     }
                 }
                 op if is_read_response(op) => {
+                    // only READ responses form the response PSN space (an ACK or NAK in
+                    // the same flow, e.g. a NAK for a lost READ request, does not); a resent
+                    // response changes nothing; MIDDLE and LAST follow the previous by one
                     d.read_responses += 1;
                     resp_psns.insert(p.psn);
                     if highest.is_some_and(|h| psn_diff(p.psn, h) <= 0) {
                         d.resent_read_responses += 1;
+                        continue;
                     }
-                    match op {
-                        0x0E | 0x0F => {
-                            if in_resp.is_some_and(|last| p.psn != psn_add(last, 1)) {
-                                d.resp_gaps += 1;
-                            }
-                            in_resp = if op == 0x0E { Some(p.psn) } else { None };
-                        }
-                        0x0D => in_resp = Some(p.psn),
-                        _ => in_resp = None,
+                    if matches!(op, 0x0E | 0x0F) && last.is_some_and(|l| p.psn != psn_add(l, 1)) {
+                        d.resp_gaps += 1;
                     }
+                    highest = Some(p.psn);
+                    last = Some(p.psn);
                 }
                 _ => {}
             }
-            highest = Some(match highest {
-                Some(h) if psn_diff(h, p.psn) >= 0 => h,
-                _ => p.psn,
-            });
         }
         d.distinct_read_response_psns += resp_psns.len() as u64;
     }
     d
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-flow figures of the capture, by the rules of docs/metrics.md (for `analyze` and the
+// observer). Computed here from tshark's decoding, independently of roce-observer's code.
+
+/// A flow: (source IP, destination IP, BTH destination QP).
+type FlowKey = (String, String, u32);
+
+fn flow_label(k: &FlowKey) -> String {
+    format!("{}>{} qp {:#x}", k.0, k.1, k.2)
+}
+
+/// One flow of the capture, counted as docs/metrics.md defines the flow record.
+#[derive(Debug, Default, Clone)]
+struct WireFlow {
+    packets: u64,
+    bytes: u64,
+    opcodes: BTreeMap<String, u64>,
+    acks: u64,
+    naks_psn_seq_err: u64,
+    /// every other NAK class (rnr, invalid_request, remote_access, remote_op, other)
+    naks_other: u64,
+    req_retransmits: u64,
+    resp_retransmits: u64,
+    psn_gaps: u64,
+    psn_missing: u64,
+    ecn_ce: u64,
+    ecn_ect: u64,
+    udp_src_ports: u64,
+    /// distinct request PSNs
+    distinct_request_psns: u64,
+    /// frame lengths seen per opcode name
+    op_lens: BTreeMap<String, BTreeSet<u32>>,
+}
+
+const TRANSPORTS: [&str; 8] = ["RC", "UC", "RD", "UD", "CNP", "XRC", "T6", "T7"];
+const OPERATIONS: [&str; 24] = [
+    "SEND_FIRST",
+    "SEND_MIDDLE",
+    "SEND_LAST",
+    "SEND_LAST_WITH_IMMEDIATE",
+    "SEND_ONLY",
+    "SEND_ONLY_WITH_IMMEDIATE",
+    "RDMA_WRITE_FIRST",
+    "RDMA_WRITE_MIDDLE",
+    "RDMA_WRITE_LAST",
+    "RDMA_WRITE_LAST_WITH_IMMEDIATE",
+    "RDMA_WRITE_ONLY",
+    "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+    "RDMA_READ_REQUEST",
+    "RDMA_READ_RESPONSE_FIRST",
+    "RDMA_READ_RESPONSE_MIDDLE",
+    "RDMA_READ_RESPONSE_LAST",
+    "RDMA_READ_RESPONSE_ONLY",
+    "ACKNOWLEDGE",
+    "ATOMIC_ACKNOWLEDGE",
+    "COMPARE_SWAP",
+    "FETCH_ADD",
+    "OP_15",
+    "SEND_LAST_WITH_INVALIDATE",
+    "SEND_ONLY_WITH_INVALIDATE",
+];
+
+/// The opcode's name as the flow records spell it (`RC_RDMA_WRITE_FIRST`, `CNP`).
+fn opcode_name(op: u8) -> String {
+    let transport = TRANSPORTS[(op >> 5) as usize];
+    if op == 0x81 {
+        return "CNP".into();
+    }
+    match OPERATIONS.get((op & 0x1F) as usize) {
+        Some(o) => format!("{transport}_{o}"),
+        None => format!("{transport}_OP_{:02X}", op & 0x1F),
+    }
+}
+
+/// Every flow of the capture (RC traffic: the harness has no other). Request PSN rules start
+/// at the first request seen (like `analyze`, which does not know the QP's initial PSN).
+fn wire_flows(pkts: &[Pkt], pmtu: u64) -> BTreeMap<FlowKey, WireFlow> {
+    let mut by_flow: BTreeMap<FlowKey, Vec<&Pkt>> = BTreeMap::new();
+    for p in pkts {
+        by_flow
+            .entry((p.src.clone(), p.dst.clone(), p.dest_qp))
+            .or_default()
+            .push(p);
+    }
+    let mut out = BTreeMap::new();
+    for (key, pk) in by_flow {
+        let mut f = WireFlow::default();
+        let mut ports = HashSet::new();
+        let mut req_psns = HashSet::new();
+        // request PSN space
+        let (mut req_expected, mut req_highest): (Option<u32>, Option<u32>) = (None, None);
+        // response PSN space (READ responses)
+        let (mut resp_highest, mut resp_last): (Option<u32>, Option<u32>) = (None, None);
+        for p in pk {
+            f.packets += 1;
+            f.bytes += p.len as u64;
+            match p.ecn {
+                3 => f.ecn_ce += 1,
+                1 | 2 => f.ecn_ect += 1,
+                _ => {}
+            }
+            if p.udp_sport != 0 {
+                ports.insert(p.udp_sport);
+            }
+            *f.opcodes.entry(opcode_name(p.opcode)).or_default() += 1;
+            f.op_lens
+                .entry(opcode_name(p.opcode))
+                .or_default()
+                .insert(p.len);
+            if is_request(p.opcode) {
+                req_psns.insert(p.psn);
+                if req_highest.is_some_and(|h| psn_diff(p.psn, h) <= 0) {
+                    f.req_retransmits += 1;
+                    continue;
+                }
+                if let Some(e) = req_expected {
+                    let d = psn_diff(p.psn, e);
+                    if d > 0 {
+                        f.psn_gaps += 1;
+                        f.psn_missing += d as u64;
+                    }
+                }
+                req_expected = Some(psn_add(p.psn, span(p, pmtu)));
+                req_highest = Some(p.psn);
+            } else if is_read_response(p.opcode) {
+                if resp_highest.is_some_and(|h| psn_diff(p.psn, h) <= 0) {
+                    f.resp_retransmits += 1;
+                    continue;
+                }
+                // MIDDLE / LAST must follow the previous response packet by exactly one
+                if let (0x0E | 0x0F, Some(last)) = (p.opcode, resp_last) {
+                    let e = psn_add(last, 1);
+                    if p.psn != e {
+                        f.psn_gaps += 1;
+                        f.psn_missing += (p.psn.wrapping_sub(e) & (PSN_MOD - 1)) as u64;
+                    }
+                }
+                resp_highest = Some(p.psn);
+                resp_last = Some(p.psn);
+            } else if matches!(p.opcode, 0x11 | 0x12) {
+                let s = p.syndrome.unwrap_or(0);
+                match (s >> 5) & 3 {
+                    0 => f.acks += 1,
+                    3 if s & 0x1F == 0 => f.naks_psn_seq_err += 1,
+                    _ => f.naks_other += 1,
+                }
+            }
+        }
+        f.udp_src_ports = ports.len().min(4) as u64;
+        f.distinct_request_psns = req_psns.len() as u64;
+        out.insert(key, f);
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1510,6 +1719,8 @@ impl Checks {
 pub struct Summary {
     checks: Vec<Check>,
     row: Vec<String>,
+    /// wire / analyze / observer per flow (with an observer)
+    flow_rows: Vec<Vec<String>>,
     json: Value,
 }
 
@@ -1534,7 +1745,7 @@ fn tcpdump_kernel_drops(vm: &Path) -> Option<u64> {
 }
 
 /// Check a scenario's results again (after a change of the checks), without booting.
-fn reanalyze(sc: &Scenario, dir: &Path) -> Result<Summary> {
+fn reanalyze(sc: &Scenario, dir: &Path, opts: &SoftRoceOpts) -> Result<Summary> {
     let old: Value = fs::read_to_string(dir.join("summary.json"))
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
@@ -1545,14 +1756,15 @@ fn reanalyze(sc: &Scenario, dir: &Path) -> Result<Summary> {
     if !sdir.join("config.env").exists() {
         bail!("no results in {} to check", dir.display());
     }
+    let observer = observer_bin(opts, &cdir)?;
     analyze(
         sc,
         dir,
         &sdir,
         &cdir,
         &dir.join("cap.pcap"),
-        wall,
-        client_secs,
+        (wall, client_secs),
+        observer.as_deref(),
     )
 }
 
@@ -1562,8 +1774,8 @@ fn analyze(
     sdir: &Path,
     cdir: &Path,
     cap: &Path,
-    wall: f64,
-    client_secs: f64,
+    (wall, client_secs): (f64, f64),
+    observer: Option<&Path>,
 ) -> Result<Summary> {
     let pc = parse_perftest(cdir, sc.latency);
     let ps = parse_perftest(sdir, sc.latency);
@@ -1759,6 +1971,54 @@ fn analyze(
         );
     }
 
+    // the per-flow wire figures (docs/metrics.md record) add up to the per-direction ones
+    let wire = wire_flows(&pkts, pmtu);
+    for (src, d, label) in [
+        (CLIENT_IP, &c2s, "client->server"),
+        (SERVER_IP, &s2c, "server->client"),
+    ] {
+        let sum = |f: &dyn Fn(&WireFlow) -> u64| -> u64 {
+            wire.iter()
+                .filter(|(k, _)| k.0 == src)
+                .map(|(_, w)| f(w))
+                .sum()
+        };
+        ck.eq(
+            &format!("wire per-flow sums == per-direction figures {label} (packets, ACKs, NAKs, request/response retransmissions)"),
+            format!(
+                "{} {} {} {} {}",
+                d.packets, d.acks, d.naks_seq, d.req_retransmissions, d.resent_read_responses
+            ),
+            format!(
+                "{} {} {} {} {}",
+                sum(&|w| w.packets),
+                sum(&|w| w.acks),
+                sum(&|w| w.naks_psn_seq_err),
+                sum(&|w| w.req_retransmits),
+                sum(&|w| w.resp_retransmits)
+            ),
+        );
+    }
+
+    // the observer (kernel path) against analyze on the same capture, analyze against the wire
+    let (flow_rows, observer_json) = match observer {
+        Some(bin) => observer_checks(
+            &mut ck,
+            &ObserverInputs {
+                sc,
+                bin,
+                cap,
+                cdir,
+                wire: &wire,
+                c2s: &c2s,
+                s2c: &s2c,
+                client_sent_pkts: g(&cc, "sent_pkts"),
+                netem_dropped: netem_dropped(cdir),
+            },
+        ),
+        None => (Vec::new(), Value::Null),
+    };
+
     let name = sc.name.to_string();
     let perf = if sc.latency {
         format!("{:.0}us typ", pc.lat_typical_us.unwrap_or(f64::NAN))
@@ -1824,6 +2084,7 @@ fn analyze(
         "extra_json": fs::read_to_string(cdir.join("extra.out"))
             .ok()
             .and_then(|s| serde_json::from_str::<Value>(&s).ok()),
+        "observer_vs_analyze_vs_wire": observer_json,
         "checks": ck.0.iter().map(|c| json!({"name": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok})).collect::<Vec<_>>(),
     });
     fs::write(
@@ -1833,8 +2094,463 @@ fn analyze(
     Ok(Summary {
         checks: ck.0,
         row,
+        flow_rows,
         json,
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The observer run in the client VM, against `analyze` on the same capture and the wire
+
+/// The roce-observer binary that ran in the client VM: `--observer PATH` when given, else the
+/// copy staged in the client's share when config.env's EXTRA_CMD is `/share/extra/NAME run
+/// ...` (so `--reanalyze` checks an observer run again without being told).
+fn observer_bin(opts: &SoftRoceOpts, cdir: &Path) -> Result<Option<PathBuf>> {
+    if let Some(obs) = &opts.observer {
+        return Ok(Some(
+            fs::canonicalize(obs).with_context(|| obs.display().to_string())?,
+        ));
+    }
+    let cfg = read_kv(&cdir.join("config.env"));
+    let Some(cmd) = cfg.get("EXTRA_CMD") else {
+        return Ok(None);
+    };
+    let cmd = cmd.trim_matches('\'');
+    let mut words = cmd.split_whitespace();
+    let (Some(bin), Some("run")) = (words.next(), words.next()) else {
+        return Ok(None);
+    };
+    let staged = bin
+        .strip_prefix("/share/extra/")
+        .map(|name| cdir.join("extra").join(name));
+    Ok(staged.filter(|p| p.exists()))
+}
+
+fn flows_by_key(doc: &Value) -> BTreeMap<FlowKey, Vec<&Value>> {
+    let mut m: BTreeMap<FlowKey, Vec<&Value>> = BTreeMap::new();
+    for f in doc["flows"].as_array().into_iter().flatten() {
+        let key = (
+            f["src_ip"].as_str().unwrap_or("?").to_string(),
+            f["dst_ip"].as_str().unwrap_or("?").to_string(),
+            f["dst_qp"].as_u64().unwrap_or(u64::MAX) as u32,
+        );
+        m.entry(key).or_default().push(f);
+    }
+    m
+}
+
+/// NAKs of a flow record, all classes.
+fn naks_total(f: &Value) -> u64 {
+    f["naks"]
+        .as_object()
+        .map(|m| m.values().filter_map(Value::as_u64).sum())
+        .unwrap_or(0)
+}
+
+/// Fields of a flow record that `analyze` and the kernel path must agree on (docs/metrics.md;
+/// time-derived fields, iface and direction aside).
+const OBSERVER_FIELDS: &[&str] = &[
+    "packets",
+    "bytes",
+    "opcodes",
+    "psn_gaps",
+    "psn_missing",
+    "retransmits",
+    "req_retransmits",
+    "resp_retransmits",
+    "acks",
+    "naks",
+    "cnp",
+    "ecn_ce",
+    "ecn_ect",
+    "peer_qp",
+    "udp_src_ports",
+    "udp_src_port_overflow",
+    "transport",
+    "other_transport",
+];
+
+/// What the observer checks need from the rest of the analysis.
+struct ObserverInputs<'a> {
+    sc: &'a Scenario,
+    bin: &'a Path,
+    cap: &'a Path,
+    cdir: &'a Path,
+    wire: &'a BTreeMap<FlowKey, WireFlow>,
+    c2s: &'a Dir,
+    s2c: &'a Dir,
+    client_sent_pkts: i64,
+    netem_dropped: Option<i64>,
+}
+
+/// Checks of the observer's JSON document (kernel path, XDP ingress + TC egress on the client's
+/// eth0) against `analyze` on the capture of the same run, and of `analyze` against the wire
+/// figures (tshark). Returns the per-flow table rows and the figures for summary.json.
+fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec<String>>, Value) {
+    let sc = inp.sc;
+    let status = read_kv(&inp.cdir.join("status.env"));
+    // the observer installs a SIGINT handler and exits 0 on it (guest-init.sh sends SIGINT,
+    // then SIGTERM after 10 s, then SIGKILL; EXTRA_SIGNAL is the last one sent)
+    ck.eq(
+        "observer stopped by SIGINT, exit code",
+        "INT, 0".to_string(),
+        format!(
+            "{}, {}",
+            status.get("EXTRA_SIGNAL").map_or("none", |s| s.as_str()),
+            status.get("EXTRA_RC").map_or("none", |s| s.as_str())
+        ),
+    );
+    let doc: Option<Value> = fs::read_to_string(inp.cdir.join("extra.out"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .filter(|d: &Value| d["flows"].is_array() && d["summary"].is_object());
+    ck.truth(
+        "observer printed its JSON document (vm-client/extra.out)",
+        "a document with flows and summary",
+        if doc.is_some() {
+            "yes"
+        } else {
+            "no (see vm-client/extra.err)"
+        }
+        .into(),
+        doc.is_some(),
+    );
+    let pmtu = sc.expected_pmtu();
+    let ana: Result<Value> = sh_out(
+        Command::new(inp.bin)
+            .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
+            .arg(inp.cap),
+    )
+    .and_then(|s| serde_json::from_str(&s).context("analyze --json output"));
+    ck.truth(
+        "roce-observer analyze --json on cap.pcap",
+        "runs",
+        match &ana {
+            Ok(_) => "ran".into(),
+            Err(e) => format!("{e:#}"),
+        },
+        ana.is_ok(),
+    );
+    let (Some(doc), Ok(ana)) = (doc, ana) else {
+        return (Vec::new(), Value::Null);
+    };
+    let lossy = sc.loss.is_some();
+
+    // summary of the kernel path
+    let s = &doc["summary"];
+    for k in ["malformed", "events_lost", "map_full"] {
+        ck.eq(&format!("observer summary {k}"), json!(0), s[k].clone());
+    }
+    let bd = &s["by_direction"];
+    ck.eq(
+        "observer ingress RoCE packets == wire server->client",
+        json!(inp.s2c.packets),
+        bd["ingress"]["roce_packets"].clone(),
+    );
+    if lossy {
+        ck.eq(
+            "observer egress RoCE packets == client sent_pkts (TC egress is before netem)",
+            json!(inp.client_sent_pkts),
+            bd["egress"]["roce_packets"].clone(),
+        );
+    } else {
+        ck.eq(
+            "observer egress RoCE packets == wire client->server",
+            json!(inp.c2s.packets),
+            bd["egress"]["roce_packets"].clone(),
+        );
+    }
+    ck.eq(
+        "analyze summary malformed",
+        json!(0),
+        ana["summary"]["malformed"].clone(),
+    );
+
+    let obs = flows_by_key(&doc);
+    let anf = flows_by_key(&ana);
+    let keys = |m: &BTreeMap<FlowKey, Vec<&Value>>| -> String {
+        m.keys().map(flow_label).collect::<Vec<_>>().join(", ")
+    };
+    let wire_keys = inp
+        .wire
+        .keys()
+        .map(flow_label)
+        .collect::<Vec<_>>()
+        .join(", ");
+    ck.eq("analyze flows == wire flows", wire_keys, keys(&anf));
+    ck.eq("observer flows == analyze flows", keys(&anf), keys(&obs));
+
+    let mut rows = Vec::new();
+    let mut figures = Vec::new();
+    for (key, wf) in inp.wire {
+        let label = flow_label(key);
+        let Some(a) = anf.get(key).and_then(|v| v.first().copied()) else {
+            continue;
+        };
+        // 2. analyze against the wire (tshark + docs/metrics.md rules, computed here)
+        let wire_fields: [(&str, Value, Value); 13] = [
+            ("packets", json!(wf.packets), a["packets"].clone()),
+            ("bytes", json!(wf.bytes), a["bytes"].clone()),
+            ("opcodes", json!(wf.opcodes), a["opcodes"].clone()),
+            ("acks", json!(wf.acks), a["acks"].clone()),
+            (
+                "naks.psn_seq_err",
+                json!(wf.naks_psn_seq_err),
+                a["naks"]["psn_seq_err"].clone(),
+            ),
+            (
+                "other NAKs",
+                json!(wf.naks_other),
+                json!(naks_total(a) - a["naks"]["psn_seq_err"].as_u64().unwrap_or(0)),
+            ),
+            (
+                "req_retransmits",
+                json!(wf.req_retransmits),
+                a["req_retransmits"].clone(),
+            ),
+            (
+                "resp_retransmits",
+                json!(wf.resp_retransmits),
+                a["resp_retransmits"].clone(),
+            ),
+            ("psn_gaps", json!(wf.psn_gaps), a["psn_gaps"].clone()),
+            (
+                "psn_missing",
+                json!(wf.psn_missing),
+                a["psn_missing"].clone(),
+            ),
+            ("ecn_ce", json!(wf.ecn_ce), a["ecn_ce"].clone()),
+            ("ecn_ect", json!(wf.ecn_ect), a["ecn_ect"].clone()),
+            (
+                "udp_src_ports",
+                json!(wf.udp_src_ports),
+                a["udp_src_ports"].clone(),
+            ),
+        ];
+        for (field, w, av) in wire_fields {
+            ck.eq(&format!("analyze == wire, {label}: {field}"), w, av);
+        }
+
+        // 1. the kernel path against analyze
+        let egress = key.0 == CLIENT_IP;
+        let point = if egress { "egress" } else { "ingress" };
+        let o_all = obs.get(key).cloned().unwrap_or_default();
+        ck.eq(
+            &format!("observer records of {label}"),
+            format!("1, eth0/{point}"),
+            format!(
+                "{}, {}",
+                o_all.len(),
+                o_all
+                    .iter()
+                    .map(|f| format!(
+                        "{}/{}",
+                        f["iface"].as_str().unwrap_or("?"),
+                        f["direction"].as_str().unwrap_or("?")
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        );
+        let Some(o) = o_all.first().copied() else {
+            continue;
+        };
+        if egress && lossy {
+            lossy_egress_checks(ck, inp, &label, wf, a, o);
+        } else {
+            for field in OBSERVER_FIELDS {
+                ck.eq(
+                    &format!("observer == analyze, {label} ({point}): {field}"),
+                    a[*field].clone(),
+                    o[*field].clone(),
+                );
+            }
+        }
+
+        let n = |v: &Value| v.as_u64().map_or("?".into(), |x| x.to_string());
+        rows.push(vec![
+            sc.name.to_string(),
+            label.clone(),
+            point.to_string(),
+            format!("{}/{}/{}", wf.packets, n(&a["packets"]), n(&o["packets"])),
+            format!(
+                "{}/{}/{}",
+                wf.req_retransmits + wf.resp_retransmits,
+                n(&a["retransmits"]),
+                n(&o["retransmits"])
+            ),
+            format!(
+                "{}/{}/{}",
+                wf.naks_psn_seq_err + wf.naks_other,
+                naks_total(a),
+                naks_total(o)
+            ),
+            format!(
+                "{}/{}/{}",
+                wf.psn_gaps,
+                n(&a["psn_gaps"]),
+                n(&o["psn_gaps"])
+            ),
+        ]);
+        let pick = |f: &Value| -> Value {
+            let mut m = serde_json::Map::new();
+            for k in OBSERVER_FIELDS {
+                m.insert((*k).into(), f[*k].clone());
+            }
+            m.insert("rtt_samples".into(), f["rtt_ns"]["count"].clone());
+            Value::Object(m)
+        };
+        figures.push(json!({
+            "flow": label,
+            "observer_point": format!("eth0/{point}"),
+            "wire": {
+                "packets": wf.packets, "bytes": wf.bytes, "opcodes": wf.opcodes,
+                "acks": wf.acks, "naks_psn_seq_err": wf.naks_psn_seq_err,
+                "naks_other": wf.naks_other, "req_retransmits": wf.req_retransmits,
+                "resp_retransmits": wf.resp_retransmits, "psn_gaps": wf.psn_gaps,
+                "psn_missing": wf.psn_missing, "ecn_ce": wf.ecn_ce, "ecn_ect": wf.ecn_ect,
+                "udp_src_ports": wf.udp_src_ports,
+            },
+            "analyze": pick(a),
+            "observer": pick(o),
+        }));
+    }
+    let json = json!({
+        "binary": inp.bin.display().to_string(),
+        "observer_summary": {
+            "malformed": s["malformed"], "events_lost": s["events_lost"],
+            "map_full": s["map_full"], "by_direction": bd,
+        },
+        "flows": figures,
+    });
+    (rows, json)
+}
+
+/// The client's own requests under netem loss. TC egress runs before the root qdisc (netem);
+/// tcpdump's tap is after it. So the observer counts every packet rxe sent, the capture only
+/// those netem let through, and the exact relations are:
+/// - observer packets == rxe's sent_pkts (client), and observer - capture == the RoCE packets
+///   netem dropped (sent_pkts - wire), at most netem's own drop count (which also counts the
+///   odd TCP packet of perftest's out-of-band exchange);
+/// - per opcode, observer >= capture; the byte difference is the dropped packets' frame
+///   lengths (each opcode has one frame length in these flows);
+/// - no gap: a requester sends every new PSN in order, and TC sees all of them;
+/// - so each distinct request PSN on the wire is new exactly once at TC, and every other
+///   request packet TC saw is a retransmission: retransmits == packets - ACK/NAKs - distinct
+///   request PSNs (the capture has every PSN, checked above);
+/// - everything not about the dropped packets (ACKs, NAKs, CNP, ECN, peer QP, ports) is equal.
+fn lossy_egress_checks(
+    ck: &mut Checks,
+    inp: &ObserverInputs,
+    label: &str,
+    wf: &WireFlow,
+    a: &Value,
+    o: &Value,
+) {
+    let name = |what: &str| format!("observer vs analyze, {label} (egress before netem): {what}");
+    let u = |v: &Value| v.as_u64().unwrap_or(u64::MAX);
+    let (op, ap) = (u(&o["packets"]), u(&a["packets"]));
+    ck.eq(
+        &name("packets == client sent_pkts"),
+        inp.client_sent_pkts,
+        op as i64,
+    );
+    ck.range(
+        &name("observer - capture packets (RoCE dropped by netem) <= netem drops"),
+        0,
+        inp.netem_dropped.unwrap_or(0),
+        op as i64 - ap as i64,
+    );
+    // per opcode and bytes
+    let (oo, ao) = (&o["opcodes"], &a["opcodes"]);
+    let mut names: Vec<&String> = oo
+        .as_object()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    for k in ao
+        .as_object()
+        .map(|m| m.keys().collect::<Vec<_>>())
+        .unwrap_or_default()
+    {
+        if !names.contains(&k) {
+            names.push(k);
+        }
+    }
+    let mut diff_bytes: Option<u64> = Some(0);
+    let mut bad = Vec::new();
+    for k in names {
+        let (x, y) = (oo[k].as_u64().unwrap_or(0), ao[k].as_u64().unwrap_or(0));
+        if x < y {
+            bad.push(format!("{k} {x} < {y}"));
+            continue;
+        }
+        match wf.op_lens.get(k) {
+            Some(l) if l.len() == 1 => {
+                diff_bytes =
+                    diff_bytes.map(|d| d + (x - y) * l.iter().next().copied().unwrap_or(0) as u64)
+            }
+            _ if x == y => {}
+            _ => diff_bytes = None,
+        }
+    }
+    ck.truth(
+        &name("every opcode count >= the capture's"),
+        "observer >= capture",
+        if bad.is_empty() {
+            "yes".into()
+        } else {
+            bad.join(", ")
+        },
+        bad.is_empty(),
+    );
+    if let Some(d) = diff_bytes {
+        ck.eq(
+            &name("bytes - capture bytes == sum of the dropped packets' frame lengths"),
+            d as i64,
+            u(&o["bytes"]) as i64 - u(&a["bytes"]) as i64,
+        );
+    }
+    ck.eq(&name("psn_gaps"), json!(0), o["psn_gaps"].clone());
+    ck.eq(&name("psn_missing"), json!(0), o["psn_missing"].clone());
+    let acks_naks = u(&o["acks"]) + naks_total(o);
+    ck.eq(
+        &name("req_retransmits == packets - ACK/NAKs - distinct request PSNs on the wire"),
+        (op - acks_naks).saturating_sub(wf.distinct_request_psns) as i64,
+        u(&o["req_retransmits"]) as i64,
+    );
+    for field in [
+        "resp_retransmits",
+        "acks",
+        "naks",
+        "cnp",
+        "ecn_ce",
+        "ecn_ect",
+        "peer_qp",
+        "udp_src_ports",
+        "udp_src_port_overflow",
+        "transport",
+        "other_transport",
+    ] {
+        ck.eq(&name(field), a[field].clone(), o[field].clone());
+    }
+}
+
+/// Per flow: wire (tshark) / analyze / observer, for the runs with an observer.
+fn flow_table(sums: &[Summary]) -> String {
+    let rows: Vec<Vec<String>> = sums.iter().flat_map(|s| s.flow_rows.clone()).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let head = [
+        "scenario",
+        "flow",
+        "observer",
+        "pkts w/a/o",
+        "retx w/a/o",
+        "NAK w/a/o",
+        "gaps w/a/o",
+    ];
+    format_table(&head, rows)
 }
 
 fn table(sums: &[Summary]) -> String {
@@ -1851,8 +2567,12 @@ fn table(sums: &[Summary]) -> String {
         "gaps/naive4096",
         "netem drop",
     ];
+    format_table(&head, sums.iter().map(|s| s.row.clone()).collect())
+}
+
+fn format_table(head: &[&str], body: Vec<Vec<String>>) -> String {
     let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
-    rows.extend(sums.iter().map(|s| s.row.clone()));
+    rows.extend(body);
     let w: Vec<usize> = (0..head.len())
         .map(|i| {
             rows.iter()
@@ -1898,6 +2618,9 @@ mod tests {
             psn,
             syndrome: syn,
             dma_len: len,
+            len: 100,
+            ecn: 0,
+            udp_sport: 49152,
         }
     }
 
@@ -1957,6 +2680,48 @@ mod tests {
         assert_eq!(c.distinct_request_psns, 5);
         let s = direction(&v, SERVER_IP, 1024, None);
         assert_eq!((s.naks_seq, s.acks), (1, 0));
+    }
+
+    #[test]
+    fn wire_flow_records_follow_the_metrics_rules() {
+        // requests 1 2 [3 lost] 4 5, resend of 3 only, then 6: one gap (3), the resend
+        // changes nothing, 6 is no gap (the harness once moved `expected` on a resend)
+        let mut v: Vec<Pkt> = [1, 2, 4, 5, 3, 6]
+            .iter()
+            .map(|&p| pkt(CLIENT_IP, 0x07, p, None, None))
+            .collect();
+        // READ responses 10..=13 with 12 missing, 11 resent, a NAK and an ACK in the same flow
+        for (op, psn, syn) in [
+            (0x0D, 10, None),
+            (0x0E, 11, None),
+            (0x11, 40, Some(0x60)),
+            (0x0E, 11, None),
+            (0x0F, 13, None),
+            (0x11, 13, Some(0x1F)),
+        ] {
+            v.push(pkt(SERVER_IP, op, psn, syn, None));
+        }
+        v[0].ecn = 3;
+        v[1].ecn = 2;
+        v[2].udp_sport = 50000;
+        let w = wire_flows(&v, 1024);
+        let c = &w[&(CLIENT_IP.to_string(), SERVER_IP.to_string(), 0x11)];
+        assert_eq!((c.packets, c.bytes), (6, 600));
+        assert_eq!((c.req_retransmits, c.psn_gaps, c.psn_missing), (1, 1, 1));
+        assert_eq!((c.ecn_ce, c.ecn_ect, c.udp_src_ports), (1, 1, 2));
+        assert_eq!(c.opcodes["RC_RDMA_WRITE_MIDDLE"], 6);
+        assert_eq!(c.distinct_request_psns, 6);
+        let s = &w[&(SERVER_IP.to_string(), CLIENT_IP.to_string(), 0x11)];
+        assert_eq!((s.resp_retransmits, s.psn_gaps, s.psn_missing), (1, 1, 1));
+        assert_eq!((s.acks, s.naks_psn_seq_err, s.naks_other), (1, 1, 0));
+        assert_eq!(s.opcodes["RC_ACKNOWLEDGE"], 2);
+        // the per-direction figures agree
+        let d = direction(&v, CLIENT_IP, 1024, None);
+        assert_eq!((d.req_retransmissions, d.req_gaps), (1, 1));
+        let d = direction(&v, SERVER_IP, 1024, None);
+        assert_eq!((d.resent_read_responses, d.resp_gaps), (1, 1));
+        assert_eq!(opcode_name(0x81), "CNP");
+        assert_eq!(opcode_name(0x64), "UD_SEND_ONLY");
     }
 
     #[test]

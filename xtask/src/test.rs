@@ -59,9 +59,12 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
     } else if !root_user {
         eprintln!("xtask test: Soft-RoCE VM tests NOT RUN: they need root");
     } else {
-        let mut argv = vec!["softroce"];
+        // The observer built above runs inside the client VM (kernel 6.1) during each scenario.
+        let observer = root.join("target/debug/roce-observer");
+        let mut argv = vec!["softroce".to_string(), "--observer".to_string()];
+        argv.push(observer.to_string_lossy().into_owned());
         if opts.full_vm {
-            argv.push("--full");
+            argv.push("--full".into());
         }
         softroce::run(SoftRoceCli::parse_from(argv).opts)?;
     }

@@ -19,6 +19,7 @@ use aya::{
         tc::{self, SchedClassifierLinkId},
         xdp::XdpLinkId,
     },
+    util::KernelVersion,
 };
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats, counters::COUNTER_SLOTS,
@@ -115,6 +116,8 @@ pub struct Attachment {
     pub ifindex: u32,
     xdp: Option<XdpLinkId>,
     tc: Option<SchedClassifierLinkId>,
+    /// We added the clsact qdisc (netlink TC path): delete it when detaching.
+    created_clsact: bool,
 }
 
 pub struct KernelSource {
@@ -237,9 +240,22 @@ impl KernelSource {
             ifindex,
             xdp: None,
             tc: None,
+            created_clsact: false,
         };
         let xdp = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM)?;
-        attachment.xdp = Some(xdp.attach(iface, xdp_mode).map_err(|source| {
+        let mut result = xdp.attach(iface, xdp_mode);
+        // `auto`: a driver may refuse native XDP for its configuration (virtio_net with a
+        // jumbo MTU, say); generic XDP sees the same frames, only slower.
+        if matches!(xdp_mode, XdpMode::Default)
+            && let Err(err) = &result
+            && !is_busy(err)
+        {
+            eprintln!(
+                "roce-observer: native XDP on `{iface}` refused ({err}); using generic (skb) XDP"
+            );
+            result = xdp.attach(iface, XdpMode::Skb);
+        }
+        attachment.xdp = Some(result.map_err(|source| {
             if is_busy(&source) {
                 KernelError::XdpBusy {
                     iface: iface.into(),
@@ -252,8 +268,12 @@ impl KernelSource {
                 }
             }
         })?);
-        // Netlink TC (kernels without TCX) needs a clsact qdisc; an existing one is fine.
-        let _ = tc::qdisc_add_clsact(iface);
+        // Kernels with TCX (>= 6.6) attach TC programs as links: nothing else to create. Older
+        // ones need a clsact qdisc for the netlink filter; one we create is removed on detach.
+        let tcx = KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0));
+        if !tcx && tc::qdisc_add_clsact(iface).is_ok() {
+            attachment.created_clsact = true;
+        }
         let tc_prog = program_mut::<SchedClassifier>(&mut self.ebpf, TC_PROGRAM)?;
         match tc_prog.attach(iface, TcAttachType::Egress) {
             Ok(id) => attachment.tc = Some(id),
@@ -263,6 +283,9 @@ impl KernelSource {
                     && let Ok(xdp) = program_mut::<Xdp>(&mut self.ebpf, XDP_PROGRAM)
                 {
                     let _ = xdp.detach(id);
+                }
+                if attachment.created_clsact {
+                    remove_clsact(iface);
                 }
                 return Err(KernelError::Attach {
                     what: "TC egress",
@@ -291,6 +314,9 @@ impl KernelSource {
                 && let Ok(tc_prog) = program_mut::<SchedClassifier>(&mut self.ebpf, TC_PROGRAM)
             {
                 let _ = tc_prog.detach(id);
+            }
+            if a.created_clsact {
+                remove_clsact(&a.iface);
             }
         }
     }
@@ -482,6 +508,21 @@ fn is_busy(err: &ProgramError) -> bool {
         || text.contains("EEXIST")
         || text.contains("Device or resource busy")
         || text.contains("File exists")
+}
+
+/// Delete the clsact qdisc we added (aya has no call for it; iproute2's `tc` does it).
+fn remove_clsact(iface: &str) {
+    let removed = std::process::Command::new("tc")
+        .args(["qdisc", "del", "dev", iface, "clsact"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !removed {
+        eprintln!(
+            "roce-observer: could not remove the clsact qdisc it added on `{iface}`; \
+             remove it with `tc qdisc del dev {iface} clsact`"
+        );
+    }
 }
 
 pub fn ifindex(iface: &str) -> Option<u32> {
