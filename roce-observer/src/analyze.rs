@@ -12,7 +12,11 @@ use std::{
 use anyhow::Context;
 
 use crate::{
-    engine::{Engine, EngineConfig, ecmp::EcmpHash, snapshot::CaptureSummary},
+    engine::{
+        Engine, EngineConfig,
+        ecmp::EcmpHash,
+        snapshot::{CaptureSummary, Snapshot},
+    },
     sink,
     wire::capture::{CaptureError, read_capture},
 };
@@ -67,6 +71,10 @@ pub struct AnalyzeArgs {
     /// PFC storm window, milliseconds.
     #[arg(long = "storm-window-ms", value_name = "MS", default_value_t = 1000)]
     pub storm_window_ms: u64,
+    /// For streams: print the table every SECS seconds of capture time (rates and paused
+    /// fractions then cover each report's interval), then once more at the end.
+    #[arg(long = "report-every", value_name = "SECS", conflicts_with = "json")]
+    pub report_every: Option<f64>,
     /// Also write the flows as JSON lines (one record per flow) to this file.
     #[arg(long = "flow-log", value_name = "FILE")]
     pub flow_log: Option<PathBuf>,
@@ -154,6 +162,8 @@ pub enum AnalyzeError {
     },
     #[error("--link-speed must be a positive number of Gb/s (got {0})")]
     LinkSpeed(f64),
+    #[error("--report-every must be a positive number of seconds (got {0})")]
+    ReportEvery(f64),
 }
 
 /// Feed a whole capture through a new engine. Returns the engine and the damage, if any.
@@ -161,16 +171,36 @@ pub fn analyze_reader<R: Read + Send>(
     input: R,
     cfg: EngineConfig,
 ) -> (Engine, Option<CaptureError>) {
+    analyze_reader_reporting(input, cfg, None, |_| {})
+}
+
+/// [`analyze_reader`], calling `report` with a snapshot every `every_ns` of capture time (and
+/// starting a new reporting interval after each).
+pub fn analyze_reader_reporting<R: Read + Send>(
+    input: R,
+    cfg: EngineConfig,
+    every_ns: Option<u64>,
+    mut report: impl FnMut(&Snapshot),
+) -> (Engine, Option<CaptureError>) {
     let mut engine = Engine::new(cfg);
+    let mut next_report: Option<u64> = None;
     let end = {
         let engine = std::cell::RefCell::new(&mut engine);
         read_capture(
             input,
             |iface| engine.borrow_mut().set_iface_name(iface.index, &iface.name),
             |f| {
-                engine
-                    .borrow_mut()
-                    .ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface)
+                let mut e = engine.borrow_mut();
+                e.ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface);
+                let Some(every) = every_ns.filter(|n| *n > 0) else {
+                    return;
+                };
+                let due = *next_report.get_or_insert(f.ts_ns.saturating_add(every));
+                if f.ts_ns >= due {
+                    report(&e.snapshot(f.ts_ns));
+                    e.begin_interval(f.ts_ns);
+                    next_report = Some(f.ts_ns.saturating_add(every));
+                }
             },
         )
     };
@@ -195,13 +225,43 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let cfg = args.engine_config();
     let name = args.input.display().to_string();
     stop_on_signals();
+    let every_ns = match args.report_every {
+        Some(secs) if secs > 0.0 && secs.is_finite() => Some((secs * 1e9) as u64),
+        Some(secs) => return Err(AnalyzeError::ReportEvery(secs).into()),
+        None => None,
+    };
+    let mut flow_log = match &args.flow_log {
+        Some(path) => {
+            Some(BufWriter::new(File::create(path).with_context(|| {
+                format!("cannot create flow log {}", path.display())
+            })?))
+        }
+        None => None,
+    };
+    let mut log_error: Option<std::io::Error> = None;
+    let report = |snap: &Snapshot| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "--- {:.3} s of capture, up to {} ns ---",
+            snap.summary.interval_s, snap.summary.interval_end_ts
+        );
+        let _ = out.write_all(sink::table::render(snap).as_bytes());
+        let _ = writeln!(out);
+        let _ = out.flush();
+        if let Some(log) = flow_log.as_mut()
+            && let Err(e) = sink::json::write_flow_log(log, snap, snap.summary.interval_end_ts)
+        {
+            log_error.get_or_insert(e);
+        }
+    };
     let (engine, damage) = if name == "-" {
-        analyze_reader(UntilStopped(std::io::stdin()), cfg)
+        analyze_reader_reporting(UntilStopped(std::io::stdin()), cfg, every_ns, report)
     } else {
         let file = File::open(&args.input).with_context(|| {
             format!("cannot open capture {name} (check the path and permissions)")
         })?;
-        analyze_reader(UntilStopped(file), cfg)
+        analyze_reader_reporting(UntilStopped(file), cfg, every_ns, report)
     };
     if STOP.load(Ordering::Relaxed) {
         eprintln!("interrupted: results cover the frames read so far");
@@ -228,10 +288,16 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
             .context("writing the table to stdout")?;
     }
     out.flush().context("writing to stdout")?;
-    if let Some(path) = &args.flow_log {
-        let f = File::create(path)
-            .with_context(|| format!("cannot create flow log {}", path.display()))?;
-        sink::json::write_flow_log(BufWriter::new(f), &snap, snap.summary.interval_end_ts)
+    if let Some(mut log) = flow_log {
+        let path = args
+            .flow_log
+            .as_deref()
+            .unwrap_or(std::path::Path::new("-"));
+        if let Some(e) = log_error {
+            return Err(e).with_context(|| format!("writing flow log {}", path.display()));
+        }
+        sink::json::write_flow_log(&mut log, &snap, snap.summary.interval_end_ts)
+            .and_then(|()| log.flush())
             .with_context(|| format!("writing flow log {}", path.display()))?;
     }
     Ok(())

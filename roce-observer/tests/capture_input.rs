@@ -120,7 +120,7 @@ fn pcapng(
         // if_name
         let mut name_opt = name.as_bytes().to_vec();
         let nlen = name_opt.len() as u16;
-        while name_opt.len() % 4 != 0 {
+        while !name_opt.len().is_multiple_of(4) {
             name_opt.push(0);
         }
         idb.extend(2u16.to_le_bytes());
@@ -304,4 +304,81 @@ fn tempdir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp dir");
     dir
+}
+
+#[test]
+fn table_fits_in_120_columns() {
+    for name in [
+        "mixed_demo",
+        "rnr_nak",
+        "ipv6",
+        "pfc",
+        "pause_8023x",
+        "ecn_cnp",
+    ] {
+        let pcap = fixture(&format!("{name}.pcap"));
+        let out = run(&[pcap.to_str().expect("utf-8 path")], None);
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("SRC > DST"), "{name}: {text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 120, "{name}: too wide: {line}");
+        }
+    }
+}
+
+#[test]
+fn interrupt_prints_what_was_read() {
+    let bytes = std::fs::read(fixture("psn_gap.pcap")).expect("fixture");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
+        .args(["analyze", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn roce-observer");
+    // Write the capture and keep the pipe open, as a running `tcpdump -w -` does.
+    let mut stdin = child.stdin.take().expect("stdin is piped");
+    stdin.write_all(&bytes).expect("write capture");
+    stdin.flush().expect("flush");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("wait for roce-observer");
+    drop(stdin);
+    let doc = json(&out);
+    assert_eq!(doc["summary"]["total_packets"], 9);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+}
+
+#[test]
+fn report_every_prints_interval_tables_and_a_flow_log() {
+    let dir = tempdir("report-every");
+    let log = dir.join("flows.jsonl");
+    let pcap = fixture("mixed_demo.pcap");
+    let out = run(
+        &[
+            "--report-every",
+            "0.2",
+            "--flow-log",
+            log.to_str().expect("utf-8 path"),
+            pcap.to_str().expect("utf-8 path"),
+        ],
+        None,
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Two interval reports (0.2 s, 0.4 s into a 0.48 s capture), then the final table.
+    assert_eq!(text.matches("--- 0.200 s of capture").count(), 2, "{text}");
+    assert_eq!(text.matches("SRC > DST").count(), 3);
+    let lines = std::fs::read_to_string(&log).expect("flow log written");
+    // 10 flows in each of the three reports.
+    assert_eq!(lines.lines().count(), 30);
+    for line in lines.lines() {
+        let v: Value = serde_json::from_str(line).expect("one JSON object per line");
+        assert!(v["ts"].is_u64() && v["dst_qp"].is_u64());
+    }
 }

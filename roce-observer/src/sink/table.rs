@@ -74,6 +74,41 @@ fn rtt(r: &RttSummary) -> String {
     }
 }
 
+/// Columns of the flow table; each row is at most 118 characters.
+const FLOW_HEADER: [&str; 12] = [
+    "SRC > DST",
+    "QP",
+    "PKTS",
+    "BYTES",
+    "RATE",
+    "GAPS",
+    "RETX",
+    "NAKS",
+    "CNP",
+    "CE",
+    "D/P",
+    "RTT p50/p99",
+];
+
+fn flow_line(out: &mut String, cols: [&str; 12]) {
+    let _ = writeln!(
+        out,
+        "{:<33} {:>8} {:>6} {:>9} {:>10} {:>5} {:>5} {:>4} {:>5} {:>5} {:>4} {:>13}",
+        cols[0],
+        cols[1],
+        cols[2],
+        cols[3],
+        cols[4],
+        cols[5],
+        cols[6],
+        cols[7],
+        cols[8],
+        cols[9],
+        cols[10],
+        cols[11]
+    );
+}
+
 fn flow_row(out: &mut String, f: &FlowSnapshot) {
     let naks = f.naks.psn_seq_err
         + f.naks.rnr
@@ -85,27 +120,41 @@ fn flow_row(out: &mut String, f: &FlowSnapshot) {
         Some(p) => format!("{}/{}", f.dscp, p),
         None => format!("{}/-", f.dscp),
     };
-    let qp = match f.peer_qp {
-        Some(p) => format!("{:#x}<{:#x}", f.dst_qp, p),
-        None => format!("{:#x}", f.dst_qp),
-    };
-    let _ = writeln!(
+    flow_line(
         out,
-        "{:<33} {:<15} {:>7} {:>9} {:>10} {:>5} {:>5} {:>5} {:>4} {:>5} {:>5} {:>6} {:>15}",
-        fit(&format!("{} > {}", f.src_ip, f.dst_ip), 33),
-        fit(&qp, 15),
-        human_count(f.packets),
-        human_bytes(f.bytes),
-        human_rate(f.rate_bps),
-        human_count(f.psn_gaps),
-        human_count(f.retransmits),
-        human_count(f.acks),
-        human_count(naks),
-        human_count(f.cnp),
-        human_count(f.ecn_ce),
-        class,
-        rtt(&f.rtt_ns),
+        [
+            &fit(&format!("{} > {}", f.src_ip, f.dst_ip), 33),
+            &format!("{:#x}", f.dst_qp),
+            &human_count(f.packets),
+            &human_bytes(f.bytes),
+            &human_rate(f.rate_bps),
+            &human_count(f.psn_gaps),
+            &human_count(f.retransmits),
+            &human_count(naks),
+            &human_count(f.cnp),
+            &human_count(f.ecn_ce),
+            &class,
+            &rtt(&f.rtt_ns),
+        ],
     );
+}
+
+/// Word-wrap `text` to `width` columns, each line prefixed with `indent`.
+fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > width {
+            let _ = writeln!(out, "{indent}{line}");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        let _ = writeln!(out, "{indent}{line}");
+    }
 }
 
 /// Render the snapshot as text.
@@ -114,7 +163,7 @@ pub fn render(s: &Snapshot) -> String {
     let m = &s.summary;
     let _ = writeln!(
         out,
-        "frames {}  roce {}  pfc {}  pause {}  non-roce {}  malformed {}  fragments {}  unsupported {}  flows {}  interval {:.3}s  pmtu {}{}",
+        "frames {}  roce {}  pfc {}  pause {}  non-roce {}  malformed {}  fragments {}  unsupported {}",
         m.total_packets,
         m.roce_packets,
         m.pfc_frames,
@@ -123,10 +172,15 @@ pub fn render(s: &Snapshot) -> String {
         m.malformed,
         m.ip_fragments,
         m.unsupported,
+    );
+    let _ = writeln!(
+        out,
+        "flows {}  interval {:.3} s  path MTU {}{}  link {} Gb/s",
         m.flows,
         m.interval_s,
         m.pmtu,
         if m.pmtu_learned { " (learned)" } else { "" },
+        m.link_gbps,
     );
     if m.map_full + m.ringbuf_full + m.pending_full > 0 {
         let _ = writeln!(
@@ -138,8 +192,7 @@ pub fn render(s: &Snapshot) -> String {
     if let Some(c) = &m.capture
         && (c.snap_truncated + c.skipped_link_type > 0 || c.error.is_some())
     {
-        let _ = writeln!(
-            out,
+        let text = format!(
             "capture: {} frames, {} cut by the snap length, {} on non-Ethernet interfaces skipped{}",
             c.frames,
             c.snap_truncated,
@@ -149,26 +202,11 @@ pub fn render(s: &Snapshot) -> String {
                 .map(|e| format!("; {e}"))
                 .unwrap_or_default()
         );
+        wrap(&mut out, &text, "", 118);
     }
 
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "{:<33} {:<15} {:>7} {:>9} {:>10} {:>5} {:>5} {:>5} {:>4} {:>5} {:>5} {:>6} {:>15}",
-        "SRC > DST",
-        "QP<PEER",
-        "PKTS",
-        "BYTES",
-        "RATE",
-        "GAPS",
-        "RETX",
-        "ACKS",
-        "NAKS",
-        "CNP",
-        "CE",
-        "DSCP/P",
-        "RTT p50/p99"
-    );
+    flow_line(&mut out, FLOW_HEADER);
     let mut flows: Vec<&FlowSnapshot> = s.flows.iter().collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
     for f in flows.iter().take(MAX_FLOW_ROWS) {
@@ -213,7 +251,7 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "latency at the observation point: {} samples  min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+            "latency at the observation point, {} samples: min {} p50 {} p90 {} p99 {} p99.9 {} max {}",
             l.count,
             human_ns(l.min),
             human_ns(l.p50),
@@ -237,18 +275,26 @@ pub fn render(s: &Snapshot) -> String {
         if let Some(mdl) = &e.modelled {
             let _ = writeln!(
                 out,
-                "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}  bytes/path [{}]",
+                "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}",
                 mdl.paths,
                 mdl.hash.name(),
                 mdl.seed,
                 mdl.imbalance,
                 mdl.jain,
-                mdl.bytes_per_path
-                    .iter()
-                    .map(|b| human_bytes(*b))
-                    .collect::<Vec<_>>()
-                    .join(", ")
             );
+            let total: u64 = mdl.bytes_per_path.iter().sum();
+            let shares: Vec<String> = mdl
+                .bytes_per_path
+                .iter()
+                .take(24)
+                .map(|b| format!("{:.0}%", *b as f64 * 100.0 / total.max(1) as f64))
+                .collect();
+            let more = if mdl.bytes_per_path.len() > 24 {
+                " ..."
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "  byte share per path: {}{more}", shares.join(" "));
             for c in mdl.collisions.iter().take(3) {
                 let _ = writeln!(
                     out,
@@ -288,14 +334,8 @@ pub fn render(s: &Snapshot) -> String {
                 ),
                 _ => String::new(),
             };
-            let _ = writeln!(
-                out,
-                "  {:<18} {:<40} x{} {}",
-                a.kind,
-                fit(&subject, 40),
-                a.count,
-                a.reason
-            );
+            let _ = writeln!(out, "  {:<18} {} (x{})", a.kind, fit(&subject, 80), a.count);
+            wrap(&mut out, &a.reason, "      ", 118);
         }
         if s.alerts.len() > 20 {
             let _ = writeln!(

@@ -121,11 +121,14 @@ fn hex_prefix(buf: &[u8]) -> String {
 /// How many leading bytes the capture header needs: pcap's 24-byte file header, or pcapng's
 /// whole first section header block. `None` when `head` cannot start a capture.
 fn header_len(head: &[u8]) -> Option<usize> {
-    const PCAP_MAGICS: [[u8; 4]; 4] = [
+    // Microsecond, nanosecond and "modified" (Kuznetzov) pcap, in either byte order.
+    const PCAP_MAGICS: [[u8; 4]; 6] = [
         [0xd4, 0xc3, 0xb2, 0xa1],
         [0xa1, 0xb2, 0xc3, 0xd4],
         [0x4d, 0x3c, 0xb2, 0xa1],
         [0xa1, 0xb2, 0x3c, 0x4d],
+        [0x34, 0xcd, 0xb2, 0xa1],
+        [0xa1, 0xb2, 0xcd, 0x34],
     ];
     let magic: [u8; 4] = head.get(..4)?.try_into().ok()?;
     if PCAP_MAGICS.contains(&magic) {

@@ -1,0 +1,50 @@
+//! The live (kernel) path: absolute values read from the kernel's maps replace the engine's,
+//! and ring-buffer events take the same route as the capture path's events.
+
+use super::*;
+
+impl Engine {
+    /// Kernel path: the absolute values of one flow map entry (replace, don't add). `first_ns`
+    /// and `last_ns` are expected in ns since the epoch, like event times.
+    pub fn update_flow(&mut self, key: &FlowKey, stats: &FlowStats) {
+        let ts = stats.last_ns;
+        if stats.packets > 0 {
+            self.seen(stats.first_ns);
+            self.seen(ts);
+        }
+        let before = match self.flows.get_mut(key) {
+            Some(e) => {
+                let before = Tally::of(&e.stats);
+                e.stats = *stats;
+                before
+            }
+            None => {
+                if self.flows.len() >= self.cfg.max_flows {
+                    return;
+                }
+                let mut e = FlowEntry::new(stats.first_ns);
+                let before = Tally::of(&e.stats);
+                e.stats = *stats;
+                self.flows.insert(*key, e);
+                before
+            }
+        };
+        self.check_classes(key, before, Tally::of(stats), ts);
+    }
+
+    /// Kernel path: the absolute values of one PFC map entry.
+    pub fn update_pfc(&mut self, key: &PfcKey, stats: &PfcStats) {
+        self.pfc.entry(*key).or_default().stats = *stats;
+    }
+
+    /// Kernel path: the absolute value of one counter (summed over CPUs).
+    pub fn update_counter(&mut self, direction: Direction, counter: Counter, value: u64) {
+        self.counters[dir_index(direction)][counter as usize] = value;
+    }
+
+    /// Kernel path: one ring-buffer event (timestamps already converted to ns since the epoch).
+    pub fn ingest_event(&mut self, ev: &Event) {
+        self.seen(ev.ts_ns);
+        self.on_event(ev);
+    }
+}

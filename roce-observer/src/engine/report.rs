@@ -1,0 +1,300 @@
+//! The snapshot: what the renderers read, built from the flow table, the PFC table, the
+//! counters, the latency sketches, the ECMP views and the alerts.
+
+use super::*;
+
+impl Engine {
+    /// Everything the renderers show, as of `now_ns` (the end of the reporting interval).
+    pub fn snapshot(&self, now_ns: u64) -> Snapshot {
+        let start = self.interval_start.or(self.first_ns).unwrap_or(now_ns);
+        let interval_ns = now_ns.saturating_sub(start);
+        let interval_s = interval_ns as f64 / 1e9;
+
+        // Sort references (moving whole records made sorting the biggest cost at 100k flows).
+        let mut order: Vec<(&FlowKey, &FlowEntry)> = self
+            .flows
+            .iter()
+            .filter(|(_, e)| e.stats.packets > 0)
+            .collect();
+        order.sort_unstable_by(|(a, _), (b, _)| {
+            (a.src_ip, a.dst_ip, a.dst_qp)
+                .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
+                .then_with(|| self.iface_name(a.ifindex).cmp(&self.iface_name(b.ifindex)))
+                .then(a.direction.cmp(&b.direction))
+        });
+        let flows: Vec<FlowSnapshot> = order
+            .into_iter()
+            .map(|(k, e)| {
+                let s = &e.stats;
+                let rate = if interval_ns > 0 {
+                    s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
+                } else {
+                    0.0
+                };
+                FlowSnapshot {
+                    src_ip: show_ip(k.src_ip),
+                    dst_ip: show_ip(k.dst_ip),
+                    dst_qp: k.dst_qp,
+                    iface: self.iface_name(k.ifindex),
+                    direction: Direction::from_u8(k.direction).name(),
+                    transport: flows::transport(s),
+                    packets: s.packets,
+                    bytes: s.bytes,
+                    opcodes: flows::opcode_counts(s),
+                    other_transport: s.other_transport,
+                    psn_gaps: s.psn_gaps,
+                    psn_missing: s.psn_missing,
+                    retransmits: s.retransmits(),
+                    req_retransmits: s.req_retransmits,
+                    resp_retransmits: s.resp_retransmits,
+                    acks: s.acks,
+                    naks: flows::nak_counts(s),
+                    cnp: s.cnp,
+                    ecn_ce: s.ecn_ce,
+                    ecn_ect: s.ecn_ect,
+                    dscp: s.dscp,
+                    pcp: flows::pcp(s),
+                    peer_qp: s.peer_qp(),
+                    udp_src_ports: s.udp_src_ports() as u64,
+                    udp_src_port_overflow: s.udp_sport_overflow,
+                    rtt_ns: rtt_summary(e.rtt.as_deref()),
+                    first_ts: s.first_ns,
+                    last_ts: s.last_ns,
+                    rate_bps: rate,
+                }
+            })
+            .collect();
+
+        let mut pfc: Vec<PfcSnapshot> = self
+            .pfc
+            .iter()
+            .filter(|(_, e)| {
+                e.stats.pause_frames + e.stats.xon_frames > 0 || e.timeline.has_frames()
+            })
+            .map(|(k, e)| {
+                let paused = e.timeline.paused_in_interval(now_ns);
+                PfcSnapshot {
+                    iface: self.iface_name(k.ifindex),
+                    direction: Direction::from_u8(k.direction).name(),
+                    src_mac: show_mac(k.src_mac),
+                    priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
+                    kind: if k.priority == PRIORITY_LINK {
+                        "pause"
+                    } else {
+                        "pfc"
+                    },
+                    pause_frames: e.stats.pause_frames,
+                    xon_frames: e.stats.xon_frames,
+                    pause_quanta: e.stats.pause_quanta,
+                    pause_us: quanta_to_ns(e.stats.pause_quanta, self.cfg.link_gbps) / 1000.0,
+                    paused_us: paused as f64 / 1000.0,
+                    paused_fraction: if interval_ns > 0 {
+                        (paused as f64 / interval_ns as f64).min(1.0)
+                    } else {
+                        0.0
+                    },
+                    storm: e.timeline.storms > 0
+                        || e.timeline.storm_at(
+                            now_ns,
+                            self.cfg.storm_threshold,
+                            self.cfg.storm_window_ns,
+                        ),
+                    storms: e.timeline.storms,
+                    first_ts: e.stats.first_ns,
+                    last_ts: e.stats.last_ns,
+                }
+            })
+            .collect();
+        // By (source MAC, priority) with the legacy PAUSE entry (null) first, then where seen.
+        pfc.sort_by(|a, b| {
+            (&a.src_mac, a.priority, &a.iface, a.direction).cmp(&(
+                &b.src_mac,
+                b.priority,
+                &b.iface,
+                b.direction,
+            ))
+        });
+
+        // Counters.
+        let total = |c: Counter| -> u64 { self.counters.iter().map(|d| d[c as usize]).sum() };
+        let mut by_direction = BTreeMap::new();
+        for d in DIRECTIONS {
+            let block = &self.counters[dir_index(d)];
+            if block.iter().any(|&v| v > 0) {
+                by_direction.insert(
+                    d.name(),
+                    Counter::ALL
+                        .iter()
+                        .map(|c| (c.name(), block[*c as usize]))
+                        .collect(),
+                );
+            }
+        }
+
+        // Alerts, plus those judged on the whole table.
+        let mut alerts: Vec<AlertSnapshot> =
+            self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
+        alerts.extend(self.ce_without_cnp());
+        alerts.sort_by(|a, b| {
+            (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
+        });
+
+        let ecmp_flows: Vec<FlowLoad> = self
+            .flows
+            .iter()
+            .filter(|(_, e)| e.stats.packets > 0)
+            .map(|(k, e)| FlowLoad {
+                tuple: FiveTuple {
+                    src: show_ip(k.src_ip),
+                    dst: show_ip(k.dst_ip),
+                    sport: e.stats.udp_sports[0],
+                    dport: self.cfg.roce_port,
+                },
+                dst_qp: k.dst_qp,
+                point: format!(
+                    "{}/{}",
+                    self.iface_name(k.ifindex),
+                    Direction::from_u8(k.direction).name()
+                ),
+                bytes: e.stats.bytes,
+                sports: e
+                    .stats
+                    .udp_sports
+                    .iter()
+                    .copied()
+                    .filter(|p| *p != 0)
+                    .collect(),
+            })
+            .collect();
+        let ecmp = ecmp::compute(
+            &ecmp_flows,
+            self.cfg.ecmp_hash,
+            self.cfg.ecmp_paths,
+            self.cfg.ecmp_seed,
+        );
+
+        let ringbuf_full = total(Counter::RingbufFull);
+        Snapshot {
+            schema_version: SCHEMA_VERSION,
+            summary: Summary {
+                total_packets: total(Counter::TotalPackets),
+                roce_packets: total(Counter::RocePackets),
+                pfc_frames: total(Counter::PfcFrames),
+                pause_8023x: total(Counter::Pause8023x),
+                non_roce: total(Counter::NonRoce),
+                malformed: total(Counter::Malformed),
+                ip_fragments: total(Counter::IpFragments),
+                unsupported: total(Counter::Unsupported),
+                map_full: total(Counter::MapFull),
+                ringbuf_full,
+                pending_full: total(Counter::PendingFull),
+                events_lost: ringbuf_full,
+                flows: flows.len() as u64,
+                pmtu: self.pmtu,
+                pmtu_learned: self.pmtu_learned,
+                link_gbps: self.cfg.link_gbps,
+                interval_start_ts: start,
+                interval_end_ts: now_ns,
+                interval_s,
+                by_direction,
+                alerts_dropped: self.alerts.dropped,
+                capture: self.capture.clone(),
+            },
+            latency: LatencySnapshot {
+                observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
+                overall: rtt_summary(Some(&self.rtt_overall)),
+                flows_with_samples: self.flows.values().filter(|e| e.rtt.is_some()).count() as u64,
+                pending: self.pending.len() as u64,
+                relative_accuracy: sketch::ALPHA,
+            },
+            flows,
+            pfc,
+            ecmp,
+            alerts,
+        }
+    }
+
+    /// The time of the latest frame or event (the natural `now` for a finished capture).
+    pub fn last_ts(&self) -> u64 {
+        self.last_ns
+    }
+
+    fn flow_ref(&self, k: &FlowKey) -> FlowRef {
+        FlowRef {
+            src_ip: show_ip(k.src_ip),
+            dst_ip: show_ip(k.dst_ip),
+            dst_qp: k.dst_qp,
+            iface: self.iface_name(k.ifindex),
+            direction: Direction::from_u8(k.direction).name(),
+        }
+    }
+
+    fn alert_snapshot(&self, a: &alerts::Alert) -> AlertSnapshot {
+        let (flow, pfc) = match &a.subject {
+            Subject::Flow(k) => (Some(self.flow_ref(k)), None),
+            Subject::Pfc(k) => (
+                None,
+                Some(PfcRef {
+                    iface: self.iface_name(k.ifindex),
+                    direction: Direction::from_u8(k.direction).name(),
+                    src_mac: show_mac(k.src_mac),
+                    priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
+                }),
+            ),
+        };
+        AlertSnapshot {
+            kind: a.kind.name(),
+            reason: a.reason.clone(),
+            flow,
+            pfc,
+            first_ts: a.first_ns,
+            last_ts: a.last_ns,
+            count: a.count,
+        }
+    }
+
+    /// Flows with CE marks whose data receiver never sent a CNP back (no CNP at all from the
+    /// destination host to the source host).
+    fn ce_without_cnp(&self) -> Vec<AlertSnapshot> {
+        let with_cnp: HashSet<([u8; 16], [u8; 16])> = self
+            .flows
+            .iter()
+            .filter(|(_, e)| e.stats.cnp > 0)
+            .map(|(k, _)| (k.src_ip, k.dst_ip))
+            .collect();
+        self.flows
+            .iter()
+            .filter(|(k, e)| e.stats.ecn_ce > 0 && !with_cnp.contains(&(k.dst_ip, k.src_ip)))
+            .map(|(k, e)| AlertSnapshot {
+                kind: AlertKind::CeWithoutCnp.name(),
+                reason: format!(
+                    "{} CE-marked packets but no CNP from {} back to {}: the receiver's NIC does not run DCQCN notification, or CNPs take another path",
+                    e.stats.ecn_ce,
+                    show_ip(k.dst_ip),
+                    show_ip(k.src_ip)
+                ),
+                flow: Some(self.flow_ref(k)),
+                pfc: None,
+                first_ts: e.stats.first_ns,
+                last_ts: e.stats.last_ns,
+                count: e.stats.ecn_ce,
+            })
+            .collect()
+    }
+}
+
+fn rtt_summary(s: Option<&Sketch>) -> RttSummary {
+    let Some(s) = s.filter(|s| s.count() > 0) else {
+        return RttSummary::default();
+    };
+    RttSummary {
+        count: s.count(),
+        min: s.min(),
+        p50: s.quantile(0.5),
+        p90: s.quantile(0.9),
+        p99: s.quantile(0.99),
+        p999: s.quantile(0.999),
+        max: s.max(),
+        mean: s.mean(),
+    }
+}
