@@ -17,6 +17,36 @@ macro_rules! be32 {
     };
 }
 
+/// A wire header that [`crate::parse::PacketView::load`] may copy from any offset of a frame.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types made of `u8` arrays: any bit pattern is a valid value
+/// and alignment is 1, so an unaligned copy of raw packet bytes is always a valid `Self`.
+pub unsafe trait Header: Copy {}
+
+macro_rules! byte_headers {
+    ($($t:ty),* $(,)?) => {
+        $(
+            // SAFETY: a #[repr(C)] newtype over a u8 array (see the trait's contract).
+            unsafe impl Header for $t {}
+        )*
+    };
+}
+
+byte_headers!(
+    EthHdr,
+    VlanHdr,
+    Ipv4Hdr,
+    Ipv6Hdr,
+    UdpHdr,
+    Bth,
+    Reth,
+    Aeth,
+    PfcBody,
+    PauseBody,
+    MacControlOp,
+);
+
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
 pub const ETHERTYPE_IPV6: u16 = 0x86DD;
 pub const ETHERTYPE_VLAN: u16 = 0x8100;

@@ -11,7 +11,7 @@ pub trait PacketView {
     /// Length of the frame as it was on the wire (for byte counters).
     fn frame_len(&self) -> u32;
     /// Copy a `T` from `offset`, or `None` when the frame ends before `offset + size_of::<T>()`.
-    fn load<T: Copy>(&self, offset: usize) -> Option<T>;
+    fn load<T: Header>(&self, offset: usize) -> Option<T>;
 }
 
 /// What a frame is, after parsing.

@@ -8,7 +8,7 @@ use aya_ebpf::{
     helpers::bpf_xdp_get_buff_len,
     programs::{TcContext, XdpContext},
 };
-use roce_observer_common::parse::PacketView;
+use roce_observer_common::{headers::Header, parse::PacketView};
 
 pub struct XdpView {
     start: usize,
@@ -37,7 +37,7 @@ impl PacketView for XdpView {
     }
 
     #[inline(always)]
-    fn load<T: Copy>(&self, offset: usize) -> Option<T> {
+    fn load<T: Header>(&self, offset: usize) -> Option<T> {
         // The verifier needs this exact comparison of packet pointers before any access.
         if self.start + offset + mem::size_of::<T>() > self.end {
             return None;
@@ -66,7 +66,7 @@ impl PacketView for TcView<'_> {
     }
 
     #[inline(always)]
-    fn load<T: Copy>(&self, offset: usize) -> Option<T> {
+    fn load<T: Header>(&self, offset: usize) -> Option<T> {
         self.ctx.load::<T>(offset).ok()
     }
 }

@@ -4,7 +4,7 @@
 
 pub mod capture;
 
-use roce_observer_common::parse::PacketView;
+use roce_observer_common::{headers::Header, parse::PacketView};
 
 /// A captured frame: the bytes that were captured, and the length the frame had on the wire
 /// (the capture's original length, which may exceed `data.len()` when a snap length cut it).
@@ -30,7 +30,7 @@ impl PacketView for SliceView<'_> {
     }
 
     #[inline(always)]
-    fn load<T: Copy>(&self, offset: usize) -> Option<T> {
+    fn load<T: Header>(&self, offset: usize) -> Option<T> {
         let end = offset.checked_add(core::mem::size_of::<T>())?;
         let bytes = self.data.get(offset..end)?;
         // SAFETY: `bytes` holds exactly size_of::<T>() bytes (checked by `get` above);

@@ -8,29 +8,19 @@
 use std::{collections::HashMap, net::IpAddr, time::Duration};
 
 use anyhow::{Context as _, bail};
-use roce_observer::engine::{Engine, EngineConfig, flows::show_ip};
+use roce_observer::{
+    engine::{Engine, EngineConfig, flows::show_ip},
+    wire::SliceView,
+};
 use roce_observer_common::{
     FlowStats, account,
     headers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN},
     opcode::{self, PsnSpace},
-    parse::{Frame, PacketView, parse},
+    parse::{Frame, parse},
     psn::{PSN_MASK, psn_diff},
 };
 
 type FlowId = (IpAddr, IpAddr, u32);
-
-struct Slice<'a>(&'a [u8]);
-impl PacketView for Slice<'_> {
-    fn frame_len(&self) -> u32 {
-        self.0.len() as u32
-    }
-    fn load<T: Copy>(&self, offset: usize) -> Option<T> {
-        let end = offset.checked_add(size_of::<T>())?;
-        let bytes = self.0.get(offset..end)?;
-        // SAFETY: `bytes` holds exactly size_of::<T>() bytes; T is a byte-array header.
-        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
-    }
-}
 
 /// Offset of the BTH in a frame the parser called RoCE.
 fn bth_offset(f: &[u8]) -> Option<usize> {
@@ -72,7 +62,7 @@ fn main() -> anyhow::Result<()> {
             src_ip,
             dst_ip,
             pkt,
-        } = parse(&Slice(f), 4791)
+        } = parse(&SliceView::new(f, f.len() as u32), 4791)
         {
             let id = (show_ip(src_ip), show_ip(dst_ip), pkt.dst_qp);
             let entry = stats
@@ -125,7 +115,7 @@ fn main() -> anyhow::Result<()> {
                 src_ip,
                 dst_ip,
                 pkt,
-            } = parse(&Slice(f), 4791)
+            } = parse(&SliceView::new(f, f.len() as u32), 4791)
             {
                 let id = (show_ip(src_ip), show_ip(dst_ip), pkt.dst_qp);
                 let stream = match opcode::psn_space(pkt.opcode) {
