@@ -81,6 +81,36 @@ fn summary<'v>(doc: &'v Value, direction: &str) -> &'v Value {
     }
 }
 
+/// Nearest-rank quantile of sorted samples (the engine's definition).
+fn quantile(sorted: &[u64], q: f64) -> u64 {
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Latency summary against the exact sample values: min and max exact; quantiles exact while
+/// the engine keeps every sample (64 per flow), within its 1 % relative error after that.
+fn rtt_diffs(samples: &[u64], rtt: &Value) -> Vec<String> {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return Vec::new();
+    };
+    let mut want = vec![("min", *first), ("max", *last)];
+    for (k, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)] {
+        want.push((k, quantile(samples, q)));
+    }
+    let exact = samples.len() <= 64;
+    want.into_iter()
+        .filter_map(|(k, w)| {
+            let got = rtt[k].as_u64().unwrap_or(u64::MAX);
+            let ok = if exact || k == "min" || k == "max" {
+                got == w
+            } else {
+                (got as f64 - w as f64).abs() <= 0.01 * w as f64
+            };
+            (!ok).then(|| format!("rtt_ns.{k}: expected {w}, got {got}"))
+        })
+        .collect()
+}
+
 pub fn compare(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String> {
     let mut diffs = Vec::new();
     let sum = summary(actual, view.direction);
@@ -123,22 +153,18 @@ pub fn compare(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String>
             ));
         }
         if view.exact_rtt {
-            let values: Vec<u64> = exp["rtt_ns"]
+            let mut samples: Vec<u64> = exp["rtt_ns"]
                 .as_array()
                 .unwrap_or(&empty)
                 .iter()
                 .filter_map(Value::as_u64)
                 .collect();
-            if let (Some(min), Some(max)) = (values.iter().min(), values.iter().max()) {
-                for (name, want) in [("min", min), ("max", max)] {
-                    if act["rtt_ns"][name].as_u64() != Some(*want) {
-                        diffs.push(format!(
-                            "flow {id}: rtt_ns.{name}: expected {want}, got {}",
-                            act["rtt_ns"][name]
-                        ));
-                    }
-                }
-            }
+            samples.sort_unstable();
+            diffs.extend(
+                rtt_diffs(&samples, &act["rtt_ns"])
+                    .into_iter()
+                    .map(|d| format!("flow {id}: {d}")),
+            );
         }
     }
     for act in &actual_flows {

@@ -1,0 +1,79 @@
+//! `roce-observer analyze --json` on every fixture capture must reproduce its expected
+//! document: summary classes, every flow field, latency samples (min, max and quantiles), PFC
+//! entries, and the order of flows and PFC entries, with the path MTU given and learned.
+
+use integration_tests::{
+    compare::{View, compare},
+    fixtures, observer_bin,
+};
+use serde_json::Value;
+
+fn analyze(pcap: &std::path::Path, extra: &[&str]) -> Value {
+    let out = std::process::Command::new(observer_bin())
+        .arg("analyze")
+        .arg("--json")
+        .args(extra)
+        .arg(pcap)
+        .output()
+        .expect("roce-observer runs (built by cargo xtask test)");
+    assert!(
+        out.status.success(),
+        "analyze {} failed: {}",
+        pcap.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("analyze prints JSON")
+}
+
+/// (src, dst, qp) of each flow, and (mac, priority) of each PFC entry, in document order.
+fn order(doc: &Value) -> (Vec<String>, Vec<String>) {
+    let empty = Vec::new();
+    let flows = doc["flows"].as_array().unwrap_or(&empty);
+    let pfc = doc["pfc"].as_array().unwrap_or(&empty);
+    (
+        flows
+            .iter()
+            .map(|f| format!("{} {} {}", f["src_ip"], f["dst_ip"], f["dst_qp"]))
+            .collect(),
+        pfc.iter()
+            .map(|p| format!("{} {}", p["src_mac"], p["priority"]))
+            .collect(),
+    )
+}
+
+#[test]
+fn every_fixture_matches_its_expected_document() {
+    let view = View {
+        iface: Some("pcap"),
+        direction: "capture",
+        exact_rtt: true,
+    };
+    let mut diffs = Vec::new();
+    let mut checked = 0;
+    for (name, pcap, expected) in fixtures() {
+        let pmtu = expected["pmtu"].as_u64().unwrap_or(4096).to_string();
+        // Learning the path MTU must not change anything on these captures.
+        for (label, extra) in [
+            ("pmtu given", vec!["--pmtu", pmtu.as_str()]),
+            ("pmtu learned", vec![]),
+        ] {
+            let actual = analyze(&pcap, &extra);
+            for d in compare(&expected, &actual, &view) {
+                diffs.push(format!("{name} ({label}): {d}"));
+            }
+            if order(&expected) != order(&actual) {
+                diffs.push(format!(
+                    "{name} ({label}): flows or PFC entries out of order"
+                ));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} fixture runs");
+    assert!(
+        diffs.is_empty(),
+        "{} differences:\n{}",
+        diffs.len(),
+        diffs.join("\n")
+    );
+}
