@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// observer running).
     #[arg(long, value_name = "PATH")]
     pub flow_log: Option<std::path::PathBuf>,
+    /// Write Prometheus metrics to this file every interval (atomically replaced), for
+    /// node_exporter's textfile collector.
+    #[arg(long, value_name = "PATH")]
+    pub prom_file: Option<std::path::PathBuf>,
     /// Seconds between two reports.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
@@ -210,6 +214,10 @@ async fn run_async(args: RunArgs) -> anyhow::Result<()> {
                 refresh(&mut src, &mut engine)?;
                 let now = now_ns();
                 let snap = engine.snapshot(now);
+                if let Some(path) = &args.prom_file {
+                    sink::prometheus::write_file(path, &snap)
+                        .with_context(|| format!("writing metrics to {}", path.display()))?;
+                }
                 if let Some(log) = flow_log.as_mut() {
                     sink::json::write_flow_log(&mut *log, &snap, now)
                         .context("writing the flow log")?;
@@ -234,6 +242,10 @@ async fn run_async(args: RunArgs) -> anyhow::Result<()> {
     refresh(&mut src, &mut engine)?;
     src.detach_all();
     let snap = engine.snapshot(now_ns());
+    if let Some(path) = &args.prom_file {
+        sink::prometheus::write_file(path, &snap)
+            .with_context(|| format!("writing metrics to {}", path.display()))?;
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {

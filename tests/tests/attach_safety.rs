@@ -52,7 +52,10 @@ fn a_second_observer_is_refused_and_the_first_keeps_counting() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ns = VethNs::new().expect("namespace");
     let ifaces = format!("{},{}", ns.a, ns.b);
-    let first = Observer::start(&ns, &["-i", &ifaces, "--json"]).expect("first observer");
+    let prom = std::env::temp_dir().join(format!("{}.prom", ns.name));
+    let prom_arg = prom.to_string_lossy().into_owned();
+    let first = Observer::start(&ns, &["-i", &ifaces, "--json", "--prom-file", &prom_arg])
+        .expect("first observer");
     let second = ns
         .exec(integration_tests::observer_bin())
         .args(["run", "--no-tui", "--duration", "1", "-i", &ns.b])
@@ -83,6 +86,14 @@ fn a_second_observer_is_refused_and_the_first_keeps_counting() {
     };
     let diffs = compare(&expected, &doc, &view);
     assert!(diffs.is_empty(), "{name}: {}", diffs.join("\n"));
+    // The metrics file carries the same counts.
+    let metrics = std::fs::read_to_string(&prom).expect("metrics file written");
+    let _ = std::fs::remove_file(&prom);
+    let line = format!(
+        "roce_flow_psn_gaps_total{{src=\"192.0.2.1\",dst=\"192.0.2.2\",qp=\"18\",iface=\"{}\",direction=\"ingress\"}} 1",
+        ns.b
+    );
+    assert!(metrics.contains(&line), "{line} not in:\n{metrics}");
 }
 
 #[test]

@@ -1,4 +1,5 @@
 //! Renderers of an engine snapshot.
 
 pub mod json;
+pub mod prometheus;
 pub mod table;
