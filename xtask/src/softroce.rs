@@ -12,6 +12,11 @@
 //! did not compute ourselves: what perftest's parameters and the path MTU imply, and rxe's
 //! counters (sent_pkts, rcvd_pkts, out_of_seq_request, duplicate_request).
 //!
+//! With `--observer PATH`, roce-observer runs in the client VM (XDP ingress + TC egress on
+//! eth0) during perftest; its flow records are checked against `PATH analyze` on the capture of
+//! the same run, and analyze's against the per-flow wire records computed here from tshark
+//! (`observer_checks`, `wire_flows`; tests/softroce/README.md, "Observer checks").
+//!
 //! Results: `target/softroce/results/<scenario>/{cap.pcap, summary.json, vm-client/, vm-server/}`
 //! and `target/softroce/results/summary.json`.
 //!
