@@ -2,6 +2,7 @@
 //! -> one analysis state ([`engine::Engine`]) -> renderers ([`sink`]) that read its snapshot.
 
 pub mod analyze;
+pub mod counters;
 pub mod engine;
 pub mod run;
 pub mod sink;

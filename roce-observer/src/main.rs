@@ -14,6 +14,9 @@ enum Command {
     /// Watch interfaces live: XDP on ingress and TC on egress (needs root or CAP_BPF +
     /// CAP_NET_ADMIN).
     Run(roce_observer::run::RunArgs),
+    /// The RDMA NIC's own RoCE and PFC counters (sysfs hw_counters, ethtool -S): for hosts
+    /// whose NIC handles RoCE where XDP cannot see it.
+    Counters(roce_observer::counters::CountersArgs),
     /// Analyze a pcap/pcapng capture (file, or `-` for a stream on stdin).
     Analyze(roce_observer::analyze::AnalyzeArgs),
 }
@@ -32,6 +35,7 @@ fn main() -> std::process::ExitCode {
 fn dispatch(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => roce_observer::run::run(args),
+        Command::Counters(args) => roce_observer::counters::run(args),
         Command::Analyze(args) => roce_observer::analyze::run(args),
     }
 }

@@ -1,0 +1,198 @@
+//! NIC counters, for hosts where RoCE is offloaded to a hardware RDMA NIC and never reaches
+//! XDP/TC: the RDMA core's per-port counters (`/sys/class/infiniband/DEV/ports/N/counters` and
+//! `hw_counters`: CNPs sent and handled, ECN-marked packets, sequence errors, duplicates,
+//! timeouts...) and the netdev's PFC counters from `ethtool -S` (mlx5: rx_prio3_pause, ...).
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde::Serialize;
+
+/// Counters of one RDMA port (and its netdev), by name.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PortCounters {
+    pub device: String,
+    pub port: u32,
+    /// The Ethernet netdev the port runs on (RoCE), when the kernel says.
+    pub netdev: Option<String>,
+    /// `counters/*` and `hw_counters/*`, by file name.
+    pub rdma: BTreeMap<String, u64>,
+    /// PFC / pause counters from `ethtool -S NETDEV` (names containing "pause").
+    pub pause: BTreeMap<String, u64>,
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn read_dir_counters(dir: &Path, into: &mut BTreeMap<String, u64>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        // Unreadable or non-numeric files (some drivers expose write-only knobs) are skipped.
+        if let (Some(name), Some(v)) = (path.file_name().and_then(|n| n.to_str()), read_u64(&path))
+        {
+            into.insert(name.to_string(), v);
+        }
+    }
+}
+
+/// `ethtool -S` lines `name: value` whose name mentions pause (PFC and 802.3x).
+pub fn parse_ethtool_pause(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (name, value) = l.trim().split_once(':')?;
+            let name = name.trim();
+            (name.contains("pause")).then_some(())?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn ethtool_pause(netdev: &str) -> BTreeMap<String, u64> {
+    Command::new("ethtool")
+        .args(["-S", netdev])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| parse_ethtool_pause(&String::from_utf8_lossy(&o.stdout)))
+        .unwrap_or_default()
+}
+
+/// Read every RDMA port under `root` (normally /sys/class/infiniband). `ethtool` adds PFC
+/// counters when `with_ethtool` and the tool is installed.
+pub fn read_ports(root: &Path, with_ethtool: bool) -> std::io::Result<Vec<PortCounters>> {
+    let mut out = Vec::new();
+    let mut devices: Vec<PathBuf> = fs::read_dir(root)?.flatten().map(|e| e.path()).collect();
+    devices.sort();
+    for dev in devices {
+        let device = dev
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("?")
+            .to_string();
+        let Ok(ports) = fs::read_dir(dev.join("ports")) else {
+            continue;
+        };
+        let mut ports: Vec<PathBuf> = ports.flatten().map(|e| e.path()).collect();
+        ports.sort();
+        for port_dir in ports {
+            let Some(port) = port_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse().ok())
+            else {
+                continue;
+            };
+            let mut pc = PortCounters {
+                device: device.clone(),
+                port,
+                netdev: fs::read_to_string(port_dir.join("gid_attrs/ndevs/0"))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty()),
+                ..PortCounters::default()
+            };
+            read_dir_counters(&port_dir.join("counters"), &mut pc.rdma);
+            read_dir_counters(&port_dir.join("hw_counters"), &mut pc.rdma);
+            if with_ethtool && let Some(nd) = &pc.netdev {
+                pc.pause = ethtool_pause(nd);
+            }
+            out.push(pc);
+        }
+    }
+    Ok(out)
+}
+
+/// `now - before` per counter (counters that went backwards, e.g. after a driver reset, are
+/// reported as their new value).
+pub fn delta(before: &PortCounters, now: &PortCounters) -> PortCounters {
+    let d = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>| {
+        b.iter()
+            .map(|(k, v)| {
+                let prev = a.get(k).copied().unwrap_or(0);
+                (k.clone(), if *v >= prev { v - prev } else { *v })
+            })
+            .collect()
+    };
+    PortCounters {
+        device: now.device.clone(),
+        port: now.port,
+        netdev: now.netdev.clone(),
+        rdma: d(&before.rdma, &now.rdma),
+        pause: d(&before.pause, &now.pause),
+    }
+}
+
+/// The counters that explain RoCE trouble, in the order a person reads them.
+pub const KEY_COUNTERS: &[(&str, &str)] = &[
+    ("np_cnp_sent", "CNPs sent (this host saw CE marks)"),
+    (
+        "rp_cnp_handled",
+        "CNPs handled (this host was told to slow down)",
+    ),
+    (
+        "np_ecn_marked_roce_packets",
+        "RoCE packets received with ECN CE",
+    ),
+    ("out_of_sequence", "out-of-sequence packets received"),
+    ("packet_seq_err", "NAK sequence errors received"),
+    ("duplicate_request", "duplicate requests received"),
+    ("implied_nak_seq_err", "implied NAK sequence errors"),
+    (
+        "local_ack_timeout_err",
+        "ACK timeouts (retransmission after silence)",
+    ),
+    ("rnr_nak_retry_err", "RNR NAK retries exceeded"),
+    ("roce_adp_retrans", "adaptive retransmissions"),
+    ("out_of_seq_request", "out-of-sequence requests (rxe)"),
+    ("rcvd_seq_err", "sequence errors received (rxe)"),
+    ("completer_retry_err", "completer retries (rxe)"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_sysfs_tree_and_computes_deltas() {
+        let root = std::env::temp_dir().join(format!("roce-hw-{}", std::process::id()));
+        let port = root.join("mlx5_0/ports/1");
+        fs::create_dir_all(port.join("hw_counters")).expect("mkdir");
+        fs::create_dir_all(port.join("counters")).expect("mkdir");
+        fs::create_dir_all(port.join("gid_attrs/ndevs")).expect("mkdir");
+        fs::write(port.join("hw_counters/np_cnp_sent"), "12\n").expect("write");
+        fs::write(port.join("hw_counters/out_of_sequence"), "3\n").expect("write");
+        fs::write(port.join("hw_counters/not_a_number"), "N/A\n").expect("write");
+        fs::write(port.join("counters/port_rcv_packets"), "1000\n").expect("write");
+        fs::write(port.join("gid_attrs/ndevs/0"), "ens1f0\n").expect("write");
+        let first = read_ports(&root, false).expect("read");
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].device, "mlx5_0");
+        assert_eq!(first[0].netdev.as_deref(), Some("ens1f0"));
+        assert_eq!(first[0].rdma["np_cnp_sent"], 12);
+        assert!(!first[0].rdma.contains_key("not_a_number"));
+        fs::write(port.join("hw_counters/np_cnp_sent"), "20\n").expect("write");
+        let second = read_ports(&root, false).expect("read");
+        let d = delta(&first[0], &second[0]);
+        assert_eq!(d.rdma["np_cnp_sent"], 8);
+        assert_eq!(d.rdma["port_rcv_packets"], 0);
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn ethtool_pause_lines() {
+        let text = "NIC statistics:\n     rx_prio3_pause: 42\n     rx_prio3_pause_duration: 1000\n     \
+                    tx_bytes: 5\n     tx_pause_storm_warning_events: 1\n";
+        let p = parse_ethtool_pause(text);
+        assert_eq!(p.len(), 3);
+        assert_eq!(p["rx_prio3_pause"], 42);
+        assert_eq!(p["tx_pause_storm_warning_events"], 1);
+    }
+}
