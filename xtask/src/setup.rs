@@ -61,8 +61,12 @@ fn apt_install(pkgs: &[&str]) -> anyhow::Result<()> {
             missing.join(" ")
         );
     }
-    sh(Command::new("apt-get").args(["update", "-q"]))
-        .context("apt-get update failed: are the Debian package mirrors reachable?")?;
+    // One package-list refresh per run is enough.
+    static UPDATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !UPDATED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        sh(Command::new("apt-get").args(["update", "-q"]))
+            .context("apt-get update failed: are the Debian package mirrors reachable?")?;
+    }
     sh(Command::new("apt-get")
         .env("DEBIAN_FRONTEND", "noninteractive")
         .args(["install", "-y", "-q", "--no-install-recommends"])
