@@ -45,6 +45,9 @@ byte_headers!(
     PfcBody,
     PauseBody,
     MacControlOp,
+    GreHdr,
+    ErspanIIHdr,
+    ErspanIIIHdr,
 );
 
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -55,6 +58,11 @@ pub const ETHERTYPE_MAC_CONTROL: u16 = 0x8808;
 pub const MAC_CONTROL_PAUSE: u16 = 0x0001;
 pub const MAC_CONTROL_PFC: u16 = 0x0101;
 pub const IPPROTO_UDP: u8 = 17;
+pub const IPPROTO_GRE: u8 = 47;
+/// GRE payload types that carry a mirrored Ethernet frame.
+pub const GRE_PROTO_ERSPAN_I_II: u16 = 0x88BE;
+pub const GRE_PROTO_ERSPAN_III: u16 = 0x22EB;
+pub const GRE_PROTO_TEB: u16 = 0x6558;
 
 /// Ethernet II header.
 #[repr(C)]
@@ -283,6 +291,54 @@ impl PauseBody {
     #[inline(always)]
     pub fn quanta(&self) -> u16 {
         be16!(self.0, 2)
+    }
+}
+
+/// GRE base header (RFC 2784/2890): flags and version, protocol type. Optional checksum, key
+/// and sequence words follow when their flags are set.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GreHdr(pub [u8; 4]);
+impl GreHdr {
+    pub const LEN: usize = 4;
+    /// Bytes of GRE header, optional words included.
+    #[inline(always)]
+    pub fn header_len(&self) -> usize {
+        let f = self.0[0];
+        4 + 4 * (((f >> 7) & 1) + ((f >> 5) & 1) + ((f >> 4) & 1)) as usize
+    }
+    #[inline(always)]
+    pub fn sequence_present(&self) -> bool {
+        self.0[0] & 0x10 != 0
+    }
+    #[inline(always)]
+    pub fn version(&self) -> u8 {
+        self.0[1] & 0x07
+    }
+    #[inline(always)]
+    pub fn protocol(&self) -> u16 {
+        be16!(self.0, 2)
+    }
+}
+
+/// ERSPAN type II header (8 bytes); type I has none.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ErspanIIHdr(pub [u8; 8]);
+impl ErspanIIHdr {
+    pub const LEN: usize = 8;
+}
+
+/// ERSPAN type III header (12 bytes); an 8-byte platform-specific subheader follows when the
+/// O flag (last bit) is set.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ErspanIIIHdr(pub [u8; 12]);
+impl ErspanIIIHdr {
+    pub const LEN: usize = 12;
+    #[inline(always)]
+    pub fn has_platform_subheader(&self) -> bool {
+        self.0[11] & 1 != 0
     }
 }
 

@@ -49,14 +49,31 @@ pub fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
     ]
 }
 
-/// Parse one frame. `roce_port` is the RoCEv2 UDP destination port.
+/// Parse one frame. `roce_port` is the RoCEv2 UDP destination port. GRE is not unwrapped:
+/// ERSPAN mirror traffic counts as `non_roce` (the kernel programs use this; a second parse
+/// chain for the mirrored frame does not fit the 512-byte BPF stack yet).
 #[inline(always)]
 pub fn parse<P: PacketView>(p: &P, roce_port: u16) -> Frame {
+    parse_l2::<P, false>(p, 0, roce_port)
+}
+
+/// [`parse`], and a frame mirrored inside ERSPAN (type I, II, III) or transparent-Ethernet GRE
+/// is unwrapped and parsed in its place (once). Captures from an ERSPAN destination use this.
+#[inline(always)]
+pub fn parse_mirrored<P: PacketView>(p: &P, roce_port: u16) -> Frame {
+    parse_l2::<P, true>(p, 0, roce_port)
+}
+
+/// Parse an Ethernet frame starting at `base`. With `UNWRAP` (the captured frame of
+/// [`parse_mirrored`]), a GRE-mirrored frame inside is parsed instead; the mirrored frame
+/// itself is never unwrapped again.
+#[inline(always)]
+fn parse_l2<P: PacketView, const UNWRAP: bool>(p: &P, base: usize, roce_port: u16) -> Frame {
     let malformed = Frame::Other(Counter::Malformed);
-    let Some(eth) = p.load::<EthHdr>(0) else {
+    let Some(eth) = p.load::<EthHdr>(base) else {
         return malformed;
     };
-    let mut off = EthHdr::LEN;
+    let mut off = base + EthHdr::LEN;
     let mut ethertype = eth.ethertype();
     let mut pcp = PCP_UNTAGGED;
     // Up to two tags (802.1Q, or QinQ); the outer tag's PCP selects the PFC priority.
@@ -78,14 +95,60 @@ pub fn parse<P: PacketView>(p: &P, roce_port: u16) -> Frame {
             }
         }
     }
+    let l3 = L3 {
+        off,
+        base,
+        pcp,
+        roce_port,
+    };
     match ethertype {
-        ETHERTYPE_IPV4 => parse_ipv4(p, off, pcp, roce_port),
-        ETHERTYPE_IPV6 => parse_ipv6(p, off, pcp, roce_port),
+        ETHERTYPE_IPV4 => parse_ipv4::<P, UNWRAP>(p, &l3),
+        ETHERTYPE_IPV6 => parse_ipv6::<P, UNWRAP>(p, &l3),
         ETHERTYPE_MAC_CONTROL => parse_mac_control(p, off, eth.src_mac()),
         _ => Frame::Other(Counter::NonRoce),
     }
 }
 
+/// Where the network header starts and what the layers below it said.
+struct L3 {
+    off: usize,
+    /// Start of the (possibly mirrored) Ethernet frame.
+    base: usize,
+    pcp: u8,
+    roce_port: u16,
+}
+
+/// GRE carrying a mirrored frame: ERSPAN type I (no header), II (8 bytes), III (12 bytes, plus
+/// 8 when the platform-specific subheader is present), or transparent Ethernet bridging.
+#[inline(always)]
+fn parse_gre<P: PacketView>(p: &P, off: usize, roce_port: u16) -> Frame {
+    let Some(gre) = p.load::<GreHdr>(off) else {
+        return Frame::Other(Counter::Malformed);
+    };
+    if gre.version() != 0 {
+        return Frame::Other(Counter::NonRoce);
+    }
+    let mut inner = off + gre.header_len();
+    match gre.protocol() {
+        GRE_PROTO_TEB => {}
+        // Type II sets the sequence flag and has a header; type I has neither.
+        GRE_PROTO_ERSPAN_I_II if gre.sequence_present() => {
+            if p.load::<ErspanIIHdr>(inner).is_none() {
+                return Frame::Other(Counter::Malformed);
+            }
+            inner += ErspanIIHdr::LEN;
+        }
+        GRE_PROTO_ERSPAN_I_II => {}
+        GRE_PROTO_ERSPAN_III => {
+            let Some(h) = p.load::<ErspanIIIHdr>(inner) else {
+                return Frame::Other(Counter::Malformed);
+            };
+            inner += ErspanIIIHdr::LEN + if h.has_platform_subheader() { 8 } else { 0 };
+        }
+        _ => return Frame::Other(Counter::NonRoce),
+    }
+    parse_l2::<P, false>(p, inner, roce_port)
+}
 #[inline(always)]
 fn parse_mac_control<P: PacketView>(p: &P, off: usize, src_mac: [u8; 6]) -> Frame {
     let Some(op) = p.load::<MacControlOp>(off) else {
@@ -112,8 +175,8 @@ fn parse_mac_control<P: PacketView>(p: &P, off: usize, src_mac: [u8; 6]) -> Fram
 }
 
 #[inline(always)]
-fn parse_ipv4<P: PacketView>(p: &P, off: usize, pcp: u8, roce_port: u16) -> Frame {
-    let Some(ip) = p.load::<Ipv4Hdr>(off) else {
+fn parse_ipv4<P: PacketView, const UNWRAP: bool>(p: &P, l3: &L3) -> Frame {
+    let Some(ip) = p.load::<Ipv4Hdr>(l3.off) else {
         return Frame::Other(Counter::Malformed);
     };
     let ihl = ip.header_len();
@@ -123,31 +186,34 @@ fn parse_ipv4<P: PacketView>(p: &P, off: usize, pcp: u8, roce_port: u16) -> Fram
     if ip.frag_offset() != 0 {
         return Frame::Other(Counter::IpFragments);
     }
+    if UNWRAP && ip.protocol() == IPPROTO_GRE {
+        return parse_gre(p, l3.off + ihl, l3.roce_port);
+    }
     if ip.protocol() != IPPROTO_UDP {
         return Frame::Other(Counter::NonRoce);
     }
     // Options end where the UDP header begins; a frame cut inside them is caught by the UDP
     // load below (it starts after them).
-    parse_udp(
-        p,
-        off + ihl,
-        ipv4_mapped(ip.src()),
-        ipv4_mapped(ip.dst()),
-        ip.tos(),
-        pcp,
-        roce_port,
-    )
+    let ips = Ips {
+        src: ipv4_mapped(ip.src()),
+        dst: ipv4_mapped(ip.dst()),
+        tos: ip.tos(),
+    };
+    parse_udp(p, l3.off + ihl, &ips, l3)
 }
 
 #[inline(always)]
-fn parse_ipv6<P: PacketView>(p: &P, off: usize, pcp: u8, roce_port: u16) -> Frame {
-    let Some(ip) = p.load::<Ipv6Hdr>(off) else {
+fn parse_ipv6<P: PacketView, const UNWRAP: bool>(p: &P, l3: &L3) -> Frame {
+    let Some(ip) = p.load::<Ipv6Hdr>(l3.off) else {
         return Frame::Other(Counter::Malformed);
     };
     if ip.version() != 6 {
         return Frame::Other(Counter::Malformed);
     }
     let nh = ip.next_header();
+    if UNWRAP && nh == IPPROTO_GRE {
+        return parse_gre(p, l3.off + Ipv6Hdr::LEN, l3.roce_port);
+    }
     if nh != IPPROTO_UDP {
         return Frame::Other(if is_ipv6_extension(nh) {
             Counter::Unsupported
@@ -155,32 +221,28 @@ fn parse_ipv6<P: PacketView>(p: &P, off: usize, pcp: u8, roce_port: u16) -> Fram
             Counter::NonRoce
         });
     }
-    parse_udp(
-        p,
-        off + Ipv6Hdr::LEN,
-        ip.src(),
-        ip.dst(),
-        ip.traffic_class(),
-        pcp,
-        roce_port,
-    )
+    let ips = Ips {
+        src: ip.src(),
+        dst: ip.dst(),
+        tos: ip.traffic_class(),
+    };
+    parse_udp(p, l3.off + Ipv6Hdr::LEN, &ips, l3)
+}
+
+/// Addresses and traffic class of the IP header.
+struct Ips {
+    src: [u8; 16],
+    dst: [u8; 16],
+    tos: u8,
 }
 
 #[inline(always)]
-fn parse_udp<P: PacketView>(
-    p: &P,
-    off: usize,
-    src_ip: [u8; 16],
-    dst_ip: [u8; 16],
-    tos: u8,
-    pcp: u8,
-    roce_port: u16,
-) -> Frame {
+fn parse_udp<P: PacketView>(p: &P, off: usize, ips: &Ips, l3: &L3) -> Frame {
     let Some(udp) = p.load::<UdpHdr>(off) else {
         return Frame::Other(Counter::Malformed);
     };
     // Only the destination port identifies RoCEv2; the source port is per-QP ECMP entropy.
-    if udp.dst_port() != roce_port {
+    if udp.dst_port() != l3.roce_port {
         return Frame::Other(Counter::NonRoce);
     }
     let bth_off = off + UdpHdr::LEN;
@@ -202,9 +264,10 @@ fn parse_udp<P: PacketView>(
             None => return Frame::Other(Counter::Malformed),
         }
     }
+    let tos = ips.tos;
     Frame::Roce {
-        src_ip,
-        dst_ip,
+        src_ip: ips.src,
+        dst_ip: ips.dst,
         pkt: RocePacket {
             opcode: op,
             psn: bth.psn(),
@@ -214,9 +277,10 @@ fn parse_udp<P: PacketView>(
             syndrome,
             ecn: tos & 0x3,
             dscp: tos >> 2,
-            pcp,
+            pcp: l3.pcp,
             udp_sport: udp.src_port(),
-            frame_len: p.frame_len(),
+            // The RoCE frame itself: for a mirrored frame, without the ERSPAN/GRE wrapping.
+            frame_len: p.frame_len().saturating_sub(l3.base as u32),
         },
     }
 }

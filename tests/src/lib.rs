@@ -63,6 +63,15 @@ pub fn fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
     out
 }
 
+/// The fixtures the kernel programs are expected to read as their expected JSON says: all but
+/// those marked `"kernel": false` (ERSPAN captures, which only `analyze` unwraps).
+pub fn kernel_fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
+    fixtures()
+        .into_iter()
+        .filter(|f| f.2["kernel"] != serde_json::Value::Bool(false))
+        .collect()
+}
+
 /// Every frame of a capture, in order (with the capture reader `analyze` uses).
 pub fn read_frames(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
     let file = std::fs::File::open(path)?;

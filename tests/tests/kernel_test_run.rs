@@ -5,7 +5,7 @@
 
 use integration_tests::{
     compare::{View, compare},
-    fixtures, kernel_tests_enabled, read_frames,
+    kernel_fixtures, kernel_tests_enabled, read_frames,
 };
 use roce_observer::{
     engine::{Engine, EngineConfig},
@@ -32,7 +32,7 @@ fn every_fixture_through_xdp_and_tc_test_run() {
     let mut failures = Vec::new();
     let mut checked = 0;
     let mut skipped = 0;
-    for (name, pcap, expected) in fixtures() {
+    for (name, pcap, expected) in kernel_fixtures() {
         let frames = read_frames(&pcap).expect("fixture pcap reads");
         let pmtu = expected["pmtu"].as_u64().unwrap_or(4096) as u32;
         for (direction, verdict) in [("ingress", XDP_PASS), ("egress", TC_ACT_PIPE)] {
@@ -88,4 +88,30 @@ fn every_fixture_through_xdp_and_tc_test_run() {
         "kernel test-run: {checked} fixture runs matched their expected output \
          ({skipped} TC runs left to the veth replay test)"
     );
+}
+
+/// The kernel programs do not unwrap ERSPAN (documented): the mirrored frames of the erspan
+/// fixture are non-RoCE GRE to them, and only its one plain RoCE frame makes a flow.
+#[test]
+fn erspan_frames_are_not_unwrapped_in_the_kernel() {
+    if !kernel_tests_enabled("erspan_frames_are_not_unwrapped_in_the_kernel") {
+        return;
+    }
+    let pcap = integration_tests::fixtures_dir().join("erspan.pcap");
+    let frames = read_frames(&pcap).expect("erspan fixture reads");
+    let src = KernelSource::load(&KernelOptions::default()).expect("BPF programs load");
+    for frame in &frames {
+        assert_eq!(src.test_run_xdp(frame).expect("test run"), XDP_PASS);
+    }
+    let counters = src.read_counters().expect("counters")[0];
+    use roce_observer_common::Counter;
+    assert_eq!(
+        counters[Counter::TotalPackets as usize],
+        frames.len() as u64
+    );
+    assert_eq!(counters[Counter::RocePackets as usize], 1);
+    assert_eq!(counters[Counter::NonRoce as usize], frames.len() as u64 - 1);
+    let flows = src.read_flows().expect("flows");
+    assert_eq!(flows.len(), 1);
+    assert_eq!(flows[0].1.packets, 1);
 }

@@ -6,7 +6,7 @@
 
 use integration_tests::{
     compare::{View, compare, diff_flows},
-    fixtures, kernel_tests_enabled,
+    kernel_fixtures, kernel_tests_enabled,
     netns::{Observer, VethNs},
 };
 
@@ -18,7 +18,7 @@ fn every_fixture_replayed_on_veth_matches_on_both_ends() {
     let mut failures = Vec::new();
     let mut checked = 0;
     let mut differential = 0;
-    for (name, pcap, expected) in fixtures() {
+    for (name, pcap, expected) in kernel_fixtures() {
         let ns = VethNs::new().expect("namespace with a veth pair");
         let pmtu = expected["pmtu"].as_u64().unwrap_or(4096).to_string();
         let ifaces = format!("{},{}", ns.a, ns.b);

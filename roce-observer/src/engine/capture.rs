@@ -12,7 +12,9 @@ impl Engine {
         self.seen(ts_ns);
         self.count(d, Counter::TotalPackets, 1);
         let view = SliceView::new(data, orig_len);
-        match parse(&view, self.cfg.roce_port) {
+        // Captures may come from an ERSPAN destination: unwrap mirrored frames (the kernel
+        // programs do not yet, see parse_mirrored).
+        match parse_mirrored(&view, self.cfg.roce_port) {
             Frame::Roce {
                 src_ip,
                 dst_ip,

@@ -33,7 +33,7 @@ use roce_observer_common::{
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
     opcode,
-    parse::{Frame, parse},
+    parse::{Frame, parse_mirrored},
     pfc::{PRIORITY_LINK, quanta_to_ns},
     psn::PsnVerdict,
 };
