@@ -1552,44 +1552,14 @@ struct WireFlow {
     op_lens: BTreeMap<String, BTreeSet<u32>>,
 }
 
-const TRANSPORTS: [&str; 8] = ["RC", "UC", "RD", "UD", "CNP", "XRC", "T6", "T7"];
-const OPERATIONS: [&str; 24] = [
-    "SEND_FIRST",
-    "SEND_MIDDLE",
-    "SEND_LAST",
-    "SEND_LAST_WITH_IMMEDIATE",
-    "SEND_ONLY",
-    "SEND_ONLY_WITH_IMMEDIATE",
-    "RDMA_WRITE_FIRST",
-    "RDMA_WRITE_MIDDLE",
-    "RDMA_WRITE_LAST",
-    "RDMA_WRITE_LAST_WITH_IMMEDIATE",
-    "RDMA_WRITE_ONLY",
-    "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
-    "RDMA_READ_REQUEST",
-    "RDMA_READ_RESPONSE_FIRST",
-    "RDMA_READ_RESPONSE_MIDDLE",
-    "RDMA_READ_RESPONSE_LAST",
-    "RDMA_READ_RESPONSE_ONLY",
-    "ACKNOWLEDGE",
-    "ATOMIC_ACKNOWLEDGE",
-    "COMPARE_SWAP",
-    "FETCH_ADD",
-    "OP_15",
-    "SEND_LAST_WITH_INVALIDATE",
-    "SEND_ONLY_WITH_INVALIDATE",
-];
-
-/// The opcode's name as the flow records spell it (`RC_RDMA_WRITE_FIRST`, `CNP`).
+/// The opcode's name as the flow records spell it (`RC_RDMA_WRITE_FIRST`, `CNP`): the names
+/// come from the shared table (only names; the wire figures themselves are computed here).
 fn opcode_name(op: u8) -> String {
-    let transport = TRANSPORTS[(op >> 5) as usize];
-    if op == 0x81 {
+    use roce_observer_common::opcode::{OP_CNP, operation_name, transport, transport_name};
+    if op == OP_CNP {
         return "CNP".into();
     }
-    match OPERATIONS.get((op & 0x1F) as usize) {
-        Some(o) => format!("{transport}_{o}"),
-        None => format!("{transport}_OP_{:02X}", op & 0x1F),
-    }
+    format!("{}_{}", transport_name(transport(op)), operation_name(op))
 }
 
 /// Every flow of the capture (RC traffic: the harness has no other). Request PSN rules start

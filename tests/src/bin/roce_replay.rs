@@ -51,6 +51,8 @@ fn main() -> anyhow::Result<()> {
     // Pass 1: each request stream's length (first PSN to the next expected one), and which
     // request stream every response flow answers (the peer QPs the engine learns).
     let mut stats: HashMap<FlowId, (u32, FlowStats)> = HashMap::new();
+    // Per frame: (flow, opcode, PSN) of a RoCE frame, parsed once here, not on every pass.
+    let mut roce: Vec<Option<(FlowId, u8, u32)>> = Vec::with_capacity(frames.len());
     let mut engine = Engine::new(EngineConfig {
         pmtu,
         pmtu_explicit: true,
@@ -58,6 +60,7 @@ fn main() -> anyhow::Result<()> {
     });
     for f in &frames {
         engine.ingest_frame(0, f, f.len() as u32, 0);
+        roce.push(None);
         if let Frame::Roce {
             src_ip,
             dst_ip,
@@ -65,6 +68,9 @@ fn main() -> anyhow::Result<()> {
         } = parse(&SliceView::new(f, f.len() as u32), 4791)
         {
             let id = (show_ip(src_ip), show_ip(dst_ip), pkt.dst_qp);
+            if let Some(last) = roce.last_mut() {
+                *last = Some((id, pkt.opcode, pkt.psn));
+            }
             let entry = stats
                 .entry(id)
                 .or_insert_with(|| (u32::MAX, FlowStats::zeroed()));
@@ -91,6 +97,22 @@ fn main() -> anyhow::Result<()> {
             ))
         })
         .collect();
+    // Per frame: where its PSN sits, the PSN, and how far each pass shifts it.
+    let patches: Vec<Option<(usize, u32, u32)>> = frames
+        .iter()
+        .zip(&roce)
+        .map(|(f, r)| {
+            let (id, op, psn) = (*r)?;
+            let stream = match opcode::psn_space(op) {
+                PsnSpace::Request => Some(id),
+                PsnSpace::ReadResponse | PsnSpace::Ack => answers.get(&id).copied(),
+                PsnSpace::None => None,
+            };
+            let shift = stream.and_then(|s| span.get(&s)).copied().unwrap_or(0);
+            let b = bth_offset(f).filter(|b| b + 12 <= f.len())?;
+            Some((b, psn, shift))
+        })
+        .collect();
 
     // SAFETY: plain socket(2); the descriptor is checked below.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
@@ -109,25 +131,11 @@ fn main() -> anyhow::Result<()> {
     let gap = Duration::from_nanos(1_000_000_000 / pps.max(1));
     let mut pass: u32 = 0;
     loop {
-        for f in &frames {
+        for (f, patch) in frames.iter().zip(&patches) {
             let mut buf = f.clone();
-            if let Frame::Roce {
-                src_ip,
-                dst_ip,
-                pkt,
-            } = parse(&SliceView::new(f, f.len() as u32), 4791)
-            {
-                let id = (show_ip(src_ip), show_ip(dst_ip), pkt.dst_qp);
-                let stream = match opcode::psn_space(pkt.opcode) {
-                    PsnSpace::Request => Some(id),
-                    PsnSpace::ReadResponse | PsnSpace::Ack => answers.get(&id).copied(),
-                    PsnSpace::None => None,
-                };
-                let shift = stream.and_then(|s| span.get(&s)).copied().unwrap_or(0);
-                if let Some(b) = bth_offset(&buf).filter(|b| b + 12 <= buf.len()) {
-                    let psn = pkt.psn.wrapping_add(shift.wrapping_mul(pass)) & PSN_MASK;
-                    buf[b + 9..b + 12].copy_from_slice(&psn.to_be_bytes()[1..]);
-                }
+            if let Some((b, psn, shift)) = *patch {
+                let psn = psn.wrapping_add(shift.wrapping_mul(pass)) & PSN_MASK;
+                buf[b + 9..b + 12].copy_from_slice(&psn.to_be_bytes()[1..]);
             }
             // SAFETY: `buf` and `addr` are valid for the lengths given.
             let sent = unsafe {
