@@ -45,6 +45,27 @@ pub struct NakCounts {
     pub other: u64,
 }
 
+/// Upper bounds (ns) of the classic latency buckets: 1 us .. 100 ms in 1-2-5 steps, the range
+/// of RDMA request -> answer times from one switch hop to a congested fabric.
+pub const LATENCY_BUCKETS_NS: [u64; 16] = [
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+];
+
 /// Latency quantiles in nanoseconds; all but `count` are null without samples.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct RttSummary {
@@ -56,6 +77,12 @@ pub struct RttSummary {
     pub p999: Option<u64>,
     pub max: Option<u64>,
     pub mean: Option<f64>,
+    /// Exact samples per classic bucket (`LATENCY_BUCKETS_NS`, not cumulative) and their sum,
+    /// for the Prometheus histogram; not part of the JSON document.
+    #[serde(skip)]
+    pub buckets: [u64; LATENCY_BUCKETS_NS.len()],
+    #[serde(skip)]
+    pub sum_ns: u128,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
