@@ -2,5 +2,6 @@
 
 pub mod json;
 pub mod logdir;
+pub mod metrics;
 pub mod prometheus;
 pub mod table;
