@@ -14,6 +14,8 @@
 //! it sums across flows and hosts; the bucket counts are exact. Counters are cumulative since
 //! the observer started. Metric definitions: docs/metrics.md.
 
+pub mod server;
+
 use std::collections::BTreeMap;
 
 use prometheus_client::{
