@@ -213,3 +213,40 @@ fn health_appears_when_known() {
     let without = render(&snap, 1, &Health::default());
     assert!(!without.contains("roce_observer_log_records_lost_total"));
 }
+
+/// `promtool check metrics` (Debian package `prometheus`, installed by `cargo xtask setup`)
+/// lints names, units, `_total` suffixes and histogram shapes. The Prometheus scrape test in
+/// tests/ runs it too and requires it; here it runs when promtool is installed.
+#[test]
+fn promtool_finds_nothing_to_lint() {
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("promtool not installed: lint checked by the Prometheus scrape test only");
+        return;
+    };
+    let snap = fixture_snapshot(&["mixed_demo", "pfc", "pause_8023x", "nak_go_back_n"]);
+    let health = Health {
+        log_records_lost: Some(1),
+        log_records_written: Some(2),
+        last_scrape_seconds: Some(0.1),
+        scrapes: 1,
+    };
+    let text = render(&snap, DEFAULT_TOP_FLOWS, &health);
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(text.as_bytes()).expect("feed promtool");
+    }
+    let out = child.wait_with_output().expect("promtool runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && report.trim().is_empty(), "promtool: {report}");
+}
