@@ -75,9 +75,8 @@ pub struct AnalyzeArgs {
     /// fractions then cover each report's interval), then once more at the end.
     #[arg(long = "report-every", value_name = "SECS", conflicts_with = "json")]
     pub report_every: Option<f64>,
-    /// Also write the flows as JSON lines (one record per flow) to this file.
-    #[arg(long = "flow-log", value_name = "FILE")]
-    pub flow_log: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: sink::cli::LogDirArgs,
 }
 
 fn parse_pmtu(s: &str) -> Result<u32, String> {
@@ -230,15 +229,11 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         Some(secs) => return Err(AnalyzeError::ReportEvery(secs).into()),
         None => None,
     };
-    let mut flow_log = match &args.flow_log {
-        Some(path) => {
-            Some(BufWriter::new(File::create(path).with_context(|| {
-                format!("cannot create flow log {}", path.display())
-            })?))
-        }
+    // Log time is capture time: files rotate by age and get full batches on the capture's clock.
+    let mut log_dir = match args.log.config()? {
+        Some(cfg) => Some(sink::logdir::LogDir::open(cfg, sink::logdir::now_ns())?),
         None => None,
     };
-    let mut log_error: Option<std::io::Error> = None;
     let report = |snap: &Snapshot| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
@@ -249,10 +244,8 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         let _ = out.write_all(sink::table::render(snap).as_bytes());
         let _ = writeln!(out);
         let _ = out.flush();
-        if let Some(log) = flow_log.as_mut()
-            && let Err(e) = sink::json::write_flow_log(log, snap, snap.summary.interval_end_ts)
-        {
-            log_error.get_or_insert(e);
+        if let Some(log) = log_dir.as_mut() {
+            log.write(snap, snap.summary.interval_end_ts);
         }
     };
     let (engine, damage) = if name == "-" {
@@ -277,7 +270,21 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         }
         eprintln!("warning: {name}: {err}");
     }
-    let snap = engine.snapshot(engine.last_ts());
+    let mut snap = engine.snapshot(engine.last_ts());
+    if let Some(log) = log_dir.as_mut() {
+        log.write(&snap, snap.summary.interval_end_ts);
+        log.finish();
+        let health = log.health();
+        snap.summary.log_records_lost = Some(health.records_lost);
+        if health.records_lost > 0 {
+            eprintln!(
+                "warning: {} log lines could not be written to {} ({})",
+                health.records_lost,
+                log.dir().display(),
+                log.last_error().unwrap_or("see earlier errors")
+            );
+        }
+    }
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if args.json {
@@ -288,17 +295,5 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
             .context("writing the table to stdout")?;
     }
     out.flush().context("writing to stdout")?;
-    if let Some(mut log) = flow_log {
-        let path = args
-            .flow_log
-            .as_deref()
-            .unwrap_or(std::path::Path::new("-"));
-        if let Some(e) = log_error {
-            return Err(e).with_context(|| format!("writing flow log {}", path.display()));
-        }
-        sink::json::write_flow_log(&mut log, &snap, snap.summary.interval_end_ts)
-            .and_then(|()| log.flush())
-            .with_context(|| format!("writing flow log {}", path.display()))?;
-    }
     Ok(())
 }

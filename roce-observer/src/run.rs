@@ -16,7 +16,7 @@ use tokio::{
 };
 
 use crate::{
-    engine::{Engine, EngineConfig},
+    engine::{Engine, EngineConfig, snapshot::Snapshot},
     sink,
     source::kernel::{KernelOptions, KernelSource},
     tui::{self, Action, App},
@@ -47,12 +47,12 @@ pub struct RunArgs {
     /// without one, plain output is used anyway).
     #[arg(long)]
     pub no_tui: bool,
-    /// Append every flow record to this file as JSON lines, once per interval (for leaving the
-    /// observer running).
-    #[arg(long, value_name = "PATH")]
-    pub flow_log: Option<std::path::PathBuf>,
-    /// Write Prometheus metrics to this file every interval (atomically replaced), for
-    /// node_exporter's textfile collector.
+    #[command(flatten)]
+    pub log: sink::cli::LogDirArgs,
+    #[command(flatten)]
+    pub metrics: sink::cli::MetricsArgs,
+    /// Write the same Prometheus metrics as --metrics to this file every interval (atomically
+    /// replaced), for node_exporter's textfile collector.
     #[arg(long, value_name = "PATH")]
     pub prom_file: Option<std::path::PathBuf>,
     /// Seconds between two reports.
@@ -130,7 +130,73 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     rt.block_on(run_async(args))
 }
 
+/// The long-running outputs of `run`: log directory, metrics endpoint, textfile.
+struct Exports {
+    log: Option<sink::logdir::LogDir>,
+    server: Option<sink::metrics::server::MetricsServer>,
+    prom_file: Option<std::path::PathBuf>,
+    top_flows: usize,
+}
+
+impl Exports {
+    /// Open what the user asked for; an unusable directory or a busy address ends the run here,
+    /// before anything is attached.
+    async fn open(args: &RunArgs) -> anyhow::Result<Exports> {
+        let log = match args.log.config()? {
+            Some(cfg) => Some(sink::logdir::LogDir::open(cfg, now_ns())?),
+            None => None,
+        };
+        let server = match args.metrics.metrics {
+            Some(addr) => {
+                let server = sink::metrics::server::MetricsServer::start(
+                    addr,
+                    args.metrics.metrics_top_flows,
+                )
+                .await?;
+                eprintln!(
+                    "roce-observer: metrics at http://{}/metrics",
+                    server.local_addr()
+                );
+                Some(server)
+            }
+            None => None,
+        };
+        Ok(Exports {
+            log,
+            server,
+            prom_file: args.prom_file.clone(),
+            top_flows: args.metrics.metrics_top_flows,
+        })
+    }
+
+    /// Hand one interval's snapshot to every export; sets the lost log lines in its summary.
+    /// Only the textfile can fail (as it always could: a path the user gave).
+    fn write(&mut self, snap: &mut Snapshot, now: u64) -> anyhow::Result<()> {
+        let mut health = sink::metrics::Health::default();
+        if let Some(log) = self.log.as_mut() {
+            log.write(snap, now);
+            let h = log.health();
+            snap.summary.log_records_lost = Some(h.records_lost);
+            health.log_records_lost = Some(h.records_lost);
+            health.log_records_written = Some(h.records_written);
+        }
+        if let Some(server) = &self.server {
+            server.publish(
+                std::sync::Arc::new(snap.clone()),
+                health.log_records_lost.zip(health.log_records_written),
+            );
+        }
+        if let Some(path) = &self.prom_file {
+            let text = sink::metrics::render(snap, self.top_flows, &health);
+            sink::metrics::write_textfile(path, &text)
+                .with_context(|| format!("writing metrics to {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
 async fn run_async(args: RunArgs) -> anyhow::Result<()> {
+    let mut exports = Exports::open(&args).await?;
     let opts = KernelOptions {
         roce_port: args.roce_port,
         pmtu: args.pmtu,
@@ -166,16 +232,6 @@ async fn run_async(args: RunArgs) -> anyhow::Result<()> {
     let events =
         unsafe { AsyncFd::register_with_interest(Fd(src.events_fd()), Interest::READABLE) }
             .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
-    let mut flow_log = match &args.flow_log {
-        Some(path) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening the flow log {}", path.display()))?,
-        ),
-        None => None,
-    };
     let use_tui = !args.json && !args.no_tui && std::io::stdout().is_terminal();
     let (keys_tx, mut keys) = tokio::sync::mpsc::unbounded_channel::<Action>();
     let mut ui = if use_tui {
@@ -213,15 +269,8 @@ async fn run_async(args: RunArgs) -> anyhow::Result<()> {
             _ = tick.tick() => {
                 refresh(&mut src, &mut engine)?;
                 let now = now_ns();
-                let snap = engine.snapshot(now);
-                if let Some(path) = &args.prom_file {
-                    sink::prometheus::write_file(path, &snap)
-                        .with_context(|| format!("writing metrics to {}", path.display()))?;
-                }
-                if let Some(log) = flow_log.as_mut() {
-                    sink::json::write_flow_log(&mut *log, &snap, now)
-                        .context("writing the flow log")?;
-                }
+                let mut snap = engine.snapshot(now);
+                exports.write(&mut snap, now)?;
                 match ui.as_mut() {
                     Some((terminal, _, app)) => {
                         app.update(Action::Snapshot(Box::new(snap)));
@@ -241,10 +290,18 @@ async fn run_async(args: RunArgs) -> anyhow::Result<()> {
     drop(ui);
     refresh(&mut src, &mut engine)?;
     src.detach_all();
-    let snap = engine.snapshot(now_ns());
-    if let Some(path) = &args.prom_file {
-        sink::prometheus::write_file(path, &snap)
-            .with_context(|| format!("writing metrics to {}", path.display()))?;
+    let now = now_ns();
+    let mut snap = engine.snapshot(now);
+    exports.write(&mut snap, now)?;
+    if let Some(log) = exports.log.as_mut() {
+        log.finish();
+        if let Some(err) = log.last_error() {
+            eprintln!(
+                "roce-observer: {} log lines could not be written to {}: {err}",
+                log.health().records_lost,
+                log.dir().display()
+            );
+        }
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -198,6 +198,7 @@ impl Engine {
                 interval_s,
                 by_direction,
                 alerts_dropped: self.alerts.dropped,
+                log_records_lost: None,
                 capture: self.capture.clone(),
             },
             latency: LatencySnapshot {

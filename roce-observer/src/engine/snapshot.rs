@@ -185,6 +185,9 @@ pub struct Summary {
     /// Counters per direction ("ingress", "egress", "capture"), directions with traffic only.
     pub by_direction: BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
     pub alerts_dropped: u64,
+    /// Log lines that could not be written (`--log-dir`: full disk, removed directory, lost
+    /// permission); null without a log directory. Filled in by the outputs, not the engine.
+    pub log_records_lost: Option<u64>,
     /// Present for captures (`analyze`).
     pub capture: Option<CaptureSummary>,
 }

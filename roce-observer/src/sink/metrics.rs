@@ -520,5 +520,13 @@ pub fn render(snap: &Snapshot, top_flows: usize, health: &Health) -> String {
     out
 }
 
+/// Replace `path` with the exposition atomically (write a sibling, then rename), for
+/// node_exporter's textfile collector (`--prom-file`).
+pub fn write_textfile(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("prom.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
 #[cfg(test)]
 mod tests;

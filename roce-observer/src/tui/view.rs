@@ -80,6 +80,13 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             format!("map full {}  ", s.map_full),
             if s.map_full > 0 { bad } else { Style::new() },
         ),
+        match s.log_records_lost {
+            Some(lost) => Span::styled(
+                format!("log lost {lost}  "),
+                if lost > 0 { bad } else { Style::new() },
+            ),
+            None => Span::raw(""),
+        },
         Span::styled(
             format!("alerts {}", app.snapshot.alerts.len()),
             if app.snapshot.alerts.is_empty() {

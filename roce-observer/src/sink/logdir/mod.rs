@@ -63,7 +63,9 @@ struct Live {
     /// (device, inode) of the open file, to notice when the path no longer leads to it.
     id: (u64, u64),
     len: u64,
-    opened_ts: u64,
+    /// Log time of the first batch in the file (the age for rotation counts from there, so a
+    /// capture's clock works as well as the wall clock).
+    first_batch_ts: Option<u64>,
 }
 
 /// The log directory writer.
@@ -79,7 +81,7 @@ pub struct LogDir {
     worker: Option<JoinHandle<rotate::Pass>>,
 }
 
-pub(crate) fn now_ns() -> u64 {
+pub fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -171,7 +173,7 @@ impl LogDir {
             file,
             id,
             len: start.len() as u64,
-            opened_ts: ts,
+            first_batch_ts: None,
         })
     }
 
@@ -203,7 +205,8 @@ impl LogDir {
         let due = self.live.as_ref().is_some_and(|l| {
             l.len >= self.cfg.max_bytes
                 || (self.cfg.max_age_ns > 0
-                    && ts.saturating_sub(l.opened_ts) >= self.cfg.max_age_ns)
+                    && l.first_batch_ts
+                        .is_some_and(|t| ts.saturating_sub(t) >= self.cfg.max_age_ns))
         });
         if !due {
             return;
@@ -257,7 +260,7 @@ impl LogDir {
             }
         };
         let batch = records::build(snap, ts, full, &self.baseline, self.health);
-        match ready.and_then(|()| self.append(&batch.text)) {
+        match ready.and_then(|()| self.append(&batch.text, ts)) {
             Ok(()) => {
                 self.health.records_written += batch.records;
                 self.baseline = batch.next;
@@ -275,7 +278,7 @@ impl LogDir {
 
     /// Append a whole batch or nothing: a partial write is cut back so the file holds only
     /// complete lines.
-    fn append(&mut self, text: &[u8]) -> io::Result<()> {
+    fn append(&mut self, text: &[u8], ts: u64) -> io::Result<()> {
         let Some(live) = self.live.as_mut() else {
             return Err(io::Error::other("no live file"));
         };
@@ -283,6 +286,7 @@ impl LogDir {
         match live.file.write_all(text) {
             Ok(()) => {
                 live.len += text.len() as u64;
+                live.first_batch_ts.get_or_insert(ts);
                 Ok(())
             }
             Err(e) => {

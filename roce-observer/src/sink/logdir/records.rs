@@ -295,9 +295,11 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
     }
     // The summary line counts itself and this batch among the written records only once the
     // batch is written; it reports the health as of the batch's start.
+    let mut summary = snap.summary.clone();
+    summary.log_records_lost = Some(log.records_lost);
     let line = SummaryLine {
         head: head("summary"),
-        summary: &snap.summary,
+        summary: &summary,
         latency: &snap.latency,
         log,
     };

@@ -248,5 +248,8 @@ fn promtool_finds_nothing_to_lint() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success() && report.trim().is_empty(), "promtool: {report}");
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool: {report}"
+    );
 }
