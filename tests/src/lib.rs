@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod netns;
+pub mod prometheus;
 
 use std::path::{Path, PathBuf};
 
