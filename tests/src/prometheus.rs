@@ -112,17 +112,26 @@ pub struct Prometheus<'ns> {
 }
 
 impl<'ns> Prometheus<'ns> {
-    /// Start scraping `target` (host:port) every second; returns once the API answers.
-    pub fn start(ns: &'ns VethNs, target: &str, listen: &str) -> anyhow::Result<Prometheus<'ns>> {
+    /// Start scraping `target` (host:port) every second, evaluating `rules` (a rule file) every
+    /// second; returns once the API answers.
+    pub fn start(
+        ns: &'ns VethNs,
+        target: &str,
+        listen: &str,
+        rules: Option<&std::path::Path>,
+    ) -> anyhow::Result<Prometheus<'ns>> {
         let dir =
             std::env::temp_dir().join(format!("roce-prom-{}-{}", ns.name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data"))?;
         let config = dir.join("prometheus.yml");
+        let rule_files = rules
+            .map(|r| format!("rule_files: ['{}']\n", r.display()))
+            .unwrap_or_default();
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: roce\n    static_configs:\n      - targets: ['{target}']\n"
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n{rule_files}scrape_configs:\n  - job_name: roce\n    static_configs:\n      - targets: ['{target}']\n"
             ),
         )?;
         let log = std::fs::File::create(dir.join("prometheus.log"))?;

@@ -2,7 +2,8 @@
 //! replayed on a veth pair in a throwaway namespace with the observer on both ends; Prometheus
 //! scrapes the endpoint on the namespace's loopback; the values it stored must equal the
 //! observer's own JSON document for the same run. The exposition must also pass
-//! `promtool check metrics`.
+//! `promtool check metrics`, and the example recording rules (docs/prometheus/) must load and
+//! produce their series.
 
 use std::{
     collections::BTreeMap,
@@ -49,6 +50,35 @@ fn prometheus_stores_what_the_json_document_says() {
         ],
     )
     .expect("observer attaches");
+    let rules = integration_tests::workspace_root().join("docs/prometheus/roce-observer.rules.yml");
+    let prom =
+        Prometheus::start(&ns, METRICS, PROMETHEUS, Some(&rules)).expect("prometheus starts");
+    let wait_for = |what: &str, ok: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ok() {
+            assert!(
+                Instant::now() < deadline,
+                "{what} within 60 s:\n{}",
+                prom.log()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    wait_for("a first scrape", &|| {
+        let up = prom.query("up{job=\"roce\"}").expect("query up");
+        up.first().is_some_and(|(_, v)| *v == 1.0)
+    });
+    // Traffic while Prometheus scrapes, so rates over the window are not zero: a first capture
+    // makes the per-point series exist (a rate needs two samples of one series), a second one
+    // raises them.
+    ns.replay(&fixtures_dir().join("psn_gap.pcap"))
+        .expect("tcpreplay");
+    wait_for("the first capture's series", &|| {
+        prom.query("roce_point_latency_seconds_count")
+            .expect("query points")
+            .len()
+            == 2
+    });
     ns.replay(&fixtures_dir().join("mixed_demo.pcap"))
         .expect("tcpreplay");
     // Several reporting intervals after the last frame: the published snapshot is final.
@@ -58,22 +88,18 @@ fn prometheus_stores_what_the_json_document_says() {
     assert_eq!(status, 200, "{exposition}");
     let lint = promtool_lint(&exposition).expect("promtool runs");
     assert!(lint.is_empty(), "promtool check metrics: {lint}");
-
-    let prom = Prometheus::start(&ns, METRICS, PROMETHEUS).expect("prometheus starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let up = prom.query("up{job=\"roce\"}").expect("query up");
-        let frames = prom.query("roce_frames_total").expect("query frames");
-        if up.first().is_some_and(|(_, v)| *v == 1.0) && !frames.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no scrape within 60 s:\n{}",
-            prom.log()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let roce_now: f64 = exposition
+        .lines()
+        .find_map(|l| l.strip_prefix("roce_frames_total{class=\"roce\"} "))
+        .and_then(|v| v.parse().ok())
+        .expect("roce_frames_total in the exposition");
+    assert!(roce_now > 0.0);
+    wait_for("a scrape of the final counts", &|| {
+        let stored = prom
+            .query("roce_frames_total{class=\"roce\"}")
+            .expect("query frames");
+        stored.first().is_some_and(|(_, v)| *v == roce_now)
+    });
     let q = |expr: &str| prom.query(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
     let out = observer.stop().expect("observer stops cleanly");
     let doc: Value = serde_json::from_str(&out).expect("run --json output parses");
@@ -166,6 +192,33 @@ fn prometheus_stores_what_the_json_document_says() {
         lost.first().map(|(_, v)| *v),
         Some(u(&summary["events_lost"]))
     );
+    // The example recording rules load and produce their series.
+    wait_for("the recording rules' first evaluation", &|| {
+        prom.query("fabric:roce_latency_seconds:p99_5m")
+            .expect("query p99")
+            .first()
+            .is_some_and(|(_, v)| v.is_finite() && *v > 0.0)
+    });
+    let cnp_in_doc: f64 = flows.iter().map(|f| u(&f["cnp"])).sum();
+    assert!(cnp_in_doc > 0.0, "the fixture has CNPs");
+    let cnp_rate = q("fabric:roce_cnp:rate5m");
+    assert!(
+        cnp_rate.first().is_some_and(|(_, v)| *v > 0.0),
+        "{cnp_rate:?}"
+    );
+    for rule in [
+        "instance:roce_cnp:rate5m",
+        "fabric:roce_pfc_paused:ratio_avg5m",
+        "fabric:roce_pfc_paused:ratio_max5m",
+        "fabric:roce_pfc_pause_frames:rate5m",
+        "instance:roce_latency_seconds:p99_5m",
+        "fabric:roce_retransmits:rate5m",
+        "fabric:roce_naks:rate5m",
+        "fabric:roce_observer_lost:rate5m",
+    ] {
+        // Rates need two samples of a series: give the rule a few evaluations.
+        wait_for(&format!("recording rule {rule}"), &|| !q(rule).is_empty());
+    }
     eprintln!(
         "prometheus scrape: {} flows, {} latency samples, {} pause frames matched the JSON document",
         flows.len(),

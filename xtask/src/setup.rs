@@ -3,7 +3,8 @@
 //! - a Rust toolchain with `rust-src` for the eBPF crate: a rustup `nightly` that has it, else
 //!   Debian's rustc-web + rust-web-src linked as the rustup toolchain `roce-debian`;
 //! - bpf-linker 0.13.0 built against Debian's LLVM 22;
-//! - test tools: tcpreplay (layer-2 replay), iproute2 (namespaces, veth).
+//! - test tools: tcpreplay (layer-2 replay), iproute2 (namespaces, veth), prometheus (a real
+//!   Prometheus server and promtool for the metrics scrape test).
 
 use std::{
     path::{Path, PathBuf},
@@ -100,7 +101,7 @@ fn link_debian_toolchain() -> anyhow::Result<()> {
 
 /// Everything the build and the tests need. Returns the eBPF toolchain name.
 pub fn setup() -> anyhow::Result<String> {
-    apt_install(&["iproute2", "tcpreplay"])?;
+    apt_install(&["iproute2", "tcpreplay", "prometheus"])?;
     let toolchain = if has_rust_src("nightly") {
         "nightly".to_string()
     } else {
