@@ -92,7 +92,14 @@ impl Tally {
         self.failures
             .extend(run.failed_names.iter().map(|n| format!("test {n}")));
         self.skips.extend(run.ignored_names.iter().cloned());
-        if !status_ok && run.failed == 0 {
+        let died = run.started.saturating_sub(run.finished);
+        if died > 0 {
+            self.failed += died;
+            self.failures.push(format!(
+                "{died} test binaries started and printed no result (crashed; see their output \
+                 above)"
+            ));
+        } else if !status_ok && run.failed == 0 {
             // No test failed, yet cargo did: a build error, or a test binary that died before
             // printing its result line. Either way something did not run.
             self.failed += 1;
@@ -122,12 +129,19 @@ struct TestRun {
     failed_names: Vec<String>,
     /// "name (reason)" of each ignored test.
     ignored_names: Vec<String>,
+    /// Test binaries that said "running N tests", and those that printed their result line:
+    /// the difference died on the way (a crash, an abort).
+    started: u64,
+    finished: u64,
 }
 
 impl TestRun {
     /// Read one line of libtest output.
     fn line(&mut self, line: &str) {
-        if let Some(result) = line.strip_prefix("test result: ") {
+        if line.starts_with("running ") && (line.ends_with(" test") || line.ends_with(" tests")) {
+            self.started += 1;
+        } else if let Some(result) = line.strip_prefix("test result: ") {
+            self.finished += 1;
             // "ok. 3 passed; 1 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.1s"
             let counts = result.split_once(". ").map_or("", |(_, c)| c);
             for part in counts.split("; ") {
@@ -301,12 +315,14 @@ test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out; fini
                     "c::kernel (kernel test: needs root (BPF, network namespaces))".into(),
                     "d".into()
                 ],
+                started: 2,
+                finished: 2,
             }
         );
     }
 
     #[test]
-    fn ignored_tests_are_skips_and_a_silent_cargo_failure_is_a_failure() {
+    fn ignored_tests_are_skips_and_crashes_and_build_errors_are_failures() {
         let mut tally = Tally::default();
         tally.tests(&parse(OUTPUT), false);
         tally.stage("fmt", Ok(()));
@@ -314,8 +330,13 @@ test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out; fini
         assert_eq!(tally.closing_line(), "3 passed, 1 failed, 3 skipped");
 
         let mut crashed = Tally::default();
-        crashed.tests(&parse("running 1 test\n"), false);
-        assert_eq!(crashed.closing_line(), "0 passed, 1 failed, 0 skipped");
+        crashed.tests(&parse(&format!("{OUTPUT}running 1 test\n")), false);
+        assert_eq!(crashed.closing_line(), "2 passed, 2 failed, 2 skipped");
+        assert!(crashed.failures[1].contains("printed no result"));
+
+        let mut build_error = Tally::default();
+        build_error.tests(&parse(""), false);
+        assert_eq!(build_error.closing_line(), "0 passed, 1 failed, 0 skipped");
     }
 
     #[test]
