@@ -78,6 +78,9 @@ pub fn run(args: CountersArgs) -> anyhow::Result<()> {
     if args.interval <= 0.0 || !args.interval.is_finite() {
         bail!("--interval must be a positive number of seconds");
     }
+    if args.duration.is_some_and(|d| d < 0.0 || !d.is_finite()) {
+        bail!("--duration must be a number of seconds, 0 or more");
+    }
     let read = || {
         hw::read_ports(&args.sysfs, !args.no_ethtool)
             .with_context(|| format!("reading {}", args.sysfs.display()))
@@ -87,12 +90,14 @@ pub fn run(args: CountersArgs) -> anyhow::Result<()> {
         bail!("no RDMA ports under {}", args.sysfs.display());
     }
     let start = Instant::now();
-    let deadline =
-        start + Duration::from_secs_f64(args.duration.unwrap_or(f64::MAX / 4.0).max(0.0));
+    // No --duration: report until interrupted.
+    let deadline = args.duration.map(|d| start + Duration::from_secs_f64(d));
+    let interval = Duration::from_secs_f64(args.interval);
     let mut prev = first.clone();
     let mut last = first.clone();
-    while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_secs_f64(args.interval).min(deadline - Instant::now()));
+    while deadline.is_none_or(|d| Instant::now() < d) {
+        let left = deadline.map_or(interval, |d| d.saturating_duration_since(Instant::now()));
+        std::thread::sleep(interval.min(left));
         last = read()?;
         if !args.json {
             for (before, now) in prev.iter().zip(&last) {

@@ -1,18 +1,35 @@
 //! `roce-observer counters` on a sysfs tree laid out like the RDMA core's.
 
-use std::{fs, path::PathBuf, process::Command};
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
 fn tree(tag: &str) -> PathBuf {
     let root = std::env::temp_dir().join(format!("roce-counters-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
     let port = root.join("rxe0/ports/1");
     fs::create_dir_all(port.join("hw_counters")).expect("mkdir");
-    fs::write(port.join("hw_counters/out_of_seq_request"), "16\n").expect("write");
-    fs::write(port.join("hw_counters/duplicate_request"), "7\n").expect("write");
+    set_counter(&root, "out_of_seq_request", 16);
+    set_counter(&root, "duplicate_request", 7);
+    set_counter(&root, "rcvd_pkts", 1000);
     root
 }
 
+/// Write one counter the way sysfs shows it, atomically (a rename), so that a read by the
+/// running command sees the old or the new value, never a half-written file.
+fn set_counter(root: &Path, name: &str, value: u64) {
+    let port = root.join("rxe0/ports/1");
+    let tmp = port.join(format!("{name}.new"));
+    fs::write(&tmp, format!("{value}\n")).expect("write");
+    fs::rename(&tmp, port.join("hw_counters").join(name)).expect("rename");
+}
+
 #[test]
-fn json_totals_and_changes() {
+fn json_totals() {
     let root = tree("json");
     let out = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
         .args([
@@ -35,8 +52,95 @@ fn json_totals_and_changes() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let port = &doc["ports"][0];
     assert_eq!(port["totals"]["device"], "rxe0");
+    assert_eq!(port["totals"]["port"], 1);
     assert_eq!(port["totals"]["rdma"]["out_of_seq_request"], 16);
-    assert_eq!(port["changed"]["rdma"]["duplicate_request"], 0);
+    assert_eq!(port["totals"]["rdma"]["duplicate_request"], 7);
+    assert_eq!(port["totals"]["rdma"]["rcvd_pkts"], 1000);
+}
+
+/// One interval report: counter name -> (change, rate per second), as printed.
+fn parse_report(lines: &[String]) -> BTreeMap<String, (u64, f64)> {
+    lines
+        .iter()
+        .skip(1)
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let name = words.next()?.to_string();
+            let change = words.next()?.parse().ok()?;
+            let rate = words.next()?.strip_suffix("/s")?.parse().ok()?;
+            Some((name, (change, rate)))
+        })
+        .collect()
+}
+
+/// The interval reports show what changed between two reads, and the rate over the interval.
+/// The counters change once, while the command runs; the reports that follow must add up to
+/// exactly that change (it may straddle two reads, so the reports are summed).
+#[test]
+fn interval_reports_show_changes_and_rates() {
+    let root = tree("interval");
+    let interval = 0.2;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
+        .args(["counters", "--all", "--no-ethtool", "--interval"])
+        .arg(interval.to_string())
+        .arg("--sysfs")
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    // Reports are blocks of lines ended by an empty line.
+    let mut next_report = || {
+        let block: Vec<String> = lines.by_ref().take_while(|l| !l.is_empty()).collect();
+        assert!(!block.is_empty(), "the command stopped reporting");
+        assert_eq!(block[0], "rxe0 port 1", "report header");
+        parse_report(&block)
+    };
+    // The first report comes after two reads of the unchanged tree: nothing changed (the key
+    // counters are listed even at zero; --all adds others only when they changed).
+    let quiet = next_report();
+    assert_eq!(quiet.get("out_of_seq_request"), Some(&(0, 0.0)));
+    assert_eq!(quiet.get("duplicate_request"), Some(&(0, 0.0)));
+    assert_eq!(
+        quiet.get("rcvd_pkts"),
+        None,
+        "--all lists only changed counters"
+    );
+
+    set_counter(&root, "out_of_seq_request", 16 + 5);
+    set_counter(&root, "duplicate_request", 7 + 3);
+    set_counter(&root, "rcvd_pkts", 1000 + 40);
+    let want = [
+        ("out_of_seq_request", 5),
+        ("duplicate_request", 3),
+        ("rcvd_pkts", 40),
+    ];
+    let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
+    // Bounded by reports, not by time: the change shows within a few of them.
+    for _ in 0..50 {
+        let report = next_report();
+        for (name, _) in want {
+            if let Some((change, rate)) = report.get(name) {
+                *seen.entry(name).or_default() += change;
+                // Printed with one decimal.
+                let expected = *change as f64 / interval;
+                assert!(
+                    (rate - expected).abs() < 0.05 + 1e-9,
+                    "{name}: rate {rate}/s for {change} in {interval} s"
+                );
+            }
+        }
+        if want.iter().all(|(n, v)| seen.get(n) >= Some(v)) {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = fs::remove_dir_all(&root);
+    let want: BTreeMap<&str, u64> = want.into_iter().collect();
+    assert_eq!(seen, want, "changes reported over the intervals");
 }
 
 #[test]

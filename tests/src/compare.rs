@@ -211,6 +211,14 @@ const TIME_OR_PLACE: &[&str] = &["first_ts", "last_ts", "rate_bps", "iface", "di
 /// Differential check: every flow record of `a` (one observation point) against `b` (another
 /// source of the same packets), field by field, except time- and place-derived fields; latency
 /// is compared by its sample count only.
+///
+/// What it can and cannot catch: the kernel programs and `analyze` run the same parser and the
+/// same accounting rules (roce-observer-common), so a wrong rule (a PSN gap miscounted, a NAK
+/// misclassified) gives the same wrong number on both sides and passes here. It catches
+/// plumbing: map and ring-buffer transport, the verifier's bounds forcing a different code path,
+/// per-CPU summing, attach-point differences. The rules are judged by oracles written apart from
+/// the code: the fixtures' hand-derived expected JSON ([`compare`]), and in the Soft-RoCE VMs
+/// perftest's parameters, rxe's counters and tshark's decoding.
 pub fn diff_flows(a: &Value, a_view: &View<'_>, b: &Value, b_view: &View<'_>) -> Vec<String> {
     let mut diffs = Vec::new();
     let empty = Vec::new();

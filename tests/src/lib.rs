@@ -9,19 +9,22 @@ pub mod prometheus;
 
 use std::path::{Path, PathBuf};
 
-/// Kernel tests need root (BPF, namespaces). `cargo xtask test` sets
-/// ROCE_OBSERVER_KERNEL_TESTS=1 when it runs as root; then a missing privilege is a failure.
-/// Plain `cargo test` as a normal user skips them, saying so.
-pub fn kernel_tests_enabled(test: &str) -> bool {
-    if std::env::var("ROCE_OBSERVER_KERNEL_TESTS").is_ok_and(|v| v == "1") {
-        return true;
-    }
+/// Why kernel tests are `#[ignore]`d by default. libtest then reports them as "ignored" when
+/// they are not asked for (never as passed); `cargo xtask test` runs them as root with
+/// `--include-ignored`, and by hand: `cargo test -p integration-tests -- --include-ignored`.
+/// The same text is the `#[ignore]` reason of each kernel test (an attribute takes no constant).
+pub const KERNEL_TEST: &str = "kernel test: needs root (BPF, network namespaces)";
+
+/// Called first by every kernel test: a kernel test that was asked to run but cannot (not
+/// root) fails here with what to do, instead of passing without having checked anything.
+pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    eprintln!("{test}: NOT RUN: needs root (run `cargo xtask test` as root)");
-    false
+    let euid = unsafe { libc::geteuid() };
+    assert!(
+        euid == 0,
+        "{KERNEL_TEST}: running as uid {euid}. Run as root, or leave out --include-ignored \
+         so libtest reports this test as ignored"
+    );
 }
 
 pub fn workspace_root() -> PathBuf {

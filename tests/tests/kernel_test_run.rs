@@ -5,7 +5,7 @@
 
 use integration_tests::{
     compare::{View, compare},
-    kernel_fixtures, kernel_tests_enabled, read_frames,
+    kernel_fixtures, read_frames, require_root,
 };
 use roce_observer::{
     engine::{Engine, EngineConfig},
@@ -25,10 +25,9 @@ const SKB_TEST_RUN_MIN: usize = 60;
 const SKB_TEST_RUN_MAX: usize = 3500;
 
 #[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
 fn every_fixture_through_xdp_and_tc_test_run() {
-    if !kernel_tests_enabled("every_fixture_through_xdp_and_tc_test_run") {
-        return;
-    }
+    require_root();
     let mut failures = Vec::new();
     let mut checked = 0;
     let mut skipped = 0;
@@ -93,10 +92,9 @@ fn every_fixture_through_xdp_and_tc_test_run() {
 /// The kernel programs do not unwrap ERSPAN (documented): the mirrored frames of the erspan
 /// fixture are non-RoCE GRE to them, and only its one plain RoCE frame makes a flow.
 #[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
 fn erspan_frames_are_not_unwrapped_in_the_kernel() {
-    if !kernel_tests_enabled("erspan_frames_are_not_unwrapped_in_the_kernel") {
-        return;
-    }
+    require_root();
     let pcap = integration_tests::fixtures_dir().join("erspan.pcap");
     let frames = read_frames(&pcap).expect("erspan fixture reads");
     let src = KernelSource::load(&KernelOptions::default()).expect("BPF programs load");

@@ -2,19 +2,22 @@
 //! network namespace, with `roce-observer run` attached to both ends: TC egress on the sending
 //! end and XDP ingress on the receiving end must each report exactly the expected records.
 //! Differential: `roce-observer analyze` on the same capture must produce the same flow
-//! records as the kernel path, field for field (time-derived fields aside).
+//! records as the kernel path, field for field (time-derived fields aside). Both share the
+//! parser and accounting code, so this part catches plumbing and verifier problems, not rule
+//! mistakes; the expected-JSON comparison above is what judges the rules (see
+//! `compare::diff_flows`).
 
 use integration_tests::{
     compare::{View, compare, diff_flows},
-    kernel_fixtures, kernel_tests_enabled,
+    kernel_fixtures,
     netns::{Observer, VethNs},
+    require_root,
 };
 
 #[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
 fn every_fixture_replayed_on_veth_matches_on_both_ends() {
-    if !kernel_tests_enabled("every_fixture_replayed_on_veth_matches_on_both_ends") {
-        return;
-    }
+    require_root();
     let mut failures = Vec::new();
     let mut checked = 0;
     let mut differential = 0;

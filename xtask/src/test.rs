@@ -1,23 +1,38 @@
 //! `cargo xtask test`: the project's test command (CI runs it through .ci/run).
-//! Setup, formatting, clippy with warnings denied, every unit and integration test, then the
-//! Soft-RoCE virtual-machine tests (fast subset). Kernel tests (BPF test-run, veth replay, VMs)
-//! need root; without it they are reported as not run.
+//! Setup, formatting, clippy with warnings denied, the build, the fixtures check, every unit and
+//! integration test, then the Soft-RoCE virtual-machine tests (fast subset).
+//!
+//! Every stage runs even when an earlier one failed, and the run ends with one line
+//! `N passed, N failed, N skipped`: tests as counted by libtest's "test result:" lines, plus
+//! one per stage that is not itself a test run (fmt, clippy, build, fixtures, VMs). Nothing that
+//! did not run counts as passed. Kernel tests are `#[ignore]`d by default and run here with
+//! `--include-ignored`; they need root, as do the VMs. A stage or kernel test that cannot run
+//! here is a failure, unless `--allow-skip` is given: then it is skipped, listed and counted.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::Stdio,
+};
 
 use clap::{Args, Parser};
 
 use crate::{
-    setup, softroce,
+    fixtures, setup, softroce,
     util::{cargo, is_root, sh, workspace_root},
 };
 
 #[derive(Args)]
 pub struct TestOpts {
-    /// Skip the Soft-RoCE virtual-machine tests.
+    /// Skip the Soft-RoCE virtual-machine tests (counted as skipped).
     #[arg(long)]
     pub no_vm: bool,
     /// Run every Soft-RoCE scenario instead of the fast subset.
     #[arg(long)]
     pub full_vm: bool,
+    /// Let what cannot run here (kernel tests and VMs without root, the fixtures check without
+    /// scapy) be skipped instead of failing the run; skips are listed and counted.
+    #[arg(long)]
+    pub allow_skip: bool,
 }
 
 /// The Soft-RoCE options with their defaults, as the `softroce` task would parse them.
@@ -30,34 +45,207 @@ struct SoftRoceCli {
 /// Host-built packages: the eBPF crate only builds for the BPF target (build.rs builds it).
 const HOST_PACKAGES: [&str; 3] = ["--workspace", "--exclude", "roce-observer-ebpf"];
 
-pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
-    setup::setup()?;
-    let root = workspace_root();
-    sh(cargo().current_dir(&root).args(["fmt", "--all", "--check"]))?;
-    sh(cargo()
-        .current_dir(&root)
-        .arg("clippy")
-        .args(HOST_PACKAGES)
-        .args(["--all-targets", "--", "-D", "warnings"]))?;
-    sh(cargo()
-        .current_dir(&root)
-        .arg("build")
-        .args(HOST_PACKAGES)
-        .arg("--bins"))?;
-    let mut test = cargo();
-    test.current_dir(&root).arg("test").args(HOST_PACKAGES);
-    test.env("ROCE_OBSERVER_BIN", root.join("target/debug/roce-observer"));
-    let root_user = is_root();
-    if root_user {
-        test.env("ROCE_OBSERVER_KERNEL_TESTS", "1");
-    } else {
-        eprintln!("xtask test: not root: kernel tests (BPF test-run, veth replay) will not run");
+/// What the run found: counts and the names behind the failures and skips.
+#[derive(Default)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    skipped: u64,
+    failures: Vec<String>,
+    skips: Vec<String>,
+    allow_skip: bool,
+}
+
+impl Tally {
+    fn stage(&mut self, name: &str, result: anyhow::Result<()>) {
+        match result {
+            Ok(()) => self.passed += 1,
+            Err(err) => {
+                self.failed += 1;
+                self.failures.push(format!("{name}: {err:#}"));
+            }
+        }
     }
-    sh(&mut test)?;
+
+    /// A stage that was asked for and cannot run here: failed unless skips are allowed.
+    fn cannot_run(&mut self, name: &str, why: &str) {
+        if self.allow_skip {
+            self.skip(name, why);
+        } else {
+            self.failed += 1;
+            self.failures.push(format!(
+                "{name}: cannot run: {why} (pass --allow-skip to accept that)"
+            ));
+        }
+    }
+
+    fn skip(&mut self, name: &str, why: &str) {
+        self.skipped += 1;
+        self.skips.push(format!("{name}: {why}"));
+    }
+
+    /// Add the counts of a `cargo test` run.
+    fn tests(&mut self, run: &TestRun, status_ok: bool) {
+        self.passed += run.passed;
+        self.failed += run.failed;
+        self.skipped += run.ignored;
+        self.failures
+            .extend(run.failed_names.iter().map(|n| format!("test {n}")));
+        self.skips.extend(run.ignored_names.iter().cloned());
+        let died = run.started.saturating_sub(run.finished);
+        if died > 0 {
+            self.failed += died;
+            self.failures.push(format!(
+                "{died} test binaries started and printed no result (crashed; see their output \
+                 above)"
+            ));
+        } else if !status_ok && run.failed == 0 {
+            // No test failed, yet cargo did: a build error, or a test binary that died before
+            // printing its result line. Either way something did not run.
+            self.failed += 1;
+            self.failures.push(
+                "cargo test failed without a failing test (a build error or a crashed test \
+                 binary; see its output above)"
+                    .into(),
+            );
+        }
+    }
+
+    fn closing_line(&self) -> String {
+        format!(
+            "{} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+/// Counts and names read from libtest's output (every test binary and doc-test run of one
+/// `cargo test`).
+#[derive(Default, Debug, PartialEq)]
+struct TestRun {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+    failed_names: Vec<String>,
+    /// "name (reason)" of each ignored test.
+    ignored_names: Vec<String>,
+    /// Test binaries that said "running N tests", and those that printed their result line:
+    /// the difference died on the way (a crash, an abort).
+    started: u64,
+    finished: u64,
+}
+
+impl TestRun {
+    /// Read one line of libtest output.
+    fn line(&mut self, line: &str) {
+        if line.starts_with("running ") && (line.ends_with(" test") || line.ends_with(" tests")) {
+            self.started += 1;
+        } else if let Some(result) = line.strip_prefix("test result: ") {
+            self.finished += 1;
+            // "ok. 3 passed; 1 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.1s"
+            let counts = result.split_once(". ").map_or("", |(_, c)| c);
+            for part in counts.split("; ") {
+                let Some((n, what)) = part.split_once(' ') else {
+                    continue;
+                };
+                let Ok(n) = n.parse::<u64>() else {
+                    continue;
+                };
+                match what {
+                    "passed" => self.passed += n,
+                    "failed" => self.failed += n,
+                    "ignored" => self.ignored += n,
+                    _ => {}
+                }
+            }
+        } else if let Some(rest) = line.strip_prefix("test ") {
+            // "test NAME ... FAILED", "test NAME ... ignored", "test NAME ... ignored, REASON"
+            let Some((name, outcome)) = rest.split_once(" ... ") else {
+                return;
+            };
+            if outcome == "FAILED" {
+                self.failed_names.push(name.to_string());
+            } else if outcome == "ignored" {
+                self.ignored_names.push(name.to_string());
+            } else if let Some(reason) = outcome.strip_prefix("ignored, ") {
+                self.ignored_names.push(format!("{name} ({reason})"));
+            }
+        }
+    }
+}
+
+/// `cargo test`, its output shown as it comes and read for the counts. `--no-fail-fast` so one
+/// failing binary does not hide the results of the others.
+fn cargo_test(include_ignored: bool) -> anyhow::Result<(TestRun, bool)> {
+    let root = workspace_root();
+    let mut cmd = cargo();
+    cmd.current_dir(&root)
+        .arg("test")
+        .args(HOST_PACKAGES)
+        .arg("--no-fail-fast")
+        .env("ROCE_OBSERVER_BIN", root.join("target/debug/roce-observer"))
+        .stdout(Stdio::piped());
+    if include_ignored {
+        cmd.args(["--", "--include-ignored"]);
+    }
+    eprintln!("+ {cmd:?}");
+    let mut child = cmd.spawn()?;
+    let mut run = TestRun::default();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            println!("{line}");
+            run.line(&line);
+        }
+    }
+    let status = child.wait()?;
+    Ok((run, status.success()))
+}
+
+pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
+    let mut tally = Tally {
+        allow_skip: opts.allow_skip,
+        ..Tally::default()
+    };
+    let root = workspace_root();
+    let root_user = is_root();
+    tally.stage("setup", setup::setup().map(|_| ()));
+    tally.stage(
+        "fmt",
+        sh(cargo().current_dir(&root).args(["fmt", "--all", "--check"])),
+    );
+    tally.stage(
+        "clippy",
+        sh(cargo()
+            .current_dir(&root)
+            .arg("clippy")
+            .args(HOST_PACKAGES)
+            .args(["--all-targets", "--", "-D", "warnings"])),
+    );
+    tally.stage(
+        "build",
+        sh(cargo()
+            .current_dir(&root)
+            .arg("build")
+            .args(HOST_PACKAGES)
+            .arg("--bins")),
+    );
+    match fixtures::ensure_scapy() {
+        Ok(()) => tally.stage("fixtures", fixtures::check()),
+        Err(err) => tally.cannot_run("fixtures", &format!("{err:#}")),
+    }
+
+    // Kernel tests are ignored by default. As root they run; without root they run too unless
+    // skips are allowed, and then fail with "needs root" (a skipped test never shows as passed).
+    let include_ignored = root_user || !opts.allow_skip;
+    match cargo_test(include_ignored) {
+        Ok((run, ok)) => tally.tests(&run, ok),
+        Err(err) => tally.stage("cargo test", Err(err)),
+    }
+
     if opts.no_vm {
-        eprintln!("xtask test: Soft-RoCE VM tests skipped (--no-vm)");
+        tally.skip("Soft-RoCE VMs", "--no-vm");
     } else if !root_user {
-        eprintln!("xtask test: Soft-RoCE VM tests NOT RUN: they need root");
+        tally.cannot_run("Soft-RoCE VMs", "they need root");
     } else {
         // The observer built above runs inside the client VM (kernel 6.1) during each scenario.
         let observer = root.join("target/debug/roce-observer");
@@ -66,7 +254,104 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
         if opts.full_vm {
             argv.push("--full".into());
         }
-        softroce::run(SoftRoceCli::parse_from(argv).opts)?;
+        tally.stage(
+            "Soft-RoCE VMs",
+            softroce::run(SoftRoceCli::parse_from(argv).opts),
+        );
+    }
+
+    for skip in &tally.skips {
+        println!("skipped: {skip}");
+    }
+    for failure in &tally.failures {
+        println!("FAILED: {failure}");
+    }
+    println!("{}", tally.closing_line());
+    if tally.failed > 0 {
+        // The closing line stays the last thing printed; the reasons are listed above it.
+        std::process::exit(1);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OUTPUT: &str = "\
+running 3 tests
+test a::passes ... ok
+test b::fails ... FAILED
+test c::kernel ... ignored, kernel test: needs root (BPF, network namespaces)
+
+failures:
+    b::fails
+
+test result: FAILED. 1 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s
+
+running 2 tests
+test d ... ignored
+test e ... ok
+
+test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out; finished in 0.00s
+";
+
+    fn parse(text: &str) -> TestRun {
+        let mut run = TestRun::default();
+        text.lines().for_each(|l| run.line(l));
+        run
+    }
+
+    #[test]
+    fn libtest_output_is_counted() {
+        assert_eq!(
+            parse(OUTPUT),
+            TestRun {
+                passed: 2,
+                failed: 1,
+                ignored: 2,
+                failed_names: vec!["b::fails".into()],
+                ignored_names: vec![
+                    "c::kernel (kernel test: needs root (BPF, network namespaces))".into(),
+                    "d".into()
+                ],
+                started: 2,
+                finished: 2,
+            }
+        );
+    }
+
+    #[test]
+    fn ignored_tests_are_skips_and_crashes_and_build_errors_are_failures() {
+        let mut tally = Tally::default();
+        tally.tests(&parse(OUTPUT), false);
+        tally.stage("fmt", Ok(()));
+        tally.skip("Soft-RoCE VMs", "--no-vm");
+        assert_eq!(tally.closing_line(), "3 passed, 1 failed, 3 skipped");
+
+        let mut crashed = Tally::default();
+        crashed.tests(&parse(&format!("{OUTPUT}running 1 test\n")), false);
+        assert_eq!(crashed.closing_line(), "2 passed, 2 failed, 2 skipped");
+        assert!(crashed.failures[1].contains("printed no result"));
+
+        let mut build_error = Tally::default();
+        build_error.tests(&parse(""), false);
+        assert_eq!(build_error.closing_line(), "0 passed, 1 failed, 0 skipped");
+    }
+
+    #[test]
+    fn what_cannot_run_fails_unless_skips_are_allowed() {
+        let mut strict = Tally::default();
+        strict.cannot_run("Soft-RoCE VMs", "they need root");
+        assert_eq!(strict.closing_line(), "0 passed, 1 failed, 0 skipped");
+        assert!(strict.failures[0].contains("--allow-skip"));
+
+        let mut lenient = Tally {
+            allow_skip: true,
+            ..Tally::default()
+        };
+        lenient.cannot_run("Soft-RoCE VMs", "they need root");
+        assert_eq!(lenient.closing_line(), "0 passed, 0 failed, 1 skipped");
+        assert_eq!(lenient.skips, ["Soft-RoCE VMs: they need root"]);
+    }
 }

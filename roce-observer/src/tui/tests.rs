@@ -10,11 +10,15 @@ use crate::{
 };
 
 fn fixture_snapshot(name: &str) -> crate::engine::snapshot::Snapshot {
+    fixture_snapshot_with(name, EngineConfig::default())
+}
+
+fn fixture_snapshot_with(name: &str, config: EngineConfig) -> crate::engine::snapshot::Snapshot {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")
         .join(format!("{name}.pcap"));
     let file = std::fs::File::open(&path).expect("fixture exists");
-    let mut engine = Engine::new(EngineConfig::default());
+    let mut engine = Engine::new(config);
     let mut last = 0;
     let end = wire::capture::read_capture(
         file,
@@ -90,9 +94,53 @@ fn pfc_view() {
     insta::assert_snapshot!(render(&app));
 }
 
+/// The mixed_demo fabric: four hosts, several QPs per host pair, one QP whose UDP source port
+/// changes, over the default model of 8 uplinks.
 #[test]
-fn alerts_view() {
-    let mut app = App::new("veth0".into(), fixture_snapshot("mixed_demo"));
+fn ecmp_view() {
+    let snap = fixture_snapshot("mixed_demo");
+    assert!(snap.ecmp.modelled.is_some(), "the model runs by default");
+    assert!(snap.ecmp.entropy.len() > 2, "several host pairs");
+    let mut app = App::new("veth0, veth1".into(), snap);
+    app.update(Action::SelectTab(Tab::Ecmp));
+    insta::assert_snapshot!(render(&app));
+}
+
+/// Without alerts: the table is empty (mixed_demo keeps to the lossless class and answers
+/// every CE mark with a CNP).
+#[test]
+fn alerts_view_without_alerts() {
+    let snap = fixture_snapshot("mixed_demo");
+    assert!(snap.alerts.is_empty());
+    let mut app = App::new("veth0".into(), snap);
+    app.update(Action::SelectTab(Tab::Alerts));
+    insta::assert_snapshot!(render(&app));
+}
+
+/// Alert rows raised by the engine's rules on the ipv6 fixture: a frame on DSCP 34 (outside
+/// the lossless class), a Not-ECT one, a CE mark no CNP answers, and, with a latency threshold
+/// of 22 us, its 25 us READ response.
+#[test]
+fn alerts_view_with_alerts() {
+    let snap = fixture_snapshot_with(
+        "ipv6",
+        EngineConfig {
+            rtt_alert_ns: Some(22_000),
+            ..EngineConfig::default()
+        },
+    );
+    let mut kinds: Vec<&str> = snap.alerts.iter().map(|a| a.kind).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            "ce_without_cnp",
+            "high_latency",
+            "non_lossless_class",
+            "not_ect"
+        ]
+    );
+    let mut app = App::new("veth0".into(), snap);
     app.update(Action::SelectTab(Tab::Alerts));
     insta::assert_snapshot!(render(&app));
 }
