@@ -12,9 +12,10 @@ use std::{
 };
 
 use integration_tests::{
-    fixtures_dir, kernel_tests_enabled,
+    fixtures_dir,
     netns::{Observer, VethNs},
     prometheus::{http_get, loopback_up},
+    require_root,
 };
 use serde_json::Value;
 
@@ -62,10 +63,9 @@ fn metric(ns: &VethNs, name: &str) -> f64 {
 }
 
 #[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
 fn a_full_disk_loses_lines_but_not_the_observer() {
-    if !kernel_tests_enabled("a_full_disk_loses_lines_but_not_the_observer") {
-        return;
-    }
+    require_root();
     let fs = Tmpfs::new("256k");
     let logs = fs.dir.join("logs");
     let ns = VethNs::new().expect("namespace with a veth pair");

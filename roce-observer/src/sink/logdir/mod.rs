@@ -301,7 +301,7 @@ impl LogDir {
         }
     }
 
-    /// Flush to disk and wait for compression; called once at exit.
+    /// Flush to disk and finish compression and retention; called once at exit.
     pub fn finish(&mut self) {
         if let Some(live) = &self.live {
             let _ = live.file.sync_data();
@@ -311,6 +311,13 @@ impl LogDir {
         {
             self.health.files_deleted += pass.deleted;
         }
+        // Rotations that happened while a pass was running left their files for the next pass.
+        let pass = rotate::retention(
+            &self.cfg.dir,
+            self.cfg.max_files,
+            self.cfg.max_bytes.saturating_mul(self.cfg.max_files as u64),
+        );
+        self.health.files_deleted += pass.deleted;
     }
 }
 
