@@ -6,7 +6,7 @@
 //! - per-flow series only for the `top_flows` flows with the most bytes, plus up to
 //!   `top_flows` more flows with problems (PSN gaps, retransmissions, NAKs), most first;
 //! - aggregates per observation point (interface + direction), per host pair (at most
-//!   [`MAX_HOST_PAIRS`], most bytes first) and per NAK class;
+//!   [`MAX_HOST_PAIRS`], most bytes first, counters only) and per NAK class;
 //! - PFC per (interface, direction, priority), summed over the sending MACs;
 //! - the observer's own health.
 //!
@@ -26,8 +26,8 @@ use prometheus_client::{
 
 use crate::engine::snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, NakCounts, RttSummary, Snapshot};
 
-/// Host pairs exported, most bytes first (the ECMP view's limit too).
-pub const MAX_HOST_PAIRS: usize = 1000;
+/// Host pairs exported, most bytes first.
+pub const MAX_HOST_PAIRS: usize = 256;
 pub const DEFAULT_TOP_FLOWS: usize = 100;
 
 /// Content type of the text format 0.0.4.
@@ -185,8 +185,15 @@ impl Totals {
     }
 }
 
-/// Register one counter family per field of a group of totals.
-fn register_totals(reg: &mut Registry, prefix: &str, what: &str, groups: &[(Labels, Totals)]) {
+/// Register one counter family per field of a group of totals; with `detail`, also NAKs by
+/// class and the latency histogram (19 series per group, so not for host pairs).
+fn register_totals(
+    reg: &mut Registry,
+    prefix: &str,
+    what: &str,
+    groups: &[(Labels, Totals)],
+    detail: bool,
+) {
     type Get = fn(&Totals) -> u64;
     let fields: [(&str, &str, Get); 6] = [
         ("packets", "RoCE packets", |t| t.packets),
@@ -208,6 +215,9 @@ fn register_totals(reg: &mut Registry, prefix: &str, what: &str, groups: &[(Labe
             format!("{help}, {what}"),
             ConstFamily(series),
         );
+    }
+    if !detail {
+        return;
     }
     let naks = groups
         .iter()
@@ -261,6 +271,7 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
         "roce_flow",
         "per flow (top flows and flows with problems)",
         &per_flow,
+        true,
     );
     let acks = chosen
         .iter()
@@ -292,7 +303,13 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
         .iter()
         .map(|(l, t)| (l.clone(), ConstGauge::new(t.flows as i64)))
         .collect();
-    register_totals(&mut reg, "roce_point", "per observation point", &points);
+    register_totals(
+        &mut reg,
+        "roce_point",
+        "per observation point",
+        &points,
+        true,
+    );
     reg.register(
         "roce_point_flows",
         "Flows in the table, per observation point",
@@ -314,6 +331,7 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
         "roce_host_pair",
         "per host pair (source IP, destination IP)",
         &pairs,
+        false,
     );
     reg.register(
         "roce_host_pair_flows",

@@ -253,3 +253,38 @@ fn promtool_finds_nothing_to_lint() {
         "promtool: {report}"
     );
 }
+
+/// The worst case for a default run: a full 16,384-flow kernel table, every flow with
+/// problems, every flow between its own pair of hosts, two observation points, PFC on all 8
+/// priorities of two ports.
+#[test]
+fn series_stay_bounded_for_a_full_flow_table() {
+    let base = fixture_snapshot(&["mixed_demo", "pfc"]);
+    let template = base
+        .flows
+        .iter()
+        .find(|f| f.rtt_ns.count > 0)
+        .expect("a flow with samples")
+        .clone();
+    let mut snap = base.clone();
+    snap.flows = (0..16_384u32)
+        .map(|i| {
+            let mut f = template.clone();
+            f.src_ip = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0xc000_0200 + i));
+            f.dst_qp = i;
+            f.bytes = u64::from(i);
+            f.psn_gaps = 1;
+            f.direction = if i % 2 == 0 { "ingress" } else { "egress" };
+            f
+        })
+        .collect();
+    snap.summary.flows = 16_384;
+    let text = render(&snap, DEFAULT_TOP_FLOWS, &Health::default());
+    let n = samples(&text).len();
+    eprintln!("series for a full table: {n}");
+    assert!(n < 10_000, "{n} series");
+    assert_eq!(
+        value(&text, "roce_observer_metrics_flows_omitted", ""),
+        16_184.0
+    );
+}
