@@ -166,7 +166,7 @@ fn prometheus_stores_what_the_json_document_says() {
                 .find(|f| {
                     label(&m, "src") == label(f, "src_ip")
                         && label(&m, "dst") == label(f, "dst_ip")
-                        && label(&m, "qp") == f["dst_qp"].to_string()
+                        && m["qp"].as_str() == Some(f["dst_qp"].to_string().as_str())
                         && label(&m, "iface") == label(f, "iface")
                         && label(&m, "direction") == label(f, "direction")
                 })
