@@ -60,7 +60,8 @@ pub struct OutputArgs {
     #[arg(long)]
     pub json: bool,
     /// Write every flow record as JSON lines (one object per flow, stamped `ts`) to FILE, once
-    /// per report interval and at the end. An existing file is appended to, never truncated.
+    /// per report interval and at the end. An existing file is appended to, never truncated; a
+    /// failed write (here, to stdout or to any output file) ends the command with an error.
     #[arg(long = "flow-log", value_name = "FILE")]
     pub flow_log: Option<PathBuf>,
 }
@@ -176,9 +177,7 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_the_option_named() {
-        let err = parse(&["--pmtu", "1500"])
-            .err()
-            .expect("1500 is not a RoCE MTU");
+        let err = parse(&["--pmtu", "1500"]).expect_err("1500 is not a RoCE MTU");
         assert!(err.to_string().contains("not a RoCE path MTU"), "{err}");
         for (args, needle) in [
             (&["--link-speed", "0"][..], "--link-speed"),
@@ -188,8 +187,7 @@ mod tests {
             let err = parse(args)
                 .expect("parses")
                 .engine_config()
-                .err()
-                .expect("refused");
+                .expect_err("refused");
             assert!(err.to_string().contains(needle), "{err}");
         }
     }
