@@ -84,15 +84,7 @@ pub fn render(s: &Snapshot) -> String {
     }
     let mut naks = Vec::new();
     for f in &s.flows {
-        let n = &f.naks;
-        for (class, v) in [
-            ("psn_seq_err", n.psn_seq_err),
-            ("rnr", n.rnr),
-            ("invalid_request", n.invalid_request),
-            ("remote_access", n.remote_access),
-            ("remote_op", n.remote_op),
-            ("other", n.other),
-        ] {
+        for (class, v) in f.naks.by_class() {
             naks.push((format!("{},class=\"{class}\"", flow_labels(f)), v as f64));
         }
     }
