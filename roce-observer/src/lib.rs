@@ -2,8 +2,11 @@
 //! -> one analysis state ([`engine::Engine`]) -> renderers ([`sink`]) that read its snapshot.
 
 pub mod analyze;
+pub mod cli;
 pub mod counters;
 pub mod engine;
+pub mod format;
+pub mod live;
 pub mod run;
 pub mod sink;
 pub mod source;

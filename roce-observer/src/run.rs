@@ -1,25 +1,22 @@
-//! `roce-observer run`: the live pipeline. Kernel source (maps + ring buffer) -> engine ->
-//! renderer (periodic table, or one JSON document at the end).
+//! `roce-observer run`: the live pipeline fed by the kernel programs. Loads and attaches them,
+//! then hands the source to [`crate::live`] (engine -> terminal UI, periodic tables, or one
+//! JSON document at the end).
 
-use std::{
-    io::{IsTerminal as _, Write as _},
-    os::fd::{AsRawFd, RawFd},
-    time::{Duration, Instant},
-};
+use std::{io::IsTerminal as _, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use roce_observer_common::{Counter, Direction};
-use tokio::{
-    io::{Interest, unix::AsyncFd},
-    signal::unix::{SignalKind, signal},
-};
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    engine::{Engine, EngineConfig, snapshot::Snapshot},
-    sink,
-    source::kernel::{KernelOptions, KernelSource},
-    tui::{self, Action, App},
+    cli::{EngineArgs, MetricsArgs, OutputArgs},
+    engine::Engine,
+    live::{Schedule, Ui, run_live},
+    sink::outputs::{IntervalTables, OutputPlan, Outputs},
+    source::{
+        LiveSource,
+        kernel::{KernelOptions, KernelSource},
+    },
 };
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -40,17 +37,14 @@ pub struct RunArgs {
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Print one JSON document at the end instead of a table every interval.
-    #[arg(long)]
-    pub json: bool,
     /// Plain periodic tables instead of the terminal UI (the UI needs a terminal on stdout;
     /// without one, plain output is used anyway).
     #[arg(long)]
     pub no_tui: bool,
     #[command(flatten)]
-    pub log: sink::cli::LogDirArgs,
+    pub output: OutputArgs,
     #[command(flatten)]
-    pub metrics: sink::cli::MetricsArgs,
+    pub metrics: MetricsArgs,
     /// Write the same Prometheus metrics as --metrics to this file every interval (atomically
     /// replaced), for node_exporter's textfile collector.
     #[arg(long, value_name = "PATH")]
@@ -58,257 +52,103 @@ pub struct RunArgs {
     /// Seconds between two reports.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
-    /// RoCE path MTU used to size READ PSN reservations (256, 512, 1024, 2048 or 4096).
-    #[arg(long, default_value_t = 4096, value_parser = parse_pmtu)]
-    pub pmtu: u32,
-    /// UDP destination port of RoCEv2.
-    #[arg(long, default_value_t = roce_observer_common::ROCE_V2_PORT)]
-    pub roce_port: u16,
     /// Flow table size in the kernel (flows past it are counted in map_full).
     #[arg(long, default_value_t = 16384)]
     pub max_flows: u32,
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: XdpModeArg,
-    /// Link speed in Gb/s, to turn PFC quanta into time.
-    #[arg(long, default_value_t = 100.0)]
-    pub link_speed: f64,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
-fn parse_pmtu(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(v @ (256 | 512 | 1024 | 2048 | 4096)) => Ok(v),
-        _ => Err(format!(
-            "`{s}` is not a RoCE path MTU: use 256, 512, 1024, 2048 or 4096"
-        )),
-    }
-}
+/// Kept here for callers of the kernel source outside the crate (tests).
+pub use crate::source::kernel::refresh;
 
-struct Fd(RawFd);
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
-/// Copy the kernel's events and maps into the engine (map values are absolute).
-pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()> {
-    src.drain_events(|ev| engine.ingest_event(ev));
-    for (key, stats) in src.read_flows()? {
-        engine.update_flow(&key, &stats);
-    }
-    for (key, stats) in src.read_pfc()? {
-        engine.update_pfc(&key, &stats);
-    }
-    let counters = src.read_counters()?;
-    for (dir, block) in [Direction::Ingress, Direction::Egress]
-        .into_iter()
-        .zip(counters)
-    {
-        for counter in Counter::ALL {
-            engine.update_counter(dir, counter, block[counter as usize]);
-        }
-    }
-    Ok(())
+fn seconds(name: &str, secs: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("--{name} must be a positive number of seconds (got {secs})"))
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    if args.interval <= 0.0 || !args.interval.is_finite() {
-        anyhow::bail!("--interval must be a positive number of seconds");
-    }
+    let interval = seconds("interval", args.interval)?;
+    let duration = match args.duration {
+        // A zero duration still gives one report.
+        Some(d) => Some(Duration::try_from_secs_f64(d.max(0.0)).context("--duration")?),
+        None => None,
+    };
+    let mut cfg = args.engine.engine_config()?;
+    // The kernel programs reserve READ PSNs with a fixed path MTU: the engine cannot learn one.
+    cfg.pmtu_explicit = true;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(run_async(args))
-}
-
-/// The long-running outputs of `run`: log directory, metrics endpoint, textfile.
-struct Exports {
-    log: Option<sink::logdir::LogDir>,
-    server: Option<sink::metrics::server::MetricsServer>,
-    prom_file: Option<std::path::PathBuf>,
-    top_flows: usize,
-}
-
-impl Exports {
-    /// Open what the user asked for; an unusable directory or a busy address ends the run here,
-    /// before anything is attached.
-    async fn open(args: &RunArgs) -> anyhow::Result<Exports> {
-        let log = match args.log.config()? {
-            Some(cfg) => Some(sink::logdir::LogDir::open(cfg, now_ns())?),
-            None => None,
+    let use_tui = !args.output.json && !args.no_tui && std::io::stdout().is_terminal();
+    // Outputs first: an unusable --log-dir or a busy --metrics address fails before anything
+    // is loaded or attached.
+    let outputs = Outputs::open(OutputPlan {
+        json: args.output.json,
+        interval_tables: if args.output.json || use_tui {
+            IntervalTables::Off
+        } else {
+            IntervalTables::Plain
+        },
+        log_dir: args.output.log.config()?,
+        prom_file: args.prom_file.clone(),
+        metrics: args.metrics.metrics,
+        metrics_top_flows: args.metrics.metrics_top_flows,
+    })?;
+    rt.block_on(async {
+        let opts = KernelOptions {
+            roce_port: args.engine.roce_port,
+            pmtu: args.engine.pmtu(),
+            max_flows: args.max_flows,
+            xdp_mode: match args.xdp_mode {
+                XdpModeArg::Auto => aya::programs::XdpMode::Default,
+                XdpModeArg::Skb => aya::programs::XdpMode::Skb,
+                XdpModeArg::Native => aya::programs::XdpMode::Driver,
+            },
         };
-        let server = match args.metrics.metrics {
-            Some(addr) => {
-                let server = sink::metrics::server::MetricsServer::start(
-                    addr,
-                    args.metrics.metrics_top_flows,
-                )
-                .await?;
-                eprintln!(
-                    "roce-observer: metrics at http://{}/metrics",
-                    server.local_addr()
-                );
-                Some(server)
+        let mut src = KernelSource::load(&opts)?;
+        let mut engine = Engine::new(cfg);
+        // Handlers first: a signal right after "attached" must stop us cleanly, not kill us.
+        let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+        let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+        for iface in &args.ifaces {
+            let a = src.attach(iface, opts.xdp_mode)?;
+            engine.set_iface_name(a.ifindex, &a.iface);
+            for warning in src.take_warnings() {
+                eprintln!("roce-observer: {warning}");
             }
-            None => None,
+        }
+        eprintln!(
+            "roce-observer: attached to {} (XDP ingress + TC egress); Ctrl-C to stop",
+            args.ifaces.join(", ")
+        );
+        let ui = use_tui.then(|| Ui::start(args.ifaces.join(", "), &engine, src.now_ns()));
+        let stop = async move {
+            tokio::select! {
+                _ = sigint.recv() => {}
+                _ = sigterm.recv() => {}
+            }
         };
-        Ok(Exports {
-            log,
-            server,
-            prom_file: args.prom_file.clone(),
-            top_flows: args.metrics.metrics_top_flows,
-        })
-    }
-
-    /// Hand one interval's snapshot to every export; sets the lost log lines in its summary.
-    /// Only the textfile can fail (as it always could: a path the user gave).
-    fn write(&mut self, snap: &mut Snapshot, now: u64) -> anyhow::Result<()> {
-        let mut health = sink::metrics::Health::default();
-        if let Some(log) = self.log.as_mut() {
-            log.write(snap, now);
-            let h = log.health();
-            snap.summary.log_records_lost = Some(h.records_lost);
-            health.log_records_lost = Some(h.records_lost);
-            health.log_records_written = Some(h.records_written);
-        }
-        if let Some(server) = &self.server {
-            server.publish(
-                std::sync::Arc::new(snap.clone()),
-                health.log_records_lost.zip(health.log_records_written),
-            );
-        }
-        if let Some(path) = &self.prom_file {
-            let text = sink::metrics::render(snap, self.top_flows, &health);
-            sink::metrics::write_textfile(path, &text)
-                .with_context(|| format!("writing metrics to {}", path.display()))?;
+        let mut stdout = std::io::stdout().lock();
+        let warnings = run_live(
+            &mut src,
+            &mut engine,
+            outputs,
+            ui,
+            Schedule { interval, duration },
+            stop,
+            &mut stdout,
+        )
+        .await?;
+        for warning in warnings {
+            eprintln!("roce-observer: {warning}");
         }
         Ok(())
-    }
-}
-
-async fn run_async(args: RunArgs) -> anyhow::Result<()> {
-    let mut exports = Exports::open(&args).await?;
-    let opts = KernelOptions {
-        roce_port: args.roce_port,
-        pmtu: args.pmtu,
-        max_flows: args.max_flows,
-        xdp_mode: match args.xdp_mode {
-            XdpModeArg::Auto => aya::programs::XdpMode::Default,
-            XdpModeArg::Skb => aya::programs::XdpMode::Skb,
-            XdpModeArg::Native => aya::programs::XdpMode::Driver,
-        },
-    };
-    let mut src = KernelSource::load(&opts)?;
-    let mut engine = Engine::new(EngineConfig {
-        pmtu: args.pmtu,
-        pmtu_explicit: true,
-        link_gbps: args.link_speed,
-        roce_port: args.roce_port,
-        ..EngineConfig::default()
-    });
-    // Handlers first: a signal right after "attached" must stop us cleanly, not kill us.
-    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    for iface in &args.ifaces {
-        let a = src.attach(iface, opts.xdp_mode)?;
-        engine.set_iface_name(a.ifindex, &a.iface);
-    }
-    eprintln!(
-        "roce-observer: attached to {} (XDP ingress + TC egress); Ctrl-C to stop",
-        args.ifaces.join(", ")
-    );
-
-    // SAFETY: the ring buffer's fd belongs to `src`, which outlives `events` (declared later,
-    // dropped first), and `Fd` always returns that same fd.
-    let events =
-        unsafe { AsyncFd::register_with_interest(Fd(src.events_fd()), Interest::READABLE) }
-            .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
-    let use_tui = !args.json && !args.no_tui && std::io::stdout().is_terminal();
-    let (keys_tx, mut keys) = tokio::sync::mpsc::unbounded_channel::<Action>();
-    let mut ui = if use_tui {
-        let terminal = ratatui::init();
-        let guard = tui::TerminalGuard;
-        tui::spawn_key_reader(keys_tx);
-        let app = App::new(args.ifaces.join(", "), engine.snapshot(now_ns()));
-        Some((terminal, guard, app))
-    } else {
-        drop(keys_tx);
-        None
-    };
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(args.interval));
-    let deadline = args
-        .duration
-        .map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
-    loop {
-        tokio::select! {
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            guard = events.readable() => {
-                let mut guard = guard.context("ring buffer poll")?;
-                src.drain_events(|ev| engine.ingest_event(ev));
-                guard.clear_ready();
-            }
-            Some(action) = keys.recv(), if ui.is_some() => {
-                if let Some((terminal, _, app)) = ui.as_mut() {
-                    app.update(action);
-                    if app.quit {
-                        break;
-                    }
-                    terminal.draw(|f| tui::view::draw(f, app)).context("drawing the UI")?;
-                }
-            }
-            _ = tick.tick() => {
-                refresh(&mut src, &mut engine)?;
-                let now = now_ns();
-                let mut snap = engine.snapshot(now);
-                exports.write(&mut snap, now)?;
-                match ui.as_mut() {
-                    Some((terminal, _, app)) => {
-                        app.update(Action::Snapshot(Box::new(snap)));
-                        terminal.draw(|f| tui::view::draw(f, app)).context("drawing the UI")?;
-                    }
-                    None if !args.json => println!("{}", sink::table::render(&snap)),
-                    None => {}
-                }
-                engine.begin_interval(now);
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    break;
-                }
-            }
-        }
-    }
-    // Leave the UI before the final report goes to the normal screen.
-    drop(ui);
-    refresh(&mut src, &mut engine)?;
-    src.detach_all();
-    let now = now_ns();
-    let mut snap = engine.snapshot(now);
-    exports.write(&mut snap, now)?;
-    if let Some(log) = exports.log.as_mut() {
-        log.finish();
-        if let Some(err) = log.last_error() {
-            eprintln!(
-                "roce-observer: {} log lines could not be written to {}: {err}",
-                log.health().records_lost,
-                log.dir().display()
-            );
-        }
-    }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if args.json {
-        sink::json::write_document(&mut out, &snap).context("writing the JSON document")?;
-    } else {
-        writeln!(out, "{}", sink::table::render(&snap)).context("writing the report")?;
-    }
-    Ok(())
+    })
 }

@@ -3,6 +3,7 @@
 
 use std::{collections::BTreeMap, net::IpAddr};
 
+use roce_observer_common::flow::{NAK_CLASSES, nak};
 use serde::{Serialize, Serializer, ser::SerializeMap};
 
 use super::ecmp::EcmpSnapshot;
@@ -45,6 +46,26 @@ pub struct NakCounts {
     pub other: u64,
 }
 
+impl NakCounts {
+    /// Every class with its name, in the order of `roce_observer_common::nak::NAMES` (the one
+    /// list of NAK classes; the test below keeps the field names equal to it).
+    pub fn by_class(&self) -> [(&'static str, u64); NAK_CLASSES] {
+        let counts = [
+            self.psn_seq_err,
+            self.rnr,
+            self.invalid_request,
+            self.remote_access,
+            self.remote_op,
+            self.other,
+        ];
+        std::array::from_fn(|i| (nak::NAMES[i], counts[i]))
+    }
+
+    /// NAKs of every class.
+    pub fn total(&self) -> u64 {
+        self.by_class().iter().map(|(_, n)| n).sum()
+    }
+}
 /// Upper bounds (ns) of the classic latency buckets: 1 us .. 100 ms in 1-2-5 steps, the range
 /// of RDMA request -> answer times from one switch hop to a congested fabric.
 pub const LATENCY_BUCKETS_NS: [u64; 16] = [
@@ -229,4 +250,27 @@ pub struct AlertSnapshot {
     pub first_ts: u64,
     pub last_ts: u64,
     pub count: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nak_classes_are_named_as_in_json_and_in_the_shared_list() {
+        let naks = NakCounts {
+            psn_seq_err: 1,
+            rnr: 2,
+            invalid_request: 3,
+            remote_access: 4,
+            remote_op: 5,
+            other: 6,
+        };
+        let json = serde_json::to_value(&naks).expect("serializes");
+        for (class, n) in naks.by_class() {
+            assert_eq!(json[class], n, "{class}");
+        }
+        assert_eq!(json.as_object().map(|o| o.len()), Some(NAK_CLASSES));
+        assert_eq!(naks.total(), 21);
+    }
 }

@@ -24,7 +24,9 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::engine::snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, NakCounts, RttSummary, Snapshot};
+use roce_observer_common::flow::{NAK_CLASSES, nak};
+
+use crate::engine::snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, RttSummary, Snapshot};
 
 /// Host pairs exported, most bytes first.
 pub const MAX_HOST_PAIRS: usize = 256;
@@ -104,24 +106,9 @@ impl ConstHistogram {
     }
 }
 
-fn nak_classes(n: &NakCounts) -> [(&'static str, u64); 6] {
-    [
-        ("psn_seq_err", n.psn_seq_err),
-        ("rnr", n.rnr),
-        ("invalid_request", n.invalid_request),
-        ("remote_access", n.remote_access),
-        ("remote_op", n.remote_op),
-        ("other", n.other),
-    ]
-}
-
-fn nak_total(n: &NakCounts) -> u64 {
-    nak_classes(n).iter().map(|(_, v)| v).sum()
-}
-
 /// Gaps + retransmissions + NAKs: what makes a flow a problem flow.
 fn trouble(f: &FlowSnapshot) -> u64 {
-    f.psn_gaps + f.retransmits + nak_total(&f.naks)
+    f.psn_gaps + f.retransmits + f.naks.total()
 }
 
 /// The flows that get their own series: top `k` by bytes, then up to `k` more with problems.
@@ -165,7 +152,7 @@ struct Totals {
     retransmits: u64,
     cnp: u64,
     ecn_ce: u64,
-    naks: [u64; 6],
+    naks: [u64; NAK_CLASSES],
     latency: ConstHistogram,
 }
 
@@ -178,7 +165,7 @@ impl Totals {
         self.retransmits += f.retransmits;
         self.cnp += f.cnp;
         self.ecn_ce += f.ecn_ce;
-        for (sum, (_, v)) in self.naks.iter_mut().zip(nak_classes(&f.naks)) {
+        for (sum, (_, v)) in self.naks.iter_mut().zip(f.naks.by_class()) {
             *sum += v;
         }
         self.latency.add(&f.rtt_ns);
@@ -222,7 +209,7 @@ fn register_totals(
     let naks = groups
         .iter()
         .flat_map(|(l, t)| {
-            NAK_CLASS_NAMES.iter().zip(t.naks).map(move |(class, v)| {
+            nak::NAMES.iter().zip(t.naks).map(move |(class, v)| {
                 let mut l = l.clone();
                 l.push(("class", class.to_string()));
                 (l, ConstCounter::new(v))
@@ -244,15 +231,6 @@ fn register_totals(
         ConstFamily(latency),
     );
 }
-
-const NAK_CLASS_NAMES: [&str; 6] = [
-    "psn_seq_err",
-    "rnr",
-    "invalid_request",
-    "remote_access",
-    "remote_op",
-    "other",
-];
 
 /// The registry for `snap`: every family, bounded as the module says.
 pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry {
@@ -281,7 +259,7 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
 
     let mut points: BTreeMap<(String, &str), Totals> = BTreeMap::new();
     let mut pairs: BTreeMap<(String, String), Totals> = BTreeMap::new();
-    let mut nak_sum = [0u64; 6];
+    let mut nak_sum = [0u64; NAK_CLASSES];
     for f in &snap.flows {
         points
             .entry((f.iface.clone(), f.direction))
@@ -291,7 +269,7 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
             .entry((f.src_ip.to_string(), f.dst_ip.to_string()))
             .or_default()
             .add(f);
-        for (sum, (_, v)) in nak_sum.iter_mut().zip(nak_classes(&f.naks)) {
+        for (sum, (_, v)) in nak_sum.iter_mut().zip(f.naks.by_class()) {
             *sum += v;
         }
     }
@@ -338,7 +316,7 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
         "Flows (QPs) per host pair",
         ConstFamily(qps),
     );
-    let naks = NAK_CLASS_NAMES
+    let naks = nak::NAMES
         .iter()
         .zip(nak_sum)
         .map(|(c, v)| (vec![("class", c.to_string())], ConstCounter::new(v)))

@@ -4,77 +4,24 @@
 
 use std::fmt::Write as _;
 
-use crate::engine::snapshot::{FlowSnapshot, RttSummary, Snapshot};
+use crate::{
+    engine::snapshot::{FlowSnapshot, RttSummary, Snapshot},
+    format::{self, shorten as fit},
+};
 
 /// Flows listed (busiest first); the rest are counted.
 pub const MAX_FLOW_ROWS: usize = 50;
-
-fn human_count(n: u64) -> String {
-    match n {
-        0..=9_999 => n.to_string(),
-        10_000..=9_999_999 => format!("{:.1}k", n as f64 / 1e3),
-        10_000_000..=9_999_999_999 => format!("{:.1}M", n as f64 / 1e6),
-        _ => format!("{:.1}G", n as f64 / 1e9),
-    }
-}
-
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-fn human_rate(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.2} Gb/s", bps / 1e9)
-    } else if bps >= 1e6 {
-        format!("{:.1} Mb/s", bps / 1e6)
-    } else if bps >= 1e3 {
-        format!("{:.1} kb/s", bps / 1e3)
-    } else {
-        format!("{bps:.0} b/s")
-    }
-}
-
-fn human_ns(ns: Option<u64>) -> String {
-    match ns {
-        None => "-".into(),
-        Some(v) if v < 10_000 => format!("{v}ns"),
-        Some(v) if v < 10_000_000 => format!("{:.1}us", v as f64 / 1e3),
-        Some(v) => format!("{:.1}ms", v as f64 / 1e6),
-    }
-}
-
-/// Shorten `s` to `w` characters, keeping both ends.
-fn fit(s: &str, w: usize) -> String {
-    let n = s.chars().count();
-    if n <= w {
-        return s.to_string();
-    }
-    let keep = w.saturating_sub(1);
-    let head: String = s.chars().take(keep / 2).collect();
-    let tail: String = s.chars().skip(n - (keep - keep / 2)).collect();
-    format!("{head}~{tail}")
-}
 
 fn rtt(r: &RttSummary) -> String {
     if r.count == 0 {
         "-".into()
     } else {
-        format!("{}/{}", human_ns(r.p50), human_ns(r.p99))
+        format!("{}/{}", format::ns(r.p50), format::ns(r.p99))
     }
 }
 
-/// Columns of the flow table; each row is at most 118 characters.
+/// Columns of the flow table; a row is 119 characters when every value fits its column (counts
+/// up to 99.9k, packets up to 999.9k).
 const FLOW_HEADER: [&str; 12] = [
     "SRC > DST",
     "QP",
@@ -93,7 +40,7 @@ const FLOW_HEADER: [&str; 12] = [
 fn flow_line(out: &mut String, cols: [&str; 12]) {
     let _ = writeln!(
         out,
-        "{:<33} {:>8} {:>6} {:>9} {:>10} {:>5} {:>5} {:>4} {:>5} {:>5} {:>4} {:>13}",
+        "{:<29} {:>8} {:>6} {:>10} {:>10} {:>5} {:>5} {:>4} {:>5} {:>5} {:>4} {:>17}",
         cols[0],
         cols[1],
         cols[2],
@@ -110,12 +57,7 @@ fn flow_line(out: &mut String, cols: [&str; 12]) {
 }
 
 fn flow_row(out: &mut String, f: &FlowSnapshot) {
-    let naks = f.naks.psn_seq_err
-        + f.naks.rnr
-        + f.naks.invalid_request
-        + f.naks.remote_access
-        + f.naks.remote_op
-        + f.naks.other;
+    let naks = f.naks.total();
     let class = match f.pcp {
         Some(p) => format!("{}/{}", f.dscp, p),
         None => format!("{}/-", f.dscp),
@@ -123,16 +65,16 @@ fn flow_row(out: &mut String, f: &FlowSnapshot) {
     flow_line(
         out,
         [
-            &fit(&format!("{} > {}", f.src_ip, f.dst_ip), 33),
-            &format!("{:#x}", f.dst_qp),
-            &human_count(f.packets),
-            &human_bytes(f.bytes),
-            &human_rate(f.rate_bps),
-            &human_count(f.psn_gaps),
-            &human_count(f.retransmits),
-            &human_count(naks),
-            &human_count(f.cnp),
-            &human_count(f.ecn_ce),
+            &fit(&format!("{} > {}", f.src_ip, f.dst_ip), 29),
+            &format::qp(f.dst_qp),
+            &format::count(f.packets),
+            &format::bytes(f.bytes),
+            &format::rate(f.rate_bps),
+            &format::count(f.psn_gaps),
+            &format::count(f.retransmits),
+            &format::count(naks),
+            &format::count(f.cnp),
+            &format::count(f.ecn_ce),
             &class,
             &rtt(&f.rtt_ns),
         ],
@@ -239,7 +181,7 @@ pub fn render(s: &Snapshot) -> String {
                 p.pause_frames,
                 p.xon_frames,
                 p.pause_quanta,
-                format!("{:.1}us", p.paused_us),
+                format::us(p.paused_us),
                 p.paused_fraction * 100.0,
                 if p.storm { "YES" } else { "no" }
             );
@@ -253,12 +195,12 @@ pub fn render(s: &Snapshot) -> String {
             out,
             "latency at the observation point, {} samples: min {} p50 {} p90 {} p99 {} p99.9 {} max {}",
             l.count,
-            human_ns(l.min),
-            human_ns(l.p50),
-            human_ns(l.p90),
-            human_ns(l.p99),
-            human_ns(l.p999),
-            human_ns(l.max)
+            format::ns(l.min),
+            format::ns(l.p50),
+            format::ns(l.p90),
+            format::ns(l.p99),
+            format::ns(l.p999),
+            format::ns(l.max)
         );
     }
 
@@ -301,7 +243,7 @@ pub fn render(s: &Snapshot) -> String {
                     "  path {} carries {} elephant 5-tuples ({})",
                     c.path,
                     c.elephants.len(),
-                    human_bytes(c.bytes)
+                    format::bytes(c.bytes)
                 );
             }
         }
@@ -323,7 +265,7 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out, "alerts:");
         for a in s.alerts.iter().take(20) {
             let subject = match (&a.flow, &a.pfc) {
-                (Some(f), _) => format!("{} > {} qp {:#x}", f.src_ip, f.dst_ip, f.dst_qp),
+                (Some(f), _) => format!("{} > {} qp {}", f.src_ip, f.dst_ip, format::qp(f.dst_qp)),
                 (None, Some(p)) => format!(
                     "{} {} prio {}",
                     p.iface,
@@ -353,12 +295,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn helpers() {
-        assert_eq!(fit("abcdefghij", 5), "ab~ij");
-        assert_eq!(fit("abc", 5), "abc");
-        assert_eq!(human_count(12_345), "12.3k");
-        assert_eq!(human_bytes(2048), "2.0 KiB");
-        assert_eq!(human_ns(Some(1500)), "1500ns");
-        assert_eq!(human_ns(Some(15_000)), "15.0us");
+    fn flow_rows_are_119_columns_wide() {
+        let mut out = String::new();
+        flow_line(
+            &mut out,
+            [
+                &fit("2001:db8:1::10 > 2001:db8:2::20", 29),
+                &format::qp(0xff_ffff),
+                &format::count(999_949),
+                &format::bytes(1000 << 20),
+                &format::rate(999.9e9),
+                &format::count(99_949),
+                &format::count(99_949),
+                &format::count(9_999),
+                &format::count(99_949),
+                &format::count(99_949),
+                "63/7",
+                &format!(
+                    "{}/{}",
+                    format::ns(Some(999_000)),
+                    format::ns(Some(999_000))
+                ),
+            ],
+        );
+        assert_eq!(out.trim_end_matches('\n').chars().count(), 119, "{out}");
     }
 }

@@ -81,8 +81,7 @@ impl SortKey {
 }
 
 pub fn nak_total(f: &FlowSnapshot) -> u64 {
-    let n = &f.naks;
-    n.psn_seq_err + n.rnr + n.invalid_request + n.remote_access + n.remote_op + n.other
+    f.naks.total()
 }
 
 #[derive(Clone, Debug)]

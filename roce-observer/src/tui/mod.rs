@@ -3,7 +3,6 @@
 //! loop owns the source and the engine; the UI never reaches back into them.
 
 pub mod app;
-pub mod format;
 pub mod view;
 
 #[cfg(test)]

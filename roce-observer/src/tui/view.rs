@@ -8,10 +8,8 @@ use ratatui::{
     widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Tabs, Wrap},
 };
 
-use super::{
-    app::{App, Tab, nak_total},
-    format,
-};
+use super::app::{App, Tab, nak_total};
+use crate::format;
 
 const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
@@ -227,8 +225,13 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
             f.psn_gaps, f.psn_missing, f.req_retransmits, f.resp_retransmits
         )),
         Line::from(format!(
-            "ACKs {}  NAKs: PSN seq {} RNR {} invalid {} access {} op {} other {}",
-            f.acks, n.psn_seq_err, n.rnr, n.invalid_request, n.remote_access, n.remote_op, n.other
+            "ACKs {}  NAKs: {}",
+            f.acks,
+            n.by_class()
+                .iter()
+                .map(|(class, count)| format!("{class} {count}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         )),
         Line::from(format!(
             "CNPs {}  ECN CE {}  ECT {}  latency n={} min {} p50 {} p90 {} p99 {} p99.9 {} max {}",
@@ -272,7 +275,7 @@ fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
             Cell::from(p.pause_frames.to_string()),
             Cell::from(p.xon_frames.to_string()),
             Cell::from(p.pause_quanta.to_string()),
-            Cell::from(format!("{:.1} us", p.paused_us)),
+            Cell::from(format::us(p.paused_us)),
             Cell::from(format!("{:.1}%", p.paused_fraction * 100.0)),
             Cell::from(if p.storm { "STORM" } else { "" })
                 .style(Style::new().fg(Color::Red).bold()),

@@ -15,9 +15,7 @@ use serde::Serialize;
 
 use crate::engine::{
     ecmp::EcmpSnapshot,
-    snapshot::{
-        AlertSnapshot, FlowSnapshot, LatencySnapshot, NakCounts, PfcSnapshot, Snapshot, Summary,
-    },
+    snapshot::{AlertSnapshot, FlowSnapshot, LatencySnapshot, PfcSnapshot, Snapshot, Summary},
 };
 
 /// Version of the log line schema; changes are additive only (docs/log-schema.md).
@@ -39,10 +37,6 @@ pub struct FlowDelta {
     pub rtt_samples: u64,
 }
 
-fn nak_total(n: &NakCounts) -> u64 {
-    n.psn_seq_err + n.rnr + n.invalid_request + n.remote_access + n.remote_op + n.other
-}
-
 impl FlowDelta {
     fn totals(f: &FlowSnapshot) -> FlowDelta {
         FlowDelta {
@@ -52,7 +46,7 @@ impl FlowDelta {
             psn_missing: f.psn_missing,
             retransmits: f.retransmits,
             acks: f.acks,
-            naks: nak_total(&f.naks),
+            naks: f.naks.total(),
             cnp: f.cnp,
             ecn_ce: f.ecn_ce,
             ecn_ect: f.ecn_ect,

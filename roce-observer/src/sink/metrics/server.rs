@@ -1,5 +1,5 @@
 //! `run --metrics ADDR`: serve `/metrics` over HTTP/1.1 with hyper on the runtime `run`
-//! already drives. The run loop publishes each interval's snapshot; a scrape encodes the latest
+//! already drives (bound at start, served once the live loop runs). The run loop publishes each interval's snapshot; a scrape encodes the latest
 //! one (so the time a scrape takes is measured and reported in the next).
 
 use std::{
@@ -57,24 +57,33 @@ struct Shared {
     health: Health,
 }
 
-/// The running endpoint; dropping it stops accepting connections.
+/// The endpoint: bound when the command starts, serving once the live loop runs; dropping it
+/// stops accepting connections.
 pub struct MetricsServer {
     addr: SocketAddr,
     shared: Arc<Mutex<Shared>>,
-    accept: JoinHandle<()>,
+    top_flows: usize,
+    state: State,
+}
+
+enum State {
+    Bound(std::net::TcpListener),
+    Serving(JoinHandle<()>),
+    Failed,
 }
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.accept.abort();
+        if let State::Serving(accept) = &self.state {
+            accept.abort();
+        }
     }
 }
 
 impl MetricsServer {
-    /// Bind now (so a busy port is an error before anything is attached) and start serving
-    /// on the current tokio runtime.
-    pub async fn start(addr: SocketAddr, top_flows: usize) -> Result<MetricsServer, ServeError> {
-        let listener = TcpListener::bind(addr).await.map_err(|source| {
+    /// Bind now, without a runtime, so a busy port is an error before anything is attached.
+    pub fn bind(addr: SocketAddr, top_flows: usize) -> Result<MetricsServer, ServeError> {
+        let listener = std::net::TcpListener::bind(addr).map_err(|source| {
             if source.kind() == std::io::ErrorKind::AddrInUse {
                 ServeError::InUse { addr }
             } else {
@@ -82,13 +91,32 @@ impl MetricsServer {
             }
         })?;
         let addr = listener.local_addr().unwrap_or(addr);
-        let shared = Arc::new(Mutex::new(Shared::default()));
-        let accept = tokio::spawn(accept_loop(listener, shared.clone(), top_flows));
         Ok(MetricsServer {
             addr,
-            shared,
-            accept,
+            shared: Arc::new(Mutex::new(Shared::default())),
+            top_flows,
+            state: State::Bound(listener),
         })
+    }
+
+    /// Start serving on the current tokio runtime (must be called inside one); returns the
+    /// address served. Calling it again changes nothing.
+    pub fn serve(&mut self) -> Result<SocketAddr, ServeError> {
+        let addr = self.addr;
+        if let State::Bound(listener) = std::mem::replace(&mut self.state, State::Failed) {
+            let listener = listener
+                .set_nonblocking(true)
+                .and_then(|()| TcpListener::from_std(listener))
+                .map_err(|source| ServeError::Bind { addr, source })?;
+            let accept = tokio::spawn(accept_loop(listener, self.shared.clone(), self.top_flows));
+            self.state = State::Serving(accept);
+        } else if matches!(self.state, State::Failed) {
+            return Err(ServeError::Bind {
+                addr,
+                source: std::io::Error::other("serving failed to start earlier"),
+            });
+        }
+        Ok(addr)
     }
 
     /// The bound address (the real port when 0 was asked for).
@@ -234,14 +262,13 @@ mod tests {
             .build()
             .expect("runtime");
         let any = parse_listen("127.0.0.1:0").expect("addr");
-        let server = rt.block_on(MetricsServer::start(any, 10)).expect("bind");
+        let mut server = MetricsServer::bind(any, 10).expect("bind");
         let addr = server.local_addr();
-        let busy = rt
-            .block_on(MetricsServer::start(addr, 10))
-            .err()
-            .expect("port in use");
+        let busy = MetricsServer::bind(addr, 10).err().expect("port in use");
         assert!(matches!(busy, ServeError::InUse { .. }), "{busy}");
         assert!(busy.to_string().contains("--metrics"));
+        let _guard = rt.enter();
+        assert_eq!(server.serve().expect("serve"), addr);
         assert!(get(addr, "/metrics").starts_with("HTTP/1.1 503"));
         let snap = crate::engine::Engine::new(crate::engine::EngineConfig::default()).snapshot(0);
         server.publish(Arc::new(snap), Some((3, 9)));

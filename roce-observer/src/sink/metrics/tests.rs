@@ -143,7 +143,7 @@ fn per_flow_series_are_bounded_to_top_flows_plus_problem_flows() {
             f.bytes = u64::from(i) * 10;
             f.psn_gaps = 0;
             f.retransmits = u64::from(i % 1000 == 7);
-            f.naks = NakCounts::default();
+            f.naks = crate::engine::snapshot::NakCounts::default();
             f
         })
         .collect();

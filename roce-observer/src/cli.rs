@@ -1,0 +1,289 @@
+//! Argument groups shared by the commands that feed the engine (`run` and `analyze`): declared
+//! once, flattened into each command, validated once into an [`EngineConfig`].
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use clap::Args;
+
+use crate::{
+    engine::{EngineConfig, ecmp::EcmpHash},
+    sink::{
+        logdir::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, LogDirConfig},
+        metrics::{DEFAULT_TOP_FLOWS, server::parse_listen},
+    },
+};
+
+/// How the engine analyses what it is fed (the same for live and capture input).
+#[derive(Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// RoCE path MTU in bytes used to size READ PSN reservations (256, 512, 1024, 2048 or 4096)
+    /// [default: 4096; `analyze` learns it from READ responses unless it is given].
+    #[arg(long, value_name = "BYTES", value_parser = parse_pmtu)]
+    pub pmtu: Option<u32>,
+    /// Link speed in Gb/s, to turn PFC pause quanta into time.
+    #[arg(long = "link-speed", value_name = "GBPS", default_value_t = 100.0)]
+    pub link_speed: f64,
+    /// UDP destination port of RoCEv2.
+    #[arg(long = "roce-port", default_value_t = roce_observer_common::ROCE_V2_PORT)]
+    pub roce_port: u16,
+    /// Uplinks in the modelled ECMP view (0 turns the model off).
+    #[arg(long = "ecmp-paths", value_name = "N", default_value_t = 8)]
+    pub ecmp_paths: u32,
+    /// Switch hash for the modelled ECMP view.
+    #[arg(long = "ecmp-hash", value_enum, default_value_t = EcmpHash::Crc32)]
+    pub ecmp_hash: EcmpHash,
+    /// Hash seed for the modelled ECMP view.
+    #[arg(long = "ecmp-seed", value_name = "S", default_value_t = 0)]
+    pub ecmp_seed: u32,
+    /// DSCP of the lossless class RoCE data should use.
+    #[arg(long = "lossless-dscp", default_value_t = 26, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub lossless_dscp: u8,
+    /// 802.1p priority of the lossless class (checked on tagged frames).
+    #[arg(long = "lossless-pcp", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
+    pub lossless_pcp: u8,
+    /// DSCP CNPs should use.
+    #[arg(long = "cnp-dscp", default_value_t = 48, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub cnp_dscp: u8,
+    /// Alert on latency samples above this many microseconds.
+    #[arg(long = "rtt-alert-us", value_name = "US")]
+    pub rtt_alert_us: Option<u64>,
+    /// PFC storm: paused fraction (percent) that must be exceeded over a whole window.
+    #[arg(
+        long = "storm-threshold",
+        value_name = "PERCENT",
+        default_value_t = 50.0
+    )]
+    pub storm_threshold: f64,
+    /// PFC storm window, milliseconds.
+    #[arg(long = "storm-window-ms", value_name = "MS", default_value_t = 1000)]
+    pub storm_window_ms: u64,
+}
+
+/// Where the results go besides stdout (shared by `run` and `analyze`).
+#[derive(Args, Clone, Debug)]
+pub struct OutputArgs {
+    /// Print one JSON document at the end instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub log: LogDirArgs,
+}
+
+/// Engine arguments that cannot be turned into a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineArgsError {
+    #[error("--link-speed must be a positive number of Gb/s (got {0})")]
+    LinkSpeed(f64),
+    #[error("--storm-threshold must be a percentage from 0 to 100 (got {0})")]
+    StormThreshold(f64),
+}
+
+impl EngineArgs {
+    /// The engine configuration these arguments describe, or what is wrong with them.
+    pub fn engine_config(&self) -> Result<EngineConfig, EngineArgsError> {
+        if !(self.link_speed > 0.0 && self.link_speed.is_finite()) {
+            return Err(EngineArgsError::LinkSpeed(self.link_speed));
+        }
+        if !(0.0..=100.0).contains(&self.storm_threshold) {
+            return Err(EngineArgsError::StormThreshold(self.storm_threshold));
+        }
+        Ok(EngineConfig {
+            pmtu: self.pmtu(),
+            pmtu_explicit: self.pmtu.is_some(),
+            link_gbps: self.link_speed,
+            roce_port: self.roce_port,
+            ecmp_paths: self.ecmp_paths,
+            ecmp_hash: self.ecmp_hash,
+            ecmp_seed: self.ecmp_seed,
+            lossless_dscp: self.lossless_dscp,
+            lossless_pcp: self.lossless_pcp,
+            cnp_dscp: self.cnp_dscp,
+            rtt_alert_ns: self.rtt_alert_us.map(|us| us.saturating_mul(1000)),
+            storm_threshold: self.storm_threshold / 100.0,
+            storm_window_ns: self.storm_window_ms.saturating_mul(1_000_000),
+            ..EngineConfig::default()
+        })
+    }
+
+    /// The path MTU given, or the default.
+    pub fn pmtu(&self) -> u32 {
+        self.pmtu.unwrap_or(roce_observer_common::DEFAULT_PMTU)
+    }
+}
+
+fn parse_pmtu(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(v @ (256 | 512 | 1024 | 2048 | 4096)) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a RoCE path MTU: use 256, 512, 1024, 2048 or 4096"
+        )),
+    }
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct LogDirArgs {
+    /// Write JSON Lines to this directory, rotated and compressed (docs/log-schema.md): the
+    /// live file `roce-observer.jsonl` for `tail -f` and log shippers, and gzipped rotated
+    /// files. A full disk or a removed directory never stops the observer: lost lines are
+    /// counted and writing resumes by itself.
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+    /// Rotate the live file at this size (suffixes K, M, G: powers of 1024).
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    pub log_max_bytes: u64,
+    /// Files kept in the log directory, the live one included; older rotated files are deleted.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_FILES)]
+    pub log_max_files: usize,
+    /// Rotate the live file when it is this many seconds old (0: by size only).
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    pub log_max_age: u64,
+    /// Write every flow, not only those that changed, this often (seconds; 0: only at the start
+    /// of each file, which always begins with every flow).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub log_full_every: u64,
+    /// Replaced by --log-dir (rotating JSON Lines).
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub flow_log: Option<PathBuf>,
+}
+
+const _: () = assert!(DEFAULT_MAX_BYTES == 64 << 20);
+
+impl LogDirArgs {
+    /// The log directory settings, or None without --log-dir.
+    pub fn config(&self) -> anyhow::Result<Option<LogDirConfig>> {
+        if let Some(path) = &self.flow_log {
+            anyhow::bail!(
+                "--flow-log {} was replaced by --log-dir DIR: rotating, compressed JSON Lines with a schema version on every line (docs/log-schema.md)",
+                path.display()
+            );
+        }
+        Ok(self.log_dir.as_ref().map(|dir| LogDirConfig {
+            dir: dir.clone(),
+            max_bytes: self.log_max_bytes,
+            max_files: self.log_max_files,
+            max_age_ns: self.log_max_age.saturating_mul(1_000_000_000),
+            full_every_ns: self.log_full_every.saturating_mul(1_000_000_000),
+        }))
+    }
+}
+
+/// `4096`, `64K`, `64M`, `1G` (powers of 1024; an optional trailing `B` or `iB`).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches('i');
+    let (digits, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("`{s}` is not a size: give bytes, or a number with K, M or G"))
+}
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics at http://ADDR/metrics. A bare PORT listens on loopback only
+    /// (127.0.0.1:PORT); give an address to listen elsewhere, e.g. 0.0.0.0:9470 for a
+    /// Prometheus server on another host.
+    #[arg(long, value_name = "ADDR", value_parser = parse_metrics_addr)]
+    pub metrics: Option<SocketAddr>,
+    /// Per-flow series for this many flows with the most bytes, plus up to as many flows with
+    /// problems (PSN gaps, retransmissions, NAKs); aggregates always cover every flow.
+    #[arg(long, value_name = "K", default_value_t = DEFAULT_TOP_FLOWS)]
+    pub metrics_top_flows: usize,
+}
+
+fn parse_metrics_addr(s: &str) -> Result<SocketAddr, String> {
+    parse_listen(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<EngineArgs, clap::Error> {
+        Cmd::try_parse_from(std::iter::once("cmd").chain(args.iter().copied())).map(|c| c.engine)
+    }
+
+    #[test]
+    fn defaults_match_the_engine_defaults_and_learn_the_pmtu() {
+        let cfg = parse(&[])
+            .expect("no arguments parse")
+            .engine_config()
+            .expect("defaults are valid");
+        let def = EngineConfig::default();
+        assert!(!cfg.pmtu_explicit);
+        assert_eq!(cfg.pmtu, roce_observer_common::DEFAULT_PMTU);
+        assert_eq!(cfg.ecmp_paths, 8);
+        assert_eq!(cfg.storm_threshold, 0.5);
+        assert_eq!(cfg.storm_window_ns, 1_000_000_000);
+        assert_eq!(
+            (cfg.lossless_dscp, cfg.lossless_pcp, cfg.cnp_dscp),
+            (def.lossless_dscp, def.lossless_pcp, def.cnp_dscp)
+        );
+    }
+
+    #[test]
+    fn given_values_reach_the_config() {
+        let cfg = parse(&[
+            "--pmtu",
+            "1024",
+            "--ecmp-paths",
+            "4",
+            "--ecmp-seed",
+            "7",
+            "--rtt-alert-us",
+            "20",
+            "--storm-threshold",
+            "25",
+        ])
+        .expect("valid arguments")
+        .engine_config()
+        .expect("valid config");
+        assert!(cfg.pmtu_explicit);
+        assert_eq!(cfg.pmtu, 1024);
+        assert_eq!((cfg.ecmp_paths, cfg.ecmp_seed), (4, 7));
+        assert_eq!(cfg.rtt_alert_ns, Some(20_000));
+        assert_eq!(cfg.storm_threshold, 0.25);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_option_named() {
+        let err = parse(&["--pmtu", "1500"]).expect_err("1500 is not a RoCE MTU");
+        assert!(err.to_string().contains("not a RoCE path MTU"), "{err}");
+        for (args, needle) in [
+            (&["--link-speed", "0"][..], "--link-speed"),
+            (&["--link-speed", "NaN"][..], "--link-speed"),
+            (&["--storm-threshold", "150"][..], "--storm-threshold"),
+        ] {
+            let err = parse(args)
+                .expect("parses")
+                .engine_config()
+                .expect_err("refused");
+            assert!(err.to_string().contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+}

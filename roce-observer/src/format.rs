@@ -1,0 +1,148 @@
+//! Human formatting of numbers, rates, durations, sizes and identifiers, shared by the table
+//! (crate::sink::table) and the terminal UI so that both print the same value the same way.
+//!
+//! The convention: a space between value and unit; at most four significant characters before
+//! the unit (exact below 10,000; one decimal after scaling); SI prefixes for counts and rates,
+//! IEC (KiB, MiB) for byte sizes; microseconds written `us`.
+
+/// `v` divided by the largest of `scales` (smallest first) it reaches, with one decimal and that
+/// scale's unit; the last scale takes whatever is left. Values that would round up to 1000.0
+/// move to the next unit ("1.0 M", never "1000.0 k").
+fn scaled(v: f64, scales: &[(f64, &str)], sep: &str) -> Option<String> {
+    let mut pick = None;
+    for &(scale, unit) in scales {
+        if v >= scale * 0.99995 {
+            pick = Some((scale, unit));
+        }
+    }
+    pick.map(|(scale, unit)| format!("{:.1}{sep}{unit}", v / scale))
+}
+
+/// 12.3 Gb/s, 850.0 Mb/s, 12.0 kb/s, 0 b/s.
+pub fn rate(bps: f64) -> String {
+    let units = [(1e3, "kb/s"), (1e6, "Mb/s"), (1e9, "Gb/s"), (1e12, "Tb/s")];
+    scaled(bps, &units, " ").unwrap_or_else(|| format!("{bps:.0} b/s"))
+}
+
+/// 1234 -> 1234, 12345 -> 12.3k, 12_345_678 -> 12.3M, 12_345_678_901 -> 12.3G.
+pub fn count(n: u64) -> String {
+    if n < 10_000 {
+        return n.to_string();
+    }
+    let units = [(1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")];
+    scaled(n as f64, &units, "").unwrap_or_else(|| n.to_string())
+}
+
+/// 512 B, 2.0 KiB, 1.5 MiB ... TiB.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// 850 ns, 12.3 us, 4.1 ms, 1.20 s; "-" without a value.
+pub fn ns(v: Option<u64>) -> String {
+    let Some(v) = v else {
+        return "-".into();
+    };
+    let v = v as f64;
+    if v >= 1e9 * 0.99995 {
+        format!("{:.2} s", v / 1e9)
+    } else {
+        scaled(v, &[(1e3, "us"), (1e6, "ms")], " ").unwrap_or_else(|| format!("{v:.0} ns"))
+    }
+}
+
+/// A duration given in (fractional) microseconds, as [`ns`] prints it.
+pub fn us(v: f64) -> String {
+    ns(Some((v.max(0.0) * 1e3).round() as u64))
+}
+
+/// QPs are shown in hex, six digits (24 bits), as RDMA tools print them.
+pub fn qp(q: u32) -> String {
+    format!("0x{q:06x}")
+}
+
+/// Shorten `s` to `w` characters, keeping both ends (addresses differ at either end).
+pub fn shorten(s: &str, w: usize) -> String {
+    let n = s.chars().count();
+    if n <= w {
+        return s.to_string();
+    }
+    let keep = w.saturating_sub(1);
+    let head: String = s.chars().take(keep / 2).collect();
+    let tail: String = s.chars().skip(n - (keep - keep / 2)).collect();
+    format!("{head}~{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_scale_at_each_thousand() {
+        assert_eq!(rate(0.0), "0 b/s");
+        assert_eq!(rate(999.0), "999 b/s");
+        assert_eq!(rate(999.96e6), "1.0 Gb/s");
+        assert_eq!(rate(1e3), "1.0 kb/s");
+        assert_eq!(rate(850e6), "850.0 Mb/s");
+        assert_eq!(rate(12.34e9), "12.3 Gb/s");
+        assert_eq!(rate(1.5e12), "1.5 Tb/s");
+    }
+
+    #[test]
+    fn counts_are_exact_below_ten_thousand_then_scaled() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(9_999), "9999");
+        assert_eq!(count(12_345), "12.3k");
+        assert_eq!(count(999_949), "999.9k");
+        assert_eq!(count(999_999), "1.0M");
+        assert_eq!(count(1_000_000), "1.0M");
+        assert_eq!(count(12_345_678), "12.3M");
+        assert_eq!(count(12_345_678_901), "12.3G");
+    }
+
+    #[test]
+    fn byte_sizes_are_binary() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(2048), "2.0 KiB");
+        assert_eq!(bytes(3 << 20), "3.0 MiB");
+        assert_eq!(bytes(u64::MAX), "16777216.0 TiB");
+    }
+
+    #[test]
+    fn durations_change_unit_at_each_thousand() {
+        assert_eq!(ns(None), "-");
+        assert_eq!(ns(Some(0)), "0 ns");
+        assert_eq!(ns(Some(850)), "850 ns");
+        assert_eq!(ns(Some(999)), "999 ns");
+        assert_eq!(ns(Some(999_960)), "1.0 ms");
+        assert_eq!(ns(Some(999_999_999)), "1.00 s");
+        assert_eq!(ns(Some(1_500)), "1.5 us");
+        assert_eq!(ns(Some(12_300)), "12.3 us");
+        assert_eq!(ns(Some(4_100_000)), "4.1 ms");
+        assert_eq!(ns(Some(1_200_000_000)), "1.20 s");
+        assert_eq!(us(52.44), "52.4 us");
+        assert_eq!(us(0.5), "500 ns");
+        assert_eq!(us(-1.0), "0 ns");
+    }
+
+    #[test]
+    fn identifiers_and_shortening() {
+        assert_eq!(qp(0x11), "0x000011");
+        assert_eq!(qp(0xff_ffff), "0xffffff");
+        assert_eq!(shorten("abcdefghij", 5), "ab~ij");
+        assert_eq!(shorten("abc", 5), "abc");
+        assert_eq!(shorten("2001:db8::1 > 2001:db8::2", 12), "2001:~db8::2");
+    }
+}

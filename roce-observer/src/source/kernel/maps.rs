@@ -1,0 +1,82 @@
+//! Reading the kernel programs' maps and ring buffer, with kernel timestamps turned into ns
+//! since the Unix epoch.
+
+use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
+use roce_observer_common::{
+    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats, counters::COUNTER_SLOTS,
+};
+
+use super::{KernelSource, error::KernelError};
+
+fn map<'a>(src: &'a KernelSource, name: &'static str) -> Result<&'a aya::maps::Map, KernelError> {
+    src.ebpf.map(name).ok_or(KernelError::Map {
+        map: name,
+        source: MapError::InvalidName { name: name.into() },
+    })
+}
+
+fn map_error(map: &'static str) -> impl Fn(MapError) -> KernelError {
+    move |source| KernelError::Map { map, source }
+}
+
+impl KernelSource {
+    /// Kernel monotonic ns -> ns since the Unix epoch.
+    pub fn to_epoch_ns(&self, monotonic_ns: u64) -> u64 {
+        monotonic_ns.saturating_add(self.epoch_offset_ns)
+    }
+
+    pub fn read_flows(&self) -> Result<Vec<(FlowKey, FlowStats)>, KernelError> {
+        let flows = HashMap::<&MapData, FlowKey, FlowStats>::try_from(map(self, "FLOWS")?)
+            .map_err(map_error("FLOWS"))?;
+        // An entry deleted between key iteration and lookup is skipped (flatten).
+        Ok(flows
+            .iter()
+            .flatten()
+            .map(|(k, mut v)| {
+                v.first_ns = self.to_epoch_ns(v.first_ns);
+                v.last_ns = self.to_epoch_ns(v.last_ns);
+                (k, v)
+            })
+            .collect())
+    }
+
+    pub fn read_pfc(&self) -> Result<Vec<(PfcKey, PfcStats)>, KernelError> {
+        let pfc = HashMap::<&MapData, PfcKey, PfcStats>::try_from(map(self, "PFC")?)
+            .map_err(map_error("PFC"))?;
+        Ok(pfc
+            .iter()
+            .flatten()
+            .map(|(k, mut v)| {
+                v.first_ns = self.to_epoch_ns(v.first_ns);
+                v.last_ns = self.to_epoch_ns(v.last_ns);
+                (k, v)
+            })
+            .collect())
+    }
+
+    /// Counters summed over CPUs: `[direction][counter]`.
+    pub fn read_counters(&self) -> Result<[[u64; Counter::COUNT as usize]; 2], KernelError> {
+        let arr = PerCpuArray::<&MapData, u64>::try_from(map(self, "COUNTERS")?)
+            .map_err(map_error("COUNTERS"))?;
+        let mut out = [[0u64; Counter::COUNT as usize]; 2];
+        for slot in 0..COUNTER_SLOTS {
+            let values = arr.get(&slot, 0).map_err(map_error("COUNTERS"))?;
+            let sum: u64 = values.iter().sum();
+            out[(slot / Counter::COUNT) as usize][(slot % Counter::COUNT) as usize] = sum;
+        }
+        Ok(out)
+    }
+
+    /// Hand every queued event to `f` (timestamps converted to epoch ns); returns how many.
+    pub fn drain_events(&mut self, mut f: impl FnMut(&Event)) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.events.next() {
+            if let Some(mut ev) = Event::from_bytes(&item) {
+                ev.ts_ns = ev.ts_ns.saturating_add(self.epoch_offset_ns);
+                f(&ev);
+                n += 1;
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,237 @@
+//! The live source: loads the XDP and TC programs ([`KernelSource::load`]), attaches them to
+//! interfaces ([`attach`]), reads their maps and ring buffer ([`maps`]), and runs them on single
+//! frames for tests and benchmarks ([`test_run`]).
+//!
+//! Library code prints nothing: what the user should know (a fallback taken, something that
+//! could not be cleaned up) is returned as warnings for the binary to print.
+
+pub mod attach;
+pub mod error;
+pub mod maps;
+pub mod test_run;
+
+use std::{
+    os::fd::{AsRawFd, RawFd},
+    path::Path,
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, MapError, RingBuf},
+    programs::{ProgramError, SchedClassifier, Xdp, XdpMode},
+};
+
+use roce_observer_common::{Counter, Direction};
+
+pub use attach::{Attachment, ifindex};
+pub use error::KernelError;
+pub use test_run::BenchProgram;
+
+use error::load_error;
+
+use crate::{
+    engine::Engine,
+    source::{LiveSource, SourceState},
+};
+
+/// The compiled kernel programs (built by build.rs).
+#[cfg(not(ebpf_skipped))]
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/roce-observer"));
+#[cfg(ebpf_skipped)]
+static EBPF_OBJECT: &[u8] = &[];
+
+const XDP_PROGRAM: &str = "roce_observer_xdp";
+const TC_PROGRAM: &str = "roce_observer_tc";
+const BASELINE_PROGRAM: &str = "roce_observer_baseline";
+
+/// Settings fixed at load time.
+#[derive(Clone, Debug)]
+pub struct KernelOptions {
+    pub roce_port: u16,
+    pub pmtu: u32,
+    pub max_flows: u32,
+    pub xdp_mode: XdpMode,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        KernelOptions {
+            roce_port: roce_observer_common::ROCE_V2_PORT,
+            pmtu: roce_observer_common::DEFAULT_PMTU,
+            max_flows: 16384,
+            xdp_mode: XdpMode::Default,
+        }
+    }
+}
+
+pub struct KernelSource {
+    ebpf: Ebpf,
+    events: RingBuf<MapData>,
+    attachments: Vec<Attachment>,
+    /// Added to kernel monotonic timestamps to get ns since the Unix epoch.
+    epoch_offset_ns: u64,
+    /// Not yet taken by [`KernelSource::take_warnings`].
+    warnings: Vec<String>,
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for clock_gettime.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl KernelSource {
+    /// Load (but do not attach) the programs.
+    pub fn load(opts: &KernelOptions) -> Result<KernelSource, KernelError> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(KernelError::NotBuilt);
+        }
+        if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+            return Err(KernelError::KernelTooOld {
+                release: kernel_release(),
+                what: "BTF",
+            });
+        }
+        // Memory-locked limits only matter on kernels before 5.11 (memcg accounting since).
+        let rlim = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: plain syscall with a valid pointer; failure is harmless on modern kernels.
+        let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global("ROCE_PORT", &opts.roce_port, true)
+            .override_global("PMTU", &opts.pmtu, true)
+            .map_max_entries("FLOWS", opts.max_flows)
+            .load(EBPF_OBJECT)
+            .map_err(load_error)?;
+        program_mut::<Xdp>(&mut ebpf, XDP_PROGRAM)?
+            .load()
+            .map_err(load_error)?;
+        program_mut::<SchedClassifier>(&mut ebpf, TC_PROGRAM)?
+            .load()
+            .map_err(load_error)?;
+        let events = ebpf
+            .take_map("EVENTS")
+            .ok_or_else(|| KernelError::Load("the object has no EVENTS ring buffer".into()))?;
+        // A map type this kernel does not know is a kernel without ring buffers.
+        let events = RingBuf::try_from(events).map_err(|source| match source {
+            MapError::InvalidMapType { .. } => KernelError::KernelTooOld {
+                release: kernel_release(),
+                what: "BPF ring buffers",
+            },
+            source => KernelError::Map {
+                map: "EVENTS",
+                source,
+            },
+        })?;
+        let epoch_offset_ns =
+            clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
+        Ok(KernelSource {
+            ebpf,
+            events,
+            attachments: Vec::new(),
+            epoch_offset_ns,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Attach XDP (ingress) and TC egress to `iface`.
+    pub fn attach(&mut self, iface: &str, xdp_mode: XdpMode) -> Result<&Attachment, KernelError> {
+        let attachment = Attachment::attach(&mut self.ebpf, iface, xdp_mode, &mut self.warnings)?;
+        self.attachments.push(attachment);
+        Ok(&self.attachments[self.attachments.len() - 1])
+    }
+
+    /// Warnings gathered since the last call (e.g. a fallback to generic XDP), to show the user.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// Detach everything we attached (also done on drop). Returns what could not be undone.
+    pub fn detach_all(&mut self) -> Vec<String> {
+        let mut warnings = self.take_warnings();
+        for a in self.attachments.drain(..) {
+            warnings.extend(a.detach());
+        }
+        warnings
+    }
+
+    /// File descriptor of the ring buffer, for readiness polling.
+    pub fn events_fd(&self) -> RawFd {
+        self.events.as_raw_fd()
+    }
+}
+
+impl Drop for KernelSource {
+    fn drop(&mut self) {
+        // Reached without `detach_all` only when the run ends in an error: there is no caller
+        // left to hand the warnings to, and the user must still learn what stayed behind.
+        for warning in self.detach_all() {
+            eprintln!("roce-observer: {warning}");
+        }
+    }
+}
+
+/// Copy the kernel's events and maps into the engine (map values are absolute).
+pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()> {
+    src.drain_events(|ev| engine.ingest_event(ev));
+    for (key, stats) in src.read_flows()? {
+        engine.update_flow(&key, &stats);
+    }
+    for (key, stats) in src.read_pfc()? {
+        engine.update_pfc(&key, &stats);
+    }
+    let counters = src.read_counters()?;
+    for (dir, block) in [Direction::Ingress, Direction::Egress]
+        .into_iter()
+        .zip(counters)
+    {
+        for counter in Counter::ALL {
+            engine.update_counter(dir, counter, block[counter as usize]);
+        }
+    }
+    Ok(())
+}
+
+impl LiveSource for KernelSource {
+    fn ready_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.events_fd())
+    }
+
+    fn pump(&mut self, engine: &mut Engine) -> anyhow::Result<SourceState> {
+        self.drain_events(|ev| engine.ingest_event(ev));
+        Ok(SourceState::Open)
+    }
+
+    fn refresh(&mut self, engine: &mut Engine) -> anyhow::Result<SourceState> {
+        refresh(self, engine)?;
+        Ok(SourceState::Open)
+    }
+
+    fn stop(&mut self) -> Vec<String> {
+        self.detach_all()
+    }
+}
+
+fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, KernelError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or_else(|| KernelError::Load(format!("the object has no program {name}").into()))?;
+    prog.try_into()
+        .map_err(|e: ProgramError| KernelError::Load(Box::new(e)))
+}
