@@ -2,6 +2,8 @@
 //! -> one analysis state ([`engine::Engine`]) -> renderers ([`sink`]) that read its snapshot.
 
 pub mod analyze;
+pub mod cli;
+pub mod color;
 pub mod counters;
 pub mod engine;
 pub mod run;

@@ -6,7 +6,7 @@
 use clap::{Args, Parser};
 
 use crate::{
-    setup, softroce,
+    package, setup, softroce,
     util::{cargo, is_root, sh, workspace_root},
 };
 
@@ -46,6 +46,8 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
         .arg("--bins"))?;
     let mut test = cargo();
     test.current_dir(&root).arg("test").args(HOST_PACKAGES);
+    // tests/tests/package.rs installs this package of the debug build into a throwaway root.
+    test.env("ROCE_OBSERVER_DEB", package::build_deb(true)?);
     test.env("ROCE_OBSERVER_BIN", root.join("target/debug/roce-observer"));
     let root_user = is_root();
     if root_user {
