@@ -8,7 +8,7 @@
 //! ROCE_OBSERVER_DEB.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Command, Output},
 };
 
@@ -83,7 +83,7 @@ fn unused_id() -> u32 {
             let id = id.to_string();
             ["passwd", "group"].iter().all(|db| {
                 !Command::new("getent")
-                    .args([db, &id])
+                    .args([*db, id.as_str()])
                     .status()
                     .is_ok_and(|s| s.success())
             })
@@ -321,11 +321,18 @@ fn the_package_installs_and_runs_as_its_service_user_counting_exactly() {
     let (code, stderr) = start(&wrapper, &["-i", &ns.a, "--pmtu", "1500"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("is not a RoCE path MTU"), "{stderr}");
-    // The service user without its capabilities.
-    let bare = setpriv_as_unit(id, &[]);
-    let bare: Vec<&str> = bare.iter().map(String::as_str).collect();
-    let (code, stderr) = start(&bare, &["-i", &ns.a]);
-    assert_eq!(code, Some(1), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("CAP_BPF + CAP_NET_ADMIN"), "{stderr}");
+    // Each of the unit's capabilities is needed: without any one of them the service user
+    // cannot load or attach, and says what is missing.
+    for missing in &caps {
+        let fewer: Vec<&str> = caps.iter().copied().filter(|c| c != missing).collect();
+        let wrapper = setpriv_as_unit(id, &fewer);
+        let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+        let (code, stderr) = start(&wrapper, &["-i", &ns.a]);
+        assert_eq!(code, Some(1), "without {missing}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "without {missing}: {stderr}");
+        assert!(
+            stderr.contains("CAP_BPF + CAP_NET_ADMIN (+ CAP_PERFMON)"),
+            "without {missing}: {stderr}"
+        );
+    }
 }
