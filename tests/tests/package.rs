@@ -197,6 +197,19 @@ fn the_package_installs_and_runs_as_its_service_user_counting_exactly() {
             .any(|l| l.starts_with(&format!("u {user} "))),
         "sysusers.d does not create {user}"
     );
+    // What postinst runs, against a scratch /etc: it must create that user as a system user.
+    let users = TempDir::new("sysusers");
+    std::fs::create_dir(users.0.join("etc")).expect("scratch /etc");
+    ok(Command::new("systemd-sysusers")
+        .arg(format!("--root={}", users.0.display()))
+        .arg(root.0.join("usr/lib/sysusers.d/roce-observer.conf")));
+    let passwd = std::fs::read_to_string(users.0.join("etc/passwd")).expect("passwd written");
+    let uid: u32 = passwd
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{user}:x:")))
+        .and_then(|rest| rest.split(':').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("systemd-sysusers did not create {user}: {passwd}"));
+    assert!(uid < 1000, "{user} is a system user (uid {uid})");
     let caps: Vec<&str> = setting(&unit, "AmbientCapabilities").split(' ').collect();
     assert_eq!(
         setting(&unit, "CapabilityBoundingSet"),
