@@ -3,7 +3,8 @@
 //! - a Rust toolchain with `rust-src` for the eBPF crate: a rustup `nightly` that has it, else
 //!   Debian's rustc-web + rust-web-src linked as the rustup toolchain `roce-debian`;
 //! - bpf-linker 0.13.0 built against Debian's LLVM 22;
-//! - test tools: tcpreplay (layer-2 replay), iproute2 (namespaces, veth).
+//! - test tools: tcpreplay (layer-2 replay), iproute2 (namespaces, veth), systemd
+//!   (systemd-analyze, to verify the packaged unit).
 
 use std::{
     path::{Path, PathBuf},
@@ -100,7 +101,8 @@ fn link_debian_toolchain() -> anyhow::Result<()> {
 
 /// Everything the build and the tests need. Returns the eBPF toolchain name.
 pub fn setup() -> anyhow::Result<String> {
-    apt_install(&["iproute2", "tcpreplay"])?;
+    // systemd for `systemd-analyze verify` of the packaged unit (tests/tests/package.rs).
+    apt_install(&["iproute2", "tcpreplay", "systemd"])?;
     let toolchain = if has_rust_src("nightly") {
         "nightly".to_string()
     } else {
