@@ -15,7 +15,7 @@ use roce_observer_common::{
 
 use super::{
     alerts::Burst,
-    sketch::Sketch,
+    latency::sketch::Sketch,
     snapshot::{NakCounts, OpcodeCounts},
 };
 
@@ -41,17 +41,6 @@ impl FlowEntry {
             nak_burst: Burst::default(),
             base_bytes: 0,
         }
-    }
-
-    /// Bytes held by this entry, heap included (for memory reports).
-    pub fn footprint(&self) -> usize {
-        std::mem::size_of::<FlowKey>()
-            + std::mem::size_of::<FlowEntry>()
-            + self
-                .rtt
-                .as_ref()
-                .map(|s| std::mem::size_of::<Sketch>() + s.heap_bytes())
-                .unwrap_or(0)
     }
 }
 
