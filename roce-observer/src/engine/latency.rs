@@ -48,7 +48,8 @@ impl Pending {
         self.map.remove(key)
     }
 
-    pub fn len(&self) -> usize {
+    /// Requests still waiting for their answer.
+    pub fn waiting(&self) -> usize {
         self.map.len()
     }
 }

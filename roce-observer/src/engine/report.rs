@@ -226,7 +226,7 @@ impl Engine {
                 observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
                 overall: rtt_summary(Some(&self.rtt_overall)),
                 flows_with_samples: self.flows.values().filter(|e| e.rtt.is_some()).count() as u64,
-                pending: self.pending.len() as u64,
+                pending: self.pending.waiting() as u64,
                 relative_accuracy: sketch::ALPHA,
             },
             flows,
