@@ -6,7 +6,10 @@
 //! The tables it works on are behind two small traits, implemented once by the BPF maps
 //! (roce-observer-ebpf/src/observe.rs) and once by the engine's hash maps
 //! (roce-observer/src/engine/capture.rs). Everything here is `#[inline(always)]`, loops are
-//! bounded and no large value is copied: it must pass the BPF verifier within 512 bytes of stack.
+//! bounded and no large value is copied: it must pass the BPF verifier within 512 bytes of stack
+//! (the TC program uses 472). Mind the shape when changing it: passing the parsed `Frame` into
+//! `observe` as an argument, instead of matching on `Tables::parse` here, cost enough stack to
+//! overflow it.
 
 use crate::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
@@ -69,9 +72,9 @@ pub trait Tables {
     /// The entry of `key`, inserted when absent; `None` when the table has no room.
     fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats>;
     /// Emit one event for a packet seen in `direction`: a record that is all zero but for the
-    /// event time, filled in place by `fill` (one of the `Event::set_*` writers; an `Event`
-    /// on the 512-byte BPF stack next to the parse state does not fit). A lost event is
-    /// counted in `ringbuf_full`.
+    /// event time, filled in place by `fill` (one of the `Event::set_*` writers; the kernel
+    /// fills its ring-buffer slot, with no copy on the BPF stack). A lost event is counted in
+    /// `ringbuf_full`.
     fn emit(&mut self, direction: u8, fill: impl FnOnce(&mut Event));
     /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
     /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
