@@ -16,7 +16,7 @@ use roce_observer_common::{
 };
 use serde::Serialize;
 
-use super::{EngineConfig, flows::FlowTable, flows::show_ip};
+use super::{EngineConfig, snapshot::show_ip};
 
 pub const MAX_ALERTS: usize = 10_000;
 
@@ -282,29 +282,31 @@ impl Added {
     }
 }
 
-/// Judged on the whole table: flows with CE marks whose data receiver never sent a CNP back
-/// (no CNP at all from the destination host to the source host).
-pub fn ce_without_cnp(flows: &FlowTable) -> Vec<Alert> {
+/// Judged on the whole flow table: flows with CE marks whose data receiver never sent a CNP
+/// back (no CNP at all from the destination host to the source host).
+pub fn ce_without_cnp<'a, I>(flows: I) -> Vec<Alert>
+where
+    I: Iterator<Item = (&'a FlowKey, &'a FlowStats)> + Clone,
+{
     let with_cnp: HashSet<([u8; 16], [u8; 16])> = flows
-        .iter()
-        .filter(|(_, e)| e.stats.cnp > 0)
+        .clone()
+        .filter(|(_, s)| s.cnp > 0)
         .map(|(k, _)| (k.src_ip, k.dst_ip))
         .collect();
     flows
-        .iter()
-        .filter(|(k, e)| e.stats.ecn_ce > 0 && !with_cnp.contains(&(k.dst_ip, k.src_ip)))
-        .map(|(k, e)| Alert {
+        .filter(|(k, s)| s.ecn_ce > 0 && !with_cnp.contains(&(k.dst_ip, k.src_ip)))
+        .map(|(k, s)| Alert {
             kind: AlertKind::CeWithoutCnp,
             subject: Subject::Flow(*k),
             reason: format!(
                 "{} CE-marked packets but no CNP from {} back to {}: the receiver's NIC does not run DCQCN notification, or CNPs take another path",
-                e.stats.ecn_ce,
+                s.ecn_ce,
                 show_ip(k.dst_ip),
                 show_ip(k.src_ip)
             ),
-            first_ns: e.stats.first_ns,
-            last_ns: e.stats.last_ns,
-            count: e.stats.ecn_ce,
+            first_ns: s.first_ns,
+            last_ns: s.last_ns,
+            count: s.ecn_ce,
         })
         .collect()
 }

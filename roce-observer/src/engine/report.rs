@@ -13,12 +13,12 @@ use super::{
     alerts::{Alert, Subject, ce_without_cnp},
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
-    flows::{self, FlowEntry, show_ip},
+    flows::{self, FlowEntry},
     latency::{rtt_summary, sketch},
     show_mac,
     snapshot::{
         AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, PfcRef, PfcSnapshot, SCHEMA_VERSION,
-        Snapshot, Summary,
+        Snapshot, Summary, show_ip,
     },
 };
 
@@ -153,11 +153,8 @@ impl Engine {
         // Alerts, plus those judged on the whole table.
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
-        alerts.extend(
-            ce_without_cnp(&self.flows)
-                .iter()
-                .map(|a| self.alert_snapshot(a)),
-        );
+        let table = self.flows.iter().map(|(k, e)| (k, &e.stats));
+        alerts.extend(ce_without_cnp(table).iter().map(|a| self.alert_snapshot(a)));
         alerts.sort_by(|a, b| {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });

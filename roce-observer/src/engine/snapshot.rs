@@ -2,9 +2,29 @@
 //! (table, JSON, flow log, TUI) reads. Field names are the JSON names (docs/metrics.md).
 //! The output contract: this module imports nothing from the engine's analysis modules.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv6Addr},
+};
 
 use serde::{Serialize, Serializer, ser::SerializeMap};
+
+/// A 16-byte address as shown: IPv4-mapped addresses as dotted IPv4.
+pub fn show_ip(a: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(a);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// The reverse of [`show_ip`].
+pub fn store_ip(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
 
 /// JSON schema version of the document built from a snapshot.
 pub const SCHEMA_VERSION: u32 = 1;
