@@ -2,9 +2,12 @@
 //! path-MTU learning, PFC time and storms, alerts, the kernel-path entry points and the
 //! reporting interval.
 
-use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey, PfcKey, PfcStats};
+use roce_observer_common::{Counter, Direction, Event, PfcKey, PfcStats};
 
-use super::*;
+use super::{
+    Engine, EngineConfig,
+    snapshot::{FlowSnapshot, Snapshot},
+};
 
 const A: [u8; 4] = [192, 0, 2, 1];
 const B: [u8; 4] = [192, 0, 2, 2];
@@ -397,13 +400,7 @@ fn kernel_path_replaces_values_and_takes_events() {
         .keys()
         .find(|k| k.dst_qp == 0x12)
         .expect("request flow");
-    let mut ev = Event::zeroed();
-    ev.kind = EventKind::Latency as u32;
-    ev.ts_ns = T0 + 5 * US;
-    ev.flow = req_key;
-    ev.a = 5_000;
-    ev.c = 0x11;
-    live.ingest_event(&ev);
+    live.ingest_event(&Event::latency(&req_key, 5_000, 0x11).at(T0 + 5 * US));
     for c in Counter::ALL {
         let v = cap.counters[2][c as usize];
         live.update_counter(Direction::Ingress, c, v);
@@ -431,17 +428,9 @@ fn kernel_path_replaces_values_and_takes_events() {
     };
     live.update_pfc(&key, &stats);
     live.update_pfc(&key, &stats);
-    let mut pe = Event::zeroed();
-    pe.kind = EventKind::Pfc as u32;
-    pe.ts_ns = T0;
-    pe.flow = FlowKey {
-        ifindex: 3,
-        direction: Direction::Ingress as u8,
-        ..FlowKey::zeroed()
-    };
-    pe.mac = key.src_mac;
-    pe.c = 1 << 3;
-    pe.quanta[3] = 100;
+    let mut quanta = [0; 8];
+    quanta[3] = 100;
+    let pe = Event::pfc(3, Direction::Ingress as u8, key.src_mac, 1 << 3, quanta).at(T0);
     live.ingest_event(&pe);
     let s = live.snapshot(T0 + 1_000 * US);
     let p = s
