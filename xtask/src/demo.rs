@@ -63,7 +63,7 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
     sh(cargo()
         .current_dir(&root)
         .args(["build", "--release", "-p", "roce-observer"])
-        .args(["-p", "integration-tests", "--bin", "roce-replay"]))?;
+        .args(["-p", "roce-observer-tools", "--bin", "roce-replay"]))?;
     let bin = root.join("target/release/roce-observer");
     let pcap = opts
         .pcap
