@@ -158,7 +158,14 @@ mod tests {
         parse::{Frame, PacketView, parse},
     };
 
-    struct View<'a>(&'a [u8]);
+    /// A slice view that records where the parser found the BTH.
+    struct View<'a>(&'a [u8], core::cell::Cell<Option<usize>>);
+
+    impl<'a> View<'a> {
+        fn new(bytes: &'a [u8]) -> Self {
+            View(bytes, core::cell::Cell::new(None))
+        }
+    }
 
     impl PacketView for View<'_> {
         fn frame_len(&self) -> u32 {
@@ -172,6 +179,9 @@ mod tests {
             // for any bit pattern and any alignment.
             Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
         }
+        fn bth_at(&self, offset: usize) {
+            self.1.set(Some(offset));
+        }
     }
 
     /// What the shared parser reads back from a built frame.
@@ -181,7 +191,7 @@ mod tests {
             bytes.len(),
             14 + 20 + 8 + 12 + f.ext_len() + f.payload + 4 + if f.pcp.is_some() { 4 } else { 0 }
         );
-        match parse(&View(&bytes), crate::ROCE_V2_PORT) {
+        match parse(&View::new(&bytes), crate::ROCE_V2_PORT) {
             Frame::Roce { pkt, .. } => pkt,
             _ => panic!("not parsed as RoCE: opcode {:#x}", f.opcode),
         }
@@ -220,11 +230,29 @@ mod tests {
         assert_eq!(f.len(), 60);
         assert_eq!((f[11], &f[12..16]), (7, &[0x88, 0x08, 0x01, 0x01][..]));
         assert!(matches!(
-            parse(&View(&f), crate::ROCE_V2_PORT),
+            parse(&View::new(&f), crate::ROCE_V2_PORT),
             Frame::Pfc {
                 class_enable: 0x00ff,
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_parser_says_where_the_bth_is() {
+        for (pcp, at) in [(None, 14 + 20 + 8), (Some(5), 14 + 4 + 20 + 8)] {
+            let bytes = RoceFrame {
+                pcp,
+                ..RoceFrame::new(opcode::ACKNOWLEDGE, 0x11, 0x1234)
+            }
+            .build();
+            let view = View::new(&bytes);
+            assert!(matches!(
+                parse(&view, crate::ROCE_V2_PORT),
+                Frame::Roce { .. }
+            ));
+            assert_eq!(view.1.get(), Some(at));
+            assert_eq!(&bytes[at + 9..at + 12], &[0x00, 0x12, 0x34]);
+        }
     }
 }

@@ -82,31 +82,23 @@ pub(super) fn reanalyze(sc: &Scenario, dir: &Path, opts: &SoftRoceOpts) -> Resul
         .unwrap_or(Value::Null);
     let wall = old["wall_seconds"].as_f64().unwrap_or(0.0);
     let client_secs = old["client_vm_seconds"].as_f64().unwrap_or(0.0);
-    let (sdir, cdir) = (dir.join("vm-server"), dir.join("vm-client"));
-    if !sdir.join("config.env").exists() {
+    if !dir.join("vm-server/config.env").exists() {
         bail!("no results in {} to check", dir.display());
     }
-    let observer = observer_bin(opts, &cdir)?;
-    check_scenario(
-        sc,
-        dir,
-        &sdir,
-        &cdir,
-        &dir.join("cap.pcap"),
-        (wall, client_secs),
-        observer.as_deref(),
-    )
+    check_scenario(sc, dir, (wall, client_secs), opts)
 }
 
+/// Check a scenario's results in `dir` (vm-server/, vm-client/, cap.pcap): every check, the
+/// table row and summary.json.
 pub(super) fn check_scenario(
     sc: &Scenario,
     dir: &Path,
-    sdir: &Path,
-    cdir: &Path,
-    cap: &Path,
     (wall, client_secs): (f64, f64),
-    observer: Option<&Path>,
+    opts: &SoftRoceOpts,
 ) -> Result<Summary> {
+    let (sdir, cdir) = (&dir.join("vm-server"), &dir.join("vm-client"));
+    let cap = &dir.join("cap.pcap");
+    let observer = observer_bin(opts, cdir)?;
     let pc = parse_perftest(cdir, sc.latency);
     let ps = parse_perftest(sdir, sc.latency);
     let cc = counter_deltas(cdir);
@@ -360,7 +352,7 @@ pub(super) fn check_scenario(
     }
 
     // the observer (kernel path) against analyze on the same capture, analyze against the wire
-    let (flow_rows, observer_json) = match observer {
+    let (flow_rows, observer_json) = match observer.as_deref() {
         Some(bin) => observer_checks(
             &mut ck,
             &ObserverInputs {

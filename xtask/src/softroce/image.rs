@@ -1,10 +1,12 @@
 //! The VM image: a kernel and an initramfs built from this machine's own files.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 

@@ -12,7 +12,6 @@ use anyhow::{Context, Result, anyhow, bail};
 use super::SoftRoceOpts;
 use super::checks::{Summary, check_scenario};
 use super::image::{Image, ldd};
-use super::observer::observer_bin;
 use super::scenarios::{CLIENT_IP, SERVER_IP, Scenario};
 
 /// A qemu process started by us; dropped = stopped (by its PID only).
@@ -272,14 +271,5 @@ pub(super) fn run_scenario(
     if cdir.join("cap.pcap").exists() {
         fs::rename(cdir.join("cap.pcap"), &cap)?;
     }
-    let observer = observer_bin(opts, &cdir)?;
-    check_scenario(
-        sc,
-        dir,
-        &sdir,
-        &cdir,
-        &cap,
-        (wall, client_secs),
-        observer.as_deref(),
-    )
+    check_scenario(sc, dir, (wall, client_secs), opts)
 }
