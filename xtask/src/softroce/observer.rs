@@ -1,6 +1,6 @@
 //! The observer run in the client VM, against `analyze` on the same capture and the wire.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -349,6 +349,65 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
     (rows, json)
 }
 
+/// What the packets the capture lacks (netem dropped them after TC egress saw them) add to the
+/// observer's byte count, from the per-opcode counts of the observer and of the capture.
+#[derive(Debug, PartialEq)]
+pub(super) struct DroppedBytes {
+    /// The byte surplus lies in lo..=hi (equal when every opcode has one frame length).
+    pub(super) lo: u64,
+    pub(super) hi: u64,
+    /// Opcodes the capture has more of than the observer.
+    pub(super) bad: Vec<String>,
+    /// Opcodes the observer has more of, but which are absent from the capture (no length).
+    pub(super) unbounded: Vec<String>,
+}
+
+/// The packets netem dropped are the observer's surplus per opcode. Each dropped packet has one
+/// of the frame lengths its opcode has on the wire (every PSN reaches the wire eventually, a
+/// resend has the length of the original), so the byte surplus lies between the surplus counts
+/// times the shortest and times the longest length: exact when each opcode has one length
+/// (WRITE/READ of whole MTUs), a bound otherwise.
+pub(super) fn dropped_bytes(
+    observer: &Value,
+    capture: &Value,
+    op_lens: &BTreeMap<String, BTreeSet<u32>>,
+) -> DroppedBytes {
+    let mut names: BTreeSet<&String> = BTreeSet::new();
+    for m in [observer, capture].iter().filter_map(|v| v.as_object()) {
+        names.extend(m.keys());
+    }
+    let mut d = DroppedBytes {
+        lo: 0,
+        hi: 0,
+        bad: Vec::new(),
+        unbounded: Vec::new(),
+    };
+    for k in names {
+        let (x, y) = (
+            observer[k].as_u64().unwrap_or(0),
+            capture[k].as_u64().unwrap_or(0),
+        );
+        if x < y {
+            d.bad.push(format!("{k} {x} < {y}"));
+            continue;
+        }
+        let lens = op_lens.get(k);
+        match (lens.and_then(|l| l.first()), lens.and_then(|l| l.last())) {
+            (Some(&min), Some(&max)) => {
+                d.lo += (x - y) * u64::from(min);
+                d.hi += (x - y) * u64::from(max);
+            }
+            _ if x == y => {}
+            // the observer saw an opcode the capture never has: one of its PSNs never
+            // reached the wire, which the PSN checks would also flag
+            _ => d
+                .unbounded
+                .push(format!("{k} ({} on the observer only)", x - y)),
+        }
+    }
+    d
+}
+
 /// The client's own requests under netem loss. TC egress runs before the root qdisc (netem);
 /// tcpdump's tap is after it. So the observer counts every packet rxe sent, the capture only
 /// those netem let through, and the exact relations are:
@@ -385,47 +444,8 @@ fn lossy_egress_checks(
         inp.netem_dropped.unwrap_or(0),
         op as i64 - ap as i64,
     );
-    // per opcode and bytes
-    let (oo, ao) = (&o["opcodes"], &a["opcodes"]);
-    let mut names: Vec<&String> = oo
-        .as_object()
-        .map(|m| m.keys().collect())
-        .unwrap_or_default();
-    for k in ao
-        .as_object()
-        .map(|m| m.keys().collect::<Vec<_>>())
-        .unwrap_or_default()
-    {
-        if !names.contains(&k) {
-            names.push(k);
-        }
-    }
-    // The packets netem dropped are the observer's surplus per opcode. Each dropped packet
-    // has one of the frame lengths its opcode has on the wire (every PSN reaches the wire
-    // eventually, a resend has the length of the original), so the byte surplus lies between
-    // the surplus counts times the shortest and times the longest length: exact when each
-    // opcode has one length (WRITE/READ of whole MTUs), a bound otherwise.
-    let (mut lo, mut hi) = (0u64, 0u64);
-    let mut bad = Vec::new();
-    let mut unbounded = Vec::new();
-    for k in names {
-        let (x, y) = (oo[k].as_u64().unwrap_or(0), ao[k].as_u64().unwrap_or(0));
-        if x < y {
-            bad.push(format!("{k} {x} < {y}"));
-            continue;
-        }
-        let lens = wf.op_lens.get(k);
-        match (lens.and_then(|l| l.first()), lens.and_then(|l| l.last())) {
-            (Some(&min), Some(&max)) => {
-                lo += (x - y) * u64::from(min);
-                hi += (x - y) * u64::from(max);
-            }
-            _ if x == y => {}
-            // the observer saw an opcode the capture never has: one of its PSNs never
-            // reached the wire, which the PSN checks above would also flag
-            _ => unbounded.push(format!("{k} ({} on the observer only)", x - y)),
-        }
-    }
+    let d = dropped_bytes(&o["opcodes"], &a["opcodes"], &wf.op_lens);
+    let (lo, hi, bad, unbounded) = (d.lo, d.hi, d.bad, d.unbounded);
     ck.truth(
         &name("every opcode count >= the capture's"),
         "observer >= capture",

@@ -1,5 +1,6 @@
 use std::fs;
 
+use super::observer::dropped_bytes;
 use super::outputs::parse_perftest;
 use super::scenarios::{CLIENT_IP, SERVER_IP};
 use super::wire::{Pkt, direction, psn_add, psn_diff};
@@ -158,4 +159,40 @@ fn perftest_output_parses() {
     );
     assert_eq!(p.bw_avg_mb, Some(7.28));
     assert_eq!(p.local_psn, Some(0x2ae78a));
+}
+
+#[test]
+fn dropped_bytes_exact_bounded_and_refused() {
+    let lens = |v: &[(&str, &[u32])]| -> std::collections::BTreeMap<String, std::collections::BTreeSet<u32>> {
+        v.iter()
+            .map(|(k, l)| (k.to_string(), l.iter().copied().collect()))
+            .collect()
+    };
+    let obs = serde_json::json!({"RC_RDMA_WRITE_MIDDLE": 10, "RC_RDMA_WRITE_FIRST": 3});
+    let cap = serde_json::json!({"RC_RDMA_WRITE_MIDDLE": 8, "RC_RDMA_WRITE_FIRST": 3});
+    // one length per opcode: exact
+    let d = dropped_bytes(
+        &obs,
+        &cap,
+        &lens(&[
+            ("RC_RDMA_WRITE_MIDDLE", &[1082]),
+            ("RC_RDMA_WRITE_FIRST", &[1098]),
+        ]),
+    );
+    assert_eq!((d.lo, d.hi), (2 * 1082, 2 * 1082));
+    assert!(d.bad.is_empty() && d.unbounded.is_empty());
+    // several lengths: a bound, not a skip
+    let d = dropped_bytes(&obs, &cap, &lens(&[("RC_RDMA_WRITE_MIDDLE", &[100, 1082])]));
+    assert_eq!((d.lo, d.hi), (200, 2 * 1082));
+    // an opcode the capture never has cannot be bounded: reported
+    let obs = serde_json::json!({"RC_SEND_ONLY": 1});
+    let d = dropped_bytes(&obs, &serde_json::json!({}), &lens(&[]));
+    assert_eq!(d.unbounded.len(), 1);
+    // the capture having more than the observer is reported
+    let d = dropped_bytes(
+        &serde_json::json!({}),
+        &obs,
+        &lens(&[("RC_SEND_ONLY", &[60])]),
+    );
+    assert_eq!(d.bad, vec!["RC_SEND_ONLY 0 < 1".to_string()]);
 }
