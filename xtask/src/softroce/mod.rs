@@ -184,14 +184,10 @@ pub struct ScenarioOutcome {
     pub name: String,
     pub passed: usize,
     pub failed: usize,
+    /// The failed checks: name, expected and actual value.
+    pub failures: Vec<String>,
     /// Set when the scenario could not run or be checked (then passed == failed == 0).
     pub error: Option<String>,
-}
-
-impl ScenarioOutcome {
-    pub fn ok(&self) -> bool {
-        self.failed == 0 && self.error.is_none()
-    }
 }
 
 /// `cargo xtask softroce`: run the selected scenarios, fail when any check failed or any
@@ -200,15 +196,11 @@ pub fn run(opts: SoftRoceOpts) -> Result<()> {
     let outcomes = run_counted(opts)?;
     let bad: Vec<String> = outcomes
         .iter()
-        .filter(|o| !o.ok())
-        .map(|o| match &o.error {
-            Some(e) => format!("{}: could not run: {e}", o.name),
-            None => format!(
-                "{}: {} of {} checks failed",
-                o.name,
-                o.failed,
-                o.passed + o.failed
-            ),
+        .flat_map(|o| {
+            let why = o.error.iter().map(|e| format!("could not run: {e}"));
+            why.chain(o.failures.iter().cloned())
+                .map(|f| format!("{}: {f}", o.name))
+                .collect::<Vec<_>>()
         })
         .collect();
     if !bad.is_empty() {
@@ -301,6 +293,7 @@ pub fn run_counted(mut opts: SoftRoceOpts) -> Result<Vec<ScenarioOutcome>> {
                     name: sc.name.to_string(),
                     passed: summary.checks.len() - failed.len(),
                     failed: failed.len(),
+                    failures: failed,
                     error: None,
                 });
                 summaries.push(summary);
@@ -312,6 +305,7 @@ pub fn run_counted(mut opts: SoftRoceOpts) -> Result<Vec<ScenarioOutcome>> {
                     name: sc.name.to_string(),
                     passed: 0,
                     failed: 0,
+                    failures: Vec::new(),
                     error: Some(format!("{e:#}")),
                 });
             }
