@@ -11,6 +11,9 @@ pub mod account;
 pub mod counters;
 pub mod event;
 pub mod flow;
+/// Test frames (feature `frames`; user space only, needs `alloc`).
+#[cfg(any(test, feature = "frames"))]
+pub mod frames;
 pub mod headers;
 pub mod latency;
 pub mod observe;

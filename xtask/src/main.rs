@@ -64,7 +64,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     util::sh(
         util::cargo()
             .current_dir(util::workspace_root())
-            .args(["run", "--quiet", "--release", "-p", "integration-tests"])
+            .args(["run", "--quiet", "--release", "-p", "roce-observer-tools"])
             .args(["--bin", "kernel-bench", "--"])
             .arg(args.kernel_repeat.to_string()),
     )

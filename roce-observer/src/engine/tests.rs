@@ -2,7 +2,10 @@
 //! path-MTU learning, PFC time and storms, alerts, the kernel-path entry points and the
 //! reporting interval.
 
-use roce_observer_common::{Counter, Direction, Event, PfcKey, PfcStats};
+use roce_observer_common::{
+    Counter, Direction, Event, EventKind, FlowKey, PfcKey, PfcStats,
+    frames::{RoceFrame, pfc_frame},
+};
 
 use super::{
     Engine, EngineConfig,
@@ -57,61 +60,23 @@ fn ack(psn: u32) -> Pkt {
 }
 
 fn frame(p: Pkt) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
-    if let Some(pcp) = p.pcp {
-        f.extend([0x81, 0x00, pcp << 5, 0]);
+    RoceFrame {
+        pcp: p.pcp,
+        src_ip: p.src,
+        dst_ip: p.dst,
+        tos: p.tos,
+        ack_req: p.ack_req,
+        dma_len: p.dma_len,
+        syndrome: p.syndrome,
+        payload: p.payload,
+        ..RoceFrame::new(p.opcode, p.qp, p.psn)
     }
-    f.extend([0x08, 0x00]);
-    let ext = if roce_observer_common::opcode::has_reth(p.opcode) {
-        16
-    } else if roce_observer_common::opcode::has_aeth(p.opcode) {
-        4
-    } else if p.opcode == 0x81 {
-        16
-    } else {
-        0
-    };
-    let udp_len = 8 + 12 + ext + p.payload + 4;
-    f.extend([0x45, p.tos]);
-    f.extend(((20 + udp_len) as u16).to_be_bytes());
-    f.extend([0, 0, 0x40, 0, 64, 17, 0, 0]);
-    f.extend(p.src);
-    f.extend(p.dst);
-    f.extend(49152u16.to_be_bytes());
-    f.extend(4791u16.to_be_bytes());
-    f.extend((udp_len as u16).to_be_bytes());
-    f.extend([0, 0]);
-    f.extend([p.opcode, 0, 0xff, 0xff, 0]);
-    f.extend(&p.qp.to_be_bytes()[1..]);
-    f.push(if p.ack_req { 0x80 } else { 0 });
-    f.extend(&p.psn.to_be_bytes()[1..]);
-    if ext == 16 && p.opcode != 0x81 {
-        f.extend([0u8; 12]);
-        f.extend(p.dma_len.to_be_bytes());
-    } else if ext == 4 {
-        f.extend([p.syndrome, 0, 0, 1]);
-    } else if ext == 16 {
-        f.extend([0u8; 16]);
-    }
-    f.extend(vec![0u8; p.payload + 4]);
-    f
+    .build()
 }
 
 fn feed(e: &mut Engine, ts: u64, p: Pkt) {
     let f = frame(p);
     e.ingest_frame(ts, &f, f.len() as u32, 0);
-}
-
-fn pfc_frame(mac_last: u8, enable: u16, quanta: [u16; 8]) -> Vec<u8> {
-    let mut f = vec![
-        1, 0x80, 0xc2, 0, 0, 1, 2, 0, 0, 0, 1, mac_last, 0x88, 0x08, 0x01, 0x01,
-    ];
-    f.extend(enable.to_be_bytes());
-    for q in quanta {
-        f.extend(q.to_be_bytes());
-    }
-    f.resize(60, 0);
-    f
 }
 
 fn flow(s: &Snapshot, src: [u8; 4], qp: u32) -> &FlowSnapshot {
