@@ -32,7 +32,7 @@ pub enum XdpModeArg {
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Interfaces to watch (comma-separated): XDP on ingress, TC on egress of each.
-    #[arg(short = 'i', long = "iface", value_delimiter = ',', required = true)]
+    #[arg(short = 'i', long = "iface", value_delimiter = ',', required = true, value_parser = parse_iface)]
     pub ifaces: Vec<String>,
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long)]
@@ -64,6 +64,19 @@ pub struct RunArgs {
 
 /// Kept here for callers of the kernel source outside the crate (tests).
 pub use crate::source::kernel::refresh;
+
+/// An empty name is a configuration mistake (an unset variable in the service's environment
+/// file, a stray comma), not an interface: say so instead of failing on a lookup of "".
+fn parse_iface(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err(
+            "an empty interface name: give interfaces as `-i eth1,eth2` (the \
+                    service reads them from ROCE_OBSERVER_IFACES in /etc/default/roce-observer)"
+                .into(),
+        );
+    }
+    Ok(s.to_string())
+}
 
 fn seconds(name: &str, secs: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(secs)

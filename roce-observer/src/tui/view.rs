@@ -13,6 +13,15 @@ use crate::format;
 
 const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
+/// Problems carry this symbol as well as a colour, so they stand out without colour too
+/// (NO_COLOR, `--color never`, monochrome terminals).
+const MARK: &str = "!";
+
+/// `text`, marked as a problem when `n` is not zero.
+fn marked(n: u64, text: String) -> String {
+    if n > 0 { format!("{MARK}{text}") } else { text }
+}
+
 pub fn draw(frame: &mut Frame, app: &App) {
     let detail_height = if app.detail && app.tab == Tab::Flows {
         9
@@ -42,6 +51,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if app.help {
         draw_help(frame);
     }
+    if !crate::color::enabled() {
+        crate::color::strip(frame.buffer_mut());
+    }
 }
 
 fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
@@ -67,15 +79,21 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             format::ns(lat.p99)
         )),
         Span::styled(
-            format!("malformed {}  ", s.malformed),
+            format!(
+                "malformed {}  ",
+                marked(s.malformed, s.malformed.to_string())
+            ),
             if s.malformed > 0 { bad } else { Style::new() },
         ),
         Span::styled(
-            format!("events lost {}  ", s.events_lost),
+            format!(
+                "events lost {}  ",
+                marked(s.events_lost, s.events_lost.to_string())
+            ),
             if s.events_lost > 0 { bad } else { Style::new() },
         ),
         Span::styled(
-            format!("map full {}  ", s.map_full),
+            format!("map full {}  ", marked(s.map_full, s.map_full.to_string())),
             if s.map_full > 0 { bad } else { Style::new() },
         ),
         match s.log_records_lost {
@@ -86,7 +104,13 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             None => Span::raw(""),
         },
         Span::styled(
-            format!("alerts {}", app.snapshot.alerts.len()),
+            format!(
+                "alerts {}",
+                marked(
+                    app.snapshot.alerts.len() as u64,
+                    app.snapshot.alerts.len().to_string()
+                )
+            ),
             if app.snapshot.alerts.is_empty() {
                 Style::new()
             } else {
@@ -155,11 +179,16 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
                 Cell::from(format!("{}/{}", f.iface, &f.direction[..2])),
                 Cell::from(format::count(f.packets)),
                 Cell::from(format::rate(f.rate_bps)),
-                Cell::from(format!("{}/{}", f.psn_gaps, f.psn_missing)).style(warn(f.psn_gaps)),
-                Cell::from(f.retransmits.to_string()).style(warn(f.retransmits)),
-                Cell::from(naks.to_string()).style(warn(naks)),
-                Cell::from(f.cnp.to_string()).style(warn(f.cnp)),
-                Cell::from(f.ecn_ce.to_string()).style(warn(f.ecn_ce)),
+                Cell::from(marked(
+                    f.psn_gaps,
+                    format!("{}/{}", f.psn_gaps, f.psn_missing),
+                ))
+                .style(warn(f.psn_gaps)),
+                Cell::from(marked(f.retransmits, f.retransmits.to_string()))
+                    .style(warn(f.retransmits)),
+                Cell::from(marked(naks, naks.to_string())).style(warn(naks)),
+                Cell::from(marked(f.cnp, f.cnp.to_string())).style(warn(f.cnp)),
+                Cell::from(marked(f.ecn_ce, f.ecn_ce.to_string())).style(warn(f.ecn_ce)),
                 Cell::from(format::ns(f.rtt_ns.p50)),
                 Cell::from(format::ns(f.rtt_ns.p99)),
             ])
@@ -405,6 +434,7 @@ fn draw_help(frame: &mut Frame) {
         Line::from("gaps/miss: PSN gaps and PSNs skipped; retx: retransmissions;"),
         Line::from("NAK: all NAK classes; CE: ECN congestion marks; p50/p99:"),
         Line::from("request -> answer latency seen at this observation point."),
+        Line::from("! marks a problem (and colour, unless NO_COLOR/--color never)"),
         Line::from(""),
         Line::from("q/Esc quit   tab, 1-4 switch view   j/k or arrows move"),
         Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),

@@ -13,9 +13,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::engine::{
-    ecmp::EcmpSnapshot,
-    snapshot::{AlertSnapshot, FlowSnapshot, LatencySnapshot, PfcSnapshot, Snapshot, Summary},
+use crate::engine::snapshot::{
+    AlertSnapshot, EcmpSnapshot, FlowSnapshot, LatencySnapshot, PfcSnapshot, Snapshot, Summary,
 };
 
 /// Version of the log line schema; changes are additive only (docs/log-schema.md).
