@@ -69,6 +69,18 @@ fn navigation_and_sorting() {
 }
 
 #[test]
+fn header_shows_lost_log_lines_only_with_a_log_directory() {
+    let mut snap = fixture_snapshot("psn_gap");
+    let without = render(&App::new("test".into(), snap.clone()));
+    assert!(!without.contains("log lost"), "{without}");
+    snap.summary.log_records_lost = Some(0);
+    assert!(render(&App::new("test".into(), snap.clone())).contains("log lost 0 "));
+    snap.summary.log_records_lost = Some(7);
+    let lost = render(&App::new("test".into(), snap));
+    assert!(lost.contains("log lost !7"), "{lost}");
+}
+
+#[test]
 fn pause_freezes_the_view() {
     let snap = fixture_snapshot("psn_gap");
     let mut app = App::new("test".into(), snap.clone());

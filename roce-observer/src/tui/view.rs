@@ -98,7 +98,7 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         ),
         match s.log_records_lost {
             Some(lost) => Span::styled(
-                format!("log lost {lost}  "),
+                format!("log lost {}  ", marked(lost, lost.to_string())),
                 if lost > 0 { bad } else { Style::new() },
             ),
             None => Span::raw(""),
