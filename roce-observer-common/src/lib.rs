@@ -16,6 +16,7 @@ pub mod flow;
 pub mod frames;
 pub mod headers;
 pub mod latency;
+pub mod mirror;
 pub mod observe;
 pub mod opcode;
 pub mod parse;

@@ -52,8 +52,8 @@ pub enum Stored {
 /// Everything else `observe` reads and writes: the parser and path MTU in use, timestamped
 /// requests, PFC entries, counters, events and the clocks.
 pub trait Tables {
-    /// Parse one frame: the kernel runs `parse::parse`; the engine unwraps mirrored frames
-    /// (`parse::parse_mirrored`) and learns the path MTU from what it parsed.
+    /// Parse one frame with `parse::parse_mirrored` (both sides unwrap switch mirrors); the
+    /// engine also learns the path MTU from what it parsed.
     fn parse<P: PacketView>(&mut self, p: &P) -> Frame;
     /// Path MTU for READ PSN reservations.
     fn pmtu(&self) -> u32;

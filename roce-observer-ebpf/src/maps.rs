@@ -36,6 +36,18 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 #[map]
 pub static ZERO_FLOW: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0);
 
+/// Bytes of an egress frame copied for parsing: every header chain the parser reads, a mirror's
+/// outer headers included, ends within them (at most ~250 bytes: outer Ethernet with two tags,
+/// IPv6, GRE with all options, ERSPAN III with its subheader, then the mirrored frame's
+/// Ethernet, two tags, IPv4 with 40 bytes of options, UDP, BTH and extended headers).
+pub const HEAD_BYTES: usize = 256;
+
+/// The TC program's copy of the frame's first HEAD_BYTES (see view.rs), one per CPU. Twice as
+/// long as what is copied, so that a header read at any offset below HEAD_BYTES stays inside
+/// the value, which is what the verifier checks.
+#[map]
+pub static TC_HEAD: PerCpuArray<[u8; 2 * HEAD_BYTES]> = PerCpuArray::with_max_entries(1, 0);
+
 /// Events (new flow, PSN gap/retransmit, NAK, CNP, PFC, latency sample), 104 B each; 1 MiB
 /// holds ~10k events between two drains. Reserve failures are counted, counters stay exact.
 #[map]

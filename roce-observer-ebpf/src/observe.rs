@@ -7,8 +7,9 @@ use aya_ebpf::helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns};
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     latency::{PendingKey, PendingValue},
+    mirror::Ports,
     observe::{Entry, Flows, Stored, Tables},
-    parse::{Frame, PacketView, parse},
+    parse::{Frame, PacketView, parse_mirrored},
 };
 
 use crate::maps::{EVENTS, FLOWS, PENDING, PFC, ZERO_FLOW, count};
@@ -19,6 +20,9 @@ const EEXIST: i32 = 17;
 /// UDP destination port of RoCEv2; set by the loader.
 #[unsafe(no_mangle)]
 static ROCE_PORT: u16 = roce_observer_common::ROCE_V2_PORT;
+/// UDP destination port of VXLAN mirrors; set by the loader.
+#[unsafe(no_mangle)]
+static VXLAN_PORT: u16 = roce_observer_common::headers::VXLAN_PORT;
 /// Path MTU for READ PSN reservations; set by the loader.
 #[unsafe(no_mangle)]
 static PMTU: u32 = roce_observer_common::DEFAULT_PMTU;
@@ -79,7 +83,11 @@ struct Maps;
 impl Tables for Maps {
     #[inline(always)]
     fn parse<P: PacketView>(&mut self, p: &P) -> Frame {
-        parse(p, global(&ROCE_PORT))
+        let ports = Ports {
+            roce: global(&ROCE_PORT),
+            vxlan: global(&VXLAN_PORT),
+        };
+        parse_mirrored(p, ports)
     }
 
     #[inline(always)]

@@ -117,6 +117,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let opts = KernelOptions {
             roce_port: args.engine.roce_port,
+            vxlan_port: args.engine.vxlan_port,
             pmtu: args.engine.pmtu(),
             max_flows: args.max_flows,
             xdp_mode: match args.xdp_mode {

@@ -26,6 +26,9 @@ pub struct EngineArgs {
     /// UDP destination port of RoCEv2.
     #[arg(long = "roce-port", default_value_t = roce_observer_common::ROCE_V2_PORT)]
     pub roce_port: u16,
+    /// UDP destination port of VXLAN: mirrored frames inside are unwrapped.
+    #[arg(long = "vxlan-port", default_value_t = roce_observer_common::headers::VXLAN_PORT)]
+    pub vxlan_port: u16,
     /// Uplinks in the modelled ECMP view (0 turns the model off).
     #[arg(long = "ecmp-paths", value_name = "N", default_value_t = 8)]
     pub ecmp_paths: u32,
@@ -92,6 +95,7 @@ impl EngineArgs {
             pmtu_explicit: self.pmtu.is_some(),
             link_gbps: self.link_speed,
             roce_port: self.roce_port,
+            vxlan_port: self.vxlan_port,
             ecmp_paths: self.ecmp_paths,
             ecmp_hash: self.ecmp_hash,
             ecmp_seed: self.ecmp_seed,

@@ -1,7 +1,6 @@
 //! The capture path: one captured frame through the shared per-packet observation
 //! (`roce_observer_common::observe`, exactly what the kernel programs run), here on the
-//! engine's own tables. Engine-only extras, hooked into its table trait: mirrored (ERSPAN/GRE)
-//! frames are unwrapped, the path MTU is learned from READ responses, and the traffic-class
+//! engine's own tables. Engine-only extras, hooked into its table trait: the path MTU is learned from READ responses, and the traffic-class
 //! checks run on what each packet added.
 
 use std::collections::BTreeMap;
@@ -11,6 +10,7 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
+    mirror::Ports,
     observe::{Entry, Flows, Stored, Tables, observe},
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
@@ -34,7 +34,10 @@ impl Engine {
         let mut events = std::mem::take(&mut self.event_buf);
         let mut tables = CaptureTables {
             now: ts_ns,
-            roce_port: self.cfg.roce_port,
+            ports: Ports {
+                roce: self.cfg.roce_port,
+                vxlan: self.cfg.vxlan_port,
+            },
             pmtu: PmtuLearner {
                 pmtu: &mut self.pmtu,
                 learned: &mut self.pmtu_learned,
@@ -137,7 +140,7 @@ impl Flows for CaptureFlows<'_> {
 struct CaptureTables<'a> {
     /// Capture time of the frame: every clock of the kernel reads this.
     now: u64,
-    roce_port: u16,
+    ports: Ports,
     pmtu: PmtuLearner<'a>,
     counters: &'a mut Counters,
     pending: &'a mut Pending,
@@ -148,10 +151,8 @@ struct CaptureTables<'a> {
 }
 
 impl Tables for CaptureTables<'_> {
-    /// Captures may come from an ERSPAN destination: mirrored frames are unwrapped (the
-    /// kernel programs do not yet, see parse_mirrored).
     fn parse<P: PacketView>(&mut self, p: &P) -> Frame {
-        let frame = parse_mirrored(p, self.roce_port);
+        let frame = parse_mirrored(p, self.ports);
         if let Frame::Roce { src_ip, pkt, .. } = &frame {
             self.pmtu.learn(src_ip, pkt);
         }

@@ -50,6 +50,8 @@ pub struct EngineConfig {
     pub link_gbps: f64,
     /// RoCEv2 UDP destination port.
     pub roce_port: u16,
+    /// UDP destination port of VXLAN mirrors to unwrap.
+    pub vxlan_port: u16,
     /// Modelled ECMP: uplinks (0 disables the model), hash, seed.
     pub ecmp_paths: u32,
     pub ecmp_hash: EcmpHash,
@@ -80,6 +82,7 @@ impl Default for EngineConfig {
             pmtu_explicit: false,
             link_gbps: 100.0,
             roce_port: roce_observer_common::ROCE_V2_PORT,
+            vxlan_port: roce_observer_common::headers::VXLAN_PORT,
             ecmp_paths: 8,
             ecmp_hash: EcmpHash::Crc32,
             ecmp_seed: 0,

@@ -5,7 +5,7 @@
 //! Numbers, not assertions: these machines are shared and noisy.
 
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
-use roce_observer_common::frames::{RoceFrame, pfc_frame};
+use roce_observer_common::frames::{Mirror, RoceFrame, mirrored, pfc_frame};
 
 /// A frame 192.0.2.1 -> 192.0.2.2 to QP 0x11, PSN 0x1000, from UDP port 49153.
 fn frame(opcode: u8, payload: usize, tos: u8) -> RoceFrame {
@@ -15,6 +15,45 @@ fn frame(opcode: u8, payload: usize, tos: u8) -> RoceFrame {
         payload,
         ..RoceFrame::new(opcode, 0x11, 0x1000)
     }
+}
+
+/// What unwrapping a switch mirror adds: the same 64-byte UD SEND plain and inside each
+/// encapsulation, on XDP and TC, with the difference to the plain frame per program.
+fn mirror_cost(src: &mut KernelSource, repeat: u32) -> anyhow::Result<()> {
+    let plain = frame(0x64, 64, 0x6a).build();
+    let cases = [
+        ("plain", plain.clone()),
+        (
+            "ERSPAN II",
+            mirrored(&plain, Mirror::Erspan2 { session: 7, seq: 1 }),
+        ),
+        (
+            "ERSPAN III",
+            mirrored(&plain, Mirror::Erspan3 { session: 7 }),
+        ),
+        ("VXLAN", mirrored(&plain, Mirror::Vxlan { vni: 5001 })),
+    ];
+    println!("\nmirror unwrapping, UD SEND_ONLY 64 B inside (the same frame plain first)");
+    println!(
+        "{:<12} {:>6} {:>9} {:>10} {:>9} {:>10}",
+        "case", "bytes", "XDP ns", "XDP +ns", "TC ns", "TC +ns"
+    );
+    let mut base = None;
+    for (name, f) in &cases {
+        let xdp = src.bench(BenchProgram::Xdp, f, repeat)?.as_nanos() as f64;
+        let tc = src.bench(BenchProgram::Tc, f, repeat)?.as_nanos() as f64;
+        let (bx, bt) = *base.get_or_insert((xdp, tc));
+        println!(
+            "{:<12} {:>6} {:>9.1} {:>+10.1} {:>9.1} {:>+10.1}",
+            name,
+            f.len(),
+            xdp,
+            xdp - bx,
+            tc,
+            tc - bt
+        );
+    }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -82,6 +121,7 @@ fn main() -> anyhow::Result<()> {
             wire_bits / 400.0
         );
     }
+    mirror_cost(&mut src, repeat)?;
     let counters = src.read_counters()?;
     println!(
         "ring buffer reserve failures during the run: {} (events lost, counters exact)",

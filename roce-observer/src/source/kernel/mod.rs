@@ -48,6 +48,8 @@ const BASELINE_PROGRAM: &str = "roce_observer_baseline";
 #[derive(Clone, Debug)]
 pub struct KernelOptions {
     pub roce_port: u16,
+    /// UDP destination port of VXLAN mirrors to unwrap.
+    pub vxlan_port: u16,
     pub pmtu: u32,
     pub max_flows: u32,
     pub xdp_mode: XdpMode,
@@ -57,6 +59,7 @@ impl Default for KernelOptions {
     fn default() -> Self {
         KernelOptions {
             roce_port: roce_observer_common::ROCE_V2_PORT,
+            vxlan_port: roce_observer_common::headers::VXLAN_PORT,
             pmtu: roce_observer_common::DEFAULT_PMTU,
             max_flows: 16384,
             xdp_mode: XdpMode::Default,
@@ -112,6 +115,7 @@ impl KernelSource {
 
         let mut ebpf = EbpfLoader::new()
             .override_global("ROCE_PORT", &opts.roce_port, true)
+            .override_global("VXLAN_PORT", &opts.vxlan_port, true)
             .override_global("PMTU", &opts.pmtu, true)
             .map_max_entries("FLOWS", opts.max_flows)
             .load(EBPF_OBJECT)
