@@ -35,6 +35,10 @@ impl Engine {
         let mut tables = CaptureTables {
             now: ts_ns,
             roce_port: self.cfg.roce_port,
+            burst_rule: (
+                u32::try_from(self.cfg.burst_count).unwrap_or(u32::MAX),
+                self.cfg.burst_window_ns,
+            ),
             pmtu: PmtuLearner {
                 pmtu: &mut self.pmtu,
                 learned: &mut self.pmtu_learned,
@@ -138,6 +142,8 @@ struct CaptureTables<'a> {
     /// Capture time of the frame: every clock of the kernel reads this.
     now: u64,
     roce_port: u16,
+    /// The kernel's `BURST_COUNT` and `BURST_WINDOW_NS`.
+    burst_rule: (u32, u64),
     pmtu: PmtuLearner<'a>,
     counters: &'a mut Counters,
     pending: &'a mut Pending,
@@ -162,6 +168,10 @@ impl Tables for CaptureTables<'_> {
         *self.pmtu.pmtu
     }
 
+    fn burst_rule(&self) -> (u32, u64) {
+        self.burst_rule
+    }
+
     fn coarse_ns(&self) -> u64 {
         self.now
     }
@@ -171,7 +181,12 @@ impl Tables for CaptureTables<'_> {
     }
 
     fn count(&mut self, counter: Counter, direction: u8) {
-        self.counters[dir_index(Direction::from_u8(direction))][counter as usize] += 1;
+        let block = &mut self.counters[dir_index(Direction::from_u8(direction))];
+        block[counter as usize] += 1;
+        // The kernel leaves the total to its reader (maps.rs); here it is kept as we go.
+        if counter.is_frame_class() {
+            block[Counter::TotalPackets as usize] += 1;
+        }
     }
 
     fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {

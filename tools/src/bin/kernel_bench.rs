@@ -2,7 +2,11 @@
 //! through our XDP program with BPF_PROG_TEST_RUN `repeat` times, next to a baseline XDP program
 //! that only returns XDP_PASS, measured in the same run. Prints ns/packet, the ratio to the
 //! baseline, and the per-packet time budget at 100 and 400 Gb/s line rate for that frame size.
+//! Then the veth replay (tools/src/veth.rs): steady traffic and a retransmission storm over
+//! `QPS` queue pairs (default 1000; 0 skips it), timed by the kernel's BPF statistics.
 //! Numbers, not assertions: these machines are shared and noisy.
+//!
+//! usage: kernel-bench [REPEAT] [QPS]
 
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
 use roce_observer_common::frames::{RoceFrame, pfc_frame};
@@ -87,5 +91,13 @@ fn main() -> anyhow::Result<()> {
         "ring buffer reserve failures during the run: {} (events lost, counters exact)",
         counters[0][roce_observer_common::Counter::RingbufFull as usize]
     );
+    drop(src);
+    let qps: u32 = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    if qps > 0 {
+        roce_observer_tools::veth::run(qps, 100)?;
+    }
     Ok(())
 }
