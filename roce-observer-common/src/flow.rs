@@ -143,8 +143,9 @@ impl BurstWindow {
 /// Per-flow counters and sequence state (see docs/metrics.md for every definition).
 ///
 /// Laid out hot first: every field a data packet touches, but for its opcode count, sits in
-/// the first 64 bytes; `opcodes` follows (one line per eight opcodes), then what
-/// only ACKs, anomalies or latency matches touch.
+/// the first 64 bytes; the next 64 hold what a loss storm touches (PSN anomalies and the
+/// retransmission burst window); `opcodes` follows (64 bytes per eight opcodes), then what only
+/// ACKs, NAKs, CNPs or latency matches touch.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowStats {
@@ -162,6 +163,14 @@ pub struct FlowStats {
     /// Outer VLAN priority or [`PCP_UNTAGGED`].
     pub pcp: u8,
     pub flags: u8,
+    // Second 64 bytes: what a loss storm touches on every packet.
+    pub psn_gaps: u64,
+    pub psn_missing: u64,
+    /// Requests whose PSN was not newer than the highest request PSN.
+    pub req_retransmits: u64,
+    /// READ responses whose PSN was not newer than the highest response PSN.
+    pub resp_retransmits: u64,
+    pub retransmit_bursts: BurstWindow,
     /// Packets per operation (opcode bits 4-0) of the flow's transport (`transport`).
     pub opcodes: [u64; 32],
     pub acks: u64,
@@ -170,17 +179,10 @@ pub struct FlowStats {
     /// Non-CNP packets whose transport differs from `transport`.
     pub other_transport: u64,
     pub naks: [u64; NAK_CLASSES],
-    pub psn_gaps: u64,
-    pub psn_missing: u64,
-    /// Requests whose PSN was not newer than the highest request PSN.
-    pub req_retransmits: u64,
-    /// READ responses whose PSN was not newer than the highest response PSN.
-    pub resp_retransmits: u64,
     /// Packets whose UDP source port did not fit in `udp_sports`.
     pub udp_sport_overflow: u64,
     /// First packet time, ns (same clock as `last_ns`).
     pub first_ns: u64,
-    pub retransmit_bursts: BurstWindow,
     pub nak_bursts: BurstWindow,
     /// The requester/responder QP on the other side, once learned from a latency match.
     pub peer_qp: u32,
@@ -190,7 +192,8 @@ assert_size!(FlowStats, 520);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
-const _: () = assert!(core::mem::offset_of!(FlowStats, opcodes) == 64);
+const _: () = assert!(core::mem::offset_of!(FlowStats, psn_gaps) == 64);
+const _: () = assert!(core::mem::offset_of!(FlowStats, opcodes) == 128);
 
 impl FlowStats {
     pub const fn zeroed() -> FlowStats {
@@ -205,19 +208,19 @@ impl FlowStats {
             dscp: 0,
             pcp: PCP_UNTAGGED,
             flags: 0,
+            psn_gaps: 0,
+            psn_missing: 0,
+            req_retransmits: 0,
+            resp_retransmits: 0,
+            retransmit_bursts: BurstWindow::zeroed(),
             opcodes: [0; 32],
             acks: 0,
             ecn_ce: 0,
             cnp: 0,
             other_transport: 0,
             naks: [0; NAK_CLASSES],
-            psn_gaps: 0,
-            psn_missing: 0,
-            req_retransmits: 0,
-            resp_retransmits: 0,
             udp_sport_overflow: 0,
             first_ns: 0,
-            retransmit_bursts: BurstWindow::zeroed(),
             nak_bursts: BurstWindow::zeroed(),
             peer_qp: 0,
             _pad: [0; 4],

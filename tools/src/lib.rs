@@ -56,16 +56,16 @@ pub fn write_pcap(path: &Path, frames: impl IntoIterator<Item = Vec<u8>>) -> any
 }
 
 /// Steady RC traffic over `qps` queue pairs, `rounds` requests each (interleaved): SEND_ONLY
-/// with a 1 KiB payload and in-order PSNs, every fourth with AckReq and answered by an ACK from
+/// with `payload` bytes and in-order PSNs, every fourth with AckReq and answered by an ACK from
 /// the responder. Replaying it a second time makes every request a retransmission (a go-back-N
 /// storm) while the ACKs stay ACKs.
-pub fn steady_frames(qps: u32, rounds: u32) -> impl Iterator<Item = Vec<u8>> {
+pub fn steady_frames(qps: u32, rounds: u32, payload: usize) -> impl Iterator<Item = Vec<u8>> {
     use roce_observer_common::frames::RoceFrame;
     (0..rounds).flat_map(move |round| {
         (0..qps).flat_map(move |qp| {
             let ack_req = round % 4 == 3;
             let request = RoceFrame {
-                payload: 1024,
+                payload,
                 tos: 0x6a,
                 ack_req,
                 udp_sport: 49152 + (qp % 1024) as u16,
