@@ -125,6 +125,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 XdpModeArg::Skb => aya::programs::XdpMode::Skb,
                 XdpModeArg::Native => aya::programs::XdpMode::Driver,
             },
+            burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
+            burst_window_ns: cfg.burst_window_ns,
         };
         let mut src = KernelSource::load(&opts)?;
         let mut engine = Engine::new(cfg);

@@ -38,6 +38,10 @@ impl Engine {
                 roce: self.cfg.roce_port,
                 vxlan: self.cfg.vxlan_port,
             },
+            burst_rule: (
+                u32::try_from(self.cfg.burst_count).unwrap_or(u32::MAX),
+                self.cfg.burst_window_ns,
+            ),
             pmtu: PmtuLearner {
                 pmtu: &mut self.pmtu,
                 learned: &mut self.pmtu_learned,
@@ -141,6 +145,8 @@ struct CaptureTables<'a> {
     /// Capture time of the frame: every clock of the kernel reads this.
     now: u64,
     ports: Ports,
+    /// The kernel's `BURST_COUNT` and `BURST_WINDOW_NS`.
+    burst_rule: (u32, u64),
     pmtu: PmtuLearner<'a>,
     counters: &'a mut Counters,
     pending: &'a mut Pending,
@@ -163,6 +169,10 @@ impl Tables for CaptureTables<'_> {
         *self.pmtu.pmtu
     }
 
+    fn burst_rule(&self) -> (u32, u64) {
+        self.burst_rule
+    }
+
     fn coarse_ns(&self) -> u64 {
         self.now
     }
@@ -172,7 +182,12 @@ impl Tables for CaptureTables<'_> {
     }
 
     fn count(&mut self, counter: Counter, direction: u8) {
-        self.counters[dir_index(Direction::from_u8(direction))][counter as usize] += 1;
+        let block = &mut self.counters[dir_index(Direction::from_u8(direction))];
+        block[counter as usize] += 1;
+        // The kernel leaves the total to its reader (maps.rs); here it is kept as we go.
+        if counter.is_frame_class() {
+            block[Counter::TotalPackets as usize] += 1;
+        }
     }
 
     fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {

@@ -92,8 +92,8 @@ impl Default for EngineConfig {
             rtt_alert_ns: None,
             storm_threshold: 0.5,
             storm_window_ns: 1_000_000_000,
-            burst_count: 10,
-            burst_window_ns: 100_000_000,
+            burst_count: roce_observer_common::BURST_COUNT as u64,
+            burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
             max_flows: 1 << 20,
             max_pending: 1 << 16,
         }

@@ -10,7 +10,7 @@ use roce_observer_common::{
 
 use super::{
     DIRECTIONS, Engine,
-    alerts::{Alert, Subject, ce_without_cnp},
+    alerts::{Alert, Subject, bursts, ce_without_cnp},
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
     flows::{self, FlowEntry},
@@ -154,7 +154,16 @@ impl Engine {
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
         let table = self.flows.iter().map(|(k, e)| (k, &e.stats));
-        alerts.extend(ce_without_cnp(table).iter().map(|a| self.alert_snapshot(a)));
+        alerts.extend(
+            ce_without_cnp(table.clone())
+                .iter()
+                .map(|a| self.alert_snapshot(a)),
+        );
+        alerts.extend(
+            bursts(table, &self.cfg)
+                .iter()
+                .map(|a| self.alert_snapshot(a)),
+        );
         alerts.sort_by(|a, b| {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });

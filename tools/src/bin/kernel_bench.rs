@@ -2,7 +2,14 @@
 //! through our XDP program with BPF_PROG_TEST_RUN `repeat` times, next to a baseline XDP program
 //! that only returns XDP_PASS, measured in the same run. Prints ns/packet, the ratio to the
 //! baseline, and the per-packet time budget at 100 and 400 Gb/s line rate for that frame size.
+//! Then the veth replay (tools/src/veth.rs): steady traffic and a retransmission storm over
+//! `QPS` queue pairs (default 1000; 0 skips it), timed by the kernel's BPF statistics.
 //! Numbers, not assertions: these machines are shared and noisy.
+//!
+//! Last, user space at scale (tools/src/veth.rs): `FLOWS` flows (default 100,000; 0 skips it)
+//! read from the kernel's map and turned into a snapshot per report tick, CPU time and memory.
+//!
+//! usage: kernel-bench [REPEAT] [QPS] [FLOWS]
 
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
 use roce_observer_common::frames::{Mirror, RoceFrame, mirrored, pfc_frame};
@@ -79,12 +86,12 @@ fn main() -> anyhow::Result<()> {
             .build(),
         ),
         (
-            "RC WRITE_MIDDLE resent (retransmit event)",
+            "RC WRITE_MIDDLE resent (retransmit, no event)",
             frame(0x07, 1024, 0x6a).build(),
         ),
         (
             // the CNP's 16 reserved bytes stand where the old builder put 16 bytes of payload
-            "CNP (one event each; ring fills in a storm)",
+            "CNP (counted in the flow, no event)",
             frame(0x81, 0, 0xc0).build(),
         ),
         (
@@ -127,5 +134,20 @@ fn main() -> anyhow::Result<()> {
         "ring buffer reserve failures during the run: {} (events lost, counters exact)",
         counters[0][roce_observer_common::Counter::RingbufFull as usize]
     );
+    drop(src);
+    let qps: u32 = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    if qps > 0 {
+        roce_observer_tools::veth::run(qps, (100_000 / qps).max(1))?;
+    }
+    let user_flows: u32 = std::env::args()
+        .nth(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    if user_flows > 0 {
+        roce_observer_tools::veth::user_space(user_flows)?;
+    }
     Ok(())
 }

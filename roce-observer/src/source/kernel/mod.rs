@@ -6,6 +6,7 @@
 //! could not be cleaned up) is returned as warnings for the binary to print.
 
 pub mod attach;
+mod batch;
 pub mod error;
 pub mod maps;
 pub mod test_run;
@@ -53,6 +54,10 @@ pub struct KernelOptions {
     pub pmtu: u32,
     pub max_flows: u32,
     pub xdp_mode: XdpMode,
+    /// Burst rule of the retransmission and NAK alerts (the engine's `burst_count`,
+    /// `burst_window_ns`).
+    pub burst_count: u32,
+    pub burst_window_ns: u64,
 }
 
 impl Default for KernelOptions {
@@ -63,6 +68,8 @@ impl Default for KernelOptions {
             pmtu: roce_observer_common::DEFAULT_PMTU,
             max_flows: 16384,
             xdp_mode: XdpMode::Default,
+            burst_count: roce_observer_common::BURST_COUNT,
+            burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
         }
     }
 }
@@ -117,6 +124,8 @@ impl KernelSource {
             .override_global("ROCE_PORT", &opts.roce_port, true)
             .override_global("VXLAN_PORT", &opts.vxlan_port, true)
             .override_global("PMTU", &opts.pmtu, true)
+            .override_global("BURST_COUNT", &opts.burst_count, true)
+            .override_global("BURST_WINDOW_NS", &opts.burst_window_ns, true)
             .map_max_entries("FLOWS", opts.max_flows)
             .load(EBPF_OBJECT)
             .map_err(load_error)?;
