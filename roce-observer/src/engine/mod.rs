@@ -12,18 +12,21 @@
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
 //! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`; `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
+//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost); `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
 
 pub mod alerts;
 mod capture;
 pub mod ecmp;
+pub mod ecmp_advice;
 mod events;
 pub mod flows;
 pub mod latency;
 mod live;
+pub mod pathloss;
 pub mod pfc;
 mod report;
 pub mod snapshot;
+pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,8 +36,10 @@ use alerts::Alerts;
 use ecmp::EcmpHash;
 use flows::FlowTable;
 use latency::{Pending, sketch::Sketch};
+use pathloss::PathLoss;
 use pfc::PfcEntry;
 use snapshot::CaptureSummary;
+use steps::Steps;
 
 /// Valid RoCE path MTUs, largest first.
 const PMTUS: [u32; 5] = [4096, 2048, 1024, 512, 256];
@@ -121,6 +126,10 @@ pub struct Engine {
     capture: Option<CaptureSummary>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
+    /// Byte series and per-flow activity for training steps (capture path).
+    steps: Steps,
+    /// Request PSNs per observation point, for flows seen at several (capture path).
+    paths: PathLoss,
 }
 
 /// Frame classes and error counters, one block per direction (see [`dir_index`]).
@@ -164,6 +173,8 @@ impl Engine {
             interval_start: None,
             capture: None,
             event_buf: Vec::new(),
+            steps: Steps::default(),
+            paths: PathLoss::default(),
             cfg,
         }
     }

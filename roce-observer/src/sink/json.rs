@@ -1,5 +1,5 @@
 //! The JSON document (`{"schema_version": 1, "flows": [...], "pfc": [...], "summary": {...},
-//! "latency": {...}, "ecmp": {...}, "alerts": [...]}`) and the JSONL flow log (one flow record
+//! "latency": {...}, "ecmp": {...}, "alerts": [...], "steps": {...} or null, "paths": [...]}`) and the JSONL flow log (one flow record
 //! per line), both straight from a [`Snapshot`].
 
 use std::io::Write;
@@ -43,7 +43,9 @@ mod tests {
         write_document(&mut out, &snap).expect("write to a Vec");
         let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
         assert_eq!(v["schema_version"], 1);
-        for k in ["flows", "pfc", "summary", "latency", "ecmp", "alerts"] {
+        for k in [
+            "flows", "pfc", "summary", "latency", "ecmp", "alerts", "steps", "paths",
+        ] {
             assert!(v.get(k).is_some(), "missing {k}");
         }
         assert_eq!(v["summary"]["total_packets"], 0);
