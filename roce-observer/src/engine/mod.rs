@@ -12,7 +12,7 @@
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
 //! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost); `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
+//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started); `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
 
 pub mod alerts;
 mod capture;
@@ -24,6 +24,7 @@ pub mod latency;
 mod live;
 pub mod pathloss;
 pub mod pfc;
+pub mod pfc_origin;
 mod report;
 pub mod snapshot;
 pub mod steps;
@@ -38,6 +39,7 @@ use flows::FlowTable;
 use latency::{Pending, sketch::Sketch};
 use pathloss::PathLoss;
 use pfc::PfcEntry;
+use pfc_origin::PauseLog;
 use snapshot::CaptureSummary;
 use steps::Steps;
 
@@ -130,6 +132,8 @@ pub struct Engine {
     steps: Steps,
     /// Request PSNs per observation point, for flows seen at several (capture path).
     paths: PathLoss,
+    /// PFC/PAUSE frame times per source, for the storm origin.
+    pauses: PauseLog,
 }
 
 /// Frame classes and error counters, one block per direction (see [`dir_index`]).
@@ -175,6 +179,7 @@ impl Engine {
             event_buf: Vec::new(),
             steps: Steps::default(),
             paths: PathLoss::default(),
+            pauses: PauseLog::default(),
             cfg,
         }
     }

@@ -144,9 +144,10 @@ impl Engine {
         if entry.timeline.frame(ts, quanta, gbps, thr, win) {
             self.alerts.pfc_storm(&key, ts, cfg);
         }
+        let ns = quanta_to_ns(u64::from(quanta), gbps) as u64;
+        self.pauses.frame(key, ts, ns);
         if quanta > 0 {
-            let ns = roce_observer_common::pfc::quanta_to_ns(quanta as u64, gbps);
-            self.steps.pause(ts, ns as u64);
+            self.steps.pause(ts, ns);
         }
     }
 }

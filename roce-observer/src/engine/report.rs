@@ -236,6 +236,7 @@ impl Engine {
             ecmp,
             alerts,
             paths: self.path_pairs(),
+            pfc_origin: self.pfc_origin(),
             steps: steps::analyse(&self.steps, |k| {
                 (
                     self.iface_name(k.ifindex),

@@ -43,6 +43,8 @@ pub struct Snapshot {
     pub steps: Option<StepsSnapshot>,
     /// Flows seen at two or more points: per ordered pair, request PSNs missing downstream.
     pub paths: Vec<PathPair>,
+    /// Where the first PFC storm started and how it spread (null without a storm).
+    pub pfc_origin: Option<PfcOrigin>,
 }
 
 /// Opcode counts in opcode order, serialized as a JSON object.
@@ -411,6 +413,34 @@ pub struct StragglerEvidence {
     pub naks: u64,
     /// Pause time requested by XOFF frames seen anywhere, microseconds.
     pub pause_us: f64,
+}
+
+// PFC storm origin (docs/metrics.md), computed by pfc_origin.rs.
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PauseSource {
+    pub source: PfcRef,
+    /// Its first XOFF in the window, ns since the epoch.
+    pub first_xoff_ts: u64,
+    /// Paused time in the window / the window.
+    pub paused_fraction: f64,
+    /// This source had a storm of its own.
+    pub storm: bool,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PfcOrigin {
+    /// The first storm onset of any source, and the window around it (two storm windows
+    /// before, one after).
+    pub storm_onset_ts: u64,
+    pub window_start_ts: u64,
+    pub window_end_ts: u64,
+    /// The source whose first XOFF in the window came first.
+    pub origin: PfcRef,
+    /// From the origin's first XOFF to the last source's, milliseconds.
+    pub spread_ms: f64,
+    /// Every source that paused in the window, by first XOFF.
+    pub sources: Vec<PauseSource>,
 }
 
 // Where was it lost (docs/metrics.md), computed by pathloss.rs.

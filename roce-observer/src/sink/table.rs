@@ -113,11 +113,13 @@ fn steps(out: &mut String, st: &StepsSnapshot) {
     for g in st.stragglers.iter().take(5) {
         let e = &g.evidence;
         let text = format!(
-            "straggler {} > {} qp {}: last in {}/{} steps, {:.2} ms behind the median flow; in those \
-             steps CE {}, CNP {}, retransmits {}, NAKs {}, pause {}",
+            "straggler {} > {} qp {} at {}/{}: last in {}/{} steps, {:.2} ms behind the median flow; \
+             in those steps CE {}, CNP {}, retransmits {}, NAKs {}, pause {}",
             g.src_ip,
             g.dst_ip,
             format::qp(g.dst_qp),
+            g.iface,
+            g.direction,
             g.late_steps,
             g.steps,
             g.mean_lag_ms,
@@ -216,6 +218,35 @@ pub fn render(s: &Snapshot) -> String {
                 format::us(p.paused_us),
                 p.paused_fraction * 100.0,
                 if p.storm { "YES" } else { "no" }
+            );
+        }
+    }
+
+    if let Some(o) = &s.pfc_origin {
+        let prio = |p: Option<u8>| p.map(|v| v.to_string()).unwrap_or_else(|| "link".into());
+        let _ = writeln!(
+            out,
+            "pfc storm origin: {}/{} {} prio {}; {} sources paused within {:.1} ms:",
+            o.origin.iface,
+            o.origin.direction,
+            o.origin.src_mac,
+            prio(o.origin.priority),
+            o.sources.len(),
+            o.spread_ms
+        );
+        for src in o.sources.iter().take(8) {
+            let _ = writeln!(
+                out,
+                "  +{:>9.3} ms  {:<16} {:<17} prio {:>4}  paused {:>6.2}%{}",
+                (src.first_xoff_ts - o.sources[0].first_xoff_ts) as f64 / 1e6,
+                fit(
+                    &format!("{}/{}", src.source.iface, src.source.direction),
+                    16
+                ),
+                src.source.src_mac,
+                prio(src.source.priority),
+                src.paused_fraction * 100.0,
+                if src.storm { "  storm" } else { "" }
             );
         }
     }
