@@ -20,6 +20,7 @@ use roce_observer_common::{
 
 use super::{
     Engine,
+    flows::FastHash,
     snapshot::{PathPair, PointRef, show_ip},
 };
 
@@ -190,8 +191,8 @@ fn judge(points: &[PointState], psn: u32, mask: u8, pairs: &mut HashMap<(u8, u8)
 #[derive(Clone, Debug, Default)]
 pub struct PathLoss {
     /// Points each path was seen at before it got a ring.
-    seen_at: HashMap<Path, Point>,
-    flows: HashMap<Path, PathFlow>,
+    seen_at: HashMap<Path, Point, FastHash>,
+    flows: HashMap<Path, PathFlow, FastHash>,
     /// Paths seen at a second point after [`MAX_FLOWS`] had rings.
     pub untracked_flows: u64,
 }

@@ -18,6 +18,8 @@ use roce_observer_common::{
     psn::PsnVerdict,
 };
 
+use super::flows::FastHash;
+
 mod detect;
 
 pub use detect::{MIN_CONFIDENCE, MIN_STEPS, analyse, period};
@@ -29,9 +31,9 @@ pub const WINDOW_BINS: usize = 300_000;
 /// Flows followed for stragglers; later flows still count in the byte series.
 pub const MAX_FLOWS: usize = 4096;
 /// Activity runs kept per flow.
-pub const MAX_RUNS: usize = 1024;
+pub const MAX_RUNS: usize = 256;
 /// CNP/NAK times kept per flow.
-pub const MAX_SIGNALS: usize = 1024;
+pub const MAX_SIGNALS: usize = 256;
 /// XOFF times kept.
 pub const MAX_PAUSES: usize = 65_536;
 /// A flow's data packets closer than this belong to one run.
@@ -67,7 +69,7 @@ pub struct Steps {
     /// Data bytes per bin; `bins[0]` is bin number `first_bin` (time / [`BIN_NS`]).
     bins: VecDeque<u64>,
     first_bin: u64,
-    flows: HashMap<FlowKey, FlowActivity>,
+    flows: HashMap<FlowKey, FlowActivity, FastHash>,
     /// Flows not followed because [`MAX_FLOWS`] were.
     pub untracked_flows: u64,
     /// XOFF frames: time and requested pause time (ns), any point, any priority.
