@@ -17,6 +17,7 @@ use crate::{
         Engine, EngineConfig,
         snapshot::{CaptureSummary, Snapshot},
     },
+    fail_on::{self, FailOn},
     sink::outputs::{IntervalTables, OutputError, OutputPlan, Outputs},
     wire::capture::{CaptureError, read_capture},
 };
@@ -33,6 +34,12 @@ pub struct AnalyzeArgs {
     /// fractions then cover each report's interval), then once more at the end.
     #[arg(long = "report-every", value_name = "SECS", conflicts_with = "json")]
     pub report_every: Option<f64>,
+    /// Exit with status 3 and a one-line reason when EXPR holds on the final report, after
+    /// printing it (repeatable; any one that holds fails). EXPR is METRIC OP NUMBER[UNIT], e.g.
+    /// `psn_gaps>0`, `cnp_rate>1000/s`, `pause_fraction>1%`, `rtt_p99>50us`, `stragglers>0`
+    /// (docs/analyze.md lists the metrics).
+    #[arg(long = "fail-on", value_name = "EXPR", value_parser = fail_on::parse)]
+    pub fail_on: Vec<FailOn>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -203,5 +210,6 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     }
     let mut snap = engine.snapshot(engine.last_ts());
     outputs.finish(&mut snap, &mut BufWriter::new(out))?;
+    fail_on::judge(&args.fail_on, &snap)?;
     Ok(())
 }

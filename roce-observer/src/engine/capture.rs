@@ -52,6 +52,7 @@ impl Engine {
             pfc: &mut self.pfc,
             events: &mut events,
             added: None,
+            packet: None,
         };
         let mut flows = CaptureFlows {
             table: &mut self.flows,
@@ -68,6 +69,10 @@ impl Engine {
         );
         if let Some((key, added)) = tables.added {
             self.alerts.classes(&key, added, ts_ns, &self.cfg);
+        }
+        if let Some((key, pkt, out)) = tables.packet {
+            self.steps.packet(ts_ns, &key, &pkt, &out);
+            self.paths.packet(&key, &pkt, &out);
         }
         for ev in events.drain(..) {
             self.on_event(&ev);
@@ -154,6 +159,8 @@ struct CaptureTables<'a> {
     events: &'a mut Vec<Event>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
     added: Option<(FlowKey, Added)>,
+    /// The same packet as accounted, for the per-packet analyses (steps, path loss).
+    packet: Option<(FlowKey, RocePacket, Outcome)>,
 }
 
 impl Tables for CaptureTables<'_> {
@@ -208,5 +215,6 @@ impl Tables for CaptureTables<'_> {
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
         self.added = Some((*key, Added::packet(pkt, out)));
+        self.packet = Some((*key, *pkt, *out));
     }
 }

@@ -12,18 +12,22 @@
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
 //! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`; `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
+//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started); `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
 
 pub mod alerts;
 mod capture;
 pub mod ecmp;
+pub mod ecmp_advice;
 mod events;
 pub mod flows;
 pub mod latency;
 mod live;
+pub mod pathloss;
 pub mod pfc;
+pub mod pfc_origin;
 mod report;
 pub mod snapshot;
+pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,8 +37,11 @@ use alerts::Alerts;
 use ecmp::EcmpHash;
 use flows::FlowTable;
 use latency::{Pending, sketch::Sketch};
+use pathloss::PathLoss;
 use pfc::PfcEntry;
+use pfc_origin::PauseLog;
 use snapshot::CaptureSummary;
+use steps::Steps;
 
 /// Valid RoCE path MTUs, largest first.
 const PMTUS: [u32; 5] = [4096, 2048, 1024, 512, 256];
@@ -124,6 +131,12 @@ pub struct Engine {
     capture: Option<CaptureSummary>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
+    /// Byte series and per-flow activity for training steps (capture path).
+    steps: Steps,
+    /// Request PSNs per observation point, for flows seen at several (capture path).
+    paths: PathLoss,
+    /// PFC/PAUSE frame times per source, for the storm origin.
+    pauses: PauseLog,
 }
 
 /// Frame classes and error counters, one block per direction (see [`dir_index`]).
@@ -167,6 +180,9 @@ impl Engine {
             interval_start: None,
             capture: None,
             event_buf: Vec::new(),
+            steps: Steps::default(),
+            paths: PathLoss::default(),
+            pauses: PauseLog::default(),
             cfg,
         }
     }

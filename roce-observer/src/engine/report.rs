@@ -13,6 +13,7 @@ use super::{
     alerts::{Alert, Subject, bursts, ce_without_cnp},
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
+    ecmp_advice,
     flows::{self, FlowEntry},
     latency::{rtt_summary, sketch},
     show_mac,
@@ -20,6 +21,7 @@ use super::{
         AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, PfcRef, PfcSnapshot, SCHEMA_VERSION,
         Snapshot, Summary, show_ip,
     },
+    steps,
 };
 
 impl Engine {
@@ -194,12 +196,15 @@ impl Engine {
                     .collect(),
             })
             .collect();
-        let ecmp = ecmp::compute(
+        let mut ecmp = ecmp::compute(
             &ecmp_flows,
             self.cfg.ecmp_hash,
             self.cfg.ecmp_paths,
             self.cfg.ecmp_seed,
         );
+        if let Some(m) = ecmp.modelled.as_mut() {
+            m.advice = ecmp_advice::advise(m, self.cfg.roce_port);
+        }
 
         let ringbuf_full = total(Counter::RingbufFull);
         Snapshot {
@@ -240,6 +245,14 @@ impl Engine {
             pfc,
             ecmp,
             alerts,
+            paths: self.path_pairs(),
+            pfc_origin: self.pfc_origin(),
+            steps: steps::analyse(&self.steps, |k| {
+                (
+                    self.iface_name(k.ifindex),
+                    Direction::from_u8(k.direction).name(),
+                )
+            }),
         }
     }
 

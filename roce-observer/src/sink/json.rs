@@ -1,6 +1,7 @@
 //! The JSON document (`{"schema_version": 1, "flows": [...], "pfc": [...], "summary": {...},
-//! "latency": {...}, "ecmp": {...}, "alerts": [...]}`), straight from a [`Snapshot`]. The
-//! JSON Lines log is `sink::logdir`.
+//! "latency": {...}, "ecmp": {...}, "alerts": [...], "steps": {...} or null, "paths": [...],
+//! "pfc_origin": {...} or null}`), straight from a [`Snapshot`]. The JSON Lines log is
+//! `sink::logdir`.
 
 use std::io::Write;
 
@@ -24,7 +25,9 @@ mod tests {
         write_document(&mut out, &snap).expect("write to a Vec");
         let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
         assert_eq!(v["schema_version"], 1);
-        for k in ["flows", "pfc", "summary", "latency", "ecmp", "alerts"] {
+        for k in [
+            "flows", "pfc", "summary", "latency", "ecmp", "alerts", "steps", "paths",
+        ] {
             assert!(v.get(k).is_some(), "missing {k}");
         }
         assert_eq!(v["summary"]["total_packets"], 0);
