@@ -80,13 +80,35 @@ pub fn is_busy(err: &(dyn std::error::Error + 'static)) -> bool {
 
 /// A load error, told apart by privilege. The verifier also refuses with EACCES: a refusal that
 /// comes with a verifier log is a program the kernel rejected, not a missing privilege.
+/// Whether this process may use the verifier's trusted mode: CAP_PERFMON (bit 38) or
+/// CAP_SYS_ADMIN (bit 21) in its effective set (/proc/self/status `CapEff`). Unknown counts as
+/// yes, so a refusal is then reported with the verifier's own log.
+fn has_perfmon() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return true;
+    };
+    let Some(eff) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+    else {
+        return true;
+    };
+    eff & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN) != 0
+}
+
 pub(super) fn load_error<E: std::error::Error + Send + Sync + 'static>(err: E) -> KernelError {
     let verifier_refused = matches!(
         (&err as &dyn std::error::Error).downcast_ref::<aya::programs::ProgramError>(),
         Some(aya::programs::ProgramError::LoadError { verifier_log, .. })
             if !verifier_log.to_string().trim().is_empty()
     );
-    if is_privilege(&err) && !verifier_refused {
+    // Without CAP_PERFMON (or CAP_SYS_ADMIN) the verifier runs in its unprivileged mode and
+    // refuses pointer arithmetic the programs need, with EACCES and a log: that is a missing
+    // privilege, not a bug in the program.
+    if is_privilege(&err) && (!verifier_refused || !has_perfmon()) {
         KernelError::NotPrivileged
     } else {
         KernelError::Load(Box::new(err))
