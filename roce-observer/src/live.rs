@@ -86,6 +86,9 @@ async fn next_key(ui: &mut Option<Ui>) -> Option<Action> {
 
 /// Run until `stop` completes, the duration is over, the user quits the UI, or the source ends;
 /// then stop the source and write the final report. Returns the source's warnings.
+///
+/// When the source ends (a capture was read to its end) under the UI, the final state stays on
+/// screen, marked as ended, until the user quits; without a UI the run ends with the input.
 pub async fn run_live<S: LiveSource>(
     src: &mut S,
     engine: &mut Engine,
@@ -107,13 +110,18 @@ pub async fn run_live<S: LiveSource>(
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(schedule.interval);
     let deadline = schedule.duration.map(|d| Instant::now() + d);
+    // Set once the source has ended and its last state is on screen.
+    let mut ended = false;
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            ready = readable(events.as_ref()) => {
+            ready = readable(events.as_ref()), if !ended => {
                 ready.context("polling the source")?;
                 if src.pump(engine)? == SourceState::Ended {
-                    break;
+                    if !show_end(src, engine, ui.as_mut())? {
+                        break;
+                    }
+                    ended = true;
                 }
             }
             Some(action) = next_key(&mut ui) => {
@@ -125,7 +133,7 @@ pub async fn run_live<S: LiveSource>(
                     ui.draw()?;
                 }
             }
-            _ = tick.tick() => {
+            _ = tick.tick(), if !ended => {
                 let state = src.refresh(engine)?;
                 let now = src.now_ns();
                 let snap = engine.snapshot(now);
@@ -134,9 +142,19 @@ pub async fn run_live<S: LiveSource>(
                     ui.app.update(Action::Snapshot(Box::new(snap)));
                     ui.draw()?;
                 }
-                engine.begin_interval(now);
-                if state == SourceState::Ended || deadline.is_some_and(|d| Instant::now() >= d) {
+                // A source whose clock has not started (a capture before its first frame) has
+                // no interval to end yet.
+                if now > 0 {
+                    engine.begin_interval(now);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
                     break;
+                }
+                if state == SourceState::Ended {
+                    if !show_end(src, engine, ui.as_mut())? {
+                        break;
+                    }
+                    ended = true;
                 }
             }
         }
@@ -150,6 +168,24 @@ pub async fn run_live<S: LiveSource>(
     let snap = engine.snapshot(src.now_ns());
     outputs.finish(&snap, stdout)?;
     Ok(warnings)
+}
+
+/// The source has ended: put its last state on screen, marked as ended. Returns false when
+/// there is no UI to keep open (the run then ends).
+fn show_end<S: LiveSource>(
+    src: &mut S,
+    engine: &mut Engine,
+    ui: Option<&mut Ui>,
+) -> anyhow::Result<bool> {
+    let Some(ui) = ui else {
+        return Ok(false);
+    };
+    src.refresh(engine)?;
+    ui.app
+        .update(Action::Snapshot(Box::new(engine.snapshot(src.now_ns()))));
+    ui.app.update(Action::SourceEnded);
+    ui.draw()?;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -303,6 +339,62 @@ mod tests {
             [(2 * SEC, 0x11, 10), (3 * SEC, 0x11, 30), (3 * SEC, 0x22, 5)]
         );
         assert_eq!(at_end, [(3 * SEC, 0x11, 30), (3 * SEC, 0x22, 5)]);
+    }
+
+    /// A capture file through the live pipeline ends with the capture and reports every frame
+    /// (the same counts as `analyze`, which reads it with the same reader and engine path).
+    #[test]
+    fn a_capture_source_ends_the_run_with_every_frame_counted() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/mixed_demo.pcap");
+        let open = || std::fs::File::open(&path).expect("fixture");
+        let (batch, _) = crate::analyze::analyze_reader(open(), EngineConfig::default());
+        let want = batch.snapshot(batch.last_ts());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut src = crate::source::capture::CaptureSource::start(
+            "fixture".into(),
+            open(),
+            crate::source::capture::Pace::Fast,
+            Duration::from_secs(5),
+        )
+        .expect("a capture");
+        let mut engine = Engine::new(EngineConfig::default());
+        let outputs = Outputs::open(OutputPlan {
+            json: true,
+            interval_tables: IntervalTables::Off,
+            flow_log: None,
+            prom_file: None,
+        })
+        .expect("outputs");
+        let mut stdout = Vec::new();
+        rt.block_on(run_live(
+            &mut src,
+            &mut engine,
+            outputs,
+            None,
+            Schedule {
+                interval: Duration::from_millis(1),
+                duration: None,
+            },
+            std::future::pending(),
+            &mut stdout,
+        ))
+        .expect("live run ends with the capture");
+        let got = engine.snapshot(engine.last_ts());
+        assert_eq!(got.summary.total_packets, want.summary.total_packets);
+        assert_eq!(got.summary.capture, want.summary.capture);
+        let counts = |s: &crate::engine::snapshot::Snapshot| {
+            s.flows
+                .iter()
+                .map(|f| (f.dst_qp, f.packets, f.psn_gaps, f.cnp))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(counts(&got), counts(&want));
+        let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("one JSON document");
+        assert_eq!(doc["summary"]["total_packets"], want.summary.total_packets);
     }
 
     #[test]

@@ -99,6 +99,8 @@ pub enum Action {
     TogglePause,
     ToggleHelp,
     Redraw,
+    /// The input ended (a capture read to its end): the last state stays on screen.
+    SourceEnded,
     /// A new snapshot from the engine.
     Snapshot(Box<Snapshot>),
 }
@@ -114,8 +116,12 @@ pub struct App {
     pub paused: bool,
     pub help: bool,
     pub quit: bool,
+    /// The input has ended: what is on screen is final.
+    pub ended: bool,
     /// The snapshot on screen (frozen while paused).
     pub snapshot: Snapshot,
+    /// The newest snapshot that arrived while paused, shown on resume.
+    held: Option<Box<Snapshot>>,
     /// Flow indices of `snapshot.flows` in display order.
     pub order: Vec<usize>,
 }
@@ -131,7 +137,9 @@ impl App {
             paused: false,
             help: false,
             quit: false,
+            ended: false,
             snapshot,
+            held: None,
             order: Vec::new(),
         };
         app.reorder();
@@ -196,16 +204,30 @@ impl App {
                 self.reorder();
             }
             Action::ToggleDetail => self.detail = !self.detail,
-            Action::TogglePause => self.paused = !self.paused,
+            Action::TogglePause => {
+                self.paused = !self.paused;
+                if !self.paused
+                    && let Some(snapshot) = self.held.take()
+                {
+                    self.show(*snapshot);
+                }
+            }
             Action::ToggleHelp => self.help = !self.help,
             Action::Redraw => {}
+            Action::SourceEnded => self.ended = true,
             Action::Snapshot(snapshot) => {
-                if !self.paused {
-                    self.snapshot = *snapshot;
-                    self.reorder();
+                if self.paused {
+                    self.held = Some(snapshot);
+                } else {
+                    self.show(*snapshot);
                 }
             }
         }
+    }
+
+    fn show(&mut self, snapshot: Snapshot) {
+        self.snapshot = snapshot;
+        self.reorder();
     }
 
     fn select_tab(&mut self, tab: Tab) {

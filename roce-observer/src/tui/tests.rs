@@ -151,3 +151,34 @@ fn help_overlay() {
     app.update(Action::ToggleHelp);
     insta::assert_snapshot!(render(&app));
 }
+
+/// The end of a capture: the last snapshot stays, the header says the capture ended, and keys
+/// still work.
+#[test]
+fn ended_capture_is_marked_and_keeps_its_state() {
+    let snap = fixture_snapshot("psn_gap");
+    let mut app = App::new("capture stdin".into(), fixture_snapshot("pfc"));
+    app.update(Action::Snapshot(Box::new(snap.clone())));
+    assert!(!render(&app).contains("capture ended"));
+    app.update(Action::SourceEnded);
+    assert!(app.ended);
+    assert_eq!(app.snapshot, snap);
+    assert!(render(&app).contains("capture ended (q to quit)"));
+    app.update(Action::SelectTab(Tab::Pfc));
+    assert!(render(&app).contains("capture ended (q to quit)"));
+    app.update(Action::Quit);
+    assert!(app.quit);
+}
+
+/// A snapshot that arrives while paused (e.g. the last one of a capture) is shown on resume.
+#[test]
+fn resume_shows_what_arrived_while_paused() {
+    let first = fixture_snapshot("psn_gap");
+    let last = fixture_snapshot("pfc");
+    let mut app = App::new("test".into(), first.clone());
+    app.update(Action::TogglePause);
+    app.update(Action::Snapshot(Box::new(last.clone())));
+    assert_eq!(app.snapshot, first);
+    app.update(Action::TogglePause);
+    assert_eq!(app.snapshot, last);
+}

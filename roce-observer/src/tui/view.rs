@@ -58,6 +58,12 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     if app.paused {
         first.push(Span::styled(" PAUSED ", Style::new().black().on_yellow()));
     }
+    if app.ended {
+        first.push(Span::styled(
+            " capture ended (q to quit) ",
+            Style::new().black().on_cyan(),
+        ));
+    }
     let bad = Style::new().fg(Color::Red);
     let second = vec![
         Span::raw(format!("pmtu {}  ", s.pmtu)),
