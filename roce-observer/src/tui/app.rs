@@ -1,5 +1,9 @@
 //! UI state and its transitions. Pure: no terminal, no I/O, so it is unit-tested directly.
 
+use std::collections::HashSet;
+
+use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+
 use crate::engine::snapshot::{FlowSnapshot, Snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +34,8 @@ impl Tab {
 /// Flow table ordering (largest first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortKey {
+    /// Flows with a problem first (see [`App::is_problem`]), then by bytes.
+    Problems,
     Bytes,
     Rate,
     Gaps,
@@ -40,7 +46,8 @@ pub enum SortKey {
 }
 
 impl SortKey {
-    const ORDER: [SortKey; 7] = [
+    const ORDER: [SortKey; 8] = [
+        SortKey::Problems,
         SortKey::Bytes,
         SortKey::Rate,
         SortKey::Gaps,
@@ -52,6 +59,7 @@ impl SortKey {
 
     pub fn name(self) -> &'static str {
         match self {
+            SortKey::Problems => "problems",
             SortKey::Bytes => "bytes",
             SortKey::Rate => "rate",
             SortKey::Gaps => "PSN gaps",
@@ -69,7 +77,7 @@ impl SortKey {
 
     fn value(self, f: &FlowSnapshot) -> f64 {
         match self {
-            SortKey::Bytes => f.bytes as f64,
+            SortKey::Problems | SortKey::Bytes => f.bytes as f64,
             SortKey::Rate => f.rate_bps,
             SortKey::Gaps => f.psn_gaps as f64,
             SortKey::Retransmits => f.retransmits as f64,
@@ -99,6 +107,10 @@ pub enum Action {
     TogglePause,
     ToggleHelp,
     Redraw,
+    /// A key press, mapped to an action by the current mode (typing a filter or not).
+    Key(KeyCode, KeyModifiers),
+    /// Start typing a filter (`/`).
+    StartFilter,
     /// The input ended (a capture read to its end): the last state stays on screen.
     SourceEnded,
     /// A new snapshot from the engine.
@@ -122,8 +134,14 @@ pub struct App {
     pub snapshot: Snapshot,
     /// The newest snapshot that arrived while paused, shown on resume.
     held: Option<Box<Snapshot>>,
-    /// Flow indices of `snapshot.flows` in display order.
+    /// Flow indices of `snapshot.flows` in display order (those the filter lets through).
     pub order: Vec<usize>,
+    /// Per flow of `snapshot.flows`: whether it has a problem (see [`App::is_problem`]).
+    pub problem: Vec<bool>,
+    /// Flows shown are those whose addresses, QPs or interface contain this text.
+    pub filter: String,
+    /// Keys go to the filter text until Enter or Esc.
+    pub typing_filter: bool,
 }
 
 impl App {
@@ -131,7 +149,7 @@ impl App {
         let mut app = App {
             source,
             tab: Tab::Flows,
-            sort: SortKey::Bytes,
+            sort: SortKey::Problems,
             selected: 0,
             detail: false,
             paused: false,
@@ -141,6 +159,9 @@ impl App {
             snapshot,
             held: None,
             order: Vec::new(),
+            problem: Vec::new(),
+            filter: String::new(),
+            typing_filter: false,
         };
         app.reorder();
         app
@@ -148,7 +169,7 @@ impl App {
 
     fn rows(&self) -> usize {
         match self.tab {
-            Tab::Flows => self.snapshot.flows.len(),
+            Tab::Flows => self.order.len(),
             Tab::Pfc => self.snapshot.pfc.len(),
             Tab::Ecmp => self.snapshot.ecmp.entropy.len(),
             Tab::Alerts => self.snapshot.alerts.len(),
@@ -157,15 +178,59 @@ impl App {
 
     fn reorder(&mut self) {
         let flows = &self.snapshot.flows;
-        let mut order: Vec<usize> = (0..flows.len()).collect();
+        // Flows an alert names (latency over the threshold among them).
+        let alerted: HashSet<(String, String, u32, &str, &str)> = self
+            .snapshot
+            .alerts
+            .iter()
+            .filter_map(|a| a.flow.as_ref())
+            .map(|f| {
+                (
+                    f.src_ip.to_string(),
+                    f.dst_ip.to_string(),
+                    f.dst_qp,
+                    f.iface.as_str(),
+                    f.direction,
+                )
+            })
+            .collect();
+        self.problem = flows
+            .iter()
+            .map(|f| {
+                App::is_problem(f)
+                    || alerted.contains(&(
+                        f.src_ip.to_string(),
+                        f.dst_ip.to_string(),
+                        f.dst_qp,
+                        f.iface.as_str(),
+                        f.direction,
+                    ))
+            })
+            .collect();
+        let needle = self.filter.to_lowercase();
+        let mut order: Vec<usize> = (0..flows.len())
+            .filter(|i| needle.is_empty() || matches_filter(&flows[*i], &needle))
+            .collect();
         let key = self.sort;
+        let problem = &self.problem;
         order.sort_by(|a, b| {
-            key.value(&flows[*b])
-                .total_cmp(&key.value(&flows[*a]))
+            let first = if key == SortKey::Problems {
+                problem[*b].cmp(&problem[*a])
+            } else {
+                std::cmp::Ordering::Equal
+            };
+            first
+                .then(key.value(&flows[*b]).total_cmp(&key.value(&flows[*a])))
                 .then(a.cmp(b))
         });
         self.order = order;
         self.clamp();
+    }
+
+    /// A flow that needs a look: PSN gaps, retransmissions, NAKs of any class (RNR among
+    /// them), CNPs or CE marks. Flows an alert names count too (see `reorder`).
+    pub fn is_problem(f: &FlowSnapshot) -> bool {
+        f.psn_gaps > 0 || f.retransmits > 0 || nak_total(f) > 0 || f.cnp > 0 || f.ecn_ce > 0
     }
 
     fn clamp(&mut self) {
@@ -186,6 +251,19 @@ impl App {
 
     pub fn update(&mut self, action: Action) {
         match action {
+            Action::Key(code, modifiers) => {
+                let ctrl_c =
+                    code == KeyCode::Char('c') && modifiers.contains(KeyModifiers::CONTROL);
+                if self.typing_filter && !ctrl_c {
+                    self.type_filter(code);
+                } else if let Some(action) = super::action_for_key(code, modifiers) {
+                    self.update(action);
+                }
+            }
+            Action::StartFilter => {
+                self.typing_filter = true;
+                self.select_tab(Tab::Flows);
+            }
             Action::Quit => self.quit = true,
             Action::NextTab => self.select_tab(Tab::ALL[(self.tab.index() + 1) % Tab::ALL.len()]),
             Action::PrevTab => {
@@ -225,6 +303,22 @@ impl App {
         }
     }
 
+    fn type_filter(&mut self, code: KeyCode) {
+        match code {
+            KeyCode::Enter => self.typing_filter = false,
+            KeyCode::Esc => {
+                self.typing_filter = false;
+                self.filter.clear();
+            }
+            KeyCode::Backspace => {
+                self.filter.pop();
+            }
+            KeyCode::Char(c) => self.filter.push(c),
+            _ => return,
+        }
+        self.reorder();
+    }
+
     fn show(&mut self, snapshot: Snapshot) {
         self.snapshot = snapshot;
         self.reorder();
@@ -236,4 +330,21 @@ impl App {
             self.selected = 0;
         }
     }
+}
+
+/// Whether `needle` (lower case) is part of the flow's addresses, QPs (hex as shown, or
+/// decimal) or interface.
+fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
+    let mut fields = vec![
+        f.src_ip.to_string(),
+        f.dst_ip.to_string(),
+        crate::format::qp(f.dst_qp),
+        f.dst_qp.to_string(),
+        f.iface.to_lowercase(),
+    ];
+    if let Some(peer) = f.peer_qp {
+        fields.push(crate::format::qp(peer));
+        fields.push(peer.to_string());
+    }
+    fields.iter().any(|s| s.to_lowercase().contains(needle))
 }

@@ -33,7 +33,11 @@ fn fixture_snapshot_with(name: &str, config: EngineConfig) -> crate::engine::sna
 }
 
 fn render(app: &App) -> String {
-    let mut terminal = Terminal::new(TestBackend::new(130, 30)).expect("test terminal");
+    render_at(app, 80, 24)
+}
+
+fn render_at(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
     terminal.draw(|f| view::draw(f, app)).expect("draw");
     format!("{}", terminal.backend())
 }
@@ -50,6 +54,12 @@ fn navigation_and_sorting() {
     app.update(Action::Top);
     app.update(Action::Up);
     assert_eq!(app.selected, 0);
+    // Problems first (then by bytes).
+    assert_eq!(app.sort.name(), "problems");
+    let marks: Vec<bool> = app.order.iter().map(|i| app.problem[*i]).collect();
+    assert!(marks.contains(&true) && marks.contains(&false), "{marks:?}");
+    assert!(marks.windows(2).all(|w| w[0] >= w[1]), "{marks:?}");
+    app.update(Action::CycleSort);
     // Sorted by bytes, largest first.
     let bytes: Vec<u64> = app
         .order
@@ -81,17 +91,70 @@ fn pause_freezes_the_view() {
 }
 
 #[test]
-fn flows_view() {
+fn flows_view_80x24() {
     let mut app = App::new("veth0, veth1".into(), fixture_snapshot("mixed_demo"));
     app.update(Action::ToggleDetail);
-    insta::assert_snapshot!(render(&app));
+    insta::assert_snapshot!(render_at(&app, 80, 24));
 }
 
 #[test]
-fn pfc_view() {
+fn flows_view_200x50() {
+    let mut app = App::new("veth0, veth1".into(), fixture_snapshot("mixed_demo"));
+    app.update(Action::ToggleDetail);
+    insta::assert_snapshot!(render_at(&app, 200, 50));
+}
+
+/// Values are never cut: at any width every QP and every p99 shown is shown whole, and columns
+/// appear whole or not at all.
+#[test]
+fn narrow_terminals_drop_columns_instead_of_cutting_values() {
+    let app = App::new("veth0, veth1".into(), fixture_snapshot("mixed_demo"));
+    for width in [60u16, 80, 100, 130, 200] {
+        let screen = render_at(&app, width, 40);
+        let table: Vec<&str> = screen.lines().skip(5).take(app.order.len()).collect();
+        for (row, i) in table.iter().zip(&app.order) {
+            let f = &app.snapshot.flows[*i];
+            assert!(
+                row.contains(&crate::format::qp(f.dst_qp)),
+                "{width} columns: QP cut in {row}"
+            );
+        }
+        let header = screen.lines().nth(4).expect("table header");
+        let p99_shown = header.contains("p99");
+        if p99_shown {
+            for (row, i) in table.iter().zip(&app.order) {
+                let p99 = crate::format::ns(app.snapshot.flows[*i].rtt_ns.p99);
+                assert!(row.contains(&p99), "{width} columns: p99 cut in {row}");
+            }
+        }
+        if width >= 200 {
+            assert!(
+                header.contains("peer") && header.contains("p50"),
+                "{header}"
+            );
+        }
+        if width <= 80 {
+            assert!(
+                !header.contains("peer"),
+                "the least useful column goes first"
+            );
+        }
+    }
+    assert!(!app.order.is_empty());
+}
+
+#[test]
+fn pfc_view_80x24() {
     let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
     app.update(Action::SelectTab(Tab::Pfc));
-    insta::assert_snapshot!(render(&app));
+    insta::assert_snapshot!(render_at(&app, 80, 24));
+}
+
+#[test]
+fn pfc_view_200x50() {
+    let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
+    app.update(Action::SelectTab(Tab::Pfc));
+    insta::assert_snapshot!(render_at(&app, 200, 50));
 }
 
 /// The mixed_demo fabric: four hosts, several QPs per host pair, one QP whose UDP source port
@@ -181,4 +244,52 @@ fn resume_shows_what_arrived_while_paused() {
     assert_eq!(app.snapshot, first);
     app.update(Action::TogglePause);
     assert_eq!(app.snapshot, last);
+}
+
+/// `/` filters the flows by address, QP or interface; Enter keeps the filter, Esc clears it;
+/// keys typed into the filter are not commands.
+#[test]
+fn slash_filters_flows() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let key = |c| Action::Key(KeyCode::Char(c), KeyModifiers::NONE);
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    let all = app.order.len();
+    let target = app.snapshot.flows[0].dst_ip.to_string();
+    app.update(key('/'));
+    assert!(app.typing_filter);
+    for c in target.chars() {
+        app.update(key(c));
+    }
+    // 'q' while typing is text, not quit.
+    app.update(key('q'));
+    assert!(!app.quit);
+    assert!(app.order.is_empty(), "no address contains \"{target}q\"");
+    app.update(Action::Key(KeyCode::Backspace, KeyModifiers::NONE));
+    app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
+    assert!(!app.typing_filter);
+    assert!(!app.order.is_empty() && app.order.len() < all);
+    for i in &app.order {
+        let f = &app.snapshot.flows[*i];
+        assert!(
+            f.src_ip.to_string().contains(&target) || f.dst_ip.to_string().contains(&target),
+            "{f:?}"
+        );
+    }
+    assert!(render(&app).contains(&format!("matching \"{target}\"")));
+    // By QP, as shown in hex.
+    app.update(key('/'));
+    app.update(Action::Key(KeyCode::Esc, KeyModifiers::NONE));
+    assert_eq!(app.order.len(), all, "esc clears the filter");
+    let qp = crate::format::qp(app.snapshot.flows[2].dst_qp);
+    app.update(key('/'));
+    for c in qp.chars() {
+        app.update(key(c));
+    }
+    assert!(
+        app.order
+            .iter()
+            .all(|i| crate::format::qp(app.snapshot.flows[*i].dst_qp) == qp
+                || app.snapshot.flows[*i].peer_qp.map(crate::format::qp) == Some(qp.clone())),
+    );
+    assert!(!app.order.is_empty());
 }

@@ -5,10 +5,13 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Tabs, Wrap},
+    widgets::{Block, Borders, Clear, Paragraph, Table, TableState, Tabs, Wrap},
 };
 
-use super::app::{App, Tab, nak_total};
+use super::{
+    app::{App, Tab, nak_total},
+    columns::{self, Column},
+};
 use crate::format;
 
 const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
@@ -47,54 +50,84 @@ pub fn draw(frame: &mut Frame, app: &App) {
 fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     let s = &app.snapshot.summary;
     let lat = &app.snapshot.latency.overall;
+    let bad = |n: u64| {
+        if n > 0 {
+            Style::new().fg(Color::Red)
+        } else {
+            Style::new()
+        }
+    };
+    // (item, rank): higher ranks are dropped first on a narrow terminal.
     let mut first = vec![
-        Span::styled("roce-observer ", Style::new().bold()),
-        Span::raw(format!("{}  ", app.source)),
-        Span::raw(format!("flows {}  ", s.flows)),
-        Span::raw(format!("RoCE {}  ", format::count(s.roce_packets))),
-        Span::raw(format!("PFC {}  ", format::count(s.pfc_frames))),
-        Span::raw(format!("PAUSE {}  ", format::count(s.pause_8023x))),
+        (
+            Span::styled(format!("roce-observer {}", app.source), Style::new().bold()),
+            0,
+        ),
+        (Span::raw(format!("flows {}", s.flows)), 1),
+        (
+            Span::raw(format!("RoCE {}", format::count(s.roce_packets))),
+            2,
+        ),
+        (Span::raw(format!("PFC {}", format::count(s.pfc_frames))), 3),
+        (
+            Span::raw(format!("PAUSE {}", format::count(s.pause_8023x))),
+            4,
+        ),
     ];
     if app.paused {
-        first.push(Span::styled(" PAUSED ", Style::new().black().on_yellow()));
-    }
-    if app.ended {
-        first.push(Span::styled(
-            " capture ended (q to quit) ",
-            Style::new().black().on_cyan(),
+        first.push((
+            Span::styled(" PAUSED ", Style::new().black().on_yellow()),
+            0,
         ));
     }
-    let bad = Style::new().fg(Color::Red);
+    if app.ended {
+        first.push((
+            Span::styled(
+                " capture ended (q to quit) ",
+                Style::new().black().on_cyan(),
+            ),
+            0,
+        ));
+    }
     let second = vec![
-        Span::raw(format!("pmtu {}  ", s.pmtu)),
-        Span::raw(format!(
-            "latency p50 {} p99 {}  ",
-            format::ns(lat.p50),
-            format::ns(lat.p99)
-        )),
-        Span::styled(
-            format!("malformed {}  ", s.malformed),
-            if s.malformed > 0 { bad } else { Style::new() },
+        (
+            Span::styled(
+                format!("alerts {}", app.snapshot.alerts.len()),
+                if app.snapshot.alerts.is_empty() {
+                    Style::new()
+                } else {
+                    Style::new().fg(Color::Yellow)
+                },
+            ),
+            0,
         ),
-        Span::styled(
-            format!("events lost {}  ", s.events_lost),
-            if s.events_lost > 0 { bad } else { Style::new() },
+        (
+            Span::raw(format!(
+                "latency p50 {} p99 {}",
+                format::ns(lat.p50),
+                format::ns(lat.p99)
+            )),
+            1,
         ),
-        Span::styled(
-            format!("map full {}  ", s.map_full),
-            if s.map_full > 0 { bad } else { Style::new() },
+        (
+            Span::styled(format!("malformed {}", s.malformed), bad(s.malformed)),
+            2,
         ),
-        Span::styled(
-            format!("alerts {}", app.snapshot.alerts.len()),
-            if app.snapshot.alerts.is_empty() {
-                Style::new()
-            } else {
-                Style::new().fg(Color::Yellow)
-            },
+        (
+            Span::styled(format!("events lost {}", s.events_lost), bad(s.events_lost)),
+            2,
         ),
+        (
+            Span::styled(format!("map full {}", s.map_full), bad(s.map_full)),
+            2,
+        ),
+        (Span::raw(format!("pmtu {}", s.pmtu)), 3),
     ];
     frame.render_widget(
-        Paragraph::new(vec![Line::from(first), Line::from(second)]),
+        Paragraph::new(vec![
+            columns::line(first, area.width),
+            columns::line(second, area.width),
+        ]),
         area,
     );
 }
@@ -117,68 +150,70 @@ fn table_state(selected: usize) -> TableState {
     TableState::default().with_selected(Some(selected))
 }
 
+/// The problem mark: a symbol, so that it reads without colour too.
+pub const PROBLEM_MARK: &str = "!";
+
 fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
-    let header = Row::new([
-        "source -> destination",
-        "QP",
-        "peer",
-        "seen",
-        "pkts",
-        "rate",
-        "gaps/miss",
-        "retx",
-        "NAK",
-        "CNP",
-        "CE",
-        "p50",
-        "p99",
-    ])
-    .style(Style::new().bold());
-    let rows = app
-        .order
-        .iter()
-        .filter_map(|i| app.snapshot.flows.get(*i))
-        .map(|f| {
-            let naks = nak_total(f);
-            let warn = |n: u64| {
-                if n > 0 {
-                    Style::new().fg(Color::Yellow)
-                } else {
-                    Style::new()
-                }
-            };
-            Row::new([
-                Cell::from(format!("{} -> {}", f.src_ip, f.dst_ip)),
-                Cell::from(format::qp(f.dst_qp)),
-                Cell::from(f.peer_qp.map_or("-".into(), format::qp)),
-                Cell::from(format!("{}/{}", f.iface, &f.direction[..2])),
-                Cell::from(format::count(f.packets)),
-                Cell::from(format::rate(f.rate_bps)),
-                Cell::from(format!("{}/{}", f.psn_gaps, f.psn_missing)).style(warn(f.psn_gaps)),
-                Cell::from(f.retransmits.to_string()).style(warn(f.retransmits)),
-                Cell::from(naks.to_string()).style(warn(naks)),
-                Cell::from(f.cnp.to_string()).style(warn(f.cnp)),
-                Cell::from(f.ecn_ce.to_string()).style(warn(f.ecn_ce)),
-                Cell::from(format::ns(f.rtt_ns.p50)),
-                Cell::from(format::ns(f.rtt_ns.p99)),
-            ])
-        });
-    let widths = [
-        Constraint::Min(30),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(10),
-        Constraint::Length(7),
-        Constraint::Length(10),
-        Constraint::Length(9),
-        Constraint::Length(5),
-        Constraint::Length(4),
-        Constraint::Length(5),
-        Constraint::Length(5),
-        Constraint::Length(9),
-        Constraint::Length(9),
-    ];
-    let title = format!(" flows by {} (s to change) ", app.sort.name());
+    let warn = |n: u64| {
+        if n > 0 {
+            Style::new().fg(Color::Yellow)
+        } else {
+            Style::new()
+        }
+    };
+    let plain = Style::new();
+    // Ranks: what stays on a narrow terminal (0 always; higher ranks dropped first).
+    let mut mark = Column::new(" ", 0);
+    let mut flow = Column::new("source -> destination", 0);
+    let mut qp = Column::new("QP", 1);
+    let mut peer = Column::new("peer", 10);
+    let mut seen = Column::new("seen", 7);
+    let mut pkts = Column::new("pkts", 8);
+    let mut rate = Column::new("rate", 2);
+    let mut gaps = Column::new("gaps/miss", 3);
+    let mut retx = Column::new("retx", 4);
+    let mut nak = Column::new("NAK", 4);
+    let mut cnp = Column::new("CNP", 5);
+    let mut ce = Column::new("CE", 5);
+    let mut p50 = Column::new("p50", 9);
+    let mut p99 = Column::new("p99", 6);
+    for i in &app.order {
+        let Some(f) = app.snapshot.flows.get(*i) else {
+            continue;
+        };
+        let problem = app.problem.get(*i).copied().unwrap_or(false);
+        mark.push(
+            if problem { PROBLEM_MARK } else { "" }.into(),
+            Style::new().fg(Color::Red).bold(),
+        );
+        flow.push(format!("{} -> {}", f.src_ip, f.dst_ip), plain);
+        qp.push(format::qp(f.dst_qp), plain);
+        peer.push(f.peer_qp.map_or("-".into(), format::qp), plain);
+        seen.push(format!("{}/{}", f.iface, &f.direction[..2]), plain);
+        pkts.push(format::count(f.packets), plain);
+        rate.push(format::rate(f.rate_bps), plain);
+        gaps.push(
+            format!("{}/{}", f.psn_gaps, f.psn_missing),
+            warn(f.psn_gaps),
+        );
+        retx.push(f.retransmits.to_string(), warn(f.retransmits));
+        let naks = nak_total(f);
+        nak.push(naks.to_string(), warn(naks));
+        cnp.push(f.cnp.to_string(), warn(f.cnp));
+        ce.push(f.ecn_ce.to_string(), warn(f.ecn_ce));
+        p50.push(format::ns(f.rtt_ns.p50), plain);
+        p99.push(format::ns(f.rtt_ns.p99), plain);
+    }
+    let (header, rows, widths) = columns::table(
+        vec![
+            mark, flow, qp, peer, seen, pkts, rate, gaps, retx, nak, cnp, ce, p50, p99,
+        ],
+        area.width,
+    );
+    let mut title = format!(" flows by {} (s to change) ", app.sort.name());
+    if !app.filter.is_empty() {
+        title.push_str(&format!("matching \"{}\" ", app.filter));
+    }
     let table = Table::new(rows, widths)
         .header(header)
         .block(Block::new().borders(Borders::TOP).title(title))
@@ -254,43 +289,34 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
-    let header = Row::new([
-        "interface",
-        "source MAC",
-        "prio",
-        "XOFF",
-        "XON",
-        "quanta",
-        "paused",
-        "fraction",
-        "storm",
-    ])
-    .style(Style::new().bold());
-    let rows = app.snapshot.pfc.iter().map(|p| {
-        Row::new([
-            Cell::from(format!("{}/{}", p.iface, &p.direction[..2])),
-            Cell::from(p.src_mac.clone()),
-            Cell::from(p.priority.map_or("link".into(), |v| v.to_string())),
-            Cell::from(p.pause_frames.to_string()),
-            Cell::from(p.xon_frames.to_string()),
-            Cell::from(p.pause_quanta.to_string()),
-            Cell::from(format::us(p.paused_us)),
-            Cell::from(format!("{:.1}%", p.paused_fraction * 100.0)),
-            Cell::from(if p.storm { "STORM" } else { "" })
-                .style(Style::new().fg(Color::Red).bold()),
-        ])
-    });
-    let widths = [
-        Constraint::Length(12),
-        Constraint::Length(18),
-        Constraint::Length(5),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(10),
-        Constraint::Length(12),
-        Constraint::Length(9),
-        Constraint::Length(6),
-    ];
+    let plain = Style::new();
+    let mut iface = Column::new("interface", 1);
+    let mut mac = Column::new("source MAC", 0);
+    let mut prio = Column::new("prio", 0);
+    let mut xoff = Column::new("XOFF", 3);
+    let mut xon = Column::new("XON", 4);
+    let mut quanta = Column::new("quanta", 5);
+    let mut paused = Column::new("paused", 2);
+    let mut fraction = Column::new("fraction", 1);
+    let mut storm = Column::new("storm", 0);
+    for p in &app.snapshot.pfc {
+        iface.push(format!("{}/{}", p.iface, &p.direction[..2]), plain);
+        mac.push(p.src_mac.clone(), plain);
+        prio.push(p.priority.map_or("link".into(), |v| v.to_string()), plain);
+        xoff.push(p.pause_frames.to_string(), plain);
+        xon.push(p.xon_frames.to_string(), plain);
+        quanta.push(p.pause_quanta.to_string(), plain);
+        paused.push(format::us(p.paused_us), plain);
+        fraction.push(format!("{:.1}%", p.paused_fraction * 100.0), plain);
+        storm.push(
+            if p.storm { "STORM" } else { "" }.into(),
+            Style::new().fg(Color::Red).bold(),
+        );
+    }
+    let (header, rows, widths) = columns::table(
+        vec![iface, mac, prio, xoff, xon, quanta, paused, fraction, storm],
+        area.width,
+    );
     let title = format!(
         " PFC / PAUSE per source and priority (quanta at {} Gb/s) ",
         app.snapshot.summary.link_gbps
@@ -329,24 +355,21 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
         Paragraph::new(lines).block(Block::new().borders(Borders::TOP).title(" ECMP ")),
         top,
     );
-    let header = Row::new(["host pair", "bytes", "QPs", "UDP sports", "busiest 5-tuple"])
-        .style(Style::new().bold());
-    let rows = ecmp.entropy.iter().map(|e| {
-        Row::new([
-            Cell::from(format!("{} -> {}", e.src_ip, e.dst_ip)),
-            Cell::from(format::count(e.bytes)),
-            Cell::from(e.qps.to_string()),
-            Cell::from(e.udp_src_ports.to_string()),
-            Cell::from(format!("{:.0}%", e.busiest_tuple_share * 100.0)),
-        ])
-    });
-    let widths = [
-        Constraint::Min(30),
-        Constraint::Length(9),
-        Constraint::Length(5),
-        Constraint::Length(11),
-        Constraint::Length(16),
-    ];
+    let plain = Style::new();
+    let mut pair = Column::new("host pair", 0);
+    let mut bytes = Column::new("bytes", 2);
+    let mut qps = Column::new("QPs", 0);
+    let mut sports = Column::new("UDP sports", 0);
+    let mut busiest = Column::new("busiest 5-tuple", 1);
+    for e in &ecmp.entropy {
+        pair.push(format!("{} -> {}", e.src_ip, e.dst_ip), plain);
+        bytes.push(format::count(e.bytes), plain);
+        qps.push(e.qps.to_string(), plain);
+        sports.push(e.udp_src_ports.to_string(), plain);
+        busiest.push(format!("{:.0}%", e.busiest_tuple_share * 100.0), plain);
+    }
+    let (header, rows, widths) =
+        columns::table(vec![pair, bytes, qps, sports, busiest], bottom.width);
     let table = Table::new(rows, widths)
         .header(header)
         .block(
@@ -359,19 +382,16 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
-    let header = Row::new(["kind", "count", "reason"]).style(Style::new().bold());
-    let rows = app.snapshot.alerts.iter().map(|a| {
-        Row::new([
-            Cell::from(a.kind),
-            Cell::from(a.count.to_string()),
-            Cell::from(a.reason.clone()),
-        ])
-    });
-    let widths = [
-        Constraint::Length(24),
-        Constraint::Length(7),
-        Constraint::Min(40),
-    ];
+    let plain = Style::new();
+    let mut kind = Column::new("kind", 0);
+    let mut count = Column::new("count", 1);
+    let mut reason = Column::new("reason", 0).fill();
+    for a in &app.snapshot.alerts {
+        kind.push(a.kind.into(), plain);
+        count.push(a.count.to_string(), plain);
+        reason.push(a.reason.clone(), plain);
+    }
+    let (header, rows, widths) = columns::table(vec![kind, count, reason], area.width);
     let table = Table::new(rows, widths)
         .header(header)
         .block(Block::new().borders(Borders::TOP).title(" diagnostics "))
@@ -380,18 +400,38 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
-    let _ = app;
-    frame.render_widget(
-        Paragraph::new("q quit  tab/1-4 views  j/k move  s sort  enter detail  p pause  ? help")
-            .style(Style::new().fg(Color::DarkGray)),
-        area,
-    );
+    let dim = Style::new().fg(Color::DarkGray);
+    let line = if app.typing_filter {
+        Line::from(vec![
+            Span::raw("filter (address, QP, interface): "),
+            Span::styled(format!("{}_", app.filter), Style::new().bold()),
+            Span::styled("  enter keep  esc clear", dim),
+        ])
+    } else {
+        let keys = [
+            ("q quit", 0),
+            ("? help", 0),
+            ("s sort", 1),
+            ("/ filter", 1),
+            ("enter detail", 2),
+            ("tab/1-4 views", 2),
+            ("j/k move", 3),
+            ("p pause", 3),
+        ];
+        columns::line(
+            keys.into_iter()
+                .map(|(k, rank)| (Span::styled(k, dim), rank))
+                .collect(),
+            area.width,
+        )
+    };
+    frame.render_widget(Paragraph::new(line), area);
 }
 
 fn draw_help(frame: &mut Frame) {
     let area = frame.area();
     let w = area.width.min(64);
-    let h = area.height.min(14);
+    let h = area.height.min(18);
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -405,8 +445,12 @@ fn draw_help(frame: &mut Frame) {
         Line::from("NAK: all NAK classes; CE: ECN congestion marks; p50/p99:"),
         Line::from("request -> answer latency seen at this observation point."),
         Line::from(""),
+        Line::from("! marks a flow with gaps, retransmissions, NAKs, CNPs, CE"),
+        Line::from("marks or an alert; sort \"problems\" lists them first."),
+        Line::from(""),
         Line::from("q/Esc quit   tab, 1-4 switch view   j/k or arrows move"),
         Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),
+        Line::from("/ filter by address, QP or interface (esc clears)"),
         Line::from(""),
         Line::from("Every metric is defined in docs/metrics.md."),
     ];
