@@ -88,6 +88,9 @@ impl SortKey {
     }
 }
 
+/// A flow's identity across the snapshot's flows and alerts.
+type FlowId<'a> = (std::net::IpAddr, std::net::IpAddr, u32, &'a str, &'a str);
+
 pub fn nak_total(f: &FlowSnapshot) -> u64 {
     f.naks.total()
 }
@@ -179,32 +182,18 @@ impl App {
     fn reorder(&mut self) {
         let flows = &self.snapshot.flows;
         // Flows an alert names (latency over the threshold among them).
-        let alerted: HashSet<(String, String, u32, &str, &str)> = self
+        let alerted: HashSet<FlowId<'_>> = self
             .snapshot
             .alerts
             .iter()
             .filter_map(|a| a.flow.as_ref())
-            .map(|f| {
-                (
-                    f.src_ip.to_string(),
-                    f.dst_ip.to_string(),
-                    f.dst_qp,
-                    f.iface.as_str(),
-                    f.direction,
-                )
-            })
+            .map(|f| (f.src_ip, f.dst_ip, f.dst_qp, f.iface.as_str(), f.direction))
             .collect();
         self.problem = flows
             .iter()
             .map(|f| {
-                App::is_problem(f)
-                    || alerted.contains(&(
-                        f.src_ip.to_string(),
-                        f.dst_ip.to_string(),
-                        f.dst_qp,
-                        f.iface.as_str(),
-                        f.direction,
-                    ))
+                let id = (f.src_ip, f.dst_ip, f.dst_qp, f.iface.as_str(), f.direction);
+                App::is_problem(f) || alerted.contains(&id)
             })
             .collect();
         let needle = self.filter.to_lowercase();

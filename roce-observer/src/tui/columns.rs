@@ -58,26 +58,33 @@ impl Column {
 /// The columns that fit in `width`, in their order: the widest set obtained by dropping the
 /// highest-ranked columns first (among equal ranks, the rightmost).
 pub fn fit(columns: &[Column], width: u16) -> Vec<usize> {
-    let widths: Vec<usize> = columns
+    let widths: Vec<(usize, u8)> = columns
         .iter()
         .map(|c| {
-            if c.fill {
+            let w = if c.fill {
                 c.width().min(FILL_MIN)
             } else {
                 c.width()
-            }
+            };
+            (w, c.rank)
         })
         .collect();
-    let mut kept: Vec<usize> = (0..columns.len()).collect();
+    keep_by_rank(&widths, SPACING, width)
+}
+
+/// Indices of the items (width, rank) kept in `width`, `spacing` apart: the highest rank goes
+/// first (among equal ranks, the rightmost); rank 0 is never dropped.
+fn keep_by_rank(items: &[(usize, u8)], spacing: usize, width: u16) -> Vec<usize> {
+    let mut kept: Vec<usize> = (0..items.len()).collect();
     let total = |kept: &[usize]| -> usize {
-        kept.iter().map(|i| widths[*i]).sum::<usize>() + kept.len().saturating_sub(1) * SPACING
+        kept.iter().map(|i| items[*i].0).sum::<usize>() + kept.len().saturating_sub(1) * spacing
     };
     while total(&kept) > usize::from(width) {
         let Some(pos) = kept
             .iter()
             .enumerate()
-            .filter(|(_, i)| columns[**i].rank > 0)
-            .max_by_key(|(pos, i)| (columns[**i].rank, *pos))
+            .filter(|(_, i)| items[**i].1 > 0)
+            .max_by_key(|(pos, i)| (items[**i].1, *pos))
             .map(|(pos, _)| pos)
         else {
             break;
@@ -121,24 +128,9 @@ pub fn table(
 /// A line of items separated by two spaces, with the highest-ranked items dropped until it fits
 /// in `width` (rank 0 items are always kept).
 pub fn line(items: Vec<(Span<'static>, u8)>, width: u16) -> Line<'static> {
-    let mut kept: Vec<usize> = (0..items.len()).collect();
-    let total = |kept: &[usize]| -> usize {
-        kept.iter().map(|i| items[*i].0.width()).sum::<usize>() + kept.len().saturating_sub(1) * 2
-    };
-    while total(&kept) > usize::from(width) {
-        let Some(pos) = kept
-            .iter()
-            .enumerate()
-            .filter(|(_, i)| items[**i].1 > 0)
-            .max_by_key(|(pos, i)| (items[**i].1, *pos))
-            .map(|(pos, _)| pos)
-        else {
-            break;
-        };
-        kept.remove(pos);
-    }
-    let mut spans = Vec::with_capacity(kept.len() * 2);
-    for (n, i) in kept.into_iter().enumerate() {
+    let sizes: Vec<(usize, u8)> = items.iter().map(|(s, r)| (s.width(), *r)).collect();
+    let mut spans = Vec::with_capacity(items.len() * 2);
+    for (n, i) in keep_by_rank(&sizes, 2, width).into_iter().enumerate() {
         if n > 0 {
             spans.push(Span::raw("  "));
         }
