@@ -59,6 +59,47 @@ pub struct Event {
 }
 assert_size!(Event, 104);
 
+/// An event's payload, decoded by kind (see [`Event::body`]). User-side view only: the record
+/// itself stays plain integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventBody {
+    NewFlow,
+    /// `response`: the gap is in the READ response stream, not the request stream.
+    PsnGap {
+        expected: u32,
+        got: u32,
+        missing: u32,
+        response: bool,
+    },
+    PsnRetransmit {
+        highest: u32,
+        got: u32,
+        response: bool,
+    },
+    Nak {
+        psn: u32,
+        syndrome: u8,
+    },
+    Cnp {
+        psn: u32,
+    },
+    /// One PFC frame; `quanta[p]` is meaningful for the priorities enabled in `class_enable`.
+    Pfc {
+        src_mac: [u8; 6],
+        class_enable: u16,
+        quanta: [u16; 8],
+    },
+    Pause {
+        src_mac: [u8; 6],
+        quanta: u16,
+    },
+    /// Request to answer on the event's flow (the request's flow); `peer_qp` answered it.
+    Latency {
+        ns: u64,
+        peer_qp: u32,
+    },
+}
+
 impl Event {
     pub const fn zeroed() -> Event {
         Event {
@@ -75,6 +116,206 @@ impl Event {
         }
     }
 
+    /// Make this (all-zero) record a flow event.
+    #[inline(always)]
+    fn set_flow(&mut self, kind: EventKind, flow: &FlowKey, a: u64, b: u64, c: u32, d: u32) {
+        self.kind = kind as u32;
+        self.flow = *flow;
+        self.a = a;
+        self.b = b;
+        self.c = c;
+        self.d = d;
+    }
+
+    /// Make this (all-zero) record a MAC-control event: of the flow, only the interface and
+    /// direction are set.
+    #[inline(always)]
+    fn set_link(&mut self, kind: EventKind, ifindex: u32, direction: u8, mac: [u8; 6], c: u32) {
+        self.kind = kind as u32;
+        self.flow.ifindex = ifindex;
+        self.flow.direction = direction;
+        self.mac = mac;
+        self.c = c;
+    }
+
+    // In-place writers, for a record that is all zero but for `ts_ns`: the kernel fills its
+    // ring-buffer slot with these, so no 104-byte `Event` is built on the 512-byte BPF stack
+    // (the TC program already uses 472 bytes of it).
+
+    #[inline(always)]
+    pub fn set_new_flow(&mut self, flow: &FlowKey) {
+        self.set_flow(EventKind::NewFlow, flow, 0, 0, 0, 0);
+    }
+
+    #[inline(always)]
+    pub fn set_psn_gap(
+        &mut self,
+        flow: &FlowKey,
+        expected: u32,
+        got: u32,
+        missing: u32,
+        response: bool,
+    ) {
+        self.set_flow(
+            EventKind::PsnGap,
+            flow,
+            expected as u64,
+            got as u64,
+            missing,
+            response as u32,
+        );
+    }
+
+    #[inline(always)]
+    pub fn set_psn_retransmit(&mut self, flow: &FlowKey, highest: u32, got: u32, response: bool) {
+        self.set_flow(
+            EventKind::PsnRetransmit,
+            flow,
+            highest as u64,
+            got as u64,
+            0,
+            response as u32,
+        );
+    }
+
+    #[inline(always)]
+    pub fn set_nak(&mut self, flow: &FlowKey, psn: u32, syndrome: u8) {
+        self.set_flow(EventKind::Nak, flow, psn as u64, 0, syndrome as u32, 0);
+    }
+
+    #[inline(always)]
+    pub fn set_cnp(&mut self, flow: &FlowKey, psn: u32) {
+        self.set_flow(EventKind::Cnp, flow, psn as u64, 0, 0, 0);
+    }
+
+    /// A latency sample of `ns` on the request's flow, answered by `peer_qp`.
+    #[inline(always)]
+    pub fn set_latency(&mut self, request_flow: &FlowKey, ns: u64, peer_qp: u32) {
+        self.set_flow(EventKind::Latency, request_flow, ns, 0, peer_qp, 0);
+    }
+
+    #[inline(always)]
+    pub fn set_pfc(
+        &mut self,
+        ifindex: u32,
+        direction: u8,
+        src_mac: [u8; 6],
+        class_enable: u16,
+        quanta: &[u16; 8],
+    ) {
+        self.set_link(
+            EventKind::Pfc,
+            ifindex,
+            direction,
+            src_mac,
+            class_enable as u32,
+        );
+        self.quanta = *quanta;
+    }
+
+    #[inline(always)]
+    pub fn set_pause(&mut self, ifindex: u32, direction: u8, src_mac: [u8; 6], quanta: u16) {
+        self.set_link(EventKind::Pause, ifindex, direction, src_mac, 0);
+        self.quanta[0] = quanta;
+    }
+
+    // The same as values (user space, tests); `ts_ns` is 0, see [`Event::at`].
+
+    pub fn new_flow(flow: &FlowKey) -> Event {
+        Event::filled(|e| e.set_new_flow(flow))
+    }
+
+    pub fn psn_gap(flow: &FlowKey, expected: u32, got: u32, missing: u32, response: bool) -> Event {
+        Event::filled(|e| e.set_psn_gap(flow, expected, got, missing, response))
+    }
+
+    pub fn psn_retransmit(flow: &FlowKey, highest: u32, got: u32, response: bool) -> Event {
+        Event::filled(|e| e.set_psn_retransmit(flow, highest, got, response))
+    }
+
+    pub fn nak(flow: &FlowKey, psn: u32, syndrome: u8) -> Event {
+        Event::filled(|e| e.set_nak(flow, psn, syndrome))
+    }
+
+    pub fn cnp(flow: &FlowKey, psn: u32) -> Event {
+        Event::filled(|e| e.set_cnp(flow, psn))
+    }
+
+    pub fn latency(request_flow: &FlowKey, ns: u64, peer_qp: u32) -> Event {
+        Event::filled(|e| e.set_latency(request_flow, ns, peer_qp))
+    }
+
+    pub fn pfc(
+        ifindex: u32,
+        direction: u8,
+        src_mac: [u8; 6],
+        class_enable: u16,
+        quanta: [u16; 8],
+    ) -> Event {
+        Event::filled(|e| e.set_pfc(ifindex, direction, src_mac, class_enable, &quanta))
+    }
+
+    pub fn pause(ifindex: u32, direction: u8, src_mac: [u8; 6], quanta: u16) -> Event {
+        Event::filled(|e| e.set_pause(ifindex, direction, src_mac, quanta))
+    }
+
+    /// An all-zero record filled by `fill` (one of the `set_*` writers).
+    pub fn filled(fill: impl FnOnce(&mut Event)) -> Event {
+        let mut ev = Event::zeroed();
+        fill(&mut ev);
+        ev
+    }
+
+    /// This event at `ts_ns`.
+    #[inline(always)]
+    pub const fn at(mut self, ts_ns: u64) -> Event {
+        self.ts_ns = ts_ns;
+        self
+    }
+
+    pub const fn kind(&self) -> Option<EventKind> {
+        EventKind::from_u32(self.kind)
+    }
+
+    /// The payload by kind, or `None` for an unknown kind (a newer kernel program).
+    pub const fn body(&self) -> Option<EventBody> {
+        let Some(kind) = self.kind() else {
+            return None;
+        };
+        Some(match kind {
+            EventKind::NewFlow => EventBody::NewFlow,
+            EventKind::PsnGap => EventBody::PsnGap {
+                expected: self.a as u32,
+                got: self.b as u32,
+                missing: self.c,
+                response: self.d != 0,
+            },
+            EventKind::PsnRetransmit => EventBody::PsnRetransmit {
+                highest: self.a as u32,
+                got: self.b as u32,
+                response: self.d != 0,
+            },
+            EventKind::Nak => EventBody::Nak {
+                psn: self.a as u32,
+                syndrome: self.c as u8,
+            },
+            EventKind::Cnp => EventBody::Cnp { psn: self.a as u32 },
+            EventKind::Pfc => EventBody::Pfc {
+                src_mac: self.mac,
+                class_enable: self.c as u16,
+                quanta: self.quanta,
+            },
+            EventKind::Pause => EventBody::Pause {
+                src_mac: self.mac,
+                quanta: self.quanta[0],
+            },
+            EventKind::Latency => EventBody::Latency {
+                ns: self.a,
+                peer_qp: self.c,
+            },
+        })
+    }
+
     /// Decode a ring-buffer record: length-checked, unaligned read (never a transmute).
     pub fn from_bytes(buf: &[u8]) -> Option<Event> {
         if buf.len() < core::mem::size_of::<Event>() {
@@ -83,5 +324,107 @@ impl Event {
         // SAFETY: the length was checked above; Event is plain old data (integers only, no
         // padding), so every bit pattern is valid, and read_unaligned tolerates any alignment.
         Some(unsafe { core::ptr::read_unaligned(buf.as_ptr().cast::<Event>()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_round_trip_through_body() {
+        let flow = FlowKey {
+            dst_qp: 0x11,
+            ifindex: 3,
+            direction: 1,
+            ..FlowKey::zeroed()
+        };
+        let mac = [2, 0, 0, 0, 0, 1];
+        let mut quanta = [0u16; 8];
+        quanta[3] = 0xffff;
+        let cases = [
+            (Event::new_flow(&flow), EventBody::NewFlow),
+            (
+                Event::psn_gap(&flow, 0xfffffe, 3, 5, true),
+                EventBody::PsnGap {
+                    expected: 0xfffffe,
+                    got: 3,
+                    missing: 5,
+                    response: true,
+                },
+            ),
+            (
+                Event::psn_retransmit(&flow, 9, 4, false),
+                EventBody::PsnRetransmit {
+                    highest: 9,
+                    got: 4,
+                    response: false,
+                },
+            ),
+            (
+                Event::nak(&flow, 7, 0x60),
+                EventBody::Nak {
+                    psn: 7,
+                    syndrome: 0x60,
+                },
+            ),
+            (Event::cnp(&flow, 8), EventBody::Cnp { psn: 8 }),
+            (
+                Event::latency(&flow, 5_000, 0x22),
+                EventBody::Latency {
+                    ns: 5_000,
+                    peer_qp: 0x22,
+                },
+            ),
+            (
+                Event::pfc(3, 1, mac, 1 << 3, quanta),
+                EventBody::Pfc {
+                    src_mac: mac,
+                    class_enable: 1 << 3,
+                    quanta,
+                },
+            ),
+            (
+                Event::pause(3, 1, mac, 77),
+                EventBody::Pause {
+                    src_mac: mac,
+                    quanta: 77,
+                },
+            ),
+        ];
+        for (ev, body) in cases {
+            assert_eq!(ev.body(), Some(body));
+            let bytes = layout_bytes(&ev);
+            assert_eq!(Event::from_bytes(&bytes), Some(ev));
+        }
+        let link = Event::pause(3, 1, mac, 77);
+        assert_eq!((link.flow.ifindex, link.flow.direction), (3, 1));
+        assert_eq!(Event::new_flow(&flow).at(42).ts_ns, 42);
+        let unknown = Event {
+            kind: 99,
+            ..Event::zeroed()
+        };
+        assert_eq!(unknown.body(), None);
+    }
+
+    /// The record's bytes in the kernel's layout, built field by field.
+    fn layout_bytes(ev: &Event) -> [u8; 104] {
+        let mut b = [0u8; 104];
+        b[0..8].copy_from_slice(&ev.ts_ns.to_ne_bytes());
+        b[8..12].copy_from_slice(&ev.kind.to_ne_bytes());
+        b[12..28].copy_from_slice(&ev.flow.src_ip);
+        b[28..44].copy_from_slice(&ev.flow.dst_ip);
+        b[44..48].copy_from_slice(&ev.flow.dst_qp.to_ne_bytes());
+        b[48..52].copy_from_slice(&ev.flow.ifindex.to_ne_bytes());
+        b[52] = ev.flow.direction;
+        b[56..64].copy_from_slice(&ev.a.to_ne_bytes());
+        b[64..72].copy_from_slice(&ev.b.to_ne_bytes());
+        b[72..76].copy_from_slice(&ev.c.to_ne_bytes());
+        b[76..80].copy_from_slice(&ev.d.to_ne_bytes());
+        b[80..86].copy_from_slice(&ev.mac);
+        for (i, q) in ev.quanta.iter().enumerate() {
+            b[88 + 2 * i..90 + 2 * i].copy_from_slice(&q.to_ne_bytes());
+        }
+        b
     }
 }

@@ -1,6 +1,7 @@
-//! The only ABI between the roce-observer kernel programs and user space, plus the per-packet
-//! accounting rules that both sides run (the kernel on every packet, `analyze` on every captured
-//! frame), so the two paths cannot drift apart.
+//! The only ABI between the roce-observer kernel programs and user space, plus the whole
+//! per-packet observation that both sides run (the kernel on every packet, the engine on every
+//! captured frame): parsing (`parse`), flow accounting (`account`), and the events, latency
+//! matching and PFC accounting around them (`observe`), so the two paths cannot drift apart.
 //!
 //! Everything that crosses the kernel boundary is `#[repr(C)]`, `Copy`, free of `bool`/`Option`
 //! and of implicit padding; sizes are pinned by compile-time assertions.
@@ -10,8 +11,12 @@ pub mod account;
 pub mod counters;
 pub mod event;
 pub mod flow;
+/// Test frames (feature `frames`; user space only, needs `alloc`).
+#[cfg(any(test, feature = "frames"))]
+pub mod frames;
 pub mod headers;
 pub mod latency;
+pub mod observe;
 pub mod opcode;
 pub mod parse;
 pub mod pfc;
@@ -19,7 +24,7 @@ pub mod psn;
 
 pub use account::{Outcome, RocePacket, account};
 pub use counters::Counter;
-pub use event::{Event, EventKind};
+pub use event::{Event, EventBody, EventKind};
 pub use flow::{Direction, FlowKey, FlowStats};
 pub use pfc::{PfcKey, PfcStats};
 

@@ -12,6 +12,11 @@ pub trait PacketView {
     fn frame_len(&self) -> u32;
     /// Copy a `T` from `offset`, or `None` when the frame ends before `offset + size_of::<T>()`.
     fn load<T: Header>(&self, offset: usize) -> Option<T>;
+    /// Told where the BTH starts, just before the parser reads it. The default does nothing
+    /// (and compiles away in the kernel programs); a view that rewrites RoCE frames records it
+    /// (roce-replay shifts PSNs) instead of walking the headers a second time.
+    #[inline(always)]
+    fn bth_at(&self, _offset: usize) {}
 }
 
 /// What a frame is, after parsing.
@@ -246,6 +251,7 @@ fn parse_udp<P: PacketView>(p: &P, off: usize, ips: &Ips, l3: &L3) -> Frame {
         return Frame::Other(Counter::NonRoce);
     }
     let bth_off = off + UdpHdr::LEN;
+    p.bth_at(bth_off);
     let Some(bth) = p.load::<Bth>(bth_off) else {
         return Frame::Other(Counter::Malformed);
     };

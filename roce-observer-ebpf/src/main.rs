@@ -4,7 +4,8 @@
 //!
 //! Parse (shared with user space): roce-observer-common/src/parse.rs.
 //! Per-flow accounting (shared): roce-observer-common/src/account.rs.
-//! Maps: maps.rs. Flow, PFC and latency updates and ring-buffer events: observe.rs.
+//! Per-packet observation (shared): roce-observer-common/src/observe.rs, run on the maps of
+//! maps.rs by observe.rs.
 #![no_std]
 #![no_main]
 

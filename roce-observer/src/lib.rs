@@ -3,6 +3,7 @@
 
 pub mod analyze;
 pub mod cli;
+pub mod color;
 pub mod counters;
 pub mod engine;
 pub mod format;

@@ -37,7 +37,8 @@ pub struct RunArgs {
         short = 'i',
         long = "iface",
         value_delimiter = ',',
-        required_unless_present = "capture"
+        required_unless_present = "capture",
+        value_parser = parse_iface
     )]
     pub ifaces: Vec<String>,
     /// Feed the live pipeline from a pcap/pcapng capture instead of the kernel programs: a
@@ -81,6 +82,19 @@ pub struct RunArgs {
 
 /// Kept here for callers of the kernel source outside the crate (tests).
 pub use crate::source::kernel::refresh;
+
+/// An empty name is a configuration mistake (an unset variable in the service's environment
+/// file, a stray comma), not an interface: say so instead of failing on a lookup of "".
+fn parse_iface(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err(
+            "an empty interface name: give interfaces as `-i eth1,eth2` (the \
+                    service reads them from ROCE_OBSERVER_IFACES in /etc/default/roce-observer)"
+                .into(),
+        );
+    }
+    Ok(s.to_string())
+}
 
 fn seconds(name: &str, secs: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(secs)

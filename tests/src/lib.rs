@@ -75,17 +75,8 @@ pub fn kernel_fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
         .collect()
 }
 
-/// Every frame of a capture, in order (with the capture reader `analyze` uses).
-pub fn read_frames(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
-    let file = std::fs::File::open(path)?;
-    let mut frames = Vec::new();
-    let end =
-        roce_observer::wire::capture::read_capture(file, |_| {}, |f| frames.push(f.data.to_vec()));
-    if let Some(err) = end.error {
-        anyhow::bail!("{}: {err}", path.display());
-    }
-    Ok(frames)
-}
+/// Every frame of a capture, in order.
+pub use roce_observer_tools::read_frames;
 
 /// The roce-observer binary under test.
 pub fn observer_bin() -> PathBuf {

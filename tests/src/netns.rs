@@ -93,8 +93,26 @@ pub struct Observer {
 impl Observer {
     /// Start the observer and wait until it says it is attached.
     pub fn start(ns: &VethNs, args: &[&str]) -> anyhow::Result<Observer> {
-        let mut child = ns
-            .exec(crate::observer_bin())
+        Observer::start_as(ns, &[], &crate::observer_bin(), args)
+    }
+
+    /// Start `bin run ARGS` behind `wrapper` (a command that runs the rest of its arguments,
+    /// e.g. setpriv dropping to a service user), and wait until it says it is attached.
+    pub fn start_as(
+        ns: &VethNs,
+        wrapper: &[&str],
+        bin: &Path,
+        args: &[&str],
+    ) -> anyhow::Result<Observer> {
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut cmd = ns.exec(program);
+                cmd.args(rest).arg(bin);
+                cmd
+            }
+            None => ns.exec(bin),
+        };
+        let mut child = cmd
             .arg("run")
             .args(args)
             .stdout(Stdio::piped())
@@ -157,9 +175,14 @@ impl Observer {
     }
 
     /// Stop with SIGINT (a clean exit that prints the final document) and return stdout.
-    pub fn stop(mut self) -> anyhow::Result<String> {
+    pub fn stop(self) -> anyhow::Result<String> {
+        self.stop_with(libc::SIGINT)
+    }
+
+    /// Stop with `signal` (SIGINT or SIGTERM: both end the run cleanly) and return stdout.
+    pub fn stop_with(mut self, signal: libc::c_int) -> anyhow::Result<String> {
         // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        unsafe { libc::kill(self.child.id() as i32, signal) };
         let mut out = String::new();
         if let Some(mut s) = self.stdout.take() {
             s.read_to_string(&mut out)?;

@@ -22,6 +22,8 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
+use roce_observer_common::{frames::RoceFrame, opcode};
+
 use crate::util::{cargo, workspace_root};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -105,43 +107,33 @@ fn build(f: &mut Vec<u8>, qp: u32, ack: bool, psn: u32, ack_req: bool, payload: 
     // Hosts: 64 requesters 10.1.0.x talk to 64 responders 10.2.0.x.
     let host = (qp % 64) as u8 + 1;
     let (req_ip, resp_ip) = ([10, 1, 0, host], [10, 2, 0, host]);
-    let (src, dst) = if ack {
+    let (src_ip, dst_ip) = if ack {
         (resp_ip, req_ip)
     } else {
         (req_ip, resp_ip)
     };
     // Requester QP 0x10000 + qp, responder QP 0x800000 + qp.
-    let dst_qp = if ack { 0x1_0000 + qp } else { 0x80_0000 + qp };
-    let sport = 49152 + (qp % 16384) as u16;
-    let bth_ext = if ack { 4 } else { 0 };
-    let udp_len = 8 + 12 + bth_ext + payload + 4;
-    let ip_len = 20 + udp_len;
-    // Ethernet
-    f.extend_from_slice(&[
-        0x02, 0, 0, 0, 0x02, host, 0x02, 0, 0, 0, 0x01, host, 0x08, 0x00,
-    ]);
-    // IPv4: DSCP 26, ECT(0), DF, TTL 64, UDP; checksum left 0.
-    f.extend_from_slice(&[0x45, (26 << 2) | 2]);
-    f.extend_from_slice(&(ip_len as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&dst);
-    // UDP
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&4791u16.to_be_bytes());
-    f.extend_from_slice(&(udp_len as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    // BTH
-    f.push(if ack { 0x11 } else { 0x04 });
-    f.extend_from_slice(&[0, 0xff, 0xff, 0]);
-    f.extend_from_slice(&dst_qp.to_be_bytes()[1..]);
-    f.push(if ack_req { 0x80 } else { 0 });
-    f.extend_from_slice(&psn.to_be_bytes()[1..]);
-    if ack {
-        // AETH: ACK syndrome, MSN.
-        f.extend_from_slice(&[0x1f, 0, 0, 1]);
+    let (opcode, dest_qp) = if ack {
+        (opcode::ACKNOWLEDGE, 0x1_0000 + qp)
+    } else {
+        (0x04, 0x80_0000 + qp) // RC SEND_ONLY
+    };
+    RoceFrame {
+        dst_mac: [0x02, 0, 0, 0, 0x02, host],
+        src_mac: [0x02, 0, 0, 0, 0x01, host],
+        src_ip,
+        dst_ip,
+        // DSCP 26, ECT(0)
+        tos: (26 << 2) | 2,
+        udp_sport: 49152 + (qp % 16384) as u16,
+        ack_req,
+        // ACK syndrome (credit field all ones)
+        syndrome: 0x1f,
+        payload,
+        fill: 0x5a,
+        ..RoceFrame::new(opcode, dest_qp, psn)
     }
-    f.resize(f.len() + payload + 4, 0x5a);
+    .build_into(f);
 }
 
 fn warm(path: &Path) {

@@ -62,8 +62,17 @@ pub fn run(opts: &DemoOpts) -> anyhow::Result<()> {
     let root = workspace_root();
     sh(cargo()
         .current_dir(&root)
-        .args(["build", "--release", "-p", "roce-observer"])
-        .args(["-p", "integration-tests", "--bin", "roce-replay"]))?;
+        // --bin applies to every -p: name both binaries (with only roce-replay named, the
+        // roce-observer binary was not built)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "roce-observer",
+            "--bin",
+            "roce-observer",
+        ])
+        .args(["-p", "roce-observer-tools", "--bin", "roce-replay"]))?;
     let bin = root.join("target/release/roce-observer");
     let pcap = opts
         .pcap

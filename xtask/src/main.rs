@@ -1,8 +1,9 @@
-//! Project tasks: `cargo xtask setup | test | demo | fixtures | bench | softroce`.
+//! Project tasks: `cargo xtask setup | test | demo | fixtures | bench | softroce | package`.
 
 mod bench;
 mod demo;
 mod fixtures;
+mod package;
 mod setup;
 mod softroce;
 mod test;
@@ -33,6 +34,9 @@ enum Task {
     /// Real RoCE traffic: Soft-RoCE in two qemu VMs (kernel 6.1) running perftest, checked
     /// against rxe's counters and the observer (root).
     Softroce(softroce::SoftRoceOpts),
+    /// Build a Debian package (binary, man pages, completions, systemd unit) into
+    /// target/debian/, on this machine: there is no hosted repository.
+    Package(package::PackageOpts),
 }
 
 #[derive(clap::Args)]
@@ -60,7 +64,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
     util::sh(
         util::cargo()
             .current_dir(util::workspace_root())
-            .args(["run", "--quiet", "--release", "-p", "integration-tests"])
+            .args(["run", "--quiet", "--release", "-p", "roce-observer-tools"])
             .args(["--bin", "kernel-bench", "--"])
             .arg(args.kernel_repeat.to_string()),
     )
@@ -74,5 +78,6 @@ fn main() -> anyhow::Result<()> {
         Task::Fixtures => fixtures::run(),
         Task::Bench(args) => bench(&args),
         Task::Softroce(opts) => softroce::run(opts),
+        Task::Package(opts) => package::run(&opts),
     }
 }

@@ -3,7 +3,8 @@
 //! - a Rust toolchain with `rust-src` for the eBPF crate: a rustup `nightly` that has it, else
 //!   Debian's rustc-web + rust-web-src linked as the rustup toolchain `roce-debian`;
 //! - bpf-linker 0.13.0 built against Debian's LLVM 22;
-//! - test tools: tcpreplay (layer-2 replay), iproute2 (namespaces, veth).
+//! - test tools: tcpreplay (layer-2 replay), iproute2 (namespaces, veth), systemd
+//!   (systemd-analyze, to verify the packaged unit).
 
 use std::{
     path::{Path, PathBuf},
@@ -12,7 +13,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::util::{is_root, output, sh};
+use crate::util::{dpkg_version, is_root, output, sh};
 
 pub const DEBIAN_TOOLCHAIN: &str = "roce-debian";
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -25,8 +26,7 @@ fn has_rust_src(toolchain: &str) -> bool {
 }
 
 fn dpkg_installed(pkg: &str) -> bool {
-    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
-        .is_some_and(|s| s.contains("install ok installed"))
+    dpkg_version(pkg).is_some()
 }
 
 fn bpf_linker_ok() -> bool {
@@ -61,17 +61,22 @@ fn apt_install(pkgs: &[&str]) -> anyhow::Result<()> {
             missing.join(" ")
         );
     }
-    // One package-list refresh per run is enough.
-    static UPDATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !UPDATED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        sh(Command::new("apt-get").args(["update", "-q"]))
-            .context("apt-get update failed: are the Debian package mirrors reachable?")?;
-    }
+    apt_update_once()?;
     sh(Command::new("apt-get")
         .env("DEBIAN_FRONTEND", "noninteractive")
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(&missing))
     .with_context(|| format!("apt-get install {} failed", missing.join(" ")))
+}
+
+/// `apt-get update`, once per run: one package-list refresh is enough.
+pub fn apt_update_once() -> anyhow::Result<()> {
+    static UPDATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !UPDATED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        sh(Command::new("apt-get").args(["update", "-q"]))
+            .context("apt-get update failed: are the Debian package mirrors reachable?")?;
+    }
+    Ok(())
 }
 
 fn link_debian_toolchain() -> anyhow::Result<()> {
@@ -100,7 +105,8 @@ fn link_debian_toolchain() -> anyhow::Result<()> {
 
 /// Everything the build and the tests need. Returns the eBPF toolchain name.
 pub fn setup() -> anyhow::Result<String> {
-    apt_install(&["iproute2", "tcpreplay"])?;
+    // systemd for `systemd-analyze verify` of the packaged unit (tests/tests/package.rs).
+    apt_install(&["iproute2", "tcpreplay", "systemd"])?;
     let toolchain = if has_rust_src("nightly") {
         "nightly".to_string()
     } else {

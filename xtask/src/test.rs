@@ -17,7 +17,7 @@ use std::{
 use clap::{Args, Parser};
 
 use crate::{
-    fixtures, setup, softroce,
+    fixtures, package, setup, softroce,
     util::{cargo, is_root, sh, workspace_root},
 };
 
@@ -176,7 +176,10 @@ impl TestRun {
 
 /// `cargo test`, its output shown as it comes and read for the counts. `--no-fail-fast` so one
 /// failing binary does not hide the results of the others.
-fn cargo_test(include_ignored: bool) -> anyhow::Result<(TestRun, bool)> {
+fn cargo_test(
+    include_ignored: bool,
+    deb: Option<&std::path::Path>,
+) -> anyhow::Result<(TestRun, bool)> {
     let root = workspace_root();
     let mut cmd = cargo();
     cmd.current_dir(&root)
@@ -185,6 +188,10 @@ fn cargo_test(include_ignored: bool) -> anyhow::Result<(TestRun, bool)> {
         .arg("--no-fail-fast")
         .env("ROCE_OBSERVER_BIN", root.join("target/debug/roce-observer"))
         .stdout(Stdio::piped());
+    // tests/tests/package.rs installs this package of the debug build into a throwaway root.
+    if let Some(deb) = deb {
+        cmd.env("ROCE_OBSERVER_DEB", deb);
+    }
     if include_ignored {
         cmd.args(["--", "--include-ignored"]);
     }
@@ -237,7 +244,17 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
     // Kernel tests are ignored by default. As root they run; without root they run too unless
     // skips are allowed, and then fail with "needs root" (a skipped test never shows as passed).
     let include_ignored = root_user || !opts.allow_skip;
-    match cargo_test(include_ignored) {
+    let deb = match package::build_deb(true) {
+        Ok(deb) => {
+            tally.stage("package", Ok(()));
+            Some(deb)
+        }
+        Err(err) => {
+            tally.stage("package", Err(err));
+            None
+        }
+    };
+    match cargo_test(include_ignored, deb.as_deref()) {
         Ok((run, ok)) => tally.tests(&run, ok),
         Err(err) => tally.stage("cargo test", Err(err)),
     }

@@ -2,7 +2,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
 };
 
 use anyhow::{Context as _, bail};
@@ -34,6 +34,32 @@ pub fn output(cmd: &mut Command) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Run `cmd` and return its stdout; fail with its stderr when it cannot start or fails.
+pub fn output_checked(cmd: &mut Command) -> anyhow::Result<String> {
+    let o = cmd
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    if !o.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The installed version of a Debian package, None when it is not installed.
+pub fn dpkg_version(pkg: &str) -> Option<String> {
+    let s = output(
+        Command::new("dpkg-query")
+            .args(["-W", "-f", "${db:Status-Status} ${Version}", pkg])
+            .stderr(Stdio::null()),
+    )?;
+    let v = s.strip_prefix("installed ")?;
+    Some(v.trim().to_string())
 }
 
 pub fn is_root() -> bool {

@@ -2,11 +2,21 @@
 //! a PFC priority) and the times it was first and last seen. One alert per (kind, subject);
 //! repeats raise its count. Bounded: past [`MAX_ALERTS`] distinct alerts, new ones are only
 //! counted in `dropped`.
+//!
+//! Every alert rule lives here: when it fires and what it says. The engine calls them from
+//! both paths (events, class checks on flow updates) and on the whole table
+//! ([`ce_without_cnp`]); report.rs turns alerts into the snapshot.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
-use roce_observer_common::{FlowKey, PfcKey};
+use roce_observer_common::{
+    FlowKey, FlowStats, PfcKey,
+    account::{Outcome, RocePacket},
+    flow::PCP_UNTAGGED,
+};
 use serde::Serialize;
+
+use super::{EngineConfig, snapshot::show_ip};
 
 pub const MAX_ALERTS: usize = 10_000;
 
@@ -145,6 +155,162 @@ impl Burst {
     }
 }
 
+impl Alerts {
+    /// A retransmission on `flow`, counted in its burst window.
+    pub fn retransmit(&mut self, burst: &mut Burst, flow: &FlowKey, ts: u64, cfg: &EngineConfig) {
+        let (limit, window) = (cfg.burst_count, cfg.burst_window_ns);
+        if burst.add(ts, 1, limit, window) {
+            self.raise(AlertKind::RetransmitBurst, Subject::Flow(*flow), ts, 1, || {
+                format!("{limit} or more retransmissions within {} ms (loss, or a go-back-N after a NAK or timeout)", window / 1_000_000)
+            });
+        }
+    }
+
+    /// A NAK on `flow`, counted in its burst window.
+    pub fn nak(&mut self, burst: &mut Burst, flow: &FlowKey, ts: u64, cfg: &EngineConfig) {
+        let (limit, window) = (cfg.burst_count, cfg.burst_window_ns);
+        if burst.add(ts, 1, limit, window) {
+            self.raise(AlertKind::NakBurst, Subject::Flow(*flow), ts, 1, || {
+                format!("{limit} or more NAKs within {} ms", window / 1_000_000)
+            });
+        }
+    }
+
+    /// A latency sample of `ns` on `flow`, against the `threshold` of `--rtt-alert-us`.
+    pub fn high_latency(&mut self, flow: &FlowKey, ts: u64, ns: u64, threshold: u64) {
+        if ns <= threshold {
+            return;
+        }
+        self.raise(AlertKind::HighLatency, Subject::Flow(*flow), ts, 1, || {
+            format!(
+                "latency above {} us seen at the observation point (first: {} us)",
+                threshold / 1000,
+                ns / 1000
+            )
+        });
+    }
+
+    /// A PFC storm started on `key` (detected by the pause timeline, pfc.rs).
+    pub fn pfc_storm(&mut self, key: &PfcKey, ts: u64, cfg: &EngineConfig) {
+        let (thr, win) = (cfg.storm_threshold, cfg.storm_window_ns);
+        self.raise(AlertKind::PfcStorm, Subject::Pfc(*key), ts, 1, || {
+            format!(
+                "paused more than {:.0}% of {} ms: a PFC storm (a stuck receiver or a pause loop) stalls every flow on this priority",
+                thr * 100.0,
+                win / 1_000_000
+            )
+        });
+    }
+
+    /// Class checks on what an update added to a flow (one packet in the capture path, one
+    /// map read's worth in the live path): data outside the lossless class, Not-ECT data,
+    /// CNPs off the CNP DSCP. `dscp`/`pcp` are those of the flow's last packet, so a batch
+    /// that mixes CNPs and data is not judged on them.
+    pub fn classes(&mut self, key: &FlowKey, added: Added, ts: u64, cfg: &EngineConfig) {
+        let Added {
+            packets,
+            cnps,
+            marked,
+            dscp,
+            pcp,
+        } = added;
+        if packets == 0 {
+            return;
+        }
+        let data = packets - cnps.min(packets);
+        let subject = Subject::Flow(*key);
+        if cnps == 0 {
+            let pcp_ok = pcp == PCP_UNTAGGED || pcp == cfg.lossless_pcp;
+            if dscp != cfg.lossless_dscp || !pcp_ok {
+                let (ld, lp) = (cfg.lossless_dscp, cfg.lossless_pcp);
+                self.raise(AlertKind::NonLosslessClass, subject, ts, data, || {
+                    let pcp = if pcp == PCP_UNTAGGED { "untagged".to_string() } else { format!("PCP {pcp}") };
+                    format!(
+                        "RoCE data on DSCP {dscp} ({pcp}) outside the lossless class (DSCP {ld}, PCP {lp} when tagged): it may be dropped instead of paused"
+                    )
+                });
+            }
+        } else if data == 0 && dscp != cfg.cnp_dscp {
+            let want = cfg.cnp_dscp;
+            self.raise(AlertKind::CnpWrongDscp, subject, ts, cnps, || {
+                format!("CNPs on DSCP {dscp}, not the CNP DSCP {want}: they may queue behind the data they should slow down")
+            });
+        }
+        // In a mixed batch CNPs could be the marked ones; count conservatively.
+        let not_ect = data.saturating_sub(marked);
+        if not_ect > 0 {
+            self.raise(AlertKind::NotEct, subject, ts, not_ect, || {
+                "RoCE data sent Not-ECT: switches cannot mark it, so ECN congestion control (DCQCN) is off for this flow".to_string()
+            });
+        }
+    }
+}
+
+/// What an update added to a flow, for [`Alerts::classes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Added {
+    pub packets: u64,
+    pub cnps: u64,
+    /// Packets marked ECT or CE.
+    pub marked: u64,
+    /// DSCP and PCP of the flow's last packet.
+    pub dscp: u8,
+    pub pcp: u8,
+}
+
+impl Added {
+    /// Live path: from the flow's counters before and after a map read.
+    pub fn between(before: &FlowStats, after: &FlowStats) -> Added {
+        Added {
+            packets: after.packets.saturating_sub(before.packets),
+            cnps: after.cnp.saturating_sub(before.cnp),
+            marked: (after.ecn_ect + after.ecn_ce).saturating_sub(before.ecn_ect + before.ecn_ce),
+            dscp: after.dscp,
+            pcp: after.pcp,
+        }
+    }
+
+    /// Capture path: one packet as `account` applied it (what `between` gives around that call).
+    pub fn packet(pkt: &RocePacket, out: &Outcome) -> Added {
+        Added {
+            packets: 1,
+            cnps: u64::from(out.cnp),
+            marked: u64::from(pkt.ecn != 0),
+            dscp: pkt.dscp,
+            pcp: pkt.pcp,
+        }
+    }
+}
+
+/// Judged on the whole flow table: flows with CE marks whose data receiver never sent a CNP
+/// back (no CNP at all from the destination host to the source host).
+pub fn ce_without_cnp<'a, I>(flows: I) -> Vec<Alert>
+where
+    I: Iterator<Item = (&'a FlowKey, &'a FlowStats)> + Clone,
+{
+    let with_cnp: HashSet<([u8; 16], [u8; 16])> = flows
+        .clone()
+        .filter(|(_, s)| s.cnp > 0)
+        .map(|(k, _)| (k.src_ip, k.dst_ip))
+        .collect();
+    flows
+        .filter(|(k, s)| s.ecn_ce > 0 && !with_cnp.contains(&(k.dst_ip, k.src_ip)))
+        .map(|(k, s)| Alert {
+            kind: AlertKind::CeWithoutCnp,
+            subject: Subject::Flow(*k),
+            reason: format!(
+                "{} CE-marked packets but no CNP from {} back to {}: the receiver's NIC does not run DCQCN notification, or CNPs take another path",
+                s.ecn_ce,
+                show_ip(k.dst_ip),
+                show_ip(k.src_ip)
+            ),
+            first_ns: s.first_ns,
+            last_ns: s.last_ns,
+            count: s.ecn_ce,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +345,53 @@ mod tests {
         // Spread out: never a burst.
         let mut c = Burst::default();
         assert!((0..100).all(|i| !c.add(i * 2000, 1, 10, 1000)));
+    }
+
+    #[test]
+    fn added_by_one_packet_is_what_account_adds() {
+        use roce_observer_common::{account::account, opcode::OP_CNP};
+        let base = RocePacket {
+            opcode: 0x04,
+            psn: 1,
+            dst_qp: 0x11,
+            ack_req: false,
+            dma_len: 0,
+            syndrome: 0,
+            ecn: 0,
+            dscp: 26,
+            pcp: 3,
+            udp_sport: 49152,
+            frame_len: 100,
+        };
+        let mut stats = FlowStats::zeroed();
+        stats.init(0);
+        for pkt in [
+            base,
+            RocePacket {
+                ecn: 3,
+                psn: 2,
+                ..base
+            },
+            RocePacket {
+                ecn: 1,
+                dscp: 48,
+                pcp: PCP_UNTAGGED,
+                ..base
+            },
+            RocePacket {
+                opcode: OP_CNP,
+                ecn: 2,
+                ..base
+            },
+            // Another transport: counted apart, yet a packet of the flow.
+            RocePacket {
+                opcode: 0x64,
+                ..base
+            },
+        ] {
+            let before = stats;
+            let out = account(&mut stats, &pkt, 4096, 1);
+            assert_eq!(Added::packet(&pkt, &out), Added::between(&before, &stats));
+        }
     }
 }

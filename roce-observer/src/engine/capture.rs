@@ -1,228 +1,87 @@
-//! The capture path: one captured frame through the shared parser and per-packet accounting
-//! (exactly what the kernel programs run), its outcome turned into the kernel's events, and
-//! latency matching (docs/metrics.md, "Latency").
+//! The capture path: one captured frame through the shared per-packet observation
+//! (`roce_observer_common::observe`, exactly what the kernel programs run), here on the
+//! engine's own tables. Engine-only extras, hooked into its table trait: mirrored (ERSPAN/GRE)
+//! frames are unwrapped, the path MTU is learned from READ responses, and the traffic-class
+//! checks run on what each packet added.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use roce_observer_common::{
+    Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    account::{Outcome, RocePacket},
+    flow::PCP_UNTAGGED,
+    latency::{PendingKey, PendingValue},
+    observe::{Entry, Flows, Stored, Tables, observe},
+    opcode,
+    parse::{Frame, PacketView, parse_mirrored},
+};
+
+use super::{
+    Counters, Engine, PMTUS,
+    alerts::Added,
+    dir_index,
+    flows::{FlowEntry, FlowTable},
+    latency::Pending,
+    pfc::PfcEntry,
+};
+use crate::wire::SliceView;
 
 impl Engine {
     /// Capture path: one captured frame. `ts_ns` = capture time (ns since the epoch),
     /// `orig_len` = length on the wire, `ifindex` = capture interface (0 for pcap).
     pub fn ingest_frame(&mut self, ts_ns: u64, data: &[u8], orig_len: u32, ifindex: u32) {
-        let d = Direction::Capture;
         self.seen(ts_ns);
-        self.count(d, Counter::TotalPackets, 1);
+        let mut events = std::mem::take(&mut self.event_buf);
+        let mut tables = CaptureTables {
+            now: ts_ns,
+            roce_port: self.cfg.roce_port,
+            pmtu: PmtuLearner {
+                pmtu: &mut self.pmtu,
+                learned: &mut self.pmtu_learned,
+                explicit: self.cfg.pmtu_explicit,
+            },
+            counters: &mut self.counters,
+            pending: &mut self.pending,
+            pfc: &mut self.pfc,
+            events: &mut events,
+            added: None,
+        };
+        let mut flows = CaptureFlows {
+            table: &mut self.flows,
+            max: self.cfg.max_flows,
+            now: ts_ns,
+        };
         let view = SliceView::new(data, orig_len);
-        // Captures may come from an ERSPAN destination: unwrap mirrored frames (the kernel
-        // programs do not yet, see parse_mirrored).
-        match parse_mirrored(&view, self.cfg.roce_port) {
-            Frame::Roce {
-                src_ip,
-                dst_ip,
-                pkt,
-            } => {
-                self.count(d, Counter::RocePackets, 1);
-                self.roce_packet(ts_ns, ifindex, src_ip, dst_ip, &pkt);
-            }
-            Frame::Pfc {
-                src_mac,
-                class_enable,
-                body,
-            } => {
-                self.count(d, Counter::PfcFrames, 1);
-                let mut ev = Event::zeroed();
-                ev.ts_ns = ts_ns;
-                ev.kind = EventKind::Pfc as u32;
-                ev.flow.ifindex = ifindex;
-                ev.flow.direction = d as u8;
-                ev.mac = src_mac;
-                ev.c = u32::from(class_enable);
-                for prio in 0..8u8 {
-                    if class_enable & (1 << prio) != 0 {
-                        ev.quanta[prio as usize] = body.quanta(prio as usize);
-                        let key = pfc_key(ifindex, d, prio, src_mac);
-                        self.pfc
-                            .entry(key)
-                            .or_default()
-                            .stats
-                            .account(body.quanta(prio as usize), ts_ns);
-                    }
-                }
-                self.on_event(&ev);
-            }
-            Frame::Pause { src_mac, quanta } => {
-                self.count(d, Counter::Pause8023x, 1);
-                let key = pfc_key(ifindex, d, PRIORITY_LINK, src_mac);
-                self.pfc
-                    .entry(key)
-                    .or_default()
-                    .stats
-                    .account(quanta, ts_ns);
-                let mut ev = Event::zeroed();
-                ev.ts_ns = ts_ns;
-                ev.kind = EventKind::Pause as u32;
-                ev.flow.ifindex = ifindex;
-                ev.flow.direction = d as u8;
-                ev.mac = src_mac;
-                ev.quanta[0] = quanta;
-                self.on_event(&ev);
-            }
-            Frame::Other(c) => self.count(d, c, 1),
-        }
-    }
-
-    fn roce_packet(
-        &mut self,
-        ts: u64,
-        ifindex: u32,
-        src_ip: [u8; 16],
-        dst_ip: [u8; 16],
-        pkt: &RocePacket,
-    ) {
-        let d = Direction::Capture;
-        self.learn_pmtu(src_ip, pkt);
-        let key = FlowKey {
-            src_ip,
-            dst_ip,
-            dst_qp: pkt.dst_qp,
+        observe(
+            &view,
+            &mut flows,
+            &mut tables,
             ifindex,
-            direction: d as u8,
-            _pad: [0; 3],
-        };
-        let pmtu = self.pmtu;
-        let max_flows = self.cfg.max_flows;
-        let flows_len = self.flows.len();
-        let (outcome, before, after) = match self.flows.get_mut(&key) {
-            Some(e) => {
-                let before = Tally::of(&e.stats);
-                let out = account(&mut e.stats, pkt, pmtu, ts);
-                (out, before, Tally::of(&e.stats))
-            }
-            None if flows_len >= max_flows => {
-                self.count(d, Counter::MapFull, 1);
-                return;
-            }
-            None => {
-                let mut e = FlowEntry::new(ts);
-                let before = Tally::of(&e.stats);
-                let out = account(&mut e.stats, pkt, pmtu, ts);
-                let after = Tally::of(&e.stats);
-                self.flows.insert(key, e);
-                let mut ev = Event::zeroed();
-                ev.ts_ns = ts;
-                ev.kind = EventKind::NewFlow as u32;
-                ev.flow = key;
-                self.on_event(&ev);
-                (out, before, after)
-            }
-        };
-        self.check_classes(&key, before, after, ts);
-
-        // The outcome as the kernel's events.
-        let mut ev = Event::zeroed();
-        ev.ts_ns = ts;
-        ev.flow = key;
-        ev.d = u32::from(outcome.response);
-        match outcome.psn {
-            PsnVerdict::InOrder => {}
-            PsnVerdict::Gap {
-                expected,
-                got,
-                missing,
-            } => {
-                ev.kind = EventKind::PsnGap as u32;
-                ev.a = u64::from(expected);
-                ev.b = u64::from(got);
-                ev.c = missing;
-                self.on_event(&ev);
-            }
-            PsnVerdict::Retransmit { highest, got } => {
-                ev.kind = EventKind::PsnRetransmit as u32;
-                ev.a = u64::from(highest);
-                ev.b = u64::from(got);
-                self.on_event(&ev);
-            }
+            Direction::Capture as u8,
+        );
+        if let Some((key, added)) = tables.added {
+            self.alerts.classes(&key, added, ts_ns, &self.cfg);
         }
-        if outcome.nak {
-            ev.kind = EventKind::Nak as u32;
-            ev.a = u64::from(pkt.psn);
-            ev.b = 0;
-            ev.c = u32::from(pkt.syndrome);
+        for ev in events.drain(..) {
             self.on_event(&ev);
         }
-        if outcome.cnp {
-            ev.kind = EventKind::Cnp as u32;
-            ev.a = u64::from(pkt.psn);
-            ev.b = 0;
-            ev.c = 0;
-            self.on_event(&ev);
-        }
-
-        // Latency matching (docs/metrics.md, "Latency"). Karn's rule: a retransmitted
-        // request is never timestamped (its answer could belong to either transmission).
-        let retransmit = matches!(outcome.psn, PsnVerdict::Retransmit { .. });
-        if pkt.wants_timestamp() && !retransmit {
-            let pk = PendingKey {
-                requester: src_ip,
-                responder: dst_ip,
-                ifindex,
-                psn: pkt.psn,
-            };
-            if !self.pending.contains_key(&pk) {
-                if self.pending.len() >= self.cfg.max_pending {
-                    self.count(d, Counter::PendingFull, 1);
-                } else {
-                    self.pending.insert(
-                        pk,
-                        PendingValue {
-                            ts_ns: ts,
-                            dst_qp: pkt.dst_qp,
-                            direction: d as u8,
-                            _pad: [0; 3],
-                        },
-                    );
-                }
-            }
-        }
-        if pkt.answers_request() {
-            let pk = PendingKey {
-                requester: dst_ip,
-                responder: src_ip,
-                ifindex,
-                psn: pkt.psn,
-            };
-            if let Some(req) = self.pending.remove(&pk) {
-                let req_key = FlowKey {
-                    src_ip: dst_ip,
-                    dst_ip: src_ip,
-                    dst_qp: req.dst_qp,
-                    ifindex,
-                    direction: req.direction,
-                    _pad: [0; 3],
-                };
-                // The response's destination QP is the requester's QP; the request's
-                // destination QP is the responder's.
-                if let Some(e) = self.flows.get_mut(&req_key) {
-                    learn_peer(&mut e.stats, pkt.dst_qp);
-                }
-                if let Some(e) = self.flows.get_mut(&key) {
-                    learn_peer(&mut e.stats, req.dst_qp);
-                }
-                let mut ev = Event::zeroed();
-                ev.ts_ns = ts;
-                ev.kind = EventKind::Latency as u32;
-                ev.flow = req_key;
-                ev.a = ts.saturating_sub(req.ts_ns);
-                ev.c = pkt.dst_qp;
-                self.on_event(&ev);
-            }
-        }
+        self.event_buf = events;
     }
+}
 
-    /// Learn the path MTU from a READ response FIRST/MIDDLE (always full PMTU-sized): the
-    /// largest valid PMTU not above the payload (frame minus the smallest possible headers,
-    /// so extra tags or IP options never make it smaller than the real one).
-    fn learn_pmtu(&mut self, src_ip: [u8; 16], pkt: &RocePacket) {
-        if self.cfg.pmtu_explicit {
+/// The path MTU in use, learned from READ responses unless the user gave it.
+struct PmtuLearner<'a> {
+    pmtu: &'a mut u32,
+    learned: &'a mut bool,
+    explicit: bool,
+}
+
+impl PmtuLearner<'_> {
+    /// Learn from a READ response FIRST/MIDDLE (always full PMTU-sized): the largest valid
+    /// PMTU not above the payload (frame minus the smallest possible headers, so extra tags or
+    /// IP options never make it smaller than the real one).
+    fn learn(&mut self, src_ip: &[u8; 16], pkt: &RocePacket) {
+        if self.explicit {
             return;
         }
         let op = opcode::operation(pkt.opcode);
@@ -241,10 +100,97 @@ impl Engine {
             + 4;
         let payload = pkt.frame_len.saturating_sub(overhead);
         if let Some(&m) = PMTUS.iter().find(|&&m| m <= payload)
-            && (!self.pmtu_learned || m > self.pmtu)
+            && (!*self.learned || m > *self.pmtu)
         {
-            self.pmtu = m;
-            self.pmtu_learned = true;
+            *self.pmtu = m;
+            *self.learned = true;
         }
+    }
+}
+
+/// The flow table, bounded by `max_flows` as the kernel's map is by its size.
+struct CaptureFlows<'a> {
+    table: &'a mut FlowTable,
+    max: usize,
+    now: u64,
+}
+
+impl Flows for CaptureFlows<'_> {
+    fn entry(&mut self, key: &FlowKey) -> Entry<'_> {
+        let full = self.table.len() >= self.max;
+        match self.table.entry(*key) {
+            std::collections::hash_map::Entry::Occupied(e) => Entry::Found(&mut e.into_mut().stats),
+            std::collections::hash_map::Entry::Vacant(_) if full => Entry::Full,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                Entry::New(&mut e.insert(FlowEntry::new(self.now)).stats)
+            }
+        }
+    }
+
+    fn get(&mut self, key: &FlowKey) -> Option<&mut FlowStats> {
+        self.table.get_mut(key).map(|e| &mut e.stats)
+    }
+}
+
+/// The engine's other tables; events are collected and handled once `observe` has returned
+/// (handling them needs the whole engine).
+struct CaptureTables<'a> {
+    /// Capture time of the frame: every clock of the kernel reads this.
+    now: u64,
+    roce_port: u16,
+    pmtu: PmtuLearner<'a>,
+    counters: &'a mut Counters,
+    pending: &'a mut Pending,
+    pfc: &'a mut BTreeMap<PfcKey, PfcEntry>,
+    events: &'a mut Vec<Event>,
+    /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
+    added: Option<(FlowKey, Added)>,
+}
+
+impl Tables for CaptureTables<'_> {
+    /// Captures may come from an ERSPAN destination: mirrored frames are unwrapped (the
+    /// kernel programs do not yet, see parse_mirrored).
+    fn parse<P: PacketView>(&mut self, p: &P) -> Frame {
+        let frame = parse_mirrored(p, self.roce_port);
+        if let Frame::Roce { src_ip, pkt, .. } = &frame {
+            self.pmtu.learn(src_ip, pkt);
+        }
+        frame
+    }
+
+    fn pmtu(&self) -> u32 {
+        *self.pmtu.pmtu
+    }
+
+    fn coarse_ns(&self) -> u64 {
+        self.now
+    }
+
+    fn precise_ns(&self) -> u64 {
+        self.now
+    }
+
+    fn count(&mut self, counter: Counter, direction: u8) {
+        self.counters[dir_index(Direction::from_u8(direction))][counter as usize] += 1;
+    }
+
+    fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {
+        self.pending.insert_if_absent(key, value)
+    }
+
+    fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue> {
+        self.pending.take(key)
+    }
+
+    fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats> {
+        Some(&mut self.pfc.entry(*key).or_default().stats)
+    }
+
+    fn emit(&mut self, _direction: u8, fill: impl FnOnce(&mut Event)) {
+        self.events.push(Event::filled(fill).at(self.now));
+    }
+
+    fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
+        self.added = Some((*key, Added::packet(pkt, out)));
     }
 }

@@ -1,36 +1,20 @@
 //! ECMP path imbalance, three views (docs/metrics.md, "ECMP"):
 //! measured bytes per observed interface, a model of how a switch hash spreads the flows'
-//! UDP 5-tuples over N uplinks, and the 5-tuple entropy per host pair.
+//! UDP 5-tuples over N uplinks (the hashes are here; [`EcmpHash`] itself is part of the
+//! snapshot), and the 5-tuple entropy per host pair. The views' types are in snapshot.rs.
 
 use std::{
     collections::{BTreeMap, HashMap},
     net::IpAddr,
 };
 
-use serde::Serialize;
-
-/// The hash a switch applies to the UDP 5-tuple.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EcmpHash {
-    /// CRC-32 (IEEE) over seed ‖ src IP ‖ dst IP ‖ protocol ‖ src port ‖ dst port.
-    Crc32,
-    /// XOR of the 32-bit words of the same fields and the seed, folded to 16 bits.
-    Xor,
-    /// Toeplitz (RSS) over src IP ‖ dst IP ‖ src port ‖ dst port with the Microsoft RSS key,
-    /// its first four bytes XORed with the seed.
-    Toeplitz,
-}
-
-impl EcmpHash {
-    pub fn name(self) -> &'static str {
-        match self {
-            EcmpHash::Crc32 => "crc32",
-            EcmpHash::Xor => "xor",
-            EcmpHash::Toeplitz => "toeplitz",
-        }
-    }
-}
+pub use super::snapshot::EcmpHash;
+use super::{
+    flows::FastHash,
+    snapshot::{
+        Collision, EcmpSnapshot, HostPairEntropy, MeasuredView, ModelledView, PathLoad, TupleLoad,
+    },
+};
 
 /// The UDP 5-tuple of a RoCE flow (protocol 17, destination port = the RoCE port).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -143,7 +127,6 @@ pub fn jain(loads: &[u64]) -> f64 {
 #[derive(Clone, Debug)]
 pub struct FlowLoad {
     pub tuple: FiveTuple,
-    pub dst_qp: u32,
     /// "iface/direction" where the flow was observed.
     pub point: String,
     pub bytes: u64,
@@ -151,71 +134,7 @@ pub struct FlowLoad {
     pub sports: Vec<u16>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct PathLoad {
-    pub path: String,
-    pub bytes: u64,
-    pub flows: u64,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct MeasuredView {
-    pub paths: Vec<PathLoad>,
-    pub imbalance: f64,
-    pub jain: f64,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct TupleLoad {
-    pub src_ip: IpAddr,
-    pub dst_ip: IpAddr,
-    pub udp_src_port: u16,
-    pub bytes: u64,
-    pub qps: u64,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Collision {
-    pub path: u32,
-    /// Bytes of the elephants that share this path.
-    pub bytes: u64,
-    pub elephants: Vec<TupleLoad>,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct ModelledView {
-    pub hash: EcmpHash,
-    pub seed: u32,
-    pub paths: u32,
-    pub bytes_per_path: Vec<u64>,
-    pub tuples_per_path: Vec<u64>,
-    pub imbalance: f64,
-    pub jain: f64,
-    /// Paths that carry two or more elephant 5-tuples (at least half a path's fair share,
-    /// total / 2N, each), busiest first; at most 10.
-    pub collisions: Vec<Collision>,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct HostPairEntropy {
-    pub src_ip: IpAddr,
-    pub dst_ip: IpAddr,
-    pub bytes: u64,
-    pub qps: u64,
-    pub udp_src_ports: u64,
-    /// Share of the pair's bytes on its busiest 5-tuple.
-    pub busiest_tuple_share: f64,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct EcmpSnapshot {
-    pub measured: MeasuredView,
-    pub modelled: Option<ModelledView>,
-    /// Host pairs, most bytes first; at most [`MAX_PAIRS`].
-    pub entropy: Vec<HostPairEntropy>,
-}
-
-/// Host pairs listed in the entropy view.
+/// Host pairs listed in the entropy view (`EcmpSnapshot::entropy`).
 pub const MAX_PAIRS: usize = 1000;
 
 /// Compute the three views. `paths == 0` disables the model.
@@ -242,7 +161,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
     };
 
     // 5-tuples: a flow's bytes go to its 5-tuple (its first source port).
-    let mut tuples: HashMap<FiveTuple, (u64, u64), super::flows::FastHash> = HashMap::default();
+    let mut tuples: HashMap<FiveTuple, (u64, u64), FastHash> = HashMap::default();
     for f in flows {
         let e = tuples.entry(f.tuple).or_default();
         e.0 += f.bytes;
@@ -312,7 +231,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
         ports: std::collections::BTreeSet<u16>,
         busiest: u64,
     }
-    let mut pairs: HashMap<(IpAddr, IpAddr), Pair, super::flows::FastHash> = HashMap::default();
+    let mut pairs: HashMap<(IpAddr, IpAddr), Pair, FastHash> = HashMap::default();
     for f in flows {
         let p = pairs.entry((f.tuple.src, f.tuple.dst)).or_default();
         p.bytes += f.bytes;
@@ -399,7 +318,7 @@ mod tests {
         assert_eq!(imbalance(&[]), 0.0);
     }
 
-    fn load(sport: u16, bytes: u64, qp: u32) -> FlowLoad {
+    fn load(sport: u16, bytes: u64) -> FlowLoad {
         FlowLoad {
             tuple: FiveTuple {
                 src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
@@ -407,7 +326,6 @@ mod tests {
                 sport,
                 dport: 4791,
             },
-            dst_qp: qp,
             point: "pcap/capture".into(),
             bytes,
             sports: vec![sport],
@@ -417,7 +335,7 @@ mod tests {
     #[test]
     fn views() {
         // Two QPs pinned on one 5-tuple, one on another.
-        let flows = [load(1000, 100, 1), load(1000, 100, 2), load(2000, 200, 3)];
+        let flows = [load(1000, 100), load(1000, 100), load(2000, 200)];
         let s = compute(&flows, EcmpHash::Crc32, 4, 0);
         assert_eq!(s.measured.paths.len(), 1);
         assert_eq!(s.measured.jain, 1.0);
@@ -440,7 +358,7 @@ mod tests {
     #[test]
     fn collisions_list_elephants_sharing_a_path() {
         // xor folds the source port into the low bits: ports of equal parity share a path.
-        let flows = [load(2, 500, 1), load(4, 400, 2), load(3, 1, 3)];
+        let flows = [load(2, 500), load(4, 400), load(3, 1)];
         let m = compute(&flows, EcmpHash::Xor, 2, 0)
             .modelled
             .expect("model");

@@ -2,10 +2,7 @@
 //! `account` in the capture path or copied from the kernel's map in the live path), plus the
 //! state only user space keeps: the latency sketch, burst windows and the interval baseline.
 
-use std::{
-    collections::HashMap,
-    net::{IpAddr, Ipv6Addr},
-};
+use std::collections::HashMap;
 
 use roce_observer_common::{
     FlowKey, FlowStats,
@@ -15,9 +12,11 @@ use roce_observer_common::{
 
 use super::{
     alerts::Burst,
-    sketch::Sketch,
+    latency::sketch::Sketch,
     snapshot::{NakCounts, OpcodeCounts},
 };
+// The address form of the snapshot; re-exported where the flow table's users look for it.
+pub use super::snapshot::{show_ip, store_ip};
 
 #[derive(Clone, Debug)]
 pub struct FlowEntry {
@@ -42,17 +41,6 @@ impl FlowEntry {
             base_bytes: 0,
         }
     }
-
-    /// Bytes held by this entry, heap included (for memory reports).
-    pub fn footprint(&self) -> usize {
-        std::mem::size_of::<FlowKey>()
-            + std::mem::size_of::<FlowEntry>()
-            + self
-                .rtt
-                .as_ref()
-                .map(|s| std::mem::size_of::<Sketch>() + s.heap_bytes())
-                .unwrap_or(0)
-    }
 }
 
 /// A fast hasher with a fixed seed (SipHash was a third of the per-packet cost; FxHash
@@ -62,23 +50,6 @@ pub type FastHash = foldhash::fast::FixedState;
 
 /// Flows by key.
 pub type FlowTable = HashMap<FlowKey, FlowEntry, FastHash>;
-
-/// A 16-byte address as shown: IPv4-mapped addresses as dotted IPv4.
-pub fn show_ip(a: [u8; 16]) -> IpAddr {
-    let v6 = Ipv6Addr::from(a);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    }
-}
-
-/// The reverse of [`show_ip`].
-pub fn store_ip(a: IpAddr) -> [u8; 16] {
-    match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
 
 /// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
 pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {
@@ -123,6 +94,7 @@ mod tests {
 
     #[test]
     fn ip_forms() {
+        use std::net::IpAddr;
         let v4: IpAddr = "10.0.0.1".parse().expect("literal");
         assert_eq!(show_ip(store_ip(v4)), v4);
         let v6: IpAddr = "fd00::1".parse().expect("literal");

@@ -1,7 +1,9 @@
 //! The live (kernel) path: absolute values read from the kernel's maps replace the engine's,
 //! and ring-buffer events take the same route as the capture path's events.
 
-use super::*;
+use roce_observer_common::{Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats};
+
+use super::{Engine, alerts::Added, dir_index, flows::FlowEntry};
 
 impl Engine {
     /// Kernel path: the absolute values of one flow map entry (replace, don't add). `first_ns`
@@ -12,24 +14,24 @@ impl Engine {
             self.seen(stats.first_ns);
             self.seen(ts);
         }
-        let before = match self.flows.get_mut(key) {
+        let added = match self.flows.get_mut(key) {
             Some(e) => {
-                let before = Tally::of(&e.stats);
+                let added = Added::between(&e.stats, stats);
                 e.stats = *stats;
-                before
+                added
             }
             None => {
                 if self.flows.len() >= self.cfg.max_flows {
                     return;
                 }
                 let mut e = FlowEntry::new(stats.first_ns);
-                let before = Tally::of(&e.stats);
+                let added = Added::between(&e.stats, stats);
                 e.stats = *stats;
                 self.flows.insert(*key, e);
-                before
+                added
             }
         };
-        self.check_classes(key, before, Tally::of(stats), ts);
+        self.alerts.classes(key, added, ts, &self.cfg);
     }
 
     /// Kernel path: the absolute values of one PFC map entry.

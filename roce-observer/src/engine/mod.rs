@@ -2,49 +2,39 @@
 //! `analyze`, or the kernel's maps and ring buffer from `run`), read by every renderer through
 //! [`Engine::snapshot`].
 //!
-//! Capture path: each frame goes through the shared parser and per-packet accounting of
-//! `roce-observer-common` (exactly what the kernel runs), and the outcome is turned into the
-//! same [`Event`]s the kernel emits, which then take the same route as ring-buffer events.
+//! Capture path: each frame goes through the shared parser and per-packet observation of
+//! `roce-observer-common` (exactly what the kernel runs, on the engine's tables), and the
+//! [`Event`]s it emits take the same route as ring-buffer events.
 //! Kernel path: [`Engine::update_flow`], [`Engine::update_pfc`] and [`Engine::update_counter`]
 //! replace the absolute values read from the maps; [`Engine::ingest_event`] takes ring-buffer
 //! records.
 //!
-//! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (what both
-//! share: bursts, pause timelines, latency samples, class checks), `report` (the snapshot);
-//! state types in `flows`, `pfc`, `sketch`, `alerts`, `ecmp`; output types in `snapshot`.
+//! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
+//! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
+//! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
+//! `ecmp`; `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
 
 pub mod alerts;
 mod capture;
 pub mod ecmp;
 mod events;
 pub mod flows;
+pub mod latency;
 mod live;
 pub mod pfc;
 mod report;
-pub mod sketch;
 pub mod snapshot;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
-use roce_observer_common::{
-    Counter, Direction, Event, EventKind, FlowKey, FlowStats, PfcKey, PfcStats,
-    account::learn_peer,
-    account::{RocePacket, account},
-    flow::PCP_UNTAGGED,
-    latency::{PendingKey, PendingValue},
-    opcode,
-    parse::{Frame, parse_mirrored},
-    pfc::{PRIORITY_LINK, quanta_to_ns},
-    psn::PsnVerdict,
-};
+use roce_observer_common::{Counter, Direction, Event, PfcKey};
 
-use crate::wire::SliceView;
-use alerts::{AlertKind, Alerts, Subject};
-use ecmp::{EcmpHash, FiveTuple, FlowLoad};
-use flows::{FlowEntry, FlowTable, show_ip};
+use alerts::Alerts;
+use ecmp::EcmpHash;
+use flows::FlowTable;
+use latency::{Pending, sketch::Sketch};
 use pfc::PfcEntry;
-use sketch::Sketch;
-use snapshot::*;
+use snapshot::CaptureSummary;
 
 /// Valid RoCE path MTUs, largest first.
 const PMTUS: [u32; 5] = [4096, 2048, 1024, 512, 256];
@@ -119,8 +109,8 @@ pub struct Engine {
     iface_names: HashMap<u32, String>,
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
-    counters: [[u64; Counter::COUNT as usize]; 3],
-    pending: HashMap<PendingKey, PendingValue, flows::FastHash>,
+    counters: Counters,
+    pending: Pending,
     rtt_overall: Sketch,
     alerts: Alerts,
     /// Earliest and latest time seen (frames, events).
@@ -129,31 +119,12 @@ pub struct Engine {
     /// Start of the reporting interval (None: the earliest time seen).
     interval_start: Option<u64>,
     capture: Option<CaptureSummary>,
+    /// Events of the frame being observed (capture path), kept to reuse the allocation.
+    event_buf: Vec<Event>,
 }
 
-/// Counters of one flow before an update, to judge what the update added.
-#[derive(Clone, Copy)]
-struct Tally {
-    packets: u64,
-    cnp: u64,
-    ect: u64,
-    ce: u64,
-    dscp: u8,
-    pcp: u8,
-}
-
-impl Tally {
-    fn of(s: &FlowStats) -> Tally {
-        Tally {
-            packets: s.packets,
-            cnp: s.cnp,
-            ect: s.ecn_ect,
-            ce: s.ecn_ce,
-            dscp: s.dscp,
-            pcp: s.pcp,
-        }
-    }
-}
+/// Frame classes and error counters, one block per direction (see [`dir_index`]).
+type Counters = [[u64; Counter::COUNT as usize]; 3];
 
 fn dir_index(d: Direction) -> usize {
     match d {
@@ -185,19 +156,16 @@ impl Engine {
             flows: FlowTable::default(),
             pfc: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
-            pending: HashMap::default(),
+            pending: Pending::new(cfg.max_pending),
             rtt_overall: Sketch::new(),
             alerts: Alerts::default(),
             first_ns: None,
             last_ns: 0,
             interval_start: None,
             capture: None,
+            event_buf: Vec::new(),
             cfg,
         }
-    }
-
-    pub fn config(&self) -> &EngineConfig {
-        &self.cfg
     }
 
     pub fn set_iface_name(&mut self, ifindex: u32, name: &str) {
@@ -217,26 +185,6 @@ impl Engine {
             .sum()
     }
 
-    /// Number of flows in the table.
-    pub fn flow_count(&self) -> usize {
-        self.flows.len()
-    }
-
-    /// Approximate bytes held by the flow table (entries, keys, sketches, hash overhead).
-    pub fn flow_table_bytes(&self) -> usize {
-        let per_slot = std::mem::size_of::<(FlowKey, FlowEntry)>() + 1;
-        self.flows.capacity() * per_slot
-            + self
-                .flows
-                .values()
-                .map(|e| {
-                    e.footprint()
-                        - std::mem::size_of::<FlowKey>()
-                        - std::mem::size_of::<FlowEntry>()
-                })
-                .sum::<usize>()
-    }
-
     fn iface_name(&self, ifindex: u32) -> String {
         self.iface_names
             .get(&ifindex)
@@ -249,10 +197,6 @@ impl Engine {
             self.first_ns = Some(ts);
         }
         self.last_ns = self.last_ns.max(ts);
-    }
-
-    fn count(&mut self, d: Direction, c: Counter, n: u64) {
-        self.counters[dir_index(d)][c as usize] += n;
     }
 
     /// Start a new reporting interval at `now_ns`: `rate_bps` and `paused_fraction` cover

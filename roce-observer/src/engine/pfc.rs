@@ -10,7 +10,9 @@
 
 use std::collections::VecDeque;
 
-use roce_observer_common::{PfcStats, pfc::quanta_to_ns};
+use roce_observer_common::{PfcKey, PfcStats, pfc::quanta_to_ns};
+
+use super::Engine;
 
 #[derive(Clone, Debug, Default)]
 pub struct PfcEntry {
@@ -129,6 +131,19 @@ impl PauseTimeline {
 
     pub fn has_frames(&self) -> bool {
         self.first_ns.is_some()
+    }
+}
+
+impl Engine {
+    /// One PFC class (or a legacy PAUSE) with `quanta` at `ts` on the timeline of `key`; a
+    /// storm onset raises an alert.
+    pub(super) fn pause_timeline(&mut self, key: PfcKey, ts: u64, quanta: u16) {
+        let cfg = &self.cfg;
+        let entry = self.pfc.entry(key).or_default();
+        let (gbps, thr, win) = (cfg.link_gbps, cfg.storm_threshold, cfg.storm_window_ns);
+        if entry.timeline.frame(ts, quanta, gbps, thr, win) {
+            self.alerts.pfc_storm(&key, ts, cfg);
+        }
     }
 }
 

@@ -1,7 +1,26 @@
 //! The snapshot: what the renderers read, built from the flow table, the PFC table, the
 //! counters, the latency sketches, the ECMP views and the alerts.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use roce_observer_common::{
+    Counter, Direction, FlowKey,
+    pfc::{PRIORITY_LINK, quanta_to_ns},
+};
+
+use super::{
+    DIRECTIONS, Engine,
+    alerts::{Alert, Subject, ce_without_cnp},
+    dir_index,
+    ecmp::{self, FiveTuple, FlowLoad},
+    flows::{self, FlowEntry},
+    latency::{rtt_summary, sketch},
+    show_mac,
+    snapshot::{
+        AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, PfcRef, PfcSnapshot, SCHEMA_VERSION,
+        Snapshot, Summary, show_ip,
+    },
+};
 
 impl Engine {
     /// Everything the renderers show, as of `now_ns` (the end of the reporting interval).
@@ -134,7 +153,8 @@ impl Engine {
         // Alerts, plus those judged on the whole table.
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
-        alerts.extend(self.ce_without_cnp());
+        let table = self.flows.iter().map(|(k, e)| (k, &e.stats));
+        alerts.extend(ce_without_cnp(table).iter().map(|a| self.alert_snapshot(a)));
         alerts.sort_by(|a, b| {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });
@@ -150,7 +170,6 @@ impl Engine {
                     sport: e.stats.udp_sports[0],
                     dport: self.cfg.roce_port,
                 },
-                dst_qp: k.dst_qp,
                 point: format!(
                     "{}/{}",
                     self.iface_name(k.ifindex),
@@ -204,7 +223,7 @@ impl Engine {
                 observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
                 overall: rtt_summary(Some(&self.rtt_overall)),
                 flows_with_samples: self.flows.values().filter(|e| e.rtt.is_some()).count() as u64,
-                pending: self.pending.len() as u64,
+                pending: self.pending.waiting() as u64,
                 relative_accuracy: sketch::ALPHA,
             },
             flows,
@@ -229,7 +248,7 @@ impl Engine {
         }
     }
 
-    fn alert_snapshot(&self, a: &alerts::Alert) -> AlertSnapshot {
+    fn alert_snapshot(&self, a: &Alert) -> AlertSnapshot {
         let (flow, pfc) = match &a.subject {
             Subject::Flow(k) => (Some(self.flow_ref(k)), None),
             Subject::Pfc(k) => (
@@ -251,50 +270,5 @@ impl Engine {
             last_ts: a.last_ns,
             count: a.count,
         }
-    }
-
-    /// Flows with CE marks whose data receiver never sent a CNP back (no CNP at all from the
-    /// destination host to the source host).
-    fn ce_without_cnp(&self) -> Vec<AlertSnapshot> {
-        let with_cnp: HashSet<([u8; 16], [u8; 16])> = self
-            .flows
-            .iter()
-            .filter(|(_, e)| e.stats.cnp > 0)
-            .map(|(k, _)| (k.src_ip, k.dst_ip))
-            .collect();
-        self.flows
-            .iter()
-            .filter(|(k, e)| e.stats.ecn_ce > 0 && !with_cnp.contains(&(k.dst_ip, k.src_ip)))
-            .map(|(k, e)| AlertSnapshot {
-                kind: AlertKind::CeWithoutCnp.name(),
-                reason: format!(
-                    "{} CE-marked packets but no CNP from {} back to {}: the receiver's NIC does not run DCQCN notification, or CNPs take another path",
-                    e.stats.ecn_ce,
-                    show_ip(k.dst_ip),
-                    show_ip(k.src_ip)
-                ),
-                flow: Some(self.flow_ref(k)),
-                pfc: None,
-                first_ts: e.stats.first_ns,
-                last_ts: e.stats.last_ns,
-                count: e.stats.ecn_ce,
-            })
-            .collect()
-    }
-}
-
-fn rtt_summary(s: Option<&Sketch>) -> RttSummary {
-    let Some(s) = s.filter(|s| s.count() > 0) else {
-        return RttSummary::default();
-    };
-    RttSummary {
-        count: s.count(),
-        min: s.min(),
-        p50: s.quantile(0.5),
-        p90: s.quantile(0.9),
-        p99: s.quantile(0.99),
-        p999: s.quantile(0.999),
-        max: s.max(),
-        mean: s.mean(),
     }
 }

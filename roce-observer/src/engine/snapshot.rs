@@ -1,12 +1,31 @@
 //! The snapshot: everything the engine knows at one moment, as plain data that every renderer
 //! (table, JSON, flow log, TUI) reads. Field names are the JSON names (docs/metrics.md).
+//! The output contract: this module imports nothing from the engine's analysis modules.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv6Addr},
+};
 
 use roce_observer_common::flow::{NAK_CLASSES, nak};
 use serde::{Serialize, Serializer, ser::SerializeMap};
 
-use super::ecmp::EcmpSnapshot;
+/// A 16-byte address as shown: IPv4-mapped addresses as dotted IPv4.
+pub fn show_ip(a: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(a);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// The reverse of [`show_ip`].
+pub fn store_ip(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
 
 /// JSON schema version of the document built from a snapshot.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -221,6 +240,95 @@ pub struct AlertSnapshot {
     pub first_ts: u64,
     pub last_ts: u64,
     pub count: u64,
+}
+
+// ECMP views (docs/metrics.md, "ECMP"), computed by ecmp.rs.
+
+/// The hash a switch applies to the UDP 5-tuple (the modelled ECMP view; computed in ecmp.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EcmpHash {
+    /// CRC-32 (IEEE) over seed ‖ src IP ‖ dst IP ‖ protocol ‖ src port ‖ dst port.
+    Crc32,
+    /// XOR of the 32-bit words of the same fields and the seed, folded to 16 bits.
+    Xor,
+    /// Toeplitz (RSS) over src IP ‖ dst IP ‖ src port ‖ dst port with the Microsoft RSS key,
+    /// its first four bytes XORed with the seed.
+    Toeplitz,
+}
+
+impl EcmpHash {
+    pub fn name(self) -> &'static str {
+        match self {
+            EcmpHash::Crc32 => "crc32",
+            EcmpHash::Xor => "xor",
+            EcmpHash::Toeplitz => "toeplitz",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PathLoad {
+    pub path: String,
+    pub bytes: u64,
+    pub flows: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MeasuredView {
+    pub paths: Vec<PathLoad>,
+    pub imbalance: f64,
+    pub jain: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TupleLoad {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub udp_src_port: u16,
+    pub bytes: u64,
+    pub qps: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Collision {
+    pub path: u32,
+    /// Bytes of the elephants that share this path.
+    pub bytes: u64,
+    pub elephants: Vec<TupleLoad>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ModelledView {
+    pub hash: EcmpHash,
+    pub seed: u32,
+    pub paths: u32,
+    pub bytes_per_path: Vec<u64>,
+    pub tuples_per_path: Vec<u64>,
+    pub imbalance: f64,
+    pub jain: f64,
+    /// Paths that carry two or more elephant 5-tuples (at least half a path's fair share,
+    /// total / 2N, each), busiest first; at most 10.
+    pub collisions: Vec<Collision>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct HostPairEntropy {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub bytes: u64,
+    pub qps: u64,
+    pub udp_src_ports: u64,
+    /// Share of the pair's bytes on its busiest 5-tuple.
+    pub busiest_tuple_share: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EcmpSnapshot {
+    pub measured: MeasuredView,
+    pub modelled: Option<ModelledView>,
+    /// Host pairs, most bytes first; at most `ecmp::MAX_PAIRS`.
+    pub entropy: Vec<HostPairEntropy>,
 }
 
 #[cfg(test)]

@@ -2,9 +2,15 @@
 //! path-MTU learning, PFC time and storms, alerts, the kernel-path entry points and the
 //! reporting interval.
 
-use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey, PfcKey, PfcStats};
+use roce_observer_common::{
+    Counter, Direction, Event, PfcKey, PfcStats,
+    frames::{RoceFrame, pfc_frame},
+};
 
-use super::*;
+use super::{
+    Engine, EngineConfig,
+    snapshot::{FlowSnapshot, Snapshot},
+};
 
 const A: [u8; 4] = [192, 0, 2, 1];
 const B: [u8; 4] = [192, 0, 2, 2];
@@ -54,61 +60,23 @@ fn ack(psn: u32) -> Pkt {
 }
 
 fn frame(p: Pkt) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
-    if let Some(pcp) = p.pcp {
-        f.extend([0x81, 0x00, pcp << 5, 0]);
+    RoceFrame {
+        pcp: p.pcp,
+        src_ip: p.src,
+        dst_ip: p.dst,
+        tos: p.tos,
+        ack_req: p.ack_req,
+        dma_len: p.dma_len,
+        syndrome: p.syndrome,
+        payload: p.payload,
+        ..RoceFrame::new(p.opcode, p.qp, p.psn)
     }
-    f.extend([0x08, 0x00]);
-    let ext = if roce_observer_common::opcode::has_reth(p.opcode) {
-        16
-    } else if roce_observer_common::opcode::has_aeth(p.opcode) {
-        4
-    } else if p.opcode == 0x81 {
-        16
-    } else {
-        0
-    };
-    let udp_len = 8 + 12 + ext + p.payload + 4;
-    f.extend([0x45, p.tos]);
-    f.extend(((20 + udp_len) as u16).to_be_bytes());
-    f.extend([0, 0, 0x40, 0, 64, 17, 0, 0]);
-    f.extend(p.src);
-    f.extend(p.dst);
-    f.extend(49152u16.to_be_bytes());
-    f.extend(4791u16.to_be_bytes());
-    f.extend((udp_len as u16).to_be_bytes());
-    f.extend([0, 0]);
-    f.extend([p.opcode, 0, 0xff, 0xff, 0]);
-    f.extend(&p.qp.to_be_bytes()[1..]);
-    f.push(if p.ack_req { 0x80 } else { 0 });
-    f.extend(&p.psn.to_be_bytes()[1..]);
-    if ext == 16 && p.opcode != 0x81 {
-        f.extend([0u8; 12]);
-        f.extend(p.dma_len.to_be_bytes());
-    } else if ext == 4 {
-        f.extend([p.syndrome, 0, 0, 1]);
-    } else if ext == 16 {
-        f.extend([0u8; 16]);
-    }
-    f.extend(vec![0u8; p.payload + 4]);
-    f
+    .build()
 }
 
 fn feed(e: &mut Engine, ts: u64, p: Pkt) {
     let f = frame(p);
     e.ingest_frame(ts, &f, f.len() as u32, 0);
-}
-
-fn pfc_frame(mac_last: u8, enable: u16, quanta: [u16; 8]) -> Vec<u8> {
-    let mut f = vec![
-        1, 0x80, 0xc2, 0, 0, 1, 2, 0, 0, 0, 1, mac_last, 0x88, 0x08, 0x01, 0x01,
-    ];
-    f.extend(enable.to_be_bytes());
-    for q in quanta {
-        f.extend(q.to_be_bytes());
-    }
-    f.resize(60, 0);
-    f
 }
 
 fn flow(s: &Snapshot, src: [u8; 4], qp: u32) -> &FlowSnapshot {
@@ -397,13 +365,7 @@ fn kernel_path_replaces_values_and_takes_events() {
         .keys()
         .find(|k| k.dst_qp == 0x12)
         .expect("request flow");
-    let mut ev = Event::zeroed();
-    ev.kind = EventKind::Latency as u32;
-    ev.ts_ns = T0 + 5 * US;
-    ev.flow = req_key;
-    ev.a = 5_000;
-    ev.c = 0x11;
-    live.ingest_event(&ev);
+    live.ingest_event(&Event::latency(&req_key, 5_000, 0x11).at(T0 + 5 * US));
     for c in Counter::ALL {
         let v = cap.counters[2][c as usize];
         live.update_counter(Direction::Ingress, c, v);
@@ -431,17 +393,9 @@ fn kernel_path_replaces_values_and_takes_events() {
     };
     live.update_pfc(&key, &stats);
     live.update_pfc(&key, &stats);
-    let mut pe = Event::zeroed();
-    pe.kind = EventKind::Pfc as u32;
-    pe.ts_ns = T0;
-    pe.flow = FlowKey {
-        ifindex: 3,
-        direction: Direction::Ingress as u8,
-        ..FlowKey::zeroed()
-    };
-    pe.mac = key.src_mac;
-    pe.c = 1 << 3;
-    pe.quanta[3] = 100;
+    let mut quanta = [0; 8];
+    quanta[3] = 100;
+    let pe = Event::pfc(3, Direction::Ingress as u8, key.src_mac, 1 << 3, quanta).at(T0);
     live.ingest_event(&pe);
     let s = live.snapshot(T0 + 1_000 * US);
     let p = s

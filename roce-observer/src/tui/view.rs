@@ -16,6 +16,16 @@ use crate::format;
 
 const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
+/// Problems carry this symbol as well as a colour, so they stand out without colour too
+/// (NO_COLOR, `--color never`, monochrome terminals): before each count that is a problem, and
+/// in the first column of a flow that has one (or that an alert names).
+pub const MARK: &str = "!";
+
+/// `text`, marked as a problem when `n` is not zero.
+fn marked(n: u64, text: String) -> String {
+    if n > 0 { format!("{MARK}{text}") } else { text }
+}
+
 pub fn draw(frame: &mut Frame, app: &App) {
     let detail_height = if app.detail && app.tab == Tab::Flows {
         9
@@ -44,6 +54,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     draw_footer(frame, app, footer);
     if app.help {
         draw_help(frame);
+    }
+    if !crate::color::enabled() {
+        crate::color::strip(frame.buffer_mut());
     }
 }
 
@@ -92,7 +105,13 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     let second = vec![
         (
             Span::styled(
-                format!("alerts {}", app.snapshot.alerts.len()),
+                format!(
+                    "alerts {}",
+                    marked(
+                        app.snapshot.alerts.len() as u64,
+                        app.snapshot.alerts.len().to_string()
+                    )
+                ),
                 if app.snapshot.alerts.is_empty() {
                     Style::new()
                 } else {
@@ -110,15 +129,27 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             1,
         ),
         (
-            Span::styled(format!("malformed {}", s.malformed), bad(s.malformed)),
+            Span::styled(
+                format!("malformed {}", marked(s.malformed, s.malformed.to_string())),
+                bad(s.malformed),
+            ),
             2,
         ),
         (
-            Span::styled(format!("events lost {}", s.events_lost), bad(s.events_lost)),
+            Span::styled(
+                format!(
+                    "events lost {}",
+                    marked(s.events_lost, s.events_lost.to_string())
+                ),
+                bad(s.events_lost),
+            ),
             2,
         ),
         (
-            Span::styled(format!("map full {}", s.map_full), bad(s.map_full)),
+            Span::styled(
+                format!("map full {}", marked(s.map_full, s.map_full.to_string())),
+                bad(s.map_full),
+            ),
             2,
         ),
         (Span::raw(format!("pmtu {}", s.pmtu)), 3),
@@ -150,9 +181,6 @@ fn table_state(selected: usize) -> TableState {
     TableState::default().with_selected(Some(selected))
 }
 
-/// The problem mark: a symbol, so that it reads without colour too.
-pub const PROBLEM_MARK: &str = "!";
-
 fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     let warn = |n: u64| {
         if n > 0 {
@@ -183,7 +211,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         };
         let problem = app.problem.get(*i).copied().unwrap_or(false);
         mark.push(
-            if problem { PROBLEM_MARK } else { "" }.into(),
+            if problem { MARK } else { "" }.into(),
             Style::new().fg(Color::Red).bold(),
         );
         flow.push(format!("{} -> {}", f.src_ip, f.dst_ip), plain);
@@ -193,14 +221,17 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         pkts.push(format::count(f.packets), plain);
         rate.push(format::rate(f.rate_bps), plain);
         gaps.push(
-            format!("{}/{}", f.psn_gaps, f.psn_missing),
+            marked(f.psn_gaps, format!("{}/{}", f.psn_gaps, f.psn_missing)),
             warn(f.psn_gaps),
         );
-        retx.push(f.retransmits.to_string(), warn(f.retransmits));
+        retx.push(
+            marked(f.retransmits, f.retransmits.to_string()),
+            warn(f.retransmits),
+        );
         let naks = nak_total(f);
-        nak.push(naks.to_string(), warn(naks));
-        cnp.push(f.cnp.to_string(), warn(f.cnp));
-        ce.push(f.ecn_ce.to_string(), warn(f.ecn_ce));
+        nak.push(marked(naks, naks.to_string()), warn(naks));
+        cnp.push(marked(f.cnp, f.cnp.to_string()), warn(f.cnp));
+        ce.push(marked(f.ecn_ce, f.ecn_ce.to_string()), warn(f.ecn_ce));
         p50.push(format::ns(f.rtt_ns.p50), plain);
         p99.push(format::ns(f.rtt_ns.p99), plain);
     }
@@ -445,8 +476,9 @@ fn draw_help(frame: &mut Frame) {
         Line::from("NAK: all NAK classes; CE: ECN congestion marks; p50/p99:"),
         Line::from("request -> answer latency seen at this observation point."),
         Line::from(""),
-        Line::from("! marks a flow with gaps, retransmissions, NAKs, CNPs, CE"),
-        Line::from("marks or an alert; sort \"problems\" lists them first."),
+        Line::from("! marks a problem (and colour, unless NO_COLOR/--color never):"),
+        Line::from("a count, and in the first column a flow with gaps, retx, NAKs,"),
+        Line::from("CNPs, CE marks or an alert; sort \"problems\" lists them first."),
         Line::from(""),
         Line::from("q/Esc quit   tab, 1-4 switch view   j/k or arrows move"),
         Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),

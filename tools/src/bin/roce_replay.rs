@@ -5,7 +5,7 @@
 //!
 //! usage: roce-replay IFACE PCAP [PPS] [PMTU]     (runs until killed)
 
-use std::{collections::HashMap, net::IpAddr, time::Duration};
+use std::{cell::Cell, collections::HashMap, net::IpAddr, time::Duration};
 
 use anyhow::{Context as _, bail};
 use roce_observer::{
@@ -14,28 +14,30 @@ use roce_observer::{
 };
 use roce_observer_common::{
     FlowStats, account,
-    headers::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN},
+    headers::{Bth, Header},
     opcode::{self, PsnSpace},
-    parse::{Frame, parse},
+    parse::{Frame, PacketView, parse},
     psn::{PSN_MASK, psn_diff},
 };
 
 type FlowId = (IpAddr, IpAddr, u32);
 
-/// Offset of the BTH in a frame the parser called RoCE.
-fn bth_offset(f: &[u8]) -> Option<usize> {
-    let mut off = 14;
-    let mut ethertype = u16::from_be_bytes([*f.get(12)?, *f.get(13)?]);
-    while ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
-        ethertype = u16::from_be_bytes([*f.get(off + 2)?, *f.get(off + 3)?]);
-        off += 4;
+/// A captured frame that remembers where the parser found the BTH (where the PSN is patched).
+struct BthView<'a> {
+    view: SliceView<'a>,
+    bth: Cell<Option<usize>>,
+}
+
+impl PacketView for BthView<'_> {
+    fn frame_len(&self) -> u32 {
+        self.view.frame_len()
     }
-    off += match ethertype {
-        ETHERTYPE_IPV4 => usize::from(f.get(off)? & 0x0f) * 4,
-        ETHERTYPE_IPV6 => 40,
-        _ => return None,
-    };
-    Some(off + 8)
+    fn load<T: Header>(&self, offset: usize) -> Option<T> {
+        self.view.load(offset)
+    }
+    fn bth_at(&self, offset: usize) {
+        self.bth.set(Some(offset));
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,13 +48,14 @@ fn main() -> anyhow::Result<()> {
     let (iface, pcap) = (&args[1], std::path::Path::new(&args[2]));
     let pps: u64 = args.get(3).map_or(Ok(2000), |s| s.parse())?;
     let pmtu: u32 = args.get(4).map_or(Ok(4096), |s| s.parse())?;
-    let frames = integration_tests::read_frames(pcap)?;
+    let frames = roce_observer_tools::read_frames(pcap)?;
 
     // Pass 1: each request stream's length (first PSN to the next expected one), and which
     // request stream every response flow answers (the peer QPs the engine learns).
     let mut stats: HashMap<FlowId, (u32, FlowStats)> = HashMap::new();
-    // Per frame: (flow, opcode, PSN) of a RoCE frame, parsed once here, not on every pass.
-    let mut roce: Vec<Option<(FlowId, u8, u32)>> = Vec::with_capacity(frames.len());
+    // Per frame: (flow, opcode, PSN, BTH offset) of a RoCE frame, parsed once here, not on
+    // every pass.
+    let mut roce: Vec<Option<(FlowId, u8, u32, usize)>> = Vec::with_capacity(frames.len());
     let mut engine = Engine::new(EngineConfig {
         pmtu,
         pmtu_explicit: true,
@@ -61,15 +64,22 @@ fn main() -> anyhow::Result<()> {
     for f in &frames {
         engine.ingest_frame(0, f, f.len() as u32, 0);
         roce.push(None);
-        if let Frame::Roce {
-            src_ip,
-            dst_ip,
-            pkt,
-        } = parse(&SliceView::new(f, f.len() as u32), 4791)
+        let view = BthView {
+            view: SliceView::new(f, f.len() as u32),
+            bth: Cell::new(None),
+        };
+        if let (
+            Frame::Roce {
+                src_ip,
+                dst_ip,
+                pkt,
+            },
+            Some(bth),
+        ) = (parse(&view, 4791), view.bth.get())
         {
             let id = (show_ip(src_ip), show_ip(dst_ip), pkt.dst_qp);
             if let Some(last) = roce.last_mut() {
-                *last = Some((id, pkt.opcode, pkt.psn));
+                *last = Some((id, pkt.opcode, pkt.psn, bth));
             }
             let entry = stats
                 .entry(id)
@@ -102,15 +112,15 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .zip(&roce)
         .map(|(f, r)| {
-            let (id, op, psn) = (*r)?;
+            let (id, op, psn, b) = (*r)?;
             let stream = match opcode::psn_space(op) {
                 PsnSpace::Request => Some(id),
                 PsnSpace::ReadResponse | PsnSpace::Ack => answers.get(&id).copied(),
                 PsnSpace::None => None,
             };
             let shift = stream.and_then(|s| span.get(&s)).copied().unwrap_or(0);
-            let b = bth_offset(f).filter(|b| b + 12 <= f.len())?;
-            Some((b, psn, shift))
+            // the parser loaded the whole BTH at `b`, so the PSN bytes are inside the frame
+            (b + Bth::LEN <= f.len()).then_some((b, psn, shift))
         })
         .collect();
 

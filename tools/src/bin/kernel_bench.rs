@@ -5,51 +5,16 @@
 //! Numbers, not assertions: these machines are shared and noisy.
 
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
+use roce_observer_common::frames::{RoceFrame, pfc_frame};
 
-fn frame(opcode: u8, ext: &[u8], payload: usize, tos: u8) -> Vec<u8> {
-    let udp_len = 8 + 12 + ext.len() + payload + 4;
-    let ip_len = 20 + udp_len;
-    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
-    f.extend_from_slice(&[
-        0x45,
+/// A frame 192.0.2.1 -> 192.0.2.2 to QP 0x11, PSN 0x1000, from UDP port 49153.
+fn frame(opcode: u8, payload: usize, tos: u8) -> RoceFrame {
+    RoceFrame {
         tos,
-        (ip_len >> 8) as u8,
-        ip_len as u8,
-        0,
-        1,
-        0x40,
-        0,
-        64,
-        17,
-        0,
-        0,
-    ]);
-    f.extend_from_slice(&[192, 0, 2, 1, 192, 0, 2, 2]);
-    f.extend_from_slice(&[
-        0xc0,
-        0x01,
-        0x12,
-        0xb7,
-        (udp_len >> 8) as u8,
-        udp_len as u8,
-        0,
-        0,
-    ]);
-    f.extend_from_slice(&[opcode, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0x10, 0x00]);
-    f.extend_from_slice(ext);
-    f.resize(f.len() + payload + 4, 0);
-    f
-}
-
-fn pfc_frame() -> Vec<u8> {
-    let mut f = vec![
-        0x01, 0x80, 0xc2, 0, 0, 1, 2, 0, 0, 0, 0, 1, 0x88, 0x08, 0x01, 0x01, 0, 0xff,
-    ];
-    for _ in 0..8 {
-        f.extend_from_slice(&[0xff, 0xff]);
+        udp_sport: 0xc001,
+        payload,
+        ..RoceFrame::new(opcode, 0x11, 0x1000)
     }
-    f.resize(60, 0);
-    f
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,31 +25,41 @@ fn main() -> anyhow::Result<()> {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         (
             "UD SEND_ONLY 4096 B (data path, no event)",
-            frame(0x64, &[0; 8], 4096, 0x6a),
+            frame(0x64, 4096, 0x6a).build(),
         ),
         (
             "UD SEND_ONLY 64 B (data path, no event)",
-            frame(0x64, &[0; 8], 64, 0x6a),
+            frame(0x64, 64, 0x6a).build(),
         ),
         (
             "RC ACKNOWLEDGE (AETH, latency lookup)",
-            frame(0x11, &[0x1f, 0, 0, 1], 0, 0x68),
+            RoceFrame {
+                syndrome: 0x1f,
+                ..frame(0x11, 0, 0x68)
+            }
+            .build(),
         ),
         (
             "RC WRITE_MIDDLE resent (retransmit event)",
-            frame(0x07, &[], 1024, 0x6a),
+            frame(0x07, 1024, 0x6a).build(),
         ),
         (
+            // the CNP's 16 reserved bytes stand where the old builder put 16 bytes of payload
             "CNP (one event each; ring fills in a storm)",
-            frame(0x81, &[], 16, 0xc0),
+            frame(0x81, 0, 0xc0).build(),
         ),
-        ("PFC XOFF, 8 priorities (map + event)", pfc_frame()),
-        ("non-RoCE UDP (parse only)", {
-            let mut f = frame(0x04, &[], 64, 0);
-            f[36] = 0x30; // destination port 12345
-            f[37] = 0x39;
-            f
-        }),
+        (
+            "PFC XOFF, 8 priorities (map + event)",
+            pfc_frame(1, 0x00ff, [0xffff; 8]),
+        ),
+        (
+            "non-RoCE UDP (parse only)",
+            RoceFrame {
+                udp_dport: 12345,
+                ..frame(0x04, 64, 0)
+            }
+            .build(),
+        ),
     ];
     let mut src = KernelSource::load(&KernelOptions::default())?;
     println!("kernel per-packet cost, {repeat} runs per case (BPF_PROG_TEST_RUN timing)");

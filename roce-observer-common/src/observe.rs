@@ -1,0 +1,272 @@
+//! The whole per-packet observation, run by the kernel programs on every frame and by the engine
+//! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
+//! the outcome into events, time requests and match their answers (Karn's rule, peer QPs), and
+//! account PFC and PAUSE frames per priority (docs/metrics.md).
+//!
+//! The tables it works on are behind two small traits, implemented once by the BPF maps
+//! (roce-observer-ebpf/src/observe.rs) and once by the engine's hash maps
+//! (roce-observer/src/engine/capture.rs). Everything here is `#[inline(always)]`, loops are
+//! bounded and no large value is copied: it must pass the BPF verifier within 512 bytes of stack
+//! (the TC program uses 472). Mind the shape when changing it: passing the parsed `Frame` into
+//! `observe` as an argument, instead of matching on `Tables::parse` here, cost enough stack to
+//! overflow it.
+
+use crate::{
+    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    account::{Outcome, RocePacket, account, learn_peer},
+    headers::PfcBody,
+    latency::{PendingKey, PendingValue},
+    parse::{Frame, PacketView},
+    pfc::PRIORITY_LINK,
+    psn::PsnVerdict,
+};
+
+/// A flow's entry as [`Flows::entry`] finds or makes it.
+pub enum Entry<'a> {
+    Found(&'a mut FlowStats),
+    /// Inserted just now, all zero: `observe` initialises it and reports the new flow.
+    New(&'a mut FlowStats),
+    /// Absent, and the table has no room: the packet is counted in `map_full`.
+    Full,
+}
+
+/// The flow table. Kept apart from [`Tables`] because a flow's entry stays borrowed while the
+/// other tables are used (matching an answer to its request updates both).
+pub trait Flows {
+    /// The entry of `key`, inserted when absent.
+    fn entry(&mut self, key: &FlowKey) -> Entry<'_>;
+    /// The entry of `key` if present (never inserts).
+    fn get(&mut self, key: &FlowKey) -> Option<&mut FlowStats>;
+}
+
+/// What an insert-if-absent did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    Added,
+    /// An entry was there already and was kept.
+    Present,
+    /// No room: counted in `pending_full`.
+    Full,
+}
+
+/// Everything else `observe` reads and writes: the parser and path MTU in use, timestamped
+/// requests, PFC entries, counters, events and the clocks.
+pub trait Tables {
+    /// Parse one frame: the kernel runs `parse::parse`; the engine unwraps mirrored frames
+    /// (`parse::parse_mirrored`) and learns the path MTU from what it parsed.
+    fn parse<P: PacketView>(&mut self, p: &P) -> Frame;
+    /// Path MTU for READ PSN reservations.
+    fn pmtu(&self) -> u32;
+    /// Time for flow and PFC first/last times (kernel: the coarse monotonic clock).
+    fn coarse_ns(&self) -> u64;
+    /// Time for request timestamps and latency samples (kernel: the precise clock).
+    fn precise_ns(&self) -> u64;
+    /// One more `counter` in `direction`.
+    fn count(&mut self, counter: Counter, direction: u8);
+    /// Store `value` under `key` unless an entry is there (a retransmitted request keeps its
+    /// first timestamp).
+    fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored;
+    /// Remove and return the request waiting under `key`; `None` when absent or when another
+    /// CPU took it first (that CPU then reports the sample).
+    fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue>;
+    /// The entry of `key`, inserted when absent; `None` when the table has no room.
+    fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats>;
+    /// Emit one event for a packet seen in `direction`: a record that is all zero but for the
+    /// event time, filled in place by `fill` (one of the `Event::set_*` writers; the kernel
+    /// fills its ring-buffer slot, with no copy on the BPF stack). A lost event is counted in
+    /// `ringbuf_full`.
+    fn emit(&mut self, direction: u8, fill: impl FnOnce(&mut Event));
+    /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
+    /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
+    #[inline(always)]
+    fn accounted(&mut self, _key: &FlowKey, _pkt: &RocePacket, _out: &Outcome) {}
+}
+
+/// Observe one frame seen on `ifindex` in `direction` (a `Direction` as u8).
+#[inline(always)]
+pub fn observe<P: PacketView, F: Flows, T: Tables>(
+    p: &P,
+    flows: &mut F,
+    t: &mut T,
+    ifindex: u32,
+    direction: u8,
+) {
+    t.count(Counter::TotalPackets, direction);
+    match t.parse(p) {
+        Frame::Roce {
+            src_ip,
+            dst_ip,
+            pkt,
+        } => {
+            t.count(Counter::RocePackets, direction);
+            let key = FlowKey {
+                src_ip,
+                dst_ip,
+                dst_qp: pkt.dst_qp,
+                ifindex,
+                direction,
+                _pad: [0; 3],
+            };
+            on_roce(flows, t, &key, &pkt);
+        }
+        Frame::Pfc {
+            src_mac,
+            class_enable,
+            body,
+        } => {
+            t.count(Counter::PfcFrames, direction);
+            on_pfc(t, ifindex, direction, src_mac, class_enable, &body);
+        }
+        Frame::Pause { src_mac, quanta } => {
+            t.count(Counter::Pause8023x, direction);
+            on_pause(t, ifindex, direction, src_mac, quanta);
+        }
+        Frame::Other(class) => t.count(class, direction),
+    }
+}
+
+#[inline(always)]
+fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &RocePacket) {
+    let now = t.coarse_ns();
+    let stats = match flows.entry(key) {
+        Entry::Found(stats) => stats,
+        Entry::New(stats) => {
+            stats.init(now);
+            t.emit(key.direction, |ev| ev.set_new_flow(key));
+            stats
+        }
+        Entry::Full => {
+            t.count(Counter::MapFull, key.direction);
+            return;
+        }
+    };
+    let out = account(stats, pkt, t.pmtu(), now);
+    t.accounted(key, pkt, &out);
+    match out.psn {
+        PsnVerdict::InOrder => {}
+        PsnVerdict::Gap {
+            expected,
+            got,
+            missing,
+        } => t.emit(key.direction, |ev| {
+            ev.set_psn_gap(key, expected, got, missing, out.response)
+        }),
+        PsnVerdict::Retransmit { highest, got } => t.emit(key.direction, |ev| {
+            ev.set_psn_retransmit(key, highest, got, out.response)
+        }),
+    }
+    if out.nak {
+        t.emit(key.direction, |ev| ev.set_nak(key, pkt.psn, pkt.syndrome));
+    }
+    if out.cnp {
+        t.emit(key.direction, |ev| ev.set_cnp(key, pkt.psn));
+    }
+
+    // Latency (docs/metrics.md, "Latency"): timestamp requests that ask for an answer, match
+    // answers to them.
+    if pkt.wants_timestamp() {
+        // Karn's rule: a retransmitted request is not timestamped (its answer could belong to
+        // either transmission).
+        if matches!(out.psn, PsnVerdict::Retransmit { .. }) {
+            return;
+        }
+        let pending = PendingKey {
+            requester: key.src_ip,
+            responder: key.dst_ip,
+            ifindex: key.ifindex,
+            psn: pkt.psn,
+        };
+        let value = PendingValue {
+            ts_ns: t.precise_ns(),
+            dst_qp: key.dst_qp,
+            direction: key.direction,
+            _pad: [0; 3],
+        };
+        if t.pending_insert(&pending, &value) == Stored::Full {
+            t.count(Counter::PendingFull, key.direction);
+        }
+    } else if pkt.answers_request() {
+        let pending = PendingKey {
+            requester: key.dst_ip,
+            responder: key.src_ip,
+            ifindex: key.ifindex,
+            psn: pkt.psn,
+        };
+        let Some(request) = t.pending_take(&pending) else {
+            return;
+        };
+        let rtt = t.precise_ns().saturating_sub(request.ts_ns);
+        // The request's destination QP is the responder's QP (this flow's peer); the answer's
+        // destination QP is the requester's.
+        learn_peer(stats, request.dst_qp);
+        let request_flow = FlowKey {
+            src_ip: key.dst_ip,
+            dst_ip: key.src_ip,
+            dst_qp: request.dst_qp,
+            ifindex: key.ifindex,
+            direction: request.direction,
+            _pad: [0; 3],
+        };
+        if let Some(request_stats) = flows.get(&request_flow) {
+            learn_peer(request_stats, pkt.dst_qp);
+        }
+        t.emit(key.direction, |ev| {
+            ev.set_latency(&request_flow, rtt, pkt.dst_qp)
+        });
+    }
+}
+
+#[inline(always)]
+fn pfc_account<T: Tables>(t: &mut T, key: &PfcKey, quanta: u16, now: u64) {
+    match t.pfc(key) {
+        Some(entry) => entry.account(quanta, now),
+        None => t.count(Counter::MapFull, key.direction),
+    }
+}
+
+#[inline(always)]
+fn on_pfc<T: Tables>(
+    t: &mut T,
+    ifindex: u32,
+    direction: u8,
+    src_mac: [u8; 6],
+    class_enable: u16,
+    body: &PfcBody,
+) {
+    let now = t.coarse_ns();
+    let mut key = PfcKey {
+        ifindex,
+        direction,
+        priority: 0,
+        src_mac,
+    };
+    let mut quanta = [0u16; 8];
+    // A bounded loop over the eight priorities (the verifier accepts it unrolled).
+    let mut prio = 0;
+    while prio < 8 {
+        if class_enable & (1 << prio) != 0 {
+            key.priority = prio as u8;
+            quanta[prio] = body.quanta(prio);
+            pfc_account(t, &key, quanta[prio], now);
+        }
+        prio += 1;
+    }
+    t.emit(direction, |ev| {
+        ev.set_pfc(ifindex, direction, src_mac, class_enable, &quanta)
+    });
+}
+
+#[inline(always)]
+fn on_pause<T: Tables>(t: &mut T, ifindex: u32, direction: u8, src_mac: [u8; 6], quanta: u16) {
+    let key = PfcKey {
+        ifindex,
+        direction,
+        priority: PRIORITY_LINK,
+        src_mac,
+    };
+    let now = t.coarse_ns();
+    pfc_account(t, &key, quanta, now);
+    t.emit(direction, |ev| {
+        ev.set_pause(ifindex, direction, src_mac, quanta)
+    });
+}
