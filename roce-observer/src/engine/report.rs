@@ -10,7 +10,7 @@ use roce_observer_common::{
 
 use super::{
     DIRECTIONS, Engine,
-    alerts::{Alert, Subject, ce_without_cnp},
+    alerts::{Alert, Subject, ce_without_cnp, flow_problems},
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
     flows::{self, FlowEntry},
@@ -154,7 +154,12 @@ impl Engine {
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
         let table = self.flows.iter().map(|(k, e)| (k, &e.stats));
-        alerts.extend(ce_without_cnp(table).iter().map(|a| self.alert_snapshot(a)));
+        alerts.extend(
+            ce_without_cnp(table.clone())
+                .iter()
+                .chain(&flow_problems(table))
+                .map(|a| self.alert_snapshot(a)),
+        );
         alerts.sort_by(|a, b| {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });
@@ -164,6 +169,7 @@ impl Engine {
             .iter()
             .filter(|(_, e)| e.stats.packets > 0)
             .map(|(k, e)| FlowLoad {
+                dst_qp: k.dst_qp,
                 tuple: FiveTuple {
                     src: show_ip(k.src_ip),
                     dst: show_ip(k.dst_ip),

@@ -169,19 +169,37 @@ fn ecmp_view() {
     insta::assert_snapshot!(render(&app));
 }
 
-/// Without alerts: the table is empty (mixed_demo keeps to the lossless class and answers
-/// every CE mark with a CNP).
+/// The mixed_demo capture has PSN gaps, retransmissions, a NAK, CNPs and CE marks: the alert
+/// list names exactly the flows the flow table marks as problems.
 #[test]
-fn alerts_view_without_alerts() {
+fn alerts_name_every_problem_flow() {
     let snap = fixture_snapshot("mixed_demo");
-    assert!(snap.alerts.is_empty());
-    let mut app = App::new("veth0".into(), snap);
+    let app = App::new("veth0".into(), snap.clone());
+    let mut marked: Vec<String> = snap
+        .flows
+        .iter()
+        .filter(|f| App::is_problem(f))
+        .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
+        .collect();
+    let mut named: Vec<String> = snap
+        .alerts
+        .iter()
+        .filter_map(|a| a.flow.as_ref())
+        .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
+        .collect();
+    marked.sort();
+    named.sort();
+    named.dedup();
+    assert!(marked.len() >= 4, "{marked:?}");
+    assert_eq!(marked, named);
+    assert_eq!(app.problem.iter().filter(|p| **p).count(), marked.len());
+    let mut app = app;
     app.update(Action::SelectTab(Tab::Alerts));
     insta::assert_snapshot!(render(&app));
 }
 
 /// Alert rows raised by the engine's rules on the ipv6 fixture: a frame on DSCP 34 (outside
-/// the lossless class), a Not-ECT one, a CE mark no CNP answers, and, with a latency threshold
+/// the lossless class), a Not-ECT one, a CE mark (congestion) no CNP answers, and, with a latency threshold
 /// of 22 us, its 25 us READ response.
 #[test]
 fn alerts_view_with_alerts() {
@@ -198,6 +216,7 @@ fn alerts_view_with_alerts() {
         kinds,
         [
             "ce_without_cnp",
+            "congestion",
             "high_latency",
             "non_lossless_class",
             "not_ect"

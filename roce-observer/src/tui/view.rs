@@ -416,18 +416,43 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     let plain = Style::new();
     let mut kind = Column::new("kind", 0);
     let mut count = Column::new("count", 1);
+    let mut subject = Column::new("subject", 0);
     let mut reason = Column::new("reason", 0).fill();
     for a in &app.snapshot.alerts {
         kind.push(a.kind.into(), plain);
         count.push(a.count.to_string(), plain);
+        let about = match (&a.flow, &a.pfc) {
+            (Some(f), _) => format!("{} -> {} {}", f.src_ip, f.dst_ip, format::qp(f.dst_qp)),
+            (None, Some(p)) => format!(
+                "{} prio {}",
+                p.src_mac,
+                p.priority.map_or("link".into(), |v| v.to_string())
+            ),
+            (None, None) => String::new(),
+        };
+        subject.push(about, plain);
         reason.push(a.reason.clone(), plain);
     }
-    let (header, rows, widths) = columns::table(vec![kind, count, reason], area.width);
+    let (header, rows, widths) = columns::table(vec![kind, count, subject, reason], area.width);
     let table = Table::new(rows, widths)
         .header(header)
         .block(Block::new().borders(Borders::TOP).title(" diagnostics "))
         .row_highlight_style(HIGHLIGHT);
-    frame.render_stateful_widget(table, area, &mut table_state(app.selected));
+    // The selected alert's reason in full, wrapped (the table cuts it at the edge).
+    let [list, full] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
+    frame.render_stateful_widget(table, list, &mut table_state(app.selected));
+    if let Some(a) = app.snapshot.alerts.get(app.selected) {
+        frame.render_widget(
+            Paragraph::new(a.reason.clone())
+                .block(
+                    Block::new()
+                        .borders(Borders::TOP)
+                        .title(format!(" {} ", a.kind)),
+                )
+                .wrap(Wrap { trim: true }),
+            full,
+        );
+    }
 }
 
 fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
