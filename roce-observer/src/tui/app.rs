@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
+use super::history::History;
 use crate::engine::snapshot::{FlowSnapshot, Snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,6 +146,8 @@ pub struct App {
     pub filter: String,
     /// Keys go to the filter text until Enter or Esc.
     pub typing_filter: bool,
+    /// What the snapshots showed over the last intervals (recorded even while paused).
+    pub history: History,
 }
 
 impl App {
@@ -165,7 +168,9 @@ impl App {
             problem: Vec::new(),
             filter: String::new(),
             typing_filter: false,
+            history: History::default(),
         };
+        app.history.record(&app.snapshot);
         app.reorder();
         app
     }
@@ -283,6 +288,7 @@ impl App {
             Action::Redraw => {}
             Action::SourceEnded => self.ended = true,
             Action::Snapshot(snapshot) => {
+                self.history.record(&snapshot);
                 if self.paused {
                     self.held = Some(snapshot);
                 } else {

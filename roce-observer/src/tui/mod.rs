@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod columns;
+pub mod history;
 pub mod view;
 
 #[cfg(test)]

@@ -312,3 +312,72 @@ fn slash_filters_flows() {
     );
     assert!(!app.order.is_empty());
 }
+
+/// A fixture cut into `parts` report intervals by frame count, as the live loop would see it:
+/// a snapshot at the end of each, then a new interval.
+fn interval_snapshots(name: &str, parts: usize) -> Vec<crate::engine::snapshot::Snapshot> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(format!("{name}.pcap"));
+    let frames = {
+        let mut v = Vec::new();
+        let end = wire::capture::read_capture(
+            std::fs::File::open(&path).expect("fixture"),
+            |_| {},
+            |f| v.push((f.ts_ns, f.data.to_vec(), f.orig_len, f.iface)),
+        );
+        assert!(end.error.is_none());
+        v
+    };
+    let mut engine = Engine::new(EngineConfig::default());
+    let per = frames.len().div_ceil(parts);
+    let mut out = Vec::new();
+    for chunk in frames.chunks(per) {
+        for (ts, data, len, iface) in chunk {
+            engine.ingest_frame(*ts, data, *len, *iface);
+        }
+        let now = chunk.last().map_or(0, |f| f.0);
+        out.push(engine.snapshot(now));
+        engine.begin_interval(now);
+    }
+    out
+}
+
+/// The history keeps one sample per interval; counters become per-interval increments that
+/// add up to the flow's total, and the detail pane draws them as sparklines.
+#[test]
+fn detail_pane_charts_the_selected_flow_over_intervals() {
+    let snaps = interval_snapshots("mixed_demo", 8);
+    let mut app = App::new("veth0, veth1".into(), snaps[0].clone());
+    for s in &snaps[1..] {
+        app.update(Action::Snapshot(Box::new(s.clone())));
+    }
+    let last = snaps.last().expect("snapshots");
+    for f in &last.flows {
+        let h = &app.history.flows[&super::history::flow_id(f)];
+        assert_eq!(h.rate_bps.len(), snaps.len().min(8));
+        assert_eq!(h.ce.last(100).iter().sum::<u64>(), f.ecn_ce, "{f:?}");
+        assert_eq!(h.cnp.last(100).iter().sum::<u64>(), f.cnp);
+        assert_eq!(h.retransmits.last(100).iter().sum::<u64>(), f.retransmits);
+    }
+    assert_eq!(app.history.total_bps.len(), snaps.len());
+    app.update(Action::ToggleDetail);
+    let screen = render_at(&app, 100, 30);
+    assert!(screen.contains("rate ") && screen.contains("CE/CNP ") && screen.contains("p99 "));
+    insta::assert_snapshot!(screen);
+}
+
+#[test]
+fn pfc_view_shows_pause_time_per_interval() {
+    let snaps = interval_snapshots("pfc", 4);
+    let mut app = App::new("veth0".into(), snaps[0].clone());
+    for s in &snaps[1..] {
+        app.update(Action::Snapshot(Box::new(s.clone())));
+    }
+    for p in &snaps.last().expect("snapshots").pfc {
+        let series = &app.history.pfc_paused_us[&super::history::pfc_id(p)];
+        assert!(series.len() <= snaps.len() && !series.is_empty());
+    }
+    app.update(Action::SelectTab(Tab::Pfc));
+    insta::assert_snapshot!(render_at(&app, 120, 24));
+}

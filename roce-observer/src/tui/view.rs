@@ -5,12 +5,13 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Clear, Paragraph, Table, TableState, Tabs, Wrap},
+    widgets::{Block, Borders, Clear, Paragraph, Sparkline, Table, TableState, Tabs, Wrap},
 };
 
 use super::{
     app::{App, Tab, nak_total},
     columns::{self, Column},
+    history::{DEPTH, FlowHistory, bars, flow_id, pfc_id},
 };
 use crate::format;
 
@@ -21,6 +22,9 @@ const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 /// in the first column of a flow that has one (or that an alert names).
 pub const MARK: &str = "!";
 
+/// Intervals in the header's throughput trend and the PFC view's pause trend.
+const HEADER_TREND: usize = 16;
+
 /// `text`, marked as a problem when `n` is not zero.
 fn marked(n: u64, text: String) -> String {
     if n > 0 { format!("{MARK}{text}") } else { text }
@@ -28,7 +32,7 @@ fn marked(n: u64, text: String) -> String {
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let detail_height = if app.detail && app.tab == Tab::Flows {
-        9
+        12
     } else {
         0
     };
@@ -85,6 +89,17 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         (
             Span::raw(format!("PAUSE {}", format::count(s.pause_8023x))),
             4,
+        ),
+        (
+            Span::styled(
+                format!(
+                    "{} {}",
+                    bars(&app.history.total_bps.last(HEADER_TREND)),
+                    format::rate(app.history.total_bps.latest().unwrap_or(0) as f64)
+                ),
+                Style::new().fg(Color::Cyan),
+            ),
+            3,
         ),
     ];
     if app.paused {
@@ -252,12 +267,74 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_stateful_widget(table, area, &mut table_state(app.selected));
 }
 
+/// The selected flow's series over the last intervals, one row each: label, then a sparkline.
+fn draw_charts(frame: &mut Frame, h: &FlowHistory, area: Rect) {
+    let ce_cnp: Vec<u64> =
+        h.ce.last(DEPTH)
+            .iter()
+            .zip(h.cnp.last(DEPTH))
+            .map(|(ce, cnp)| ce + cnp)
+            .collect();
+    let rows = [
+        (
+            format!(
+                "rate {}",
+                format::rate(h.rate_bps.latest().unwrap_or(0) as f64)
+            ),
+            h.rate_bps.last(DEPTH),
+            Color::Cyan,
+        ),
+        (
+            format!(
+                "CE/CNP {}/{}",
+                h.ce.latest().unwrap_or(0),
+                h.cnp.latest().unwrap_or(0)
+            ),
+            ce_cnp,
+            Color::Yellow,
+        ),
+        (
+            format!("retx {}", h.retransmits.latest().unwrap_or(0)),
+            h.retransmits.last(DEPTH),
+            Color::Red,
+        ),
+        (
+            format!("p99 {}", format::ns(h.p99_ns.latest().filter(|v| *v > 0))),
+            h.p99_ns.last(DEPTH),
+            Color::Magenta,
+        ),
+    ];
+    let areas = Layout::vertical([Constraint::Length(1); 4]).split(area);
+    for ((label, values, color), row) in rows.into_iter().zip(areas.iter()) {
+        let [name, chart] =
+            Layout::horizontal([Constraint::Length(20), Constraint::Min(1)]).areas(*row);
+        // The newest samples that fit (oldest on the left).
+        let width = usize::from(chart.width);
+        let shown = &values[values.len().saturating_sub(width)..];
+        frame.render_widget(Paragraph::new(label), name);
+        frame.render_widget(
+            Sparkline::default()
+                .data(shown.iter().copied())
+                .style(Style::new().fg(color)),
+            chart,
+        );
+    }
+}
+
 fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
-    let block = Block::new().borders(Borders::TOP).title(" detail ");
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(" detail (per interval) ");
     let Some(f) = app.selected_flow() else {
         frame.render_widget(Paragraph::new("no flow selected").block(block), area);
         return;
     };
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let [charts, area] = Layout::vertical([Constraint::Length(4), Constraint::Min(0)]).areas(inner);
+    if let Some(h) = app.history.flows.get(&flow_id(f)) {
+        draw_charts(frame, h, charts);
+    }
     let opcodes = f
         .opcodes
         .0
@@ -313,10 +390,7 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
         )),
         Line::from(format!("opcodes: {opcodes}")),
     ];
-    frame.render_widget(
-        Paragraph::new(lines).block(block).wrap(Wrap { trim: true }),
-        area,
-    );
+    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), area);
 }
 
 fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
@@ -330,7 +404,20 @@ fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
     let mut paused = Column::new("paused", 2);
     let mut fraction = Column::new("fraction", 1);
     let mut storm = Column::new("storm", 0);
+    let mut trend = Column::new("paused per interval", 3);
     for p in &app.snapshot.pfc {
+        let series = app.history.pfc_paused_us.get(&pfc_id(p));
+        trend.push(
+            series.map_or(String::new(), |s| {
+                format!(
+                    "{:<width$} {}",
+                    bars(&s.last(HEADER_TREND)),
+                    format::us(s.latest().unwrap_or(0) as f64),
+                    width = HEADER_TREND
+                )
+            }),
+            Style::new().fg(Color::Yellow),
+        );
         iface.push(format!("{}/{}", p.iface, &p.direction[..2]), plain);
         mac.push(p.src_mac.clone(), plain);
         prio.push(p.priority.map_or("link".into(), |v| v.to_string()), plain);
@@ -345,7 +432,9 @@ fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
         );
     }
     let (header, rows, widths) = columns::table(
-        vec![iface, mac, prio, xoff, xon, quanta, paused, fraction, storm],
+        vec![
+            iface, mac, prio, xoff, xon, quanta, paused, fraction, trend, storm,
+        ],
         area.width,
     );
     let title = format!(
