@@ -1,6 +1,6 @@
 //! UI state and its transitions. Pure: no terminal, no I/O, so it is unit-tested directly.
 
-use std::collections::HashSet;
+use std::{collections::HashSet, net::IpAddr};
 
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
@@ -90,7 +90,7 @@ impl SortKey {
 }
 
 /// A flow's identity across the snapshot's flows and alerts.
-type FlowId<'a> = (std::net::IpAddr, std::net::IpAddr, u32, &'a str, &'a str);
+type FlowId<'a> = (IpAddr, IpAddr, u32, &'a str, &'static str);
 
 pub fn nak_total(f: &FlowSnapshot) -> u64 {
     f.naks.total()
@@ -115,6 +115,8 @@ pub enum Action {
     Key(KeyCode, KeyModifiers),
     /// Start typing a filter (`/`).
     StartFilter,
+    /// One row per QP, or one per observation point (`m`).
+    ToggleMerge,
     /// The input ended (a capture read to its end): the last state stays on screen.
     SourceEnded,
     /// A new snapshot from the engine.
@@ -138,9 +140,13 @@ pub struct App {
     pub snapshot: Snapshot,
     /// The newest snapshot that arrived while paused, shown on resume.
     held: Option<Box<Snapshot>>,
-    /// Flow indices of `snapshot.flows` in display order (those the filter lets through).
+    /// One row per QP: each flow's observation points merged (`m`).
+    pub merged: bool,
+    /// The merged rows while `merged` is on.
+    merged_flows: Vec<FlowSnapshot>,
+    /// Flow indices of [`App::flows`] in display order (those the filter lets through).
     pub order: Vec<usize>,
-    /// Per flow of `snapshot.flows`: whether it has a problem (see [`App::is_problem`]).
+    /// Per flow of [`App::flows`]: whether it has a problem (see [`App::is_problem`]).
     pub problem: Vec<bool>,
     /// Flows shown are those whose addresses, QPs or interface contain this text.
     pub filter: String,
@@ -169,6 +175,8 @@ impl App {
             filter: String::new(),
             typing_filter: false,
             history: History::default(),
+            merged: false,
+            merged_flows: Vec::new(),
         };
         app.history.record(&app.snapshot);
         app.reorder();
@@ -185,20 +193,55 @@ impl App {
     }
 
     fn reorder(&mut self) {
-        let flows = &self.snapshot.flows;
-        // Flows an alert names (latency over the threshold among them).
+        self.merged_flows = if self.merged {
+            merge_points(&self.snapshot.flows)
+        } else {
+            Vec::new()
+        };
+        let flows: &[FlowSnapshot] = if self.merged {
+            &self.merged_flows
+        } else {
+            &self.snapshot.flows
+        };
+        // Flows an alert names (latency over the threshold among them); a merged row stands
+        // for all its observation points.
+        let merged = self.merged;
+        fn id<'a>(
+            merged: bool,
+            (src, dst, qp): (IpAddr, IpAddr, u32),
+            iface: &'a str,
+            dir: &'static str,
+        ) -> FlowId<'a> {
+            if merged {
+                (src, dst, qp, "", "")
+            } else {
+                (src, dst, qp, iface, dir)
+            }
+        }
         let alerted: HashSet<FlowId<'_>> = self
             .snapshot
             .alerts
             .iter()
             .filter_map(|a| a.flow.as_ref())
-            .map(|f| (f.src_ip, f.dst_ip, f.dst_qp, f.iface.as_str(), f.direction))
+            .map(|f| {
+                id(
+                    merged,
+                    (f.src_ip, f.dst_ip, f.dst_qp),
+                    &f.iface,
+                    f.direction,
+                )
+            })
             .collect();
-        self.problem = flows
+        let problem: Vec<bool> = flows
             .iter()
             .map(|f| {
-                let id = (f.src_ip, f.dst_ip, f.dst_qp, f.iface.as_str(), f.direction);
-                App::is_problem(f) || alerted.contains(&id)
+                App::is_problem(f)
+                    || alerted.contains(&id(
+                        merged,
+                        (f.src_ip, f.dst_ip, f.dst_qp),
+                        &f.iface,
+                        f.direction,
+                    ))
             })
             .collect();
         let needle = self.filter.to_lowercase();
@@ -206,7 +249,6 @@ impl App {
             .filter(|i| needle.is_empty() || matches_filter(&flows[*i], &needle))
             .collect();
         let key = self.sort;
-        let problem = &self.problem;
         order.sort_by(|a, b| {
             let first = if key == SortKey::Problems {
                 problem[*b].cmp(&problem[*a])
@@ -218,6 +260,7 @@ impl App {
                 .then(a.cmp(b))
         });
         self.order = order;
+        self.problem = problem;
         self.clamp();
     }
 
@@ -236,11 +279,20 @@ impl App {
         }
     }
 
+    /// The flow rows: the snapshot's, or one per QP when merged.
+    pub fn flows(&self) -> &[FlowSnapshot] {
+        if self.merged {
+            &self.merged_flows
+        } else {
+            &self.snapshot.flows
+        }
+    }
+
     /// The flow under the cursor (Flows tab).
     pub fn selected_flow(&self) -> Option<&FlowSnapshot> {
         self.order
             .get(self.selected)
-            .and_then(|i| self.snapshot.flows.get(*i))
+            .and_then(|i| self.flows().get(*i))
     }
 
     pub fn update(&mut self, action: Action) {
@@ -285,6 +337,10 @@ impl App {
                 }
             }
             Action::ToggleHelp => self.help = !self.help,
+            Action::ToggleMerge => {
+                self.merged = !self.merged;
+                self.reorder();
+            }
             Action::Redraw => {}
             Action::SourceEnded => self.ended = true,
             Action::Snapshot(snapshot) => {
@@ -342,4 +398,46 @@ fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
         fields.push(peer.to_string());
     }
     fields.iter().any(|s| s.to_lowercase().contains(needle))
+}
+
+/// One row per (source, destination, QP): a flow seen at several observation points (both ends
+/// of a link, ingress and egress) becomes one row whose counters are the largest any point saw
+/// (the same packets counted twice are not added), its interface the points joined with '+'.
+pub fn merge_points(flows: &[FlowSnapshot]) -> Vec<FlowSnapshot> {
+    let mut out: Vec<FlowSnapshot> = Vec::new();
+    // The snapshot lists a flow's points next to each other (sorted by src, dst, QP first).
+    for f in flows {
+        match out.last_mut() {
+            Some(m) if (m.src_ip, m.dst_ip, m.dst_qp) == (f.src_ip, f.dst_ip, f.dst_qp) => {
+                m.iface = format!("{}+{}", m.iface, f.iface);
+                if m.direction != f.direction {
+                    m.direction = "all";
+                }
+                m.packets = m.packets.max(f.packets);
+                m.bytes = m.bytes.max(f.bytes);
+                m.rate_bps = m.rate_bps.max(f.rate_bps);
+                m.psn_gaps = m.psn_gaps.max(f.psn_gaps);
+                m.psn_missing = m.psn_missing.max(f.psn_missing);
+                m.retransmits = m.retransmits.max(f.retransmits);
+                m.req_retransmits = m.req_retransmits.max(f.req_retransmits);
+                m.resp_retransmits = m.resp_retransmits.max(f.resp_retransmits);
+                m.cnp = m.cnp.max(f.cnp);
+                m.ecn_ce = m.ecn_ce.max(f.ecn_ce);
+                m.ecn_ect = m.ecn_ect.max(f.ecn_ect);
+                m.acks = m.acks.max(f.acks);
+                if nak_total(f) > nak_total(m) {
+                    m.naks = f.naks.clone();
+                }
+                // Latency: the point that saw the most samples.
+                if f.rtt_ns.count > m.rtt_ns.count {
+                    m.rtt_ns = f.rtt_ns.clone();
+                }
+                m.peer_qp = m.peer_qp.or(f.peer_qp);
+                m.first_ts = m.first_ts.min(f.first_ts);
+                m.last_ts = m.last_ts.max(f.last_ts);
+            }
+            _ => out.push(f.clone()),
+        }
+    }
+    out
 }

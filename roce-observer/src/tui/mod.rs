@@ -40,6 +40,7 @@ pub fn action_for_key(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> 
         KeyCode::Char('p') | KeyCode::Char(' ') => Action::TogglePause,
         KeyCode::Char('?') => Action::ToggleHelp,
         KeyCode::Char('/') => Action::StartFilter,
+        KeyCode::Char('m') => Action::ToggleMerge,
         KeyCode::Char('1') => Action::SelectTab(Tab::Flows),
         KeyCode::Char('2') => Action::SelectTab(Tab::Pfc),
         KeyCode::Char('3') => Action::SelectTab(Tab::Ecmp),

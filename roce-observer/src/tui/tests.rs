@@ -381,3 +381,44 @@ fn pfc_view_shows_pause_time_per_interval() {
     app.update(Action::SelectTab(Tab::Pfc));
     insta::assert_snapshot!(render_at(&app, 120, 24));
 }
+
+/// `m` merges the observation points of each QP: a capture seen at both ends of a link (every
+/// frame on two interfaces) shows the rows and counts of one end, marked with both names.
+#[test]
+fn merge_key_shows_one_row_per_qp() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mixed_demo.pcap");
+    let mut both = Engine::new(EngineConfig::default());
+    both.set_iface_name(0, "veth0");
+    both.set_iface_name(1, "veth1");
+    let mut last = 0;
+    let end = wire::capture::read_capture(
+        std::fs::File::open(&path).expect("fixture"),
+        |_| {},
+        |f| {
+            last = f.ts_ns;
+            both.ingest_frame(f.ts_ns, f.data, f.orig_len, 0);
+            both.ingest_frame(f.ts_ns, f.data, f.orig_len, 1);
+        },
+    );
+    assert!(end.error.is_none());
+    let one = fixture_snapshot("mixed_demo");
+    let mut app = App::new("veth0, veth1".into(), both.snapshot(last));
+    assert_eq!(app.flows().len(), 2 * one.flows.len());
+    app.update(Action::Key(
+        ratatui::crossterm::event::KeyCode::Char('m'),
+        ratatui::crossterm::event::KeyModifiers::NONE,
+    ));
+    assert!(app.merged);
+    assert_eq!(app.flows().len(), one.flows.len());
+    for (m, f) in app.flows().iter().zip(&one.flows) {
+        assert_eq!(
+            (m.dst_qp, m.packets, m.psn_gaps, m.cnp),
+            (f.dst_qp, f.packets, f.psn_gaps, f.cnp)
+        );
+        assert_eq!(m.iface, "veth0+veth1");
+    }
+    assert!(render_at(&app, 120, 30).contains("one row per QP"));
+    app.update(Action::ToggleMerge);
+    assert_eq!(app.flows().len(), 2 * one.flows.len());
+}

@@ -221,7 +221,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     let mut p50 = Column::new("p50", 9);
     let mut p99 = Column::new("p99", 6);
     for i in &app.order {
-        let Some(f) = app.snapshot.flows.get(*i) else {
+        let Some(f) = app.flows().get(*i) else {
             continue;
         };
         let problem = app.problem.get(*i).copied().unwrap_or(false);
@@ -232,7 +232,10 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         flow.push(format!("{} -> {}", f.src_ip, f.dst_ip), plain);
         qp.push(format::qp(f.dst_qp), plain);
         peer.push(f.peer_qp.map_or("-".into(), format::qp), plain);
-        seen.push(format!("{}/{}", f.iface, &f.direction[..2]), plain);
+        seen.push(
+            format!("{}/{}", f.iface, &f.direction[..2.min(f.direction.len())]),
+            plain,
+        );
         pkts.push(format::count(f.packets), plain);
         rate.push(format::rate(f.rate_bps), plain);
         gaps.push(
@@ -257,6 +260,9 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         area.width,
     );
     let mut title = format!(" flows by {} (s to change) ", app.sort.name());
+    if app.merged {
+        title.push_str("one row per QP (m to split) ");
+    }
     if !app.filter.is_empty() {
         title.push_str(&format!("matching \"{}\" ", app.filter));
     }
@@ -562,6 +568,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             ("tab/1-4 views", 2),
             ("j/k move", 3),
             ("p pause", 3),
+            ("m merge", 3),
         ];
         columns::line(
             keys.into_iter()
@@ -576,7 +583,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
 fn draw_help(frame: &mut Frame) {
     let area = frame.area();
     let w = area.width.min(64);
-    let h = area.height.min(18);
+    let h = area.height.min(19);
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -597,6 +604,7 @@ fn draw_help(frame: &mut Frame) {
         Line::from("q/Esc quit   tab, 1-4 switch view   j/k or arrows move"),
         Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),
         Line::from("/ filter by address, QP or interface (esc clears)"),
+        Line::from("m one row per QP: observation points merged, largest counts"),
         Line::from(""),
         Line::from("Every metric is defined in docs/metrics.md."),
     ];
