@@ -17,9 +17,9 @@ use tokio::{
 };
 
 use crate::{
-    engine::Engine,
+    engine::{Engine, snapshot::Snapshot},
     sink::outputs::Outputs,
-    source::{LiveSource, SourceState},
+    source::{LiveSource, SourceState, hw::NicWatch},
     tui::{self, Action, App, TerminalGuard},
 };
 
@@ -55,12 +55,24 @@ impl Ui {
     }
 }
 
-/// Timing of a live run.
-#[derive(Clone, Copy, Debug)]
+/// Timing of a live run, and what is read beside the source at every report.
 pub struct Schedule {
     pub interval: Duration,
     /// Stop at the first report after this long (default: until stopped or the input ends).
     pub duration: Option<Duration>,
+    /// The host's RDMA NIC counters, attached to every snapshot (`nic` in the JSON).
+    pub nic: Option<NicWatch>,
+}
+
+impl Schedule {
+    /// The engine's snapshot at `now`, with the NIC counters read now.
+    fn snapshot(&mut self, engine: &Engine, now: u64) -> Snapshot {
+        let mut snap = engine.snapshot(now);
+        if let Some(nic) = self.nic.as_mut() {
+            snap.nic = nic.sample();
+        }
+        snap
+    }
 }
 
 struct Fd(RawFd);
@@ -94,7 +106,7 @@ pub async fn run_live<S: LiveSource>(
     engine: &mut Engine,
     mut outputs: Outputs,
     mut ui: Option<Ui>,
-    schedule: Schedule,
+    mut schedule: Schedule,
     stop: impl Future<Output = ()>,
     stdout: &mut dyn Write,
 ) -> anyhow::Result<Vec<String>> {
@@ -118,7 +130,7 @@ pub async fn run_live<S: LiveSource>(
             ready = readable(events.as_ref()), if !ended => {
                 ready.context("polling the source")?;
                 if src.pump(engine)? == SourceState::Ended {
-                    if !show_end(src, engine, ui.as_mut())? {
+                    if !show_end(src, engine, ui.as_mut(), &mut schedule)? {
                         break;
                     }
                     ended = true;
@@ -136,7 +148,7 @@ pub async fn run_live<S: LiveSource>(
             _ = tick.tick(), if !ended => {
                 let state = src.refresh(engine)?;
                 let now = src.now_ns();
-                let snap = engine.snapshot(now);
+                let snap = schedule.snapshot(engine, now);
                 outputs.interval(&snap, stdout)?;
                 if let Some(ui) = ui.as_mut() {
                     ui.app.update(Action::Snapshot(Box::new(snap)));
@@ -151,7 +163,7 @@ pub async fn run_live<S: LiveSource>(
                     break;
                 }
                 if state == SourceState::Ended {
-                    if !show_end(src, engine, ui.as_mut())? {
+                    if !show_end(src, engine, ui.as_mut(), &mut schedule)? {
                         break;
                     }
                     ended = true;
@@ -165,7 +177,7 @@ pub async fn run_live<S: LiveSource>(
     let refreshed = src.refresh(engine);
     let warnings = src.stop();
     refreshed?;
-    let snap = engine.snapshot(src.now_ns());
+    let snap = schedule.snapshot(engine, src.now_ns());
     outputs.finish(&snap, stdout)?;
     Ok(warnings)
 }
@@ -176,13 +188,14 @@ fn show_end<S: LiveSource>(
     src: &mut S,
     engine: &mut Engine,
     ui: Option<&mut Ui>,
+    schedule: &mut Schedule,
 ) -> anyhow::Result<bool> {
     let Some(ui) = ui else {
         return Ok(false);
     };
     src.refresh(engine)?;
-    ui.app
-        .update(Action::Snapshot(Box::new(engine.snapshot(src.now_ns()))));
+    let snap = schedule.snapshot(engine, src.now_ns());
+    ui.app.update(Action::Snapshot(Box::new(snap)));
     ui.app.update(Action::SourceEnded);
     ui.draw()?;
     Ok(true)
@@ -273,6 +286,7 @@ mod tests {
         let schedule = Schedule {
             interval: Duration::from_millis(1),
             duration: None,
+            nic: None,
         };
         let warnings = rt
             .block_on(run_live(
@@ -378,6 +392,7 @@ mod tests {
             Schedule {
                 interval: Duration::from_millis(1),
                 duration: None,
+                nic: None,
             },
             std::future::pending(),
             &mut stdout,

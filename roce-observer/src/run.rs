@@ -16,6 +16,7 @@ use crate::{
     source::{
         LiveSource,
         capture::{CaptureSource, Pace},
+        hw::{DeviceChoice, NicWatch},
         kernel::{KernelOptions, KernelSource},
     },
 };
@@ -54,6 +55,17 @@ pub struct RunArgs {
     /// possible).
     #[arg(long, requires = "capture")]
     pub realtime: bool,
+    /// RDMA device whose counters (hw_counters, ethtool PFC counters) are shown beside the
+    /// wire view, or `none` [default: every device in /sys/class/infiniband, if any].
+    #[arg(long = "rdma-dev", value_name = "NAME|none")]
+    pub rdma_dev: Option<DeviceChoice>,
+    /// Where the RDMA core exposes its devices.
+    #[arg(
+        long = "rdma-sysfs",
+        value_name = "DIR",
+        default_value = "/sys/class/infiniband"
+    )]
+    pub rdma_sysfs: PathBuf,
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long)]
     pub duration: Option<f64>,
@@ -110,7 +122,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(d) => Some(Duration::try_from_secs_f64(d.max(0.0)).context("--duration")?),
         None => None,
     };
-    let schedule = Schedule { interval, duration };
+    let nic = NicWatch::start(
+        &args.rdma_sysfs,
+        args.rdma_dev.as_ref().unwrap_or(&DeviceChoice::All),
+        true,
+    )?;
+    let schedule = Schedule {
+        interval,
+        duration,
+        nic,
+    };
     let cfg = args.engine.engine_config()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -236,6 +236,7 @@ impl Engine {
             pfc,
             ecmp,
             alerts,
+            nic: Vec::new(),
         }
     }
 

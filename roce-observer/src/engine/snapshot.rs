@@ -39,6 +39,31 @@ pub struct Snapshot {
     pub latency: LatencySnapshot,
     pub ecmp: EcmpSnapshot,
     pub alerts: Vec<AlertSnapshot>,
+    /// The host's RDMA NIC counters over the interval (live runs on a host with RDMA
+    /// devices; absent otherwise). Not engine data: the live loop attaches them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nic: Vec<NicPortSnapshot>,
+}
+
+/// One NIC counter: its value, and its change over the interval.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NicCounter {
+    pub total: u64,
+    pub delta: u64,
+    pub per_s: f64,
+}
+
+/// One RDMA port's counters (`hw_counters`, `counters`) and its netdev's PFC/pause counters
+/// (`ethtool -S`), as rates over the interval.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NicPortSnapshot {
+    pub device: String,
+    pub port: u32,
+    pub netdev: Option<String>,
+    /// Wall-clock seconds the deltas cover.
+    pub interval_s: f64,
+    pub rdma: BTreeMap<String, NicCounter>,
+    pub pause: BTreeMap<String, NicCounter>,
 }
 
 /// Opcode counts in opcode order, serialized as a JSON object.

@@ -13,10 +13,11 @@ pub enum Tab {
     Pfc,
     Ecmp,
     Alerts,
+    Nic,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 4] = [Tab::Flows, Tab::Pfc, Tab::Ecmp, Tab::Alerts];
+    pub const ALL: [Tab; 5] = [Tab::Flows, Tab::Pfc, Tab::Ecmp, Tab::Alerts, Tab::Nic];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -24,6 +25,7 @@ impl Tab {
             Tab::Pfc => "PFC",
             Tab::Ecmp => "ECMP",
             Tab::Alerts => "Alerts",
+            Tab::Nic => "NIC",
         }
     }
 
@@ -189,6 +191,7 @@ impl App {
             Tab::Pfc => self.snapshot.pfc.len(),
             Tab::Ecmp => self.snapshot.ecmp.entropy.len(),
             Tab::Alerts => self.snapshot.alerts.len(),
+            Tab::Nic => nic_rows(&self.snapshot).len(),
         }
     }
 
@@ -440,4 +443,59 @@ pub fn merge_points(flows: &[FlowSnapshot]) -> Vec<FlowSnapshot> {
         }
     }
     out
+}
+
+/// One line of the NIC view.
+pub struct NicRow<'a> {
+    /// "mlx5_0/1 (ens1f0)".
+    pub port: String,
+    pub name: &'a str,
+    pub counter: &'a crate::engine::snapshot::NicCounter,
+    /// What the counter means, for the key RoCE counters; "ethtool" for pause counters.
+    pub meaning: &'static str,
+}
+
+/// The NIC view's rows: per port, the key RoCE counters first (in the order a person reads
+/// them), then every other counter that changed in the interval, then the pause counters that
+/// changed or are not zero.
+pub fn nic_rows(snap: &Snapshot) -> Vec<NicRow<'_>> {
+    use crate::source::hw::KEY_COUNTERS;
+    let mut rows = Vec::new();
+    for p in &snap.nic {
+        let port = match &p.netdev {
+            Some(nd) => format!("{}/{} ({nd})", p.device, p.port),
+            None => format!("{}/{}", p.device, p.port),
+        };
+        for (name, meaning) in KEY_COUNTERS {
+            if let Some((name, counter)) = p.rdma.get_key_value(*name) {
+                rows.push(NicRow {
+                    port: port.clone(),
+                    name,
+                    counter,
+                    meaning,
+                });
+            }
+        }
+        for (name, counter) in &p.rdma {
+            if counter.delta > 0 && !KEY_COUNTERS.iter().any(|(k, _)| k == name) {
+                rows.push(NicRow {
+                    port: port.clone(),
+                    name,
+                    counter,
+                    meaning: "",
+                });
+            }
+        }
+        for (name, counter) in &p.pause {
+            if counter.total > 0 {
+                rows.push(NicRow {
+                    port: port.clone(),
+                    name,
+                    counter,
+                    meaning: "ethtool -S",
+                });
+            }
+        }
+    }
+    rows
 }

@@ -51,6 +51,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Tab::Pfc => draw_pfc(frame, app, body),
         Tab::Ecmp => draw_ecmp(frame, app, body),
         Tab::Alerts => draw_alerts(frame, app, body),
+        Tab::Nic => draw_nic(frame, app, body),
     }
     if detail_height > 0 {
         draw_detail(frame, app, detail);
@@ -550,6 +551,51 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     }
 }
 
+fn draw_nic(frame: &mut Frame, app: &App, area: Rect) {
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(" NIC counters per interval (hw_counters, ethtool -S) ");
+    if app.snapshot.nic.is_empty() {
+        frame.render_widget(
+            Paragraph::new(
+                "No RDMA device is read: this host has none under /sys/class/infiniband, or \
+                 --rdma-dev none was given.",
+            )
+            .block(block)
+            .wrap(Wrap { trim: true }),
+            area,
+        );
+        return;
+    }
+    let plain = Style::new();
+    let mut port = Column::new("port", 1);
+    let mut name = Column::new("counter", 0);
+    let mut per_s = Column::new("per s", 0);
+    let mut delta = Column::new("interval", 2);
+    let mut total = Column::new("total", 3);
+    let mut meaning = Column::new("meaning", 4).fill();
+    for r in super::app::nic_rows(&app.snapshot) {
+        let changed = if r.counter.delta > 0 {
+            Style::new().fg(Color::Yellow)
+        } else {
+            plain
+        };
+        port.push(r.port, plain);
+        name.push(r.name.to_string(), changed);
+        per_s.push(format!("{:.1}", r.counter.per_s), changed);
+        delta.push(r.counter.delta.to_string(), changed);
+        total.push(format::count(r.counter.total), plain);
+        meaning.push(r.meaning.to_string(), plain);
+    }
+    let (header, rows, widths) =
+        columns::table(vec![port, name, per_s, delta, total, meaning], area.width);
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(block)
+        .row_highlight_style(HIGHLIGHT);
+    frame.render_stateful_widget(table, area, &mut table_state(app.selected));
+}
+
 fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     let dim = Style::new().fg(Color::DarkGray);
     let line = if app.typing_filter {
@@ -565,7 +611,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             ("s sort", 1),
             ("/ filter", 1),
             ("enter detail", 2),
-            ("tab/1-4 views", 2),
+            ("tab/1-5 views", 2),
             ("j/k move", 3),
             ("p pause", 3),
             ("m merge", 3),
@@ -601,7 +647,7 @@ fn draw_help(frame: &mut Frame) {
         Line::from("a count, and in the first column a flow with gaps, retx, NAKs,"),
         Line::from("CNPs, CE marks or an alert; sort \"problems\" lists them first."),
         Line::from(""),
-        Line::from("q/Esc quit   tab, 1-4 switch view   j/k or arrows move"),
+        Line::from("q/Esc quit   tab, 1-5 switch view   j/k or arrows move"),
         Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),
         Line::from("/ filter by address, QP or interface (esc clears)"),
         Line::from("m one row per QP: observation points merged, largest counts"),
