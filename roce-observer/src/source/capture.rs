@@ -113,6 +113,10 @@ pub struct CaptureSource {
     ended: bool,
     /// Timestamp of the newest frame taken.
     last_ts: u64,
+    pace: Pace,
+    /// At the recorded pace: the first frame's timestamp and when it was taken, so that the
+    /// capture clock runs on between frames.
+    origin: Option<(u64, Instant)>,
 }
 
 impl CaptureSource {
@@ -153,6 +157,8 @@ impl CaptureSource {
             first: None,
             ended: false,
             last_ts: 0,
+            pace,
+            origin: None,
         };
         match src.messages.recv_timeout(wait) {
             Ok(Message::End(end)) => src.first = Some(Message::End(src.check_end(end)?)),
@@ -187,6 +193,9 @@ impl CaptureSource {
                 iface,
             } => {
                 self.last_ts = self.last_ts.max(ts_ns);
+                if self.pace == Pace::Recorded && self.origin.is_none() {
+                    self.origin = Some((ts_ns, Instant::now()));
+                }
                 engine.ingest_frame(ts_ns, &data, orig_len, iface);
             }
             Message::End(end) => {
@@ -296,10 +305,17 @@ impl LiveSource for CaptureSource {
         self.drain(engine, CHANNEL_FRAMES)
     }
 
-    /// Capture time: the newest frame's timestamp (rates then cover capture time, whatever the
-    /// reading pace).
+    /// Capture time, so that rates cover capture time whatever the reading pace: the newest
+    /// frame's timestamp, or at the recorded pace the capture clock (first frame + time since),
+    /// which also runs while no frame comes.
     fn now_ns(&self) -> u64 {
-        self.last_ts
+        match self.origin {
+            Some((first, at)) if !self.ended => {
+                let running = first.saturating_add(at.elapsed().as_nanos() as u64);
+                running.max(self.last_ts)
+            }
+            _ => self.last_ts,
+        }
     }
 
     fn stop(&mut self) -> Vec<String> {
