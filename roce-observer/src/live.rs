@@ -62,6 +62,9 @@ pub struct Schedule {
     pub duration: Option<Duration>,
     /// The host's RDMA NIC counters, attached to every snapshot (`nic` in the JSON).
     pub nic: Option<NicWatch>,
+    /// Read the host's QP owners over RDMA netlink for every snapshot (`qp_owners`), keeping
+    /// those of this device only when given.
+    pub qp_owners: Option<Option<String>>,
 }
 
 impl Schedule {
@@ -70,6 +73,13 @@ impl Schedule {
         let mut snap = engine.snapshot(now);
         if let Some(nic) = self.nic.as_mut() {
             snap.nic = nic.sample();
+        }
+        if let Some(device) = &self.qp_owners {
+            // A host whose RDMA netlink cannot be read (no RDMA core) simply has no owners.
+            snap.qp_owners = crate::source::qp_owner::read_owners().unwrap_or_default();
+            if let Some(d) = device {
+                snap.qp_owners.retain(|o| &o.device == d);
+            }
         }
         snap
     }
@@ -287,6 +297,7 @@ mod tests {
             interval: Duration::from_millis(1),
             duration: None,
             nic: None,
+            qp_owners: None,
         };
         let warnings = rt
             .block_on(run_live(
@@ -393,6 +404,7 @@ mod tests {
                 interval: Duration::from_millis(1),
                 duration: None,
                 nic: None,
+                qp_owners: None,
             },
             std::future::pending(),
             &mut stdout,

@@ -127,10 +127,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         args.rdma_dev.as_ref().unwrap_or(&DeviceChoice::All),
         true,
     )?;
+    // QP owners where there are RDMA devices to own QPs (the NIC counters found some).
+    let qp_owners = nic.is_some().then(|| match &args.rdma_dev {
+        Some(DeviceChoice::Only(name)) => Some(name.clone()),
+        _ => None,
+    });
     let schedule = Schedule {
         interval,
         duration,
         nic,
+        qp_owners,
     };
     let cfg = args.engine.engine_config()?;
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -237,6 +237,7 @@ impl Engine {
             ecmp,
             alerts,
             nic: Vec::new(),
+            qp_owners: Vec::new(),
         }
     }
 

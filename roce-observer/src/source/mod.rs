@@ -5,6 +5,7 @@
 pub mod capture;
 pub mod hw;
 pub mod kernel;
+pub mod qp_owner;
 
 use std::os::fd::RawFd;
 

@@ -5,7 +5,7 @@ use std::{collections::HashSet, net::IpAddr};
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 use super::history::History;
-use crate::engine::snapshot::{FlowSnapshot, Snapshot};
+use crate::engine::snapshot::{FlowSnapshot, QpOwner, Snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tab {
@@ -249,7 +249,9 @@ impl App {
             .collect();
         let needle = self.filter.to_lowercase();
         let mut order: Vec<usize> = (0..flows.len())
-            .filter(|i| needle.is_empty() || matches_filter(&flows[*i], &needle))
+            .filter(|i| {
+                needle.is_empty() || matches_filter(&flows[*i], &self.snapshot.qp_owners, &needle)
+            })
             .collect();
         let key = self.sort;
         order.sort_by(|a, b| {
@@ -387,8 +389,8 @@ impl App {
 }
 
 /// Whether `needle` (lower case) is part of the flow's addresses, QPs (hex as shown, or
-/// decimal) or interface.
-fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
+/// decimal), interface, or owning process (command or pid).
+fn matches_filter(f: &FlowSnapshot, owners: &[QpOwner], needle: &str) -> bool {
     let mut fields = vec![
         f.src_ip.to_string(),
         f.dst_ip.to_string(),
@@ -399,6 +401,10 @@ fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
     if let Some(peer) = f.peer_qp {
         fields.push(crate::format::qp(peer));
         fields.push(peer.to_string());
+    }
+    if let Some(o) = crate::source::qp_owner::owner_of(owners, f.dst_qp, f.direction) {
+        fields.push(o.comm.clone());
+        fields.extend(o.pid.map(|p| p.to_string()));
     }
     fields.iter().any(|s| s.to_lowercase().contains(needle))
 }

@@ -464,3 +464,42 @@ fn nic_view_shows_counter_rates() {
     none.update(Action::SelectTab(Tab::Nic));
     insta::assert_snapshot!(render_at(&none, 80, 24));
 }
+
+/// QP owners (from RDMA netlink in a live run) label the flows into and out of local QPs: the
+/// process column, the detail pane with the NIC's PSNs, and `/` by command.
+#[test]
+fn qp_owners_label_flows_and_filter_by_process() {
+    use crate::engine::snapshot::QpOwner;
+    let mut snap = fixture_snapshot("psn_gap");
+    let into = snap.flows[0].dst_qp;
+    snap.qp_owners = vec![QpOwner {
+        device: "rxe0".into(),
+        port: Some(1),
+        lqpn: into,
+        rqpn: Some(0xabcdef),
+        sq_psn: Some(7),
+        rq_psn: Some(9),
+        state: Some("RTS"),
+        pid: Some(4242),
+        comm: "ib_write_bw".into(),
+    }];
+    let mut app = App::new("capture".into(), snap);
+    let screen = render_at(&app, 200, 20);
+    assert!(screen.contains("ib_write_bw/4242"), "{screen}");
+    app.update(Action::SelectTab(Tab::Flows));
+    for c in "/ib_write".chars() {
+        app.update(Action::Key(
+            ratatui::crossterm::event::KeyCode::Char(c),
+            ratatui::crossterm::event::KeyModifiers::NONE,
+        ));
+    }
+    assert_eq!(app.order.len(), 1);
+    assert_eq!(app.flows()[app.order[0]].dst_qp, into);
+    app.update(Action::ToggleDetail);
+    let screen = render_at(&app, 120, 30);
+    assert!(
+        screen.contains("owner ib_write_bw/4242 on rxe0/1")
+            && screen.contains("NIC SQ PSN 7 RQ PSN 9"),
+        "{screen}"
+    );
+}

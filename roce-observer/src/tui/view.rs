@@ -13,7 +13,7 @@ use super::{
     columns::{self, Column},
     history::{DEPTH, FlowHistory, bars, flow_id, pfc_id},
 };
-use crate::format;
+use crate::{engine::snapshot::QpOwner, format, source::qp_owner::owner_of};
 
 const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
@@ -21,6 +21,14 @@ const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 /// (NO_COLOR, `--color never`, monochrome terminals): before each count that is a problem, and
 /// in the first column of a flow that has one (or that an alert names).
 pub const MARK: &str = "!";
+
+/// "comm/pid", or the kernel module's name for a kernel QP.
+fn owner_label(o: &QpOwner) -> String {
+    match o.pid {
+        Some(pid) => format!("{}/{pid}", o.comm),
+        None => o.comm.clone(),
+    }
+}
 
 /// Intervals in the header's throughput trend and the PFC view's pause trend.
 const HEADER_TREND: usize = 16;
@@ -221,6 +229,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     let mut ce = Column::new("CE", 5);
     let mut p50 = Column::new("p50", 9);
     let mut p99 = Column::new("p99", 6);
+    let mut process = Column::new("process", 5);
     for i in &app.order {
         let Some(f) = app.flows().get(*i) else {
             continue;
@@ -253,13 +262,20 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         ce.push(marked(f.ecn_ce, f.ecn_ce.to_string()), warn(f.ecn_ce));
         p50.push(format::ns(f.rtt_ns.p50), plain);
         p99.push(format::ns(f.rtt_ns.p99), plain);
+        process.push(
+            owner_of(&app.snapshot.qp_owners, f.dst_qp, f.direction)
+                .map_or(String::new(), owner_label),
+            plain,
+        );
     }
-    let (header, rows, widths) = columns::table(
-        vec![
-            mark, flow, qp, peer, seen, pkts, rate, gaps, retx, nak, cnp, ce, p50, p99,
-        ],
-        area.width,
-    );
+    let mut all = vec![
+        mark, flow, qp, peer, seen, pkts, rate, gaps, retx, nak, cnp, ce, p50, p99,
+    ];
+    // Owners come from RDMA netlink on hosts with RDMA devices; elsewhere no column.
+    if !app.snapshot.qp_owners.is_empty() {
+        all.push(process);
+    }
+    let (header, rows, widths) = columns::table(all, area.width);
     let mut title = format!(" flows by {} (s to change) ", app.sort.name());
     if app.merged {
         title.push_str("one row per QP (m to split) ");
@@ -397,6 +413,23 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
         )),
         Line::from(format!("opcodes: {opcodes}")),
     ];
+    let mut lines = lines;
+    if let Some(o) = owner_of(&app.snapshot.qp_owners, f.dst_qp, f.direction) {
+        let psn = |p: Option<u32>| p.map_or("-".into(), |v| v.to_string());
+        lines.insert(
+            1,
+            Line::from(format!(
+                "owner {} on {}/{} local QP {} ({}); NIC SQ PSN {} RQ PSN {}",
+                owner_label(o),
+                o.device,
+                o.port.map_or("-".into(), |p| p.to_string()),
+                format::qp(o.lqpn),
+                o.state.unwrap_or("?"),
+                psn(o.sq_psn),
+                psn(o.rq_psn),
+            )),
+        );
+    }
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), area);
 }
 
