@@ -264,6 +264,12 @@ async fn run_capture<F: Future<Output = ()>>(
 ) -> anyhow::Result<()> {
     let pace = if realtime { Pace::Recorded } else { Pace::Fast };
     let mut src = if path.as_os_str() == "-" {
+        if std::io::stdin().is_terminal() {
+            anyhow::bail!(
+                "--capture - reads a capture from stdin, but stdin is a terminal: pipe one in \
+                 (`tcpdump -i mlx5_0 -w - | roce-observer run --capture -`) or give a file"
+            );
+        }
         CaptureSource::start("stdin".into(), std::io::stdin(), pace, HEADER_WAIT)?
     } else {
         let name = path.display().to_string();

@@ -241,3 +241,21 @@ fn tui_with_the_capture_on_stdin_reads_keys_from_the_terminal() {
     let status = child.wait().expect("script ends");
     assert!(status.success(), "{status:?}");
 }
+
+/// `--capture -` with a terminal on stdin (the pipe forgotten): a clear error, not a UI and a
+/// reader fighting over the keyboard.
+#[test]
+fn capture_from_a_terminal_stdin_is_refused() {
+    let inner = format!("'{}' run --capture - --json", observer_bin().display());
+    let out = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script runs");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("stdin is a terminal"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
