@@ -551,7 +551,15 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
         kind.push(a.kind.into(), plain);
         count.push(a.count.to_string(), plain);
         let about = match (&a.flow, &a.pfc) {
-            (Some(f), _) => format!("{} -> {} {}", f.src_ip, f.dst_ip, format::qp(f.dst_qp)),
+            // With the observation point: the same QP seen at two points has two alerts.
+            (Some(f), _) => format!(
+                "{} -> {} {} {}/{}",
+                f.src_ip,
+                f.dst_ip,
+                format::qp(f.dst_qp),
+                f.iface,
+                &f.direction[..2.min(f.direction.len())]
+            ),
             (None, Some(p)) => format!(
                 "{} prio {}",
                 p.src_mac,
