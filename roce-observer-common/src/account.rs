@@ -74,6 +74,32 @@ pub struct Outcome {
     pub response: bool,
     pub nak: bool,
     pub cnp: bool,
+    /// This packet completed a retransmission burst / a NAK burst on its flow (set by
+    /// `observe`, which keeps the burst windows).
+    pub retransmit_burst: bool,
+    pub nak_burst: bool,
+}
+
+/// Add `n` to a counter that other CPUs may update at the same moment: in the kernel one flow
+/// can be processed on several CPUs at once (docs/metrics.md, "Several CPUs"), so every
+/// counter is an atomic add. BPF: `atomicrmw add` whose result is unused compiles to the
+/// non-fetching BPF atomic add (the old BPF_XADD, on every kernel with eBPF, unlike the
+/// fetching variants of 5.12). User space: a plain add, the engine owns its table.
+#[inline(always)]
+pub fn add(counter: &mut u64, n: u64) {
+    #[cfg(target_arch = "bpf")]
+    // SAFETY: `counter` is a valid, aligned u64 in a map value; other CPUs touch it only through
+    // atomic operations of the same width. (core's AtomicU64 has no fetch_add on this target,
+    // which lacks compare-and-swap; the intrinsic is the same `atomicrmw add`.)
+    unsafe {
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            counter, n,
+        );
+    }
+    #[cfg(not(target_arch = "bpf"))]
+    {
+        *counter += n;
+    }
 }
 
 /// Apply `pkt` to `stats`. `pmtu` sizes READ reservations; `now_ns` is the packet time.
@@ -84,32 +110,34 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
         response: false,
         nak: false,
         cnp: false,
+        retransmit_burst: false,
+        nak_burst: false,
     };
-    stats.packets += 1;
-    stats.bytes += pkt.frame_len as u64;
+    add(&mut stats.packets, 1);
+    add(&mut stats.bytes, pkt.frame_len as u64);
     stats.last_ns = now_ns;
     stats.dscp = pkt.dscp;
     stats.pcp = pkt.pcp;
     match pkt.ecn {
-        3 => stats.ecn_ce += 1,
-        1 | 2 => stats.ecn_ect += 1,
+        3 => add(&mut stats.ecn_ce, 1),
+        1 | 2 => add(&mut stats.ecn_ect, 1),
         _ => {}
     }
     note_sport(stats, pkt.udp_sport);
 
     let transport = opcode::transport(pkt.opcode);
     if transport == opcode::TRANSPORT_CNP {
-        stats.cnp += 1;
+        add(&mut stats.cnp, 1);
         out.cnp = true;
         return out;
     }
     if stats.transport == TRANSPORT_UNSET {
         stats.transport = transport;
     } else if stats.transport != transport {
-        stats.other_transport += 1;
+        add(&mut stats.other_transport, 1);
         return out;
     }
-    stats.opcodes[(pkt.opcode & 0x1f) as usize] += 1;
+    add(&mut stats.opcodes[(pkt.opcode & 0x1f) as usize], 1);
 
     match opcode::psn_space(pkt.opcode) {
         PsnSpace::Request => {
@@ -128,9 +156,9 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
             out.response = true;
         }
         PsnSpace::Ack => match nak_class(pkt.syndrome) {
-            None => stats.acks += 1,
+            None => add(&mut stats.acks, 1),
             Some(class) => {
-                stats.naks[class] += 1;
+                add(&mut stats.naks[class], 1);
                 out.nak = true;
             }
         },
@@ -139,14 +167,14 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
     match out.psn {
         PsnVerdict::InOrder => {}
         PsnVerdict::Gap { missing, .. } => {
-            stats.psn_gaps += 1;
-            stats.psn_missing += missing as u64;
+            add(&mut stats.psn_gaps, 1);
+            add(&mut stats.psn_missing, missing as u64);
         }
         PsnVerdict::Retransmit { .. } => {
             if out.response {
-                stats.resp_retransmits += 1;
+                add(&mut stats.resp_retransmits, 1);
             } else {
-                stats.req_retransmits += 1;
+                add(&mut stats.req_retransmits, 1);
             }
         }
     }
@@ -171,7 +199,7 @@ fn note_sport(stats: &mut FlowStats, port: u16) {
         }
         i += 1;
     }
-    stats.udp_sport_overflow += 1;
+    add(&mut stats.udp_sport_overflow, 1);
 }
 
 /// Record that `peer_qp` answers this flow.

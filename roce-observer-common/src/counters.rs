@@ -1,6 +1,8 @@
 //! Global counters: one per-CPU array slot per (direction, counter), summed in user space.
 //! Frame classes partition `TotalPackets` exactly (see docs/metrics.md); the rest are kernel
 //! error counters (map full, ring buffer full) that explain missing events or flows.
+//! Each frame is counted once, in its class: `TotalPackets` is their sum, filled in by the
+//! reader ([`Counter::fill_total`]), not counted per packet.
 
 /// Index into the per-direction counter block. `#[repr(u32)]` because the kernel uses it as a
 /// map index.
@@ -57,6 +59,29 @@ impl Counter {
             Counter::RingbufFull => "ringbuf_full",
             Counter::PendingFull => "pending_full",
         }
+    }
+
+    /// A frame class: every frame is counted in exactly one of these.
+    pub const fn is_frame_class(self) -> bool {
+        matches!(
+            self,
+            Counter::RocePackets
+                | Counter::PfcFrames
+                | Counter::Pause8023x
+                | Counter::NonRoce
+                | Counter::Malformed
+                | Counter::IpFragments
+                | Counter::Unsupported
+        )
+    }
+
+    /// Set `block[TotalPackets]` to the sum of the frame classes of `block`.
+    pub fn fill_total(block: &mut [u64; Self::COUNT as usize]) {
+        block[Counter::TotalPackets as usize] = Counter::ALL
+            .iter()
+            .filter(|c| c.is_frame_class())
+            .map(|c| block[*c as usize])
+            .sum();
     }
 
     /// Slot in the kernel's counter array for this counter seen in `direction`.

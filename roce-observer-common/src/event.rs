@@ -1,4 +1,5 @@
-//! Ring-buffer records: rare events, never one per ordinary data packet. Counters stay exact
+//! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a latency sample), never
+//! one per data packet nor one per anomaly. Counters stay exact
 //! in the maps when the ring buffer is full; a lost event is counted in
 //! `Counter::RingbufFull`.
 
@@ -9,14 +10,9 @@ use crate::{FlowKey, assert_size};
 pub enum EventKind {
     /// A flow entry was created.
     NewFlow = 1,
-    /// `a` = expected PSN, `b` = PSN seen, `c` = missing PSNs, `d` = 0 request / 1 response.
-    PsnGap = 2,
-    /// `a` = highest PSN, `b` = PSN seen, `d` = 0 request / 1 response.
-    PsnRetransmit = 3,
-    /// `a` = PSN, `c` = AETH syndrome.
-    Nak = 4,
-    /// `a` = PSN of the CNP.
-    Cnp = 5,
+    // 2-5 were one event per PSN gap, retransmission, NAK and CNP: those are counted (and
+    // their bursts detected) in the flow record only, so that a loss storm costs no event per
+    // packet (docs/metrics.md, "Events"). The numbers stay unused.
     /// PFC frame: `mac` = source, `c` = class-enable vector, `quanta` per priority.
     Pfc = 6,
     /// Legacy PAUSE: `mac` = source, `quanta[0]` = pause time.
@@ -29,10 +25,6 @@ impl EventKind {
     pub const fn from_u32(v: u32) -> Option<EventKind> {
         Some(match v {
             1 => EventKind::NewFlow,
-            2 => EventKind::PsnGap,
-            3 => EventKind::PsnRetransmit,
-            4 => EventKind::Nak,
-            5 => EventKind::Cnp,
             6 => EventKind::Pfc,
             7 => EventKind::Pause,
             8 => EventKind::Latency,
@@ -64,25 +56,6 @@ assert_size!(Event, 104);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventBody {
     NewFlow,
-    /// `response`: the gap is in the READ response stream, not the request stream.
-    PsnGap {
-        expected: u32,
-        got: u32,
-        missing: u32,
-        response: bool,
-    },
-    PsnRetransmit {
-        highest: u32,
-        got: u32,
-        response: bool,
-    },
-    Nak {
-        psn: u32,
-        syndrome: u8,
-    },
-    Cnp {
-        psn: u32,
-    },
     /// One PFC frame; `quanta[p]` is meaningful for the priorities enabled in `class_enable`.
     Pfc {
         src_mac: [u8; 6],
@@ -147,47 +120,6 @@ impl Event {
         self.set_flow(EventKind::NewFlow, flow, 0, 0, 0, 0);
     }
 
-    #[inline(always)]
-    pub fn set_psn_gap(
-        &mut self,
-        flow: &FlowKey,
-        expected: u32,
-        got: u32,
-        missing: u32,
-        response: bool,
-    ) {
-        self.set_flow(
-            EventKind::PsnGap,
-            flow,
-            expected as u64,
-            got as u64,
-            missing,
-            response as u32,
-        );
-    }
-
-    #[inline(always)]
-    pub fn set_psn_retransmit(&mut self, flow: &FlowKey, highest: u32, got: u32, response: bool) {
-        self.set_flow(
-            EventKind::PsnRetransmit,
-            flow,
-            highest as u64,
-            got as u64,
-            0,
-            response as u32,
-        );
-    }
-
-    #[inline(always)]
-    pub fn set_nak(&mut self, flow: &FlowKey, psn: u32, syndrome: u8) {
-        self.set_flow(EventKind::Nak, flow, psn as u64, 0, syndrome as u32, 0);
-    }
-
-    #[inline(always)]
-    pub fn set_cnp(&mut self, flow: &FlowKey, psn: u32) {
-        self.set_flow(EventKind::Cnp, flow, psn as u64, 0, 0, 0);
-    }
-
     /// A latency sample of `ns` on the request's flow, answered by `peer_qp`.
     #[inline(always)]
     pub fn set_latency(&mut self, request_flow: &FlowKey, ns: u64, peer_qp: u32) {
@@ -223,22 +155,6 @@ impl Event {
 
     pub fn new_flow(flow: &FlowKey) -> Event {
         Event::filled(|e| e.set_new_flow(flow))
-    }
-
-    pub fn psn_gap(flow: &FlowKey, expected: u32, got: u32, missing: u32, response: bool) -> Event {
-        Event::filled(|e| e.set_psn_gap(flow, expected, got, missing, response))
-    }
-
-    pub fn psn_retransmit(flow: &FlowKey, highest: u32, got: u32, response: bool) -> Event {
-        Event::filled(|e| e.set_psn_retransmit(flow, highest, got, response))
-    }
-
-    pub fn nak(flow: &FlowKey, psn: u32, syndrome: u8) -> Event {
-        Event::filled(|e| e.set_nak(flow, psn, syndrome))
-    }
-
-    pub fn cnp(flow: &FlowKey, psn: u32) -> Event {
-        Event::filled(|e| e.set_cnp(flow, psn))
     }
 
     pub fn latency(request_flow: &FlowKey, ns: u64, peer_qp: u32) -> Event {
@@ -284,22 +200,6 @@ impl Event {
         };
         Some(match kind {
             EventKind::NewFlow => EventBody::NewFlow,
-            EventKind::PsnGap => EventBody::PsnGap {
-                expected: self.a as u32,
-                got: self.b as u32,
-                missing: self.c,
-                response: self.d != 0,
-            },
-            EventKind::PsnRetransmit => EventBody::PsnRetransmit {
-                highest: self.a as u32,
-                got: self.b as u32,
-                response: self.d != 0,
-            },
-            EventKind::Nak => EventBody::Nak {
-                psn: self.a as u32,
-                syndrome: self.c as u8,
-            },
-            EventKind::Cnp => EventBody::Cnp { psn: self.a as u32 },
             EventKind::Pfc => EventBody::Pfc {
                 src_mac: self.mac,
                 class_enable: self.c as u16,
@@ -344,31 +244,6 @@ mod tests {
         quanta[3] = 0xffff;
         let cases = [
             (Event::new_flow(&flow), EventBody::NewFlow),
-            (
-                Event::psn_gap(&flow, 0xfffffe, 3, 5, true),
-                EventBody::PsnGap {
-                    expected: 0xfffffe,
-                    got: 3,
-                    missing: 5,
-                    response: true,
-                },
-            ),
-            (
-                Event::psn_retransmit(&flow, 9, 4, false),
-                EventBody::PsnRetransmit {
-                    highest: 9,
-                    got: 4,
-                    response: false,
-                },
-            ),
-            (
-                Event::nak(&flow, 7, 0x60),
-                EventBody::Nak {
-                    psn: 7,
-                    syndrome: 0x60,
-                },
-            ),
-            (Event::cnp(&flow, 8), EventBody::Cnp { psn: 8 }),
             (
                 Event::latency(&flow, 5_000, 0x22),
                 EventBody::Latency {

@@ -91,35 +91,70 @@ pub mod nak {
     ];
 }
 
+/// A fixed burst window (docs/metrics.md, `retransmit_burst` and `nak_burst`): `count`
+/// occurrences since `start_ns`; the `limit`-th within the window completes a burst. Kept in
+/// the flow record so that the kernel detects bursts itself, with no event per occurrence.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BurstWindow {
+    pub start_ns: u64,
+    /// Time of the first and of the latest completed burst.
+    pub first_burst_ns: u64,
+    pub last_burst_ns: u64,
+    /// Occurrences in the current window.
+    pub count: u32,
+    /// Completed bursts (cumulative).
+    pub bursts: u32,
+}
+assert_size!(BurstWindow, 32);
+
+impl BurstWindow {
+    pub const fn zeroed() -> BurstWindow {
+        BurstWindow {
+            start_ns: 0,
+            first_burst_ns: 0,
+            last_burst_ns: 0,
+            count: 0,
+            bursts: 0,
+        }
+    }
+
+    /// Count one occurrence at `now_ns`; true when it completes a burst (`limit` within
+    /// `window_ns` of the window's first occurrence; one burst per window).
+    #[inline(always)]
+    pub fn add(&mut self, now_ns: u64, limit: u32, window_ns: u64) -> bool {
+        if self.count == 0 || now_ns.saturating_sub(self.start_ns) > window_ns {
+            self.start_ns = now_ns;
+            self.count = 0;
+        }
+        self.count = self.count.saturating_add(1);
+        if limit == 0 || self.count != limit {
+            return false;
+        }
+        if self.bursts == 0 {
+            self.first_burst_ns = now_ns;
+        }
+        self.bursts += 1;
+        self.last_burst_ns = now_ns;
+        true
+    }
+}
+
 /// Per-flow counters and sequence state (see docs/metrics.md for every definition).
+///
+/// Laid out hot first: every field a data packet touches, but for its opcode count, sits in
+/// the first 64 bytes; the next 64 hold what a loss storm touches (PSN anomalies and the
+/// retransmission burst window); `opcodes` follows (64 bytes per eight opcodes), then what only
+/// ACKs, NAKs, CNPs or latency matches touch.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowStats {
     pub packets: u64,
     pub bytes: u64,
-    /// First and last packet time (kernel: coarse monotonic clock; captures: capture time), ns.
-    pub first_ns: u64,
+    /// Last packet time (kernel: coarse monotonic clock; captures: capture time), ns.
     pub last_ns: u64,
-    /// Packets per operation (opcode bits 4-0) of the flow's transport (`transport`).
-    pub opcodes: [u64; 32],
-    pub cnp: u64,
-    /// Non-CNP packets whose transport differs from `transport`.
-    pub other_transport: u64,
-    pub ecn_ce: u64,
     pub ecn_ect: u64,
-    pub acks: u64,
-    pub naks: [u64; NAK_CLASSES],
-    pub psn_gaps: u64,
-    pub psn_missing: u64,
-    /// Requests whose PSN was not newer than the highest request PSN.
-    pub req_retransmits: u64,
-    /// READ responses whose PSN was not newer than the highest response PSN.
-    pub resp_retransmits: u64,
-    /// Packets whose UDP source port did not fit in `udp_sports`.
-    pub udp_sport_overflow: u64,
     pub psn: PsnState,
-    /// The requester/responder QP on the other side, once learned from a latency match.
-    pub peer_qp: u32,
     /// Distinct UDP source ports, 0 = empty slot (port 0 is not a valid RoCE source port).
     pub udp_sports: [u16; MAX_SPORTS],
     /// Opcode bits 7-5 of the first non-CNP packet, or [`TRANSPORT_UNSET`].
@@ -128,36 +163,66 @@ pub struct FlowStats {
     /// Outer VLAN priority or [`PCP_UNTAGGED`].
     pub pcp: u8,
     pub flags: u8,
+    // Second 64 bytes: what a loss storm touches on every packet.
+    pub psn_gaps: u64,
+    pub psn_missing: u64,
+    /// Requests whose PSN was not newer than the highest request PSN.
+    pub req_retransmits: u64,
+    /// READ responses whose PSN was not newer than the highest response PSN.
+    pub resp_retransmits: u64,
+    pub retransmit_bursts: BurstWindow,
+    /// Packets per operation (opcode bits 4-0) of the flow's transport (`transport`).
+    pub opcodes: [u64; 32],
+    pub acks: u64,
+    pub ecn_ce: u64,
+    pub cnp: u64,
+    /// Non-CNP packets whose transport differs from `transport`.
+    pub other_transport: u64,
+    pub naks: [u64; NAK_CLASSES],
+    /// Packets whose UDP source port did not fit in `udp_sports`.
+    pub udp_sport_overflow: u64,
+    /// First packet time, ns (same clock as `last_ns`).
+    pub first_ns: u64,
+    pub nak_bursts: BurstWindow,
+    /// The requester/responder QP on the other side, once learned from a latency match.
+    pub peer_qp: u32,
     pub _pad: [u8; 4],
 }
-assert_size!(FlowStats, 456);
+assert_size!(FlowStats, 520);
+// The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
+// header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
+const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
+const _: () = assert!(core::mem::offset_of!(FlowStats, psn_gaps) == 64);
+const _: () = assert!(core::mem::offset_of!(FlowStats, opcodes) == 128);
 
 impl FlowStats {
     pub const fn zeroed() -> FlowStats {
         FlowStats {
             packets: 0,
             bytes: 0,
-            first_ns: 0,
             last_ns: 0,
-            opcodes: [0; 32],
-            cnp: 0,
-            other_transport: 0,
-            ecn_ce: 0,
             ecn_ect: 0,
-            acks: 0,
-            naks: [0; NAK_CLASSES],
-            psn_gaps: 0,
-            psn_missing: 0,
-            req_retransmits: 0,
-            resp_retransmits: 0,
-            udp_sport_overflow: 0,
             psn: PsnState::zeroed(),
-            peer_qp: 0,
             udp_sports: [0; MAX_SPORTS],
             transport: TRANSPORT_UNSET,
             dscp: 0,
             pcp: PCP_UNTAGGED,
             flags: 0,
+            psn_gaps: 0,
+            psn_missing: 0,
+            req_retransmits: 0,
+            resp_retransmits: 0,
+            retransmit_bursts: BurstWindow::zeroed(),
+            opcodes: [0; 32],
+            acks: 0,
+            ecn_ce: 0,
+            cnp: 0,
+            other_transport: 0,
+            naks: [0; NAK_CLASSES],
+            udp_sport_overflow: 0,
+            first_ns: 0,
+            nak_bursts: BurstWindow::zeroed(),
+            peer_qp: 0,
             _pad: [0; 4],
         }
     }
@@ -181,5 +246,34 @@ impl FlowStats {
 
     pub fn retransmits(&self) -> u64 {
         self.req_retransmits + self.resp_retransmits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_window_completes_once_per_window() {
+        let mut w = BurstWindow::zeroed();
+        // 12 occurrences 10 ns apart, limit 10 within 1000 ns: the 10th completes the burst.
+        let fired: [bool; 12] = core::array::from_fn(|i| w.add(100 + i as u64 * 10, 10, 1000));
+        assert_eq!(fired.iter().filter(|f| **f).count(), 1);
+        assert!(fired[9]);
+        assert_eq!((w.bursts, w.first_burst_ns, w.last_burst_ns), (1, 190, 190));
+        // A new window after 1000 ns: another burst.
+        for i in 0..10 {
+            w.add(5_000 + i, 10, 1000);
+        }
+        assert_eq!(
+            (w.bursts, w.first_burst_ns, w.last_burst_ns),
+            (2, 190, 5_009)
+        );
+        // Spread out: never a burst.
+        let mut spread = BurstWindow::zeroed();
+        assert!((0..100).all(|i| !spread.add(i * 2000, 10, 1000)));
+        // Limit 0: never.
+        let mut off = BurstWindow::zeroed();
+        assert!((0..100).all(|i| !off.add(i, 0, 1000)));
     }
 }

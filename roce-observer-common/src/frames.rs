@@ -150,6 +150,60 @@ pub fn pfc_frame(mac_last: u8, class_enable: u16, quanta: [u16; 8]) -> Vec<u8> {
     f
 }
 
+/// How [`mirrored`] wraps a frame.
+#[derive(Debug, Clone, Copy)]
+pub enum Mirror {
+    /// ERSPAN type II: GRE 0x88BE with a sequence number, 8-byte ERSPAN header.
+    Erspan2 { session: u16, seq: u32 },
+    /// ERSPAN type III: GRE 0x22EB, 12-byte ERSPAN header (no platform subheader).
+    Erspan3 { session: u16 },
+    /// VXLAN on UDP 4789.
+    Vxlan { vni: u32 },
+}
+
+/// `inner` (a whole Ethernet frame) as a switch at 198.51.100.1 mirrors it to 198.51.100.2:
+/// outer Ethernet (untagged), IPv4, then the encapsulation of `how`.
+pub fn mirrored(inner: &[u8], how: Mirror) -> Vec<u8> {
+    let mut wrap = Vec::with_capacity(24);
+    let proto = match how {
+        Mirror::Erspan2 { session, seq } => {
+            wrap.extend_from_slice(&[0x10, 0, 0x88, 0xbe]);
+            wrap.extend_from_slice(&seq.to_be_bytes());
+            // Version 1 (type II), VLAN 0, COS 0, session; index 0.
+            wrap.extend_from_slice(&(0x1000u16).to_be_bytes());
+            wrap.extend_from_slice(&(session & 0x3ff).to_be_bytes());
+            wrap.extend_from_slice(&[0; 4]);
+            47
+        }
+        Mirror::Erspan3 { session } => {
+            wrap.extend_from_slice(&[0, 0, 0x22, 0xeb]);
+            // Version 2 (type III), VLAN 0, session; timestamp; SGT, flags (O clear).
+            wrap.extend_from_slice(&(0x2000u16).to_be_bytes());
+            wrap.extend_from_slice(&(session & 0x3ff).to_be_bytes());
+            wrap.extend_from_slice(&[0; 8]);
+            47
+        }
+        Mirror::Vxlan { vni } => {
+            let udp_len = (8 + 8 + inner.len()) as u16;
+            wrap.extend_from_slice(&[0xd0, 0x00, 0x12, 0xb5]);
+            wrap.extend_from_slice(&udp_len.to_be_bytes());
+            wrap.extend_from_slice(&[0, 0, 0x08, 0, 0, 0]);
+            wrap.extend_from_slice(&(vni << 8).to_be_bytes());
+            17
+        }
+    };
+    let total = (20 + wrap.len() + inner.len()) as u16;
+    let mut f = Vec::with_capacity(34 + wrap.len() + inner.len());
+    f.extend_from_slice(&[2, 0, 0, 0, 0, 6, 2, 0, 0, 0, 0, 5, 0x08, 0x00]);
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&total.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0]);
+    f.extend_from_slice(&[198, 51, 100, 1, 198, 51, 100, 2]);
+    f.extend_from_slice(&wrap);
+    f.extend_from_slice(inner);
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +235,32 @@ mod tests {
         }
         fn bth_at(&self, offset: usize) {
             self.1.set(Some(offset));
+        }
+    }
+
+    #[test]
+    fn mirrored_frames_parse_as_their_inner_frame() {
+        let inner = RoceFrame::new(0x04, 0x12, 9).build();
+        for how in [
+            Mirror::Erspan2 { session: 7, seq: 1 },
+            Mirror::Erspan3 { session: 7 },
+            Mirror::Vxlan { vni: 5001 },
+        ] {
+            let f = mirrored(&inner, how);
+            match crate::parse::parse_mirrored(&View::new(&f), Default::default()) {
+                Frame::Roce { pkt, .. } => {
+                    assert_eq!(
+                        (pkt.psn, pkt.frame_len as usize),
+                        (9, inner.len()),
+                        "{how:?}"
+                    )
+                }
+                _ => panic!("{how:?} not unwrapped"),
+            }
+            assert!(matches!(
+                parse(&View::new(&f), crate::ROCE_V2_PORT),
+                Frame::Other(crate::Counter::NonRoce)
+            ));
         }
     }
 

@@ -48,6 +48,8 @@ byte_headers!(
     GreHdr,
     ErspanIIHdr,
     ErspanIIIHdr,
+    Word32,
+    VxlanHdr,
 );
 
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -63,6 +65,8 @@ pub const IPPROTO_GRE: u8 = 47;
 pub const GRE_PROTO_ERSPAN_I_II: u16 = 0x88BE;
 pub const GRE_PROTO_ERSPAN_III: u16 = 0x22EB;
 pub const GRE_PROTO_TEB: u16 = 0x6558;
+/// IANA UDP port of VXLAN (RFC 7348); the observer's `--vxlan-port` changes it.
+pub const VXLAN_PORT: u16 = 4789;
 
 /// Ethernet II header.
 #[repr(C)]
@@ -321,6 +325,17 @@ impl GreHdr {
     }
 }
 
+/// One big-endian 32-bit word (a GRE optional word).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Word32(pub [u8; 4]);
+impl Word32 {
+    #[inline(always)]
+    pub fn get(&self) -> u32 {
+        be32!(self.0, 0)
+    }
+}
+
 /// ERSPAN type II header (8 bytes); type I has none.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -339,6 +354,29 @@ impl ErspanIIIHdr {
     #[inline(always)]
     pub fn has_platform_subheader(&self) -> bool {
         self.0[11] & 1 != 0
+    }
+}
+
+/// Length of the ERSPAN type III platform-specific subheader.
+pub const ERSPAN_PLATFORM_LEN: usize = 8;
+
+/// VXLAN header (RFC 7348, 8 bytes): flags, VNI. With the VXLAN-GPE P flag (0x04) the fourth
+/// byte names the inner protocol, 3 being Ethernet.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct VxlanHdr(pub [u8; 8]);
+impl VxlanHdr {
+    pub const LEN: usize = 8;
+    /// The I flag: the VNI is valid.
+    #[inline(always)]
+    pub fn vni_valid(&self) -> bool {
+        self.0[0] & 0x08 != 0
+    }
+    /// Whether the inner frame is Ethernet: always on plain VXLAN; on VXLAN-GPE only when the
+    /// next-protocol byte says so.
+    #[inline(always)]
+    pub fn carries_ethernet(&self) -> bool {
+        self.0[0] & 0x04 == 0 || self.0[3] == 3
     }
 }
 

@@ -6,6 +6,11 @@
 //! Everything that crosses the kernel boundary is `#[repr(C)]`, `Copy`, free of `bool`/`Option`
 //! and of implicit padding; sizes are pinned by compile-time assertions.
 #![no_std]
+// BPF has atomic adds but no compare-and-swap, so core's atomics offer no fetch_add there: the
+// per-flow counters use the intrinsic directly (account::add). The eBPF build is a build-std
+// build that already needs unstable flags (docs: RUSTC_BOOTSTRAP for that child build only).
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 pub mod account;
 pub mod counters;
@@ -16,6 +21,7 @@ pub mod flow;
 pub mod frames;
 pub mod headers;
 pub mod latency;
+pub mod mirror;
 pub mod observe;
 pub mod opcode;
 pub mod parse;
@@ -32,6 +38,10 @@ pub use pfc::{PfcKey, PfcStats};
 pub const ROCE_V2_PORT: u16 = 4791;
 /// Default RoCE path MTU, used to size READ PSN reservations.
 pub const DEFAULT_PMTU: u32 = 4096;
+/// Default burst rule of the `retransmit_burst` and `nak_burst` alerts: this many on one flow
+/// within this many ns (a fixed window from the first).
+pub const BURST_COUNT: u32 = 10;
+pub const BURST_WINDOW_NS: u64 = 100_000_000;
 /// Distinct UDP source ports remembered exactly per flow.
 pub const MAX_SPORTS: usize = 4;
 

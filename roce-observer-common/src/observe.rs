@@ -1,6 +1,6 @@
 //! The whole per-packet observation, run by the kernel programs on every frame and by the engine
 //! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
-//! the outcome into events, time requests and match their answers (Karn's rule, peer QPs), and
+//! retransmissions and NAKs into bursts, time requests and match their answers (Karn's rule, peer QPs), and
 //! account PFC and PAUSE frames per priority (docs/metrics.md).
 //!
 //! The tables it works on are behind two small traits, implemented once by the BPF maps
@@ -52,11 +52,14 @@ pub enum Stored {
 /// Everything else `observe` reads and writes: the parser and path MTU in use, timestamped
 /// requests, PFC entries, counters, events and the clocks.
 pub trait Tables {
-    /// Parse one frame: the kernel runs `parse::parse`; the engine unwraps mirrored frames
-    /// (`parse::parse_mirrored`) and learns the path MTU from what it parsed.
+    /// Parse one frame with `parse::parse_mirrored` (both sides unwrap switch mirrors); the
+    /// engine also learns the path MTU from what it parsed.
     fn parse<P: PacketView>(&mut self, p: &P) -> Frame;
     /// Path MTU for READ PSN reservations.
     fn pmtu(&self) -> u32;
+    /// Burst rule of the `retransmit_burst` and `nak_burst` alerts: this many occurrences
+    /// within this many ns on one flow (0 occurrences: never).
+    fn burst_rule(&self) -> (u32, u64);
     /// Time for flow and PFC first/last times (kernel: the coarse monotonic clock).
     fn coarse_ns(&self) -> u64;
     /// Time for request timestamps and latency samples (kernel: the precise clock).
@@ -91,7 +94,7 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
     ifindex: u32,
     direction: u8,
 ) {
-    t.count(Counter::TotalPackets, direction);
+    // One count per frame, in its class (the total is their sum, Counter::fill_total).
     match t.parse(p) {
         Frame::Roce {
             src_ip,
@@ -140,27 +143,18 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
             return;
         }
     };
-    let out = account(stats, pkt, t.pmtu(), now);
-    t.accounted(key, pkt, &out);
-    match out.psn {
-        PsnVerdict::InOrder => {}
-        PsnVerdict::Gap {
-            expected,
-            got,
-            missing,
-        } => t.emit(key.direction, |ev| {
-            ev.set_psn_gap(key, expected, got, missing, out.response)
-        }),
-        PsnVerdict::Retransmit { highest, got } => t.emit(key.direction, |ev| {
-            ev.set_psn_retransmit(key, highest, got, out.response)
-        }),
+    let mut out = account(stats, pkt, t.pmtu(), now);
+    // Anomalies are counted in the flow record, never sent one event each: in a go-back-N storm
+    // every packet is a retransmission. Bursts are detected here, on the flow's own windows, so
+    // that both sides raise the same alerts from the flow record (docs/metrics.md, "Events").
+    let (limit, window_ns) = t.burst_rule();
+    if matches!(out.psn, PsnVerdict::Retransmit { .. }) {
+        out.retransmit_burst = stats.retransmit_bursts.add(now, limit, window_ns);
     }
     if out.nak {
-        t.emit(key.direction, |ev| ev.set_nak(key, pkt.psn, pkt.syndrome));
+        out.nak_burst = stats.nak_bursts.add(now, limit, window_ns);
     }
-    if out.cnp {
-        t.emit(key.direction, |ev| ev.set_cnp(key, pkt.psn));
-    }
+    t.accounted(key, pkt, &out);
 
     // Latency (docs/metrics.md, "Latency"): timestamp requests that ask for an answer, match
     // answers to them.

@@ -1,10 +1,18 @@
 //! The staged frame parser shared by the kernel (XDP, TC) and user space (captures):
 //! Ethernet -> up to two VLAN tags -> IPv4/IPv6 -> UDP (destination port) -> BTH -> RETH/AETH,
-//! or Ethernet -> MAC control (PFC, PAUSE). Each stage loads one fixed-size header through
+//! or Ethernet -> MAC control (PFC, PAUSE). [`parse_mirrored`] first finds the mirrored frame
+//! inside a switch mirror (mirror.rs) and runs this same chain on it, at its offset. Each stage loads one fixed-size header through
 //! [`PacketView::load`], which is bounds-checked by the implementation, so a short frame ends
 //! the parse with a classification instead of a fault.
 
-use crate::{Counter, account::RocePacket, flow::PCP_UNTAGGED, headers::*, opcode};
+use crate::{
+    Counter,
+    account::RocePacket,
+    flow::PCP_UNTAGGED,
+    headers::*,
+    mirror::{Outer, Ports, outer},
+    opcode,
+};
 
 /// Read access to one frame.
 pub trait PacketView {
@@ -42,7 +50,7 @@ pub enum Frame {
 }
 
 #[inline(always)]
-fn is_vlan(ethertype: u16) -> bool {
+pub(crate) fn is_vlan(ethertype: u16) -> bool {
     ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ
 }
 
@@ -54,26 +62,33 @@ pub fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
     ]
 }
 
-/// Parse one frame. `roce_port` is the RoCEv2 UDP destination port. GRE is not unwrapped:
-/// ERSPAN mirror traffic counts as `non_roce` (the kernel programs use this; a second parse
-/// chain for the mirrored frame does not fit the 512-byte BPF stack yet).
+/// Parse one frame. `roce_port` is the RoCEv2 UDP destination port. Mirrors are not unwrapped:
+/// their frames are `non_roce`.
 #[inline(always)]
 pub fn parse<P: PacketView>(p: &P, roce_port: u16) -> Frame {
-    parse_l2::<P, false>(p, 0, roce_port)
+    parse_at(p, 0, roce_port)
 }
 
-/// [`parse`], and a frame mirrored inside ERSPAN (type I, II, III) or transparent-Ethernet GRE
-/// is unwrapped and parsed in its place (once). Captures from an ERSPAN destination use this.
+/// [`parse`], and a switch mirror (ERSPAN type I, II, III, transparent-Ethernet GRE, VXLAN) is
+/// unwrapped and the mirrored frame parsed in its place, once: a mirror of a mirror is
+/// `non_roce`. The kernel programs and captures both use this.
+///
+/// Two passes, so that two header chains are never on the BPF stack at once: a small one over
+/// the outer headers (mirror.rs) that only says where the mirrored frame starts, then the one
+/// chain below at that offset.
 #[inline(always)]
-pub fn parse_mirrored<P: PacketView>(p: &P, roce_port: u16) -> Frame {
-    parse_l2::<P, true>(p, 0, roce_port)
+pub fn parse_mirrored<P: PacketView>(p: &P, ports: Ports) -> Frame {
+    let base = match outer(p, ports) {
+        Outer::Plain => 0,
+        Outer::Mirrored(base) => base,
+        Outer::Bad(class) => return Frame::Other(class),
+    };
+    parse_at(p, base, ports.roce)
 }
 
-/// Parse an Ethernet frame starting at `base`. With `UNWRAP` (the captured frame of
-/// [`parse_mirrored`]), a GRE-mirrored frame inside is parsed instead; the mirrored frame
-/// itself is never unwrapped again.
+/// Parse the Ethernet frame that starts at `base`.
 #[inline(always)]
-fn parse_l2<P: PacketView, const UNWRAP: bool>(p: &P, base: usize, roce_port: u16) -> Frame {
+fn parse_at<P: PacketView>(p: &P, base: usize, roce_port: u16) -> Frame {
     let malformed = Frame::Other(Counter::Malformed);
     let Some(eth) = p.load::<EthHdr>(base) else {
         return malformed;
@@ -107,8 +122,8 @@ fn parse_l2<P: PacketView, const UNWRAP: bool>(p: &P, base: usize, roce_port: u1
         roce_port,
     };
     match ethertype {
-        ETHERTYPE_IPV4 => parse_ipv4::<P, UNWRAP>(p, &l3),
-        ETHERTYPE_IPV6 => parse_ipv6::<P, UNWRAP>(p, &l3),
+        ETHERTYPE_IPV4 => parse_ipv4(p, &l3),
+        ETHERTYPE_IPV6 => parse_ipv6(p, &l3),
         ETHERTYPE_MAC_CONTROL => parse_mac_control(p, off, eth.src_mac()),
         _ => Frame::Other(Counter::NonRoce),
     }
@@ -123,37 +138,6 @@ struct L3 {
     roce_port: u16,
 }
 
-/// GRE carrying a mirrored frame: ERSPAN type I (no header), II (8 bytes), III (12 bytes, plus
-/// 8 when the platform-specific subheader is present), or transparent Ethernet bridging.
-#[inline(always)]
-fn parse_gre<P: PacketView>(p: &P, off: usize, roce_port: u16) -> Frame {
-    let Some(gre) = p.load::<GreHdr>(off) else {
-        return Frame::Other(Counter::Malformed);
-    };
-    if gre.version() != 0 {
-        return Frame::Other(Counter::NonRoce);
-    }
-    let mut inner = off + gre.header_len();
-    match gre.protocol() {
-        GRE_PROTO_TEB => {}
-        // Type II sets the sequence flag and has a header; type I has neither.
-        GRE_PROTO_ERSPAN_I_II if gre.sequence_present() => {
-            if p.load::<ErspanIIHdr>(inner).is_none() {
-                return Frame::Other(Counter::Malformed);
-            }
-            inner += ErspanIIHdr::LEN;
-        }
-        GRE_PROTO_ERSPAN_I_II => {}
-        GRE_PROTO_ERSPAN_III => {
-            let Some(h) = p.load::<ErspanIIIHdr>(inner) else {
-                return Frame::Other(Counter::Malformed);
-            };
-            inner += ErspanIIIHdr::LEN + if h.has_platform_subheader() { 8 } else { 0 };
-        }
-        _ => return Frame::Other(Counter::NonRoce),
-    }
-    parse_l2::<P, false>(p, inner, roce_port)
-}
 #[inline(always)]
 fn parse_mac_control<P: PacketView>(p: &P, off: usize, src_mac: [u8; 6]) -> Frame {
     let Some(op) = p.load::<MacControlOp>(off) else {
@@ -180,7 +164,7 @@ fn parse_mac_control<P: PacketView>(p: &P, off: usize, src_mac: [u8; 6]) -> Fram
 }
 
 #[inline(always)]
-fn parse_ipv4<P: PacketView, const UNWRAP: bool>(p: &P, l3: &L3) -> Frame {
+fn parse_ipv4<P: PacketView>(p: &P, l3: &L3) -> Frame {
     let Some(ip) = p.load::<Ipv4Hdr>(l3.off) else {
         return Frame::Other(Counter::Malformed);
     };
@@ -190,9 +174,6 @@ fn parse_ipv4<P: PacketView, const UNWRAP: bool>(p: &P, l3: &L3) -> Frame {
     }
     if ip.frag_offset() != 0 {
         return Frame::Other(Counter::IpFragments);
-    }
-    if UNWRAP && ip.protocol() == IPPROTO_GRE {
-        return parse_gre(p, l3.off + ihl, l3.roce_port);
     }
     if ip.protocol() != IPPROTO_UDP {
         return Frame::Other(Counter::NonRoce);
@@ -208,7 +189,7 @@ fn parse_ipv4<P: PacketView, const UNWRAP: bool>(p: &P, l3: &L3) -> Frame {
 }
 
 #[inline(always)]
-fn parse_ipv6<P: PacketView, const UNWRAP: bool>(p: &P, l3: &L3) -> Frame {
+fn parse_ipv6<P: PacketView>(p: &P, l3: &L3) -> Frame {
     let Some(ip) = p.load::<Ipv6Hdr>(l3.off) else {
         return Frame::Other(Counter::Malformed);
     };
@@ -216,9 +197,6 @@ fn parse_ipv6<P: PacketView, const UNWRAP: bool>(p: &P, l3: &L3) -> Frame {
         return Frame::Other(Counter::Malformed);
     }
     let nh = ip.next_header();
-    if UNWRAP && nh == IPPROTO_GRE {
-        return parse_gre(p, l3.off + Ipv6Hdr::LEN, l3.roce_port);
-    }
     if nh != IPPROTO_UDP {
         return Frame::Other(if is_ipv6_extension(nh) {
             Counter::Unsupported

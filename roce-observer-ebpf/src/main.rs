@@ -7,6 +7,8 @@
 //! Per-packet observation (shared): roce-observer-common/src/observe.rs, run on the maps of
 //! maps.rs by observe.rs.
 #![no_std]
+// Inline BPF assembly (view.rs: an offset bound the verifier can see) is unstable in Rust.
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 #![no_main]
 
 mod maps;

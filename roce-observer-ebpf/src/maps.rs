@@ -11,9 +11,10 @@ use roce_observer_common::{
     latency::{PendingKey, PendingValue},
 };
 
-/// FlowKey -> FlowStats (456 B). One entry per (src IP, dst IP, dst QP, interface, direction).
+/// FlowKey -> FlowStats (520 B). One entry per (src IP, dst IP, dst QP, interface, direction).
+/// One value is shared by every CPU that sees the flow: counters are atomic adds (account.rs).
 /// A plain hash (not LRU): a full table is counted (`map_full`), never silently evicts counts.
-/// Default 16384 entries (~8 MiB); the loader resizes it with --max-flows.
+/// Default 16384 entries (~9 MiB); the loader resizes it with --max-flows.
 #[map]
 pub static FLOWS: HashMap<FlowKey, FlowStats> = HashMap::with_max_entries(16384, 0);
 
@@ -23,8 +24,15 @@ pub static PFC: HashMap<PfcKey, PfcStats> = HashMap::with_max_entries(1024, 0);
 
 /// Timestamped requests waiting for their response: PendingKey -> PendingValue. LRU, because a
 /// request whose answer is never seen (lost, or outside the capture) must age out on its own.
+/// Per-CPU LRU lists (BPF_F_NO_COMMON_LRU, kernel 4.10): an insert takes no lock shared by all
+/// CPUs; the table itself stays one, so an answer processed on another CPU still finds its
+/// request. Eviction is then per CPU, approximately least recently used.
 #[map]
-pub static PENDING: LruHashMap<PendingKey, PendingValue> = LruHashMap::with_max_entries(16384, 0);
+pub static PENDING: LruHashMap<PendingKey, PendingValue> =
+    LruHashMap::with_max_entries(16384, BPF_F_NO_COMMON_LRU);
+
+/// uapi/linux/bpf.h map flag.
+const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
 
 /// Frame classes and error counters, one block of `Counter::COUNT` per direction; per-CPU so
 /// increments never contend; user space sums the CPUs.
@@ -36,10 +44,25 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 #[map]
 pub static ZERO_FLOW: PerCpuArray<FlowStats> = PerCpuArray::with_max_entries(1, 0);
 
-/// Events (new flow, PSN gap/retransmit, NAK, CNP, PFC, latency sample), 104 B each; 1 MiB
-/// holds ~10k events between two drains. Reserve failures are counted, counters stay exact.
+/// Bytes of an egress frame copied for parsing: every header chain the parser reads, a mirror's
+/// outer headers included, ends within them (at most ~250 bytes: outer Ethernet with two tags,
+/// IPv6, GRE with all options, ERSPAN III with its subheader, then the mirrored frame's
+/// Ethernet, two tags, IPv4 with 40 bytes of options, UDP, BTH and extended headers).
+pub const HEAD_BYTES: usize = 256;
+
+/// The TC program's copy of the frame's first HEAD_BYTES (see view.rs), one per CPU. Twice as
+/// long as what is copied, so that a header read at any offset below HEAD_BYTES stays inside
+/// the value, which is what the verifier checks.
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+pub static TC_HEAD: PerCpuArray<[u8; 2 * HEAD_BYTES]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Size of `EVENTS` in bytes.
+pub const EVENTS_BYTES: u64 = 1 << 20;
+
+/// Events (new flow, PFC, PAUSE, latency sample), 104 B each; 1 MiB holds ~10k events between
+/// two drains. Reserve failures are counted, counters stay exact.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);
 
 /// Count one occurrence of `counter` in `direction`.
 #[inline(always)]

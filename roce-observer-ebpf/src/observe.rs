@@ -1,17 +1,18 @@
 //! What happens to one frame: the shared parser and the shared per-packet observation
 //! (roce-observer-common/src/observe.rs, which the engine runs on captured frames too), here on
 //! the BPF maps of maps.rs. Counters and per-flow state go to maps; events go to the ring
-//! buffer only for rare things (new flow, PSN anomaly, NAK, CNP, PFC, latency sample).
+//! buffer only for rare things (new flow, PFC, PAUSE, latency sample), without a wakeup each.
 
 use aya_ebpf::helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns};
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     latency::{PendingKey, PendingValue},
+    mirror::Ports,
     observe::{Entry, Flows, Stored, Tables},
-    parse::{Frame, PacketView, parse},
+    parse::{Frame, PacketView, parse_mirrored},
 };
 
-use crate::maps::{EVENTS, FLOWS, PENDING, PFC, ZERO_FLOW, count};
+use crate::maps::{EVENTS, EVENTS_BYTES, FLOWS, PENDING, PFC, ZERO_FLOW, count};
 
 const BPF_NOEXIST: u64 = 1;
 const EEXIST: i32 = 17;
@@ -19,9 +20,22 @@ const EEXIST: i32 = 17;
 /// UDP destination port of RoCEv2; set by the loader.
 #[unsafe(no_mangle)]
 static ROCE_PORT: u16 = roce_observer_common::ROCE_V2_PORT;
+/// UDP destination port of VXLAN mirrors; set by the loader.
+#[unsafe(no_mangle)]
+static VXLAN_PORT: u16 = roce_observer_common::headers::VXLAN_PORT;
 /// Path MTU for READ PSN reservations; set by the loader.
 #[unsafe(no_mangle)]
 static PMTU: u32 = roce_observer_common::DEFAULT_PMTU;
+/// Burst rule of the retransmission and NAK alerts; set by the loader.
+#[unsafe(no_mangle)]
+static BURST_COUNT: u32 = roce_observer_common::BURST_COUNT;
+#[unsafe(no_mangle)]
+static BURST_WINDOW_NS: u64 = roce_observer_common::BURST_WINDOW_NS;
+
+/// `bpf_ringbuf_submit` flags and `bpf_ringbuf_query` selector (uapi/linux/bpf.h; 5.8).
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
 
 #[inline(always)]
 fn global<T: Copy>(v: &'static T) -> T {
@@ -79,12 +93,21 @@ struct Maps;
 impl Tables for Maps {
     #[inline(always)]
     fn parse<P: PacketView>(&mut self, p: &P) -> Frame {
-        parse(p, global(&ROCE_PORT))
+        let ports = Ports {
+            roce: global(&ROCE_PORT),
+            vxlan: global(&VXLAN_PORT),
+        };
+        parse_mirrored(p, ports)
     }
 
     #[inline(always)]
     fn pmtu(&self) -> u32 {
         global(&PMTU)
+    }
+
+    #[inline(always)]
+    fn burst_rule(&self) -> (u32, u64) {
+        (global(&BURST_COUNT), global(&BURST_WINDOW_NS))
     }
 
     #[inline(always)]
@@ -134,7 +157,10 @@ impl Tables for Maps {
         entry.map(|e| unsafe { &mut *e })
     }
 
-    /// Filled in place in the reserved ring-buffer slot.
+    /// Filled in place in the reserved ring-buffer slot. Submitted without waking the reader,
+    /// which drains on its report tick; once the ring is half full the submit wakes it, so a
+    /// burst of events is read early instead of lost. A wakeup per event cost microseconds
+    /// (issue 12: a reader that keeps up is woken on every submit).
     #[inline(always)]
     fn emit(&mut self, direction: u8, fill: impl FnOnce(&mut Event)) {
         match EVENTS.reserve::<Event>(0) {
@@ -147,7 +173,12 @@ impl Tables for Maps {
                     (*ev).ts_ns = precise_now();
                     fill(&mut *ev);
                 }
-                entry.submit(0);
+                let wake = if EVENTS.query(BPF_RB_AVAIL_DATA) >= EVENTS_BYTES / 2 {
+                    BPF_RB_FORCE_WAKEUP
+                } else {
+                    BPF_RB_NO_WAKEUP
+                };
+                entry.submit(wake);
             }
             None => count(Counter::RingbufFull, direction),
         }

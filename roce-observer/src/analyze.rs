@@ -17,6 +17,7 @@ use crate::{
         Engine, EngineConfig,
         snapshot::{CaptureSummary, Snapshot},
     },
+    fail_on::{self, FailOn},
     sink::outputs::{IntervalTables, OutputError, OutputPlan, Outputs},
     wire::capture::{CaptureEnd, CaptureError, read_capture},
 };
@@ -33,6 +34,12 @@ pub struct AnalyzeArgs {
     /// fractions then cover each report's interval), then once more at the end.
     #[arg(long = "report-every", value_name = "SECS", conflicts_with = "json")]
     pub report_every: Option<f64>,
+    /// Exit with status 3 and a one-line reason when EXPR holds on the final report, after
+    /// printing it (repeatable; any one that holds fails). EXPR is METRIC OP NUMBER[UNIT], e.g.
+    /// `psn_gaps>0`, `cnp_rate>1000/s`, `pause_fraction>1%`, `rtt_p99>50us`, `stragglers>0`
+    /// (docs/analyze.md lists the metrics).
+    #[arg(long = "fail-on", value_name = "EXPR", value_parser = fail_on::parse)]
+    pub fail_on: Vec<FailOn>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -105,7 +112,7 @@ pub fn analyze_reader_reporting<R: Read + Send>(
     input: R,
     cfg: EngineConfig,
     every_ns: Option<u64>,
-    mut report: impl FnMut(&Snapshot),
+    mut report: impl FnMut(Snapshot),
 ) -> (Engine, Option<CaptureError>) {
     let mut engine = Engine::new(cfg);
     let mut next_report: Option<u64> = None;
@@ -122,7 +129,7 @@ pub fn analyze_reader_reporting<R: Read + Send>(
                 };
                 let due = *next_report.get_or_insert(f.ts_ns.saturating_add(every));
                 if f.ts_ns >= due {
-                    report(&e.snapshot(f.ts_ns));
+                    report(e.snapshot(f.ts_ns));
                     e.begin_interval(f.ts_ns);
                     next_report = Some(f.ts_ns.saturating_add(every));
                 }
@@ -163,17 +170,19 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         } else {
             IntervalTables::Off
         },
-        flow_log: args.output.flow_log.clone(),
+        log_dir: args.output.log.config()?,
         prom_file: None,
+        metrics: None,
+        metrics_top_flows: crate::sink::metrics::DEFAULT_TOP_FLOWS,
     })?;
     stop_on_signals();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     // The first failed interval write stops reading; it is returned once the reader is done.
     let mut failed: Option<OutputError> = None;
-    let report = |snap: &Snapshot| {
+    let report = |mut snap: Snapshot| {
         if failed.is_none()
-            && let Err(e) = outputs.interval(snap, &mut out)
+            && let Err(e) = outputs.interval(&mut snap, &mut out)
         {
             failed = Some(e);
             STOP.store(true, Ordering::Relaxed);
@@ -204,7 +213,8 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         }
         eprintln!("warning: {name}: {err}");
     }
-    let snap = engine.snapshot(engine.last_ts());
-    outputs.finish(&snap, &mut BufWriter::new(out))?;
+    let mut snap = engine.snapshot(engine.last_ts());
+    outputs.finish(&mut snap, &mut BufWriter::new(out))?;
+    fail_on::judge(&args.fail_on, &snap)?;
     Ok(())
 }

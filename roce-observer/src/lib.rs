@@ -6,6 +6,7 @@ pub mod cli;
 pub mod color;
 pub mod counters;
 pub mod engine;
+pub mod fail_on;
 pub mod format;
 pub mod live;
 pub mod run;

@@ -129,6 +129,10 @@ pub async fn run_live<S: LiveSource>(
         ),
         None => None,
     };
+    // The metrics endpoint was bound when the command started; it serves from this runtime.
+    if let Some(addr) = outputs.serve()? {
+        eprintln!("roce-observer: metrics at http://{addr}/metrics");
+    }
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(schedule.interval);
     let deadline = schedule.duration.map(|d| Instant::now() + d);
@@ -158,8 +162,8 @@ pub async fn run_live<S: LiveSource>(
             _ = tick.tick(), if !ended => {
                 let state = src.refresh(engine)?;
                 let now = src.now_ns();
-                let snap = schedule.snapshot(engine, now);
-                outputs.interval(&snap, stdout)?;
+                let mut snap = schedule.snapshot(engine, now);
+                outputs.interval(&mut snap, stdout)?;
                 if let Some(ui) = ui.as_mut() {
                     ui.app.update(Action::Snapshot(Box::new(snap)));
                     ui.draw()?;
@@ -187,8 +191,8 @@ pub async fn run_live<S: LiveSource>(
     let refreshed = src.refresh(engine);
     let warnings = src.stop();
     refreshed?;
-    let snap = schedule.snapshot(engine, src.now_ns());
-    outputs.finish(&snap, stdout)?;
+    let mut snap = schedule.snapshot(engine, src.now_ns());
+    outputs.finish(&mut snap, stdout)?;
     Ok(warnings)
 }
 
@@ -315,7 +319,8 @@ mod tests {
 
     #[test]
     fn each_interval_and_the_end_reach_every_output() {
-        let log = temp_log("flows.jsonl");
+        let logs = temp_log("logs");
+        let _ = std::fs::remove_dir_all(&logs);
         let mut src = Scripted {
             steps: vec![
                 (2 * SEC, vec![flow(0x11, 10, 10_000, 2 * SEC)]),
@@ -333,37 +338,51 @@ mod tests {
             OutputPlan {
                 json: false,
                 interval_tables: IntervalTables::Plain,
-                flow_log: Some(log.clone()),
+                log_dir: Some(crate::sink::logdir::LogDirConfig {
+                    dir: logs.clone(),
+                    max_bytes: 1 << 20,
+                    max_files: 2,
+                    max_age_ns: 0,
+                    full_every_ns: 0,
+                }),
                 prom_file: None,
+                metrics: None,
+                metrics_top_flows: 10,
             },
         );
         assert!(src.stopped, "the source is stopped before the final report");
         assert_eq!(warnings, ["scripted warning"]);
         // Two interval tables, then the final one.
         assert_eq!(stdout.matches("SRC > DST").count(), 3, "{stdout}");
-        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
-            .expect("flow log written")
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-            .collect();
-        // 1 flow after the first interval, 2 after the second, 2 at the end.
-        let stamps: Vec<(u64, u64, u64)> = lines
+        let lines: Vec<serde_json::Value> =
+            std::fs::read_to_string(logs.join(crate::sink::logdir::LIVE_NAME))
+                .expect("log written")
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+                .collect();
+        // The first interval's flow, then the two that changed in the second; the end adds
+        // no flow (nothing changed) but a third summary.
+        let flows: Vec<(u64, u64, u64, u64)> = lines
             .iter()
+            .filter(|v| v["kind"] == "flow")
             .map(|v| {
                 (
                     v["ts"].as_u64().expect("ts"),
                     v["dst_qp"].as_u64().expect("dst_qp"),
                     v["packets"].as_u64().expect("packets"),
+                    v["delta"]["packets"].as_u64().expect("delta"),
                 )
             })
             .collect();
-        let mut at_end = stamps[3..].to_vec();
-        at_end.sort();
         assert_eq!(
-            stamps[..3],
-            [(2 * SEC, 0x11, 10), (3 * SEC, 0x11, 30), (3 * SEC, 0x22, 5)]
+            flows,
+            [
+                (2 * SEC, 0x11, 10, 10),
+                (3 * SEC, 0x11, 30, 20),
+                (3 * SEC, 0x22, 5, 5)
+            ]
         );
-        assert_eq!(at_end, [(3 * SEC, 0x11, 30), (3 * SEC, 0x22, 5)]);
+        assert_eq!(lines.iter().filter(|v| v["kind"] == "summary").count(), 3);
     }
 
     /// A capture file through the live pipeline ends with the capture and reports every frame
@@ -390,8 +409,10 @@ mod tests {
         let outputs = Outputs::open(OutputPlan {
             json: true,
             interval_tables: IntervalTables::Off,
-            flow_log: None,
+            log_dir: None,
             prom_file: None,
+            metrics: None,
+            metrics_top_flows: 10,
         })
         .expect("outputs");
         let mut stdout = Vec::new();
@@ -437,8 +458,10 @@ mod tests {
             OutputPlan {
                 json: true,
                 interval_tables: IntervalTables::Off,
-                flow_log: None,
+                log_dir: None,
                 prom_file: None,
+                metrics: None,
+                metrics_top_flows: 10,
             },
         );
         let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");

@@ -13,7 +13,12 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("roce-observer: {err:#}");
-            std::process::ExitCode::FAILURE
+            // A tripped `analyze --fail-on` gate is a verdict, not an error: its own status.
+            if err.is::<roce_observer::fail_on::GateFailed>() {
+                std::process::ExitCode::from(roce_observer::fail_on::EXIT_GATE)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    cli::{EngineArgs, OutputArgs},
+    cli::{EngineArgs, MetricsArgs, OutputArgs},
     engine::Engine,
     live::{Schedule, Ui, run_live},
     sink::outputs::{IntervalTables, OutputPlan, Outputs},
@@ -75,8 +75,10 @@ pub struct RunArgs {
     pub no_tui: bool,
     #[command(flatten)]
     pub output: OutputArgs,
-    /// Write Prometheus metrics to this file every interval (atomically replaced), for
-    /// node_exporter's textfile collector.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+    /// Write the same Prometheus metrics as --metrics to this file every interval (atomically
+    /// replaced), for node_exporter's textfile collector.
     #[arg(long, value_name = "PATH")]
     pub prom_file: Option<std::path::PathBuf>,
     /// Seconds between two reports.
@@ -149,7 +151,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         eprintln!("roce-observer: no terminal to read keys from (/dev/tty): plain tables instead");
         use_tui = false;
     }
-    // Outputs first: a bad --flow-log path fails before anything is loaded or attached.
+    // Outputs first: an unusable --log-dir or a busy --metrics address fails before anything
+    // is loaded or attached.
     let outputs = Outputs::open(OutputPlan {
         json: args.output.json,
         interval_tables: if args.output.json || use_tui {
@@ -157,8 +160,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         } else {
             IntervalTables::Plain
         },
-        flow_log: args.output.flow_log.clone(),
+        log_dir: args.output.log.config()?,
         prom_file: args.prom_file.clone(),
+        metrics: args.metrics.metrics,
+        metrics_top_flows: args.metrics.metrics_top_flows,
     })?;
     rt.block_on(async {
         // Handlers first: a signal right after "attached" must stop us cleanly, not kill us.
@@ -228,6 +233,7 @@ async fn run_kernel<F: Future<Output = ()>>(
     cfg.pmtu_explicit = true;
     let opts = KernelOptions {
         roce_port: args.engine.roce_port,
+        vxlan_port: args.engine.vxlan_port,
         pmtu: args.engine.pmtu(),
         max_flows: args.max_flows,
         xdp_mode: match args.xdp_mode {
@@ -235,6 +241,8 @@ async fn run_kernel<F: Future<Output = ()>>(
             XdpModeArg::Skb => aya::programs::XdpMode::Skb,
             XdpModeArg::Native => aya::programs::XdpMode::Driver,
         },
+        burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
+        burst_window_ns: cfg.burst_window_ns,
     };
     let mut src = KernelSource::load(&opts)?;
     let mut engine = Engine::new(cfg);

@@ -10,6 +10,9 @@ use std::{
 
 use serde_json::Value;
 
+mod common;
+use common::pcapng;
+
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")
@@ -82,69 +85,6 @@ fn pcap_header(linktype: u32) -> Vec<u8> {
     h.extend(65535u32.to_le_bytes());
     h.extend(linktype.to_le_bytes());
     h
-}
-
-fn block(kind: u32, body: &[u8]) -> Vec<u8> {
-    let mut body = body.to_vec();
-    while !body.len().is_multiple_of(4) {
-        body.push(0);
-    }
-    let len = (body.len() + 12) as u32;
-    let mut b = Vec::new();
-    b.extend(kind.to_le_bytes());
-    b.extend(len.to_le_bytes());
-    b.extend(body);
-    b.extend(len.to_le_bytes());
-    b
-}
-
-/// A pcapng with one interface per `(linktype, name)`; every record goes to interface
-/// `iface_of(i)`, with nanosecond timestamps.
-fn pcapng(
-    ifaces: &[(u16, &str)],
-    records: &[(u32, u32, Vec<u8>)],
-    iface_of: impl Fn(usize) -> u32,
-) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut shb = Vec::new();
-    shb.extend(0x1a2b_3c4du32.to_le_bytes());
-    shb.extend(1u16.to_le_bytes());
-    shb.extend(0u16.to_le_bytes());
-    shb.extend((-1i64).to_le_bytes());
-    out.extend(block(0x0a0d_0d0a, &shb));
-    for (lt, name) in ifaces {
-        let mut idb = Vec::new();
-        idb.extend(lt.to_le_bytes());
-        idb.extend(0u16.to_le_bytes());
-        idb.extend(0u32.to_le_bytes());
-        // if_name
-        let mut name_opt = name.as_bytes().to_vec();
-        let nlen = name_opt.len() as u16;
-        while !name_opt.len().is_multiple_of(4) {
-            name_opt.push(0);
-        }
-        idb.extend(2u16.to_le_bytes());
-        idb.extend(nlen.to_le_bytes());
-        idb.extend(name_opt);
-        // if_tsresol = 9 (nanoseconds)
-        idb.extend(9u16.to_le_bytes());
-        idb.extend(1u16.to_le_bytes());
-        idb.extend([9, 0, 0, 0]);
-        idb.extend([0, 0, 0, 0]);
-        out.extend(block(1, &idb));
-    }
-    for (i, (sec, usec, data)) in records.iter().enumerate() {
-        let ts = u64::from(*sec) * 1_000_000_000 + u64::from(*usec) * 1000;
-        let mut epb = Vec::new();
-        epb.extend(iface_of(i).to_le_bytes());
-        epb.extend(((ts >> 32) as u32).to_le_bytes());
-        epb.extend((ts as u32).to_le_bytes());
-        epb.extend((data.len() as u32).to_le_bytes());
-        epb.extend((data.len() as u32).to_le_bytes());
-        epb.extend(data);
-        out.extend(block(6, &epb));
-    }
-    out
 }
 
 fn flows_without_place(doc: &Value) -> Vec<Value> {
@@ -355,30 +295,94 @@ fn interrupt_prints_what_was_read() {
 }
 
 #[test]
-fn report_every_prints_interval_tables_and_a_flow_log() {
+fn report_every_prints_interval_tables_and_logs_each_interval() {
     let dir = tempdir("report-every");
-    let log = dir.join("flows.jsonl");
+    let logs = dir.join("logs");
     let pcap = fixture("mixed_demo.pcap");
     let out = run(
         &[
             "--report-every",
             "0.2",
-            "--flow-log",
-            log.to_str().expect("utf-8 path"),
+            "--log-dir",
+            logs.to_str().expect("utf-8 path"),
             pcap.to_str().expect("utf-8 path"),
         ],
         None,
     );
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     // Two interval reports (0.2 s, 0.4 s into a 0.48 s capture), then the final table.
     assert_eq!(text.matches("--- 0.200 s of capture").count(), 2, "{text}");
     assert_eq!(text.matches("SRC > DST").count(), 3);
-    let lines = std::fs::read_to_string(&log).expect("flow log written");
-    // 10 flows in each of the three reports.
-    assert_eq!(lines.lines().count(), 30);
-    for line in lines.lines() {
-        let v: Value = serde_json::from_str(line).expect("one JSON object per line");
-        assert!(v["ts"].is_u64() && v["dst_qp"].is_u64());
+    let lines: Vec<Value> = std::fs::read_to_string(logs.join("roce-observer.jsonl"))
+        .expect("live log file written")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines[0]["kind"], "file_start");
+    assert!(lines.iter().all(|l| l["schema_version"] == 1));
+    // One batch per report: the first full (all 10 flows), each ending with a summary.
+    let summaries: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "summary").collect();
+    assert_eq!(summaries.len(), 3);
+    let full_flows = lines
+        .iter()
+        .filter(|l| l["kind"] == "flow" && l["full"] == true)
+        .count();
+    assert_eq!(full_flows, 10);
+    // Per flow, the deltas add up to the final totals, which match the JSON document.
+    let doc = json(&run(&["--json", pcap.to_str().expect("utf-8 path")], None));
+    for flow in doc["flows"].as_array().expect("flows") {
+        let same = |l: &&Value| {
+            l["kind"] == "flow"
+                && ["src_ip", "dst_ip", "dst_qp", "iface"]
+                    .iter()
+                    .all(|k| l[*k] == flow[*k])
+        };
+        let of_flow: Vec<&Value> = lines.iter().filter(same).collect();
+        let sum: u64 = of_flow
+            .iter()
+            .map(|l| l["delta"]["packets"].as_u64().expect("delta.packets"))
+            .sum();
+        assert_eq!(Some(sum), flow["packets"].as_u64(), "{flow}");
     }
+    assert_eq!(
+        summaries[2]["total_packets"], doc["summary"]["total_packets"],
+        "the last summary is the final one"
+    );
+    assert_eq!(summaries[2]["log_records_lost"], 0);
+    assert_eq!(doc["summary"]["log_records_lost"], Value::Null);
+}
+
+#[test]
+fn flow_log_is_replaced_by_log_dir_with_a_clear_error() {
+    let dir = tempdir("flow-log");
+    let pcap = fixture("psn_gap.pcap");
+    let out = run(
+        &[
+            "--flow-log",
+            dir.join("x.jsonl").to_str().expect("utf-8 path"),
+            pcap.to_str().expect("utf-8 path"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-dir"), "{err}");
+    // An unusable log directory is an error before anything is read.
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").expect("write");
+    let out = run(
+        &[
+            "--log-dir",
+            file.to_str().expect("utf-8 path"),
+            pcap.to_str().expect("utf-8 path"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot use the log directory"));
 }

@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod netns;
+pub mod prometheus;
 
 use std::path::{Path, PathBuf};
 
@@ -67,7 +68,8 @@ pub fn fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
 }
 
 /// The fixtures the kernel programs are expected to read as their expected JSON says: all but
-/// those marked `"kernel": false` (ERSPAN captures, which only `analyze` unwraps).
+/// those marked `"kernel": false` (none today: the kernel programs unwrap mirrors too; the flag
+/// stays for a capture only `analyze` can read).
 pub fn kernel_fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
     fixtures()
         .into_iter()

@@ -12,20 +12,9 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use roce_observer_tools::sh;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
-
-fn sh(cmd: &mut Command) -> anyhow::Result<()> {
-    let shown = format!("{cmd:?}");
-    let out = cmd.output().with_context(|| format!("starting {shown}"))?;
-    if !out.status.success() {
-        bail!(
-            "{shown} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
 
 /// A network namespace holding one veth pair `a` <-> `b`, both up, MTU 9500, IPv6 off (so no
 /// autoconfiguration frames cross the pair: only what a test sends).
@@ -37,6 +26,13 @@ pub struct VethNs {
 
 impl VethNs {
     pub fn new() -> anyhow::Result<VethNs> {
+        VethNs::with_queues(1)
+    }
+
+    /// A pair whose ends have `queues` TX and RX queues each. A veth hands TX queue i of one
+    /// end to RX queue i of the other, so with [`VethNs::pin_tx_queues`] frames sent from CPU i
+    /// are received (XDP included) on CPU i too.
+    pub fn with_queues(queues: u32) -> anyhow::Result<VethNs> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("rot{}x{n}", std::process::id());
         sh(Command::new("ip").args(["netns", "add", &name]))?;
@@ -46,10 +42,17 @@ impl VethNs {
             b: format!("{name}b"),
             name,
         };
-        sh(ns.exec("ip").args([
-            "link", "add", &ns.a, "mtu", "9500", "type", "veth", "peer", "name", &ns.b, "mtu",
-            "9500",
-        ]))?;
+        let q = queues.max(1).to_string();
+        let end = |dev: &str| -> Vec<String> {
+            [dev, "mtu", "9500", "numtxqueues", &q, "numrxqueues", &q]
+                .map(String::from)
+                .to_vec()
+        };
+        let mut args = vec!["link".to_string(), "add".into()];
+        args.extend(end(&ns.a));
+        args.extend(["type", "veth", "peer", "name"].map(String::from));
+        args.extend(end(&ns.b));
+        sh(ns.exec("ip").args(&args))?;
         for dev in [&ns.a, &ns.b] {
             sh(ns
                 .exec("sysctl")
@@ -57,6 +60,18 @@ impl VethNs {
             sh(ns.exec("ip").args(["link", "set", dev, "up"]))?;
         }
         Ok(ns)
+    }
+
+    /// XPS on `a`: frames sent from CPU i leave by TX queue i (one queue per CPU, for the
+    /// first `queues` CPUs). Written inside the namespace, whose /sys shows its own devices.
+    pub fn pin_tx_queues(&self, queues: u32) -> anyhow::Result<()> {
+        for q in 0..queues {
+            let path = format!("/sys/class/net/{}/queues/tx-{q}/xps_cpus", self.a);
+            sh(self
+                .exec("sh")
+                .args(["-c", &format!("echo {:x} > {path}", 1u64 << q)]))?;
+        }
+        Ok(())
     }
 
     /// A command run inside the namespace.

@@ -89,11 +89,11 @@ fn every_fixture_through_xdp_and_tc_test_run() {
     );
 }
 
-/// The kernel programs do not unwrap ERSPAN (documented): the mirrored frames of the erspan
-/// fixture are non-RoCE GRE to them, and only its one plain RoCE frame makes a flow.
+/// The kernel programs unwrap switch mirrors (the erspan fixture's own expectations are checked
+/// above): its mirrored frames are RoCE, PFC, ARP to them, and only IP-in-GRE stays non-RoCE.
 #[test]
 #[ignore = "kernel test: needs root (BPF, network namespaces)"]
-fn erspan_frames_are_not_unwrapped_in_the_kernel() {
+fn erspan_frames_are_unwrapped_in_the_kernel() {
     require_root();
     let pcap = integration_tests::fixtures_dir().join("erspan.pcap");
     let frames = read_frames(&pcap).expect("erspan fixture reads");
@@ -107,9 +107,37 @@ fn erspan_frames_are_not_unwrapped_in_the_kernel() {
         counters[Counter::TotalPackets as usize],
         frames.len() as u64
     );
-    assert_eq!(counters[Counter::RocePackets as usize], 1);
-    assert_eq!(counters[Counter::NonRoce as usize], frames.len() as u64 - 1);
+    // Six mirrored RoCE frames and one plain one; the mirrored ARP and the IP-in-GRE are
+    // non-RoCE, the cut ERSPAN header malformed, the mirrored PFC frame a PFC frame.
+    assert_eq!(counters[Counter::RocePackets as usize], 7);
+    assert_eq!(counters[Counter::NonRoce as usize], 2);
+    assert_eq!(counters[Counter::Malformed as usize], 1);
+    assert_eq!(counters[Counter::PfcFrames as usize], 1);
     let flows = src.read_flows().expect("flows");
-    assert_eq!(flows.len(), 1);
-    assert_eq!(flows[0].1.packets, 1);
+    assert_eq!(flows.len(), 2);
+}
+
+/// The VXLAN port is a load-time setting: with another port, the mirrors fixture's VXLAN
+/// frames on 4789 are plain UDP (non-RoCE) and only its GRE mirrors are unwrapped.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn vxlan_port_is_configurable() {
+    require_root();
+    let pcap = integration_tests::fixtures_dir().join("mirrors.pcap");
+    let frames = read_frames(&pcap).expect("mirrors fixture reads");
+    let src = KernelSource::load(&KernelOptions {
+        vxlan_port: 8472,
+        ..KernelOptions::default()
+    })
+    .expect("BPF programs load");
+    for frame in &frames {
+        assert_eq!(src.test_run_tc(frame).expect("test run"), TC_ACT_PIPE);
+    }
+    let counters = src.read_counters().expect("counters")[1];
+    use roce_observer_common::Counter;
+    // Three VXLAN RoCE frames and the VXLAN-GPE frame are plain UDP now; the ERSPAN II, III
+    // and GRE bridging mirrors are RoCE; the unknown GRE protocol and the mirror of a mirror
+    // (ERSPAN II around VXLAN) stay non-RoCE.
+    assert_eq!(counters[Counter::RocePackets as usize], 3);
+    assert_eq!(counters[Counter::NonRoce as usize], 6);
 }

@@ -20,7 +20,7 @@ use integration_tests::{
 };
 
 /// Every file the package installs (directories aside).
-const FILES: [&str; 14] = [
+const FILES: [&str; 17] = [
     "etc/default/roce-observer",
     "lib/systemd/system/roce-observer.service",
     "usr/bin/roce-observer",
@@ -28,7 +28,10 @@ const FILES: [&str; 14] = [
     "usr/share/bash-completion/completions/roce-observer",
     "usr/share/doc/roce-observer/README.md",
     "usr/share/doc/roce-observer/copyright",
+    "usr/share/doc/roce-observer/log-schema.md",
     "usr/share/doc/roce-observer/metrics.md",
+    "usr/share/doc/roce-observer/operations.md",
+    "usr/share/doc/roce-observer/roce-observer.rules.yml",
     "usr/share/fish/vendor_completions.d/roce-observer.fish",
     "usr/share/man/man1/roce-observer-analyze.1.gz",
     "usr/share/man/man1/roce-observer-counters.1.gz",
@@ -175,7 +178,11 @@ fn the_package_installs_and_runs_as_its_service_user_counting_exactly() {
     let run_page = String::from_utf8_lossy(&run_page);
     for option in [
         "\\-\\-iface",
-        "\\-\\-flow\\-log",
+        "\\-\\-capture",
+        "\\-\\-realtime",
+        "\\-\\-rdma\\-dev",
+        "\\-\\-log\\-dir",
+        "\\-\\-metrics",
         "\\-\\-prom\\-file",
         "\\-\\-color",
     ] {

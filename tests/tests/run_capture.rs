@@ -87,15 +87,16 @@ fn every_fixture_from_a_file_and_from_stdin_matches_its_expected_document() {
 }
 
 /// Without a UI the command ends when the capture ends, with the periodic tables, the final
-/// table, the flow log and the Prometheus file all written.
+/// table, the log directory and the Prometheus file all written, and the metrics endpoint
+/// served while it ran.
 #[test]
 fn no_tui_ends_with_the_capture_and_fills_every_output() {
     let dir =
         std::env::temp_dir().join(format!("roce-observer-run-capture-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let log = dir.join("flows.jsonl");
+    let logs = dir.join("logs");
     let prom = dir.join("metrics.prom");
-    let _ = std::fs::remove_file(&log);
     let pcap = fixtures_dir().join("mixed_demo.pcap");
     let expected: Value = serde_json::from_str(
         &std::fs::read_to_string(fixtures_dir().join("mixed_demo.expected.json"))
@@ -105,36 +106,47 @@ fn no_tui_ends_with_the_capture_and_fills_every_output() {
     let out = run_stdin(
         &[
             "--no-tui",
-            "--flow-log",
-            log.to_str().expect("utf-8 path"),
+            "--log-dir",
+            logs.to_str().expect("utf-8 path"),
             "--prom-file",
             prom.to_str().expect("utf-8 path"),
+            "--metrics",
+            "127.0.0.1:0",
         ],
         std::fs::read(&pcap).expect("read fixture"),
     );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains("metrics at http://127.0.0.1:"),
+        "the metrics endpoint is served: {stderr}"
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("SRC > DST"), "a table is printed: {stdout}");
-    // The last batch of the flow log is the final state: one line per expected flow.
-    let lines: Vec<Value> = std::fs::read_to_string(&log)
-        .expect("flow log written")
+    // The log's flow lines (docs/log-schema.md): the last line of each flow is its final state,
+    // and the deltas over all lines add up to it.
+    let lines: Vec<Value> = std::fs::read_to_string(logs.join("roce-observer.jsonl"))
+        .expect("log written")
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect();
-    let last_ts = lines.last().expect("at least one line")["ts"].clone();
-    let final_batch: Vec<&Value> = lines.iter().filter(|l| l["ts"] == last_ts).collect();
+    let mut last = std::collections::BTreeMap::new();
+    let mut delta_packets = 0;
+    for l in lines.iter().filter(|l| l["kind"] == "flow") {
+        let id = ["src_ip", "dst_ip", "dst_qp", "iface", "direction"].map(|f| l[f].to_string());
+        last.insert(id, l["packets"].as_u64().expect("packets"));
+        delta_packets += l["delta"]["packets"].as_u64().expect("delta.packets");
+    }
     let flows = expected["flows"].as_array().expect("expected flows");
-    assert_eq!(final_batch.len(), flows.len(), "{lines:?}");
-    let packets: u64 = final_batch
-        .iter()
-        .filter_map(|l| l["packets"].as_u64())
-        .sum();
+    assert_eq!(last.len(), flows.len(), "{lines:?}");
+    let packets: u64 = last.values().sum();
     let expected_packets: u64 = flows.iter().filter_map(|f| f["packets"].as_u64()).sum();
     assert_eq!(packets, expected_packets);
+    assert_eq!(delta_packets, expected_packets);
+    assert!(
+        lines.iter().any(|l| l["kind"] == "summary"),
+        "a summary per batch: {lines:?}"
+    );
     let metrics = std::fs::read_to_string(&prom).expect("metrics written");
     let metric_packets: u64 = metrics
         .lines()
@@ -142,6 +154,7 @@ fn no_tui_ends_with_the_capture_and_fills_every_output() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
     assert_eq!(metric_packets, expected_packets, "{metrics}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

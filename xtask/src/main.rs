@@ -49,6 +49,10 @@ struct BenchArgs {
     /// Runs per frame in the kernel benchmark.
     #[arg(long, default_value_t = 200_000)]
     kernel_repeat: u32,
+    /// Queue pairs in the kernel veth replay (steady traffic and a retransmission storm,
+    /// timed by kernel BPF statistics); 0 skips it.
+    #[arg(long, default_value_t = 1_000)]
+    kernel_qps: u32,
 }
 
 fn bench(args: &BenchArgs) -> anyhow::Result<()> {
@@ -66,7 +70,8 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             .current_dir(util::workspace_root())
             .args(["run", "--quiet", "--release", "-p", "roce-observer-tools"])
             .args(["--bin", "kernel-bench", "--"])
-            .arg(args.kernel_repeat.to_string()),
+            .arg(args.kernel_repeat.to_string())
+            .arg(args.kernel_qps.to_string()),
     )
 }
 

@@ -73,7 +73,7 @@ pub fn build_deb(debug: bool) -> anyhow::Result<PathBuf> {
 
     let packaging = root.join("packaging");
     let docs = "usr/share/doc/roce-observer";
-    let copies: [(PathBuf, &str); 9] = [
+    let copies: [(PathBuf, &str); 12] = [
         (bin.clone(), "usr/bin/roce-observer"),
         (
             packaging.join("roce-observer.service"),
@@ -94,6 +94,18 @@ pub fn build_deb(debug: bool) -> anyhow::Result<PathBuf> {
         (
             root.join("docs/metrics.md"),
             "usr/share/doc/roce-observer/metrics.md",
+        ),
+        (
+            root.join("docs/log-schema.md"),
+            "usr/share/doc/roce-observer/log-schema.md",
+        ),
+        (
+            root.join("docs/operations.md"),
+            "usr/share/doc/roce-observer/operations.md",
+        ),
+        (
+            root.join("docs/prometheus/roce-observer.rules.yml"),
+            "usr/share/doc/roce-observer/roce-observer.rules.yml",
         ),
         (
             generated.join("completions/roce-observer"),

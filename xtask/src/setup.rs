@@ -4,7 +4,8 @@
 //!   Debian's rustc-web + rust-web-src linked as the rustup toolchain `roce-debian`;
 //! - bpf-linker 0.13.0 built against Debian's LLVM 22;
 //! - test tools: tcpreplay (layer-2 replay), iproute2 (namespaces, veth), systemd
-//!   (systemd-analyze, to verify the packaged unit).
+//!   (systemd-analyze, to verify the packaged unit), prometheus (a real Prometheus server and
+//!   promtool for the metrics scrape test).
 
 use std::{
     path::{Path, PathBuf},
@@ -105,8 +106,9 @@ fn link_debian_toolchain() -> anyhow::Result<()> {
 
 /// Everything the build and the tests need. Returns the eBPF toolchain name.
 pub fn setup() -> anyhow::Result<String> {
-    // systemd for `systemd-analyze verify` of the packaged unit (tests/tests/package.rs).
-    apt_install(&["iproute2", "tcpreplay", "systemd"])?;
+    // systemd for `systemd-analyze verify` of the packaged unit (tests/tests/package.rs),
+    // prometheus for the metrics scrape test (tests/tests/metrics_prometheus.rs).
+    apt_install(&["iproute2", "tcpreplay", "systemd", "prometheus"])?;
     let toolchain = if has_rust_src("nightly") {
         "nightly".to_string()
     } else {

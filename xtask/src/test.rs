@@ -84,6 +84,34 @@ impl Tally {
         self.skips.push(format!("{name}: {why}"));
     }
 
+    /// One count per Soft-RoCE scenario: passed only when it ran and every check held.
+    fn scenarios(&mut self, outcomes: &[softroce::ScenarioOutcome]) {
+        for sc in outcomes {
+            let name = format!("Soft-RoCE {}", sc.name);
+            if let Some(err) = &sc.error {
+                self.stage(&name, Err(anyhow::anyhow!("could not run: {err}")));
+            } else if sc.failed > 0 || sc.passed == 0 {
+                self.stage(
+                    &name,
+                    Err(anyhow::anyhow!(
+                        "{} of {} checks failed: {}",
+                        sc.failed,
+                        sc.passed + sc.failed,
+                        sc.failures.join("; ")
+                    )),
+                );
+            } else {
+                self.stage(&name, Ok(()));
+            }
+        }
+        if outcomes.is_empty() {
+            self.stage(
+                "Soft-RoCE VMs",
+                Err(anyhow::anyhow!("no scenario was selected")),
+            );
+        }
+    }
+
     /// Add the counts of a `cargo test` run.
     fn tests(&mut self, run: &TestRun, status_ok: bool) {
         self.passed += run.passed;
@@ -271,10 +299,10 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
         if opts.full_vm {
             argv.push("--full".into());
         }
-        tally.stage(
-            "Soft-RoCE VMs",
-            softroce::run(SoftRoceCli::parse_from(argv).opts),
-        );
+        match softroce::run_counted(SoftRoceCli::parse_from(argv).opts) {
+            Ok(outcomes) => tally.scenarios(&outcomes),
+            Err(err) => tally.stage("Soft-RoCE VMs", Err(err)),
+        }
     }
 
     for skip in &tally.skips {
@@ -354,6 +382,26 @@ test result: ok. 1 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out; fini
         let mut build_error = Tally::default();
         build_error.tests(&parse(""), false);
         assert_eq!(build_error.closing_line(), "0 passed, 1 failed, 0 skipped");
+    }
+
+    #[test]
+    fn each_vm_scenario_counts_once_and_only_a_clean_one_passes() {
+        let outcome = |name: &str, passed, failed, error: Option<&str>| softroce::ScenarioOutcome {
+            name: name.into(),
+            passed,
+            failed,
+            failures: (0..failed).map(|i| format!("check {i}")).collect(),
+            error: error.map(str::to_string),
+        };
+        let mut tally = Tally::default();
+        tally.scenarios(&[
+            outcome("ok", 100, 0, None),
+            outcome("bad", 99, 1, None),
+            outcome("timeout", 0, 0, Some("hard timeout")),
+            outcome("checked_nothing", 0, 0, None),
+        ]);
+        assert_eq!(tally.closing_line(), "1 passed, 3 failed, 0 skipped");
+        assert!(tally.failures[0].contains("1 of 100 checks failed"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use clap_complete::Shell;
 use crate::color::ColorChoice;
 
 mod args;
-pub use args::{EngineArgs, EngineArgsError, OutputArgs};
+pub use args::{EngineArgs, EngineArgsError, LogDirArgs, MetricsArgs, OutputArgs};
 
 #[derive(Parser)]
 #[command(name = "roce-observer", version, about = "Per-QP RoCEv2 observer")]
@@ -105,6 +105,7 @@ mod tests {
             .find_subcommand("run")
             .expect("run subcommand")
             .get_arguments()
+            .filter(|a| !a.is_hide_set())
             .filter_map(|a| a.get_long())
         {
             // roff escapes `-` as `\-`.
@@ -124,7 +125,8 @@ mod tests {
                 "analyze",
                 "counters",
                 "color",
-                "flow-log",
+                "log-dir",
+                "metrics",
                 "prom-file",
             ] {
                 assert!(text.contains(word), "{file} lacks {word}");

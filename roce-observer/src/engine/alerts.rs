@@ -143,56 +143,6 @@ impl Alerts {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
-}
-
-/// Fixed-window event counter for burst detection: `limit` events within `window_ns` of the
-/// window's first event make one burst (reported once per window).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Burst {
-    start: u64,
-    count: u64,
-    fired: bool,
-}
-
-impl Burst {
-    /// Count `n` events at `ts`; true when this completes a burst.
-    pub fn add(&mut self, ts: u64, n: u64, limit: u64, window_ns: u64) -> bool {
-        if self.count == 0 || ts.saturating_sub(self.start) > window_ns {
-            *self = Burst {
-                start: ts,
-                count: 0,
-                fired: false,
-            };
-        }
-        self.count += n;
-        if !self.fired && limit > 0 && self.count >= limit {
-            self.fired = true;
-            return true;
-        }
-        false
-    }
-}
-
-impl Alerts {
-    /// A retransmission on `flow`, counted in its burst window.
-    pub fn retransmit(&mut self, burst: &mut Burst, flow: &FlowKey, ts: u64, cfg: &EngineConfig) {
-        let (limit, window) = (cfg.burst_count, cfg.burst_window_ns);
-        if burst.add(ts, 1, limit, window) {
-            self.raise(AlertKind::RetransmitBurst, Subject::Flow(*flow), ts, 1, || {
-                format!("{limit} or more retransmissions within {} ms (loss, or a go-back-N after a NAK or timeout)", window / 1_000_000)
-            });
-        }
-    }
-
-    /// A NAK on `flow`, counted in its burst window.
-    pub fn nak(&mut self, burst: &mut Burst, flow: &FlowKey, ts: u64, cfg: &EngineConfig) {
-        let (limit, window) = (cfg.burst_count, cfg.burst_window_ns);
-        if burst.add(ts, 1, limit, window) {
-            self.raise(AlertKind::NakBurst, Subject::Flow(*flow), ts, 1, || {
-                format!("{limit} or more NAKs within {} ms", window / 1_000_000)
-            });
-        }
-    }
 
     /// A latency sample of `ns` on `flow`, against the `threshold` of `--rtt-alert-us`.
     pub fn high_latency(&mut self, flow: &FlowKey, ts: u64, ns: u64, threshold: u64) {
@@ -298,6 +248,45 @@ impl Added {
             pcp: pkt.pcp,
         }
     }
+}
+
+/// Judged on the whole flow table: retransmission and NAK bursts, detected per packet by the
+/// shared observation on each flow's own windows (`FlowStats::retransmit_bursts`, so the
+/// kernel needs no event per retransmission) and counted there.
+pub fn bursts<'a, I>(flows: I, cfg: &EngineConfig) -> Vec<Alert>
+where
+    I: Iterator<Item = (&'a FlowKey, &'a FlowStats)>,
+{
+    let (limit, window_ms) = (cfg.burst_count, cfg.burst_window_ns / 1_000_000);
+    let mut out = Vec::new();
+    for (k, s) in flows {
+        for (kind, w, what) in [
+            (
+                AlertKind::RetransmitBurst,
+                &s.retransmit_bursts,
+                "retransmissions",
+            ),
+            (AlertKind::NakBurst, &s.nak_bursts, "NAKs"),
+        ] {
+            if w.bursts == 0 {
+                continue;
+            }
+            let why = if kind == AlertKind::RetransmitBurst {
+                " (loss, or a go-back-N after a NAK or timeout)"
+            } else {
+                ""
+            };
+            out.push(Alert {
+                kind,
+                subject: Subject::Flow(*k),
+                reason: format!("{limit} or more {what} within {window_ms} ms{why}"),
+                first_ns: w.first_burst_ns,
+                last_ns: w.last_burst_ns,
+                count: u64::from(w.bursts),
+            });
+        }
+    }
+    out
 }
 
 /// Judged on the whole flow table: flows with CE marks whose data receiver never sent a CNP
@@ -437,17 +426,6 @@ mod tests {
         }
         assert_eq!(a.len(), MAX_ALERTS);
         assert_eq!(a.dropped, 6);
-    }
-
-    #[test]
-    fn burst_window() {
-        let mut b = Burst::default();
-        let fired: Vec<bool> = (0..12).map(|i| b.add(i * 10, 1, 10, 1000)).collect();
-        assert_eq!(fired.iter().filter(|f| **f).count(), 1);
-        assert!(fired[9]);
-        // Spread out: never a burst.
-        let mut c = Burst::default();
-        assert!((0..100).all(|i| !c.add(i * 2000, 1, 10, 1000)));
     }
 
     #[test]

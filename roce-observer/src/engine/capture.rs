@@ -1,7 +1,6 @@
 //! The capture path: one captured frame through the shared per-packet observation
 //! (`roce_observer_common::observe`, exactly what the kernel programs run), here on the
-//! engine's own tables. Engine-only extras, hooked into its table trait: mirrored (ERSPAN/GRE)
-//! frames are unwrapped, the path MTU is learned from READ responses, and the traffic-class
+//! engine's own tables. Engine-only extras, hooked into its table trait: the path MTU is learned from READ responses, and the traffic-class
 //! checks run on what each packet added.
 
 use std::collections::BTreeMap;
@@ -11,6 +10,7 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
+    mirror::Ports,
     observe::{Entry, Flows, Stored, Tables, observe},
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
@@ -34,7 +34,14 @@ impl Engine {
         let mut events = std::mem::take(&mut self.event_buf);
         let mut tables = CaptureTables {
             now: ts_ns,
-            roce_port: self.cfg.roce_port,
+            ports: Ports {
+                roce: self.cfg.roce_port,
+                vxlan: self.cfg.vxlan_port,
+            },
+            burst_rule: (
+                u32::try_from(self.cfg.burst_count).unwrap_or(u32::MAX),
+                self.cfg.burst_window_ns,
+            ),
             pmtu: PmtuLearner {
                 pmtu: &mut self.pmtu,
                 learned: &mut self.pmtu_learned,
@@ -45,6 +52,7 @@ impl Engine {
             pfc: &mut self.pfc,
             events: &mut events,
             added: None,
+            packet: None,
         };
         let mut flows = CaptureFlows {
             table: &mut self.flows,
@@ -61,6 +69,10 @@ impl Engine {
         );
         if let Some((key, added)) = tables.added {
             self.alerts.classes(&key, added, ts_ns, &self.cfg);
+        }
+        if let Some((key, pkt, out)) = tables.packet {
+            self.steps.packet(ts_ns, &key, &pkt, &out);
+            self.paths.packet(&key, &pkt, &out);
         }
         for ev in events.drain(..) {
             self.on_event(&ev);
@@ -137,7 +149,9 @@ impl Flows for CaptureFlows<'_> {
 struct CaptureTables<'a> {
     /// Capture time of the frame: every clock of the kernel reads this.
     now: u64,
-    roce_port: u16,
+    ports: Ports,
+    /// The kernel's `BURST_COUNT` and `BURST_WINDOW_NS`.
+    burst_rule: (u32, u64),
     pmtu: PmtuLearner<'a>,
     counters: &'a mut Counters,
     pending: &'a mut Pending,
@@ -145,13 +159,13 @@ struct CaptureTables<'a> {
     events: &'a mut Vec<Event>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
     added: Option<(FlowKey, Added)>,
+    /// The same packet as accounted, for the per-packet analyses (steps, path loss).
+    packet: Option<(FlowKey, RocePacket, Outcome)>,
 }
 
 impl Tables for CaptureTables<'_> {
-    /// Captures may come from an ERSPAN destination: mirrored frames are unwrapped (the
-    /// kernel programs do not yet, see parse_mirrored).
     fn parse<P: PacketView>(&mut self, p: &P) -> Frame {
-        let frame = parse_mirrored(p, self.roce_port);
+        let frame = parse_mirrored(p, self.ports);
         if let Frame::Roce { src_ip, pkt, .. } = &frame {
             self.pmtu.learn(src_ip, pkt);
         }
@@ -160,6 +174,10 @@ impl Tables for CaptureTables<'_> {
 
     fn pmtu(&self) -> u32 {
         *self.pmtu.pmtu
+    }
+
+    fn burst_rule(&self) -> (u32, u64) {
+        self.burst_rule
     }
 
     fn coarse_ns(&self) -> u64 {
@@ -171,7 +189,12 @@ impl Tables for CaptureTables<'_> {
     }
 
     fn count(&mut self, counter: Counter, direction: u8) {
-        self.counters[dir_index(Direction::from_u8(direction))][counter as usize] += 1;
+        let block = &mut self.counters[dir_index(Direction::from_u8(direction))];
+        block[counter as usize] += 1;
+        // The kernel leaves the total to its reader (maps.rs); here it is kept as we go.
+        if counter.is_frame_class() {
+            block[Counter::TotalPackets as usize] += 1;
+        }
     }
 
     fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {
@@ -192,5 +215,6 @@ impl Tables for CaptureTables<'_> {
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
         self.added = Some((*key, Added::packet(pkt, out)));
+        self.packet = Some((*key, *pkt, *out));
     }
 }

@@ -222,6 +222,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
             bytes_per_path: bytes,
             tuples_per_path: count,
             collisions,
+            advice: None,
         }
     });
 

@@ -1,6 +1,6 @@
 //! Events from either path (the kernel's ring buffer, or the capture path's shared
-//! observation), each handed to its concept: burst alerts, PFC pause timelines, latency
-//! samples.
+//! observation), each handed to its concept: PFC pause timelines, latency samples.
+//! (Bursts of retransmissions and NAKs are read from the flow records, alerts::bursts.)
 
 use roce_observer_common::{Direction, Event, EventBody, pfc::PRIORITY_LINK};
 
@@ -14,18 +14,7 @@ impl Engine {
         let ts = ev.ts_ns;
         let d = Direction::from_u8(ev.flow.direction);
         match body {
-            EventBody::NewFlow | EventBody::Cnp { .. } | EventBody::PsnGap { .. } => {}
-            EventBody::PsnRetransmit { .. } => {
-                if let Some(e) = self.flows.get_mut(&ev.flow) {
-                    self.alerts
-                        .retransmit(&mut e.retransmit_burst, &ev.flow, ts, &self.cfg);
-                }
-            }
-            EventBody::Nak { .. } => {
-                if let Some(e) = self.flows.get_mut(&ev.flow) {
-                    self.alerts.nak(&mut e.nak_burst, &ev.flow, ts, &self.cfg);
-                }
-            }
+            EventBody::NewFlow => {}
             EventBody::Pfc {
                 src_mac,
                 class_enable,

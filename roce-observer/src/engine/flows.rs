@@ -1,6 +1,6 @@
 //! The flow table: per-flow counters and PSN state ([`FlowStats`], updated by the shared
 //! `account` in the capture path or copied from the kernel's map in the live path), plus the
-//! state only user space keeps: the latency sketch, burst windows and the interval baseline.
+//! state only user space keeps: the latency sketch and the interval baseline.
 
 use std::collections::HashMap;
 
@@ -11,7 +11,6 @@ use roce_observer_common::{
 };
 
 use super::{
-    alerts::Burst,
     latency::sketch::Sketch,
     snapshot::{NakCounts, OpcodeCounts},
 };
@@ -23,8 +22,6 @@ pub struct FlowEntry {
     pub stats: FlowStats,
     /// Latency samples of requests sent on this flow (boxed: most flows have none).
     pub rtt: Option<Box<Sketch>>,
-    pub retransmit_burst: Burst,
-    pub nak_burst: Burst,
     /// `stats.bytes` at the start of the reporting interval.
     pub base_bytes: u64,
 }
@@ -36,8 +33,6 @@ impl FlowEntry {
         FlowEntry {
             stats,
             rtt: None,
-            retransmit_burst: Burst::default(),
-            nak_burst: Burst::default(),
             base_bytes: 0,
         }
     }

@@ -84,5 +84,7 @@ pub fn rtt_summary(s: Option<&Sketch>) -> RttSummary {
         p999: s.quantile(0.999),
         max: s.max(),
         mean: s.mean(),
+        buckets: s.classic_buckets(),
+        sum_ns: s.sum(),
     }
 }

@@ -15,6 +15,8 @@ impl Engine {
             self.seen(ts);
         }
         let added = match self.flows.get_mut(key) {
+            // Unchanged since the last read (most flows, most ticks): nothing to judge.
+            Some(e) if e.stats == *stats => return,
             Some(e) => {
                 let added = Added::between(&e.stats, stats);
                 e.stats = *stats;

@@ -12,18 +12,22 @@
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
 //! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`; `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
+//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started); `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
 
 pub mod alerts;
 mod capture;
 pub mod ecmp;
+pub mod ecmp_advice;
 mod events;
 pub mod flows;
 pub mod latency;
 mod live;
+pub mod pathloss;
 pub mod pfc;
+pub mod pfc_origin;
 mod report;
 pub mod snapshot;
+pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,8 +37,11 @@ use alerts::Alerts;
 use ecmp::EcmpHash;
 use flows::FlowTable;
 use latency::{Pending, sketch::Sketch};
+use pathloss::PathLoss;
 use pfc::PfcEntry;
+use pfc_origin::PauseLog;
 use snapshot::CaptureSummary;
+use steps::Steps;
 
 /// Valid RoCE path MTUs, largest first.
 const PMTUS: [u32; 5] = [4096, 2048, 1024, 512, 256];
@@ -50,6 +57,8 @@ pub struct EngineConfig {
     pub link_gbps: f64,
     /// RoCEv2 UDP destination port.
     pub roce_port: u16,
+    /// UDP destination port of VXLAN mirrors to unwrap.
+    pub vxlan_port: u16,
     /// Modelled ECMP: uplinks (0 disables the model), hash, seed.
     pub ecmp_paths: u32,
     pub ecmp_hash: EcmpHash,
@@ -80,6 +89,7 @@ impl Default for EngineConfig {
             pmtu_explicit: false,
             link_gbps: 100.0,
             roce_port: roce_observer_common::ROCE_V2_PORT,
+            vxlan_port: roce_observer_common::headers::VXLAN_PORT,
             ecmp_paths: 8,
             ecmp_hash: EcmpHash::Crc32,
             ecmp_seed: 0,
@@ -89,8 +99,8 @@ impl Default for EngineConfig {
             rtt_alert_ns: None,
             storm_threshold: 0.5,
             storm_window_ns: 1_000_000_000,
-            burst_count: 10,
-            burst_window_ns: 100_000_000,
+            burst_count: roce_observer_common::BURST_COUNT as u64,
+            burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
             max_flows: 1 << 20,
             max_pending: 1 << 16,
         }
@@ -121,6 +131,12 @@ pub struct Engine {
     capture: Option<CaptureSummary>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
+    /// Byte series and per-flow activity for training steps (capture path).
+    steps: Steps,
+    /// Request PSNs per observation point, for flows seen at several (capture path).
+    paths: PathLoss,
+    /// PFC/PAUSE frame times per source, for the storm origin.
+    pauses: PauseLog,
 }
 
 /// Frame classes and error counters, one block per direction (see [`dir_index`]).
@@ -164,6 +180,9 @@ impl Engine {
             interval_start: None,
             capture: None,
             event_buf: Vec::new(),
+            steps: Steps::default(),
+            paths: PathLoss::default(),
+            pauses: PauseLog::default(),
             cfg,
         }
     }

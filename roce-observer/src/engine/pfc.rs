@@ -144,6 +144,11 @@ impl Engine {
         if entry.timeline.frame(ts, quanta, gbps, thr, win) {
             self.alerts.pfc_storm(&key, ts, cfg);
         }
+        let ns = quanta_to_ns(u64::from(quanta), gbps) as u64;
+        self.pauses.frame(key, ts, ns);
+        if quanta > 0 {
+            self.steps.pause(ts, ns);
+        }
     }
 }
 

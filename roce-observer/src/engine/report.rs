@@ -10,9 +10,10 @@ use roce_observer_common::{
 
 use super::{
     DIRECTIONS, Engine,
-    alerts::{Alert, Subject, ce_without_cnp, flow_problems},
+    alerts::{Alert, Subject, bursts, ce_without_cnp, flow_problems},
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
+    ecmp_advice,
     flows::{self, FlowEntry},
     latency::{rtt_summary, sketch},
     show_mac,
@@ -20,6 +21,7 @@ use super::{
         AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, PfcRef, PfcSnapshot, SCHEMA_VERSION,
         Snapshot, Summary, show_ip,
     },
+    steps,
 };
 
 impl Engine {
@@ -157,7 +159,8 @@ impl Engine {
         alerts.extend(
             ce_without_cnp(table.clone())
                 .iter()
-                .chain(&flow_problems(table))
+                .chain(&flow_problems(table.clone()))
+                .chain(&bursts(table, &self.cfg))
                 .map(|a| self.alert_snapshot(a)),
         );
         alerts.sort_by(|a, b| {
@@ -191,12 +194,15 @@ impl Engine {
                     .collect(),
             })
             .collect();
-        let ecmp = ecmp::compute(
+        let mut ecmp = ecmp::compute(
             &ecmp_flows,
             self.cfg.ecmp_hash,
             self.cfg.ecmp_paths,
             self.cfg.ecmp_seed,
         );
+        if let Some(m) = ecmp.modelled.as_mut() {
+            m.advice = ecmp_advice::advise(m, self.cfg.roce_port);
+        }
 
         let ringbuf_full = total(Counter::RingbufFull);
         Snapshot {
@@ -223,6 +229,7 @@ impl Engine {
                 interval_s,
                 by_direction,
                 alerts_dropped: self.alerts.dropped,
+                log_records_lost: None,
                 capture: self.capture.clone(),
             },
             latency: LatencySnapshot {
@@ -236,6 +243,14 @@ impl Engine {
             pfc,
             ecmp,
             alerts,
+            paths: self.path_pairs(),
+            pfc_origin: self.pfc_origin(),
+            steps: steps::analyse(&self.steps, |k| {
+                (
+                    self.iface_name(k.ifindex),
+                    Direction::from_u8(k.direction).name(),
+                )
+            }),
             nic: Vec::new(),
             qp_owners: Vec::new(),
         }

@@ -39,6 +39,12 @@ pub struct Snapshot {
     pub latency: LatencySnapshot,
     pub ecmp: EcmpSnapshot,
     pub alerts: Vec<AlertSnapshot>,
+    /// Training steps (null when the traffic is not periodic, or not fed packet by packet).
+    pub steps: Option<StepsSnapshot>,
+    /// Flows seen at two or more points: per ordered pair, request PSNs missing downstream.
+    pub paths: Vec<PathPair>,
+    /// Where the first PFC storm started and how it spread (null without a storm).
+    pub pfc_origin: Option<PfcOrigin>,
     /// The host's RDMA NIC counters over the interval (live runs on a host with RDMA
     /// devices; absent otherwise). Not engine data: the live loop attaches them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -133,6 +139,26 @@ impl NakCounts {
         self.by_class().iter().map(|(_, n)| n).sum()
     }
 }
+/// Upper bounds (ns) of the classic latency buckets: 1 us .. 100 ms in 1-2-5 steps, the range
+/// of RDMA request -> answer times from one switch hop to a congested fabric.
+pub const LATENCY_BUCKETS_NS: [u64; 16] = [
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+];
 
 /// Latency quantiles in nanoseconds; all but `count` are null without samples.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -145,6 +171,12 @@ pub struct RttSummary {
     pub p999: Option<u64>,
     pub max: Option<u64>,
     pub mean: Option<f64>,
+    /// Exact samples per classic bucket (`LATENCY_BUCKETS_NS`, not cumulative) and their sum,
+    /// for the Prometheus histogram; not part of the JSON document.
+    #[serde(skip)]
+    pub buckets: [u64; LATENCY_BUCKETS_NS.len()],
+    #[serde(skip)]
+    pub sum_ns: u128,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -247,6 +279,9 @@ pub struct Summary {
     /// Counters per direction ("ingress", "egress", "capture"), directions with traffic only.
     pub by_direction: BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
     pub alerts_dropped: u64,
+    /// Log lines that could not be written (`--log-dir`: full disk, removed directory, lost
+    /// permission); null without a log directory. Filled in by the outputs, not the engine.
+    pub log_records_lost: Option<u64>,
     /// Present for captures (`analyze`).
     pub capture: Option<CaptureSummary>,
 }
@@ -358,6 +393,27 @@ pub struct ModelledView {
     /// Paths that carry two or more elephant 5-tuples (at least half a path's fair share,
     /// total / 2N, each), busiest first; at most 10.
     pub collisions: Vec<Collision>,
+    /// New source ports for colliding elephants, and the model's view after (ecmp_advice.rs).
+    pub advice: Option<EcmpAdvice>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PortChange {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub udp_src_port: u16,
+    pub new_udp_src_port: u16,
+    pub bytes: u64,
+    pub from_path: u32,
+    pub to_path: u32,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EcmpAdvice {
+    pub changes: Vec<PortChange>,
+    pub bytes_per_path_after: Vec<u64>,
+    pub imbalance_after: f64,
+    pub jain_after: f64,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -377,6 +433,117 @@ pub struct EcmpSnapshot {
     pub modelled: Option<ModelledView>,
     /// Host pairs, most bytes first; at most `ecmp::MAX_PAIRS`.
     pub entropy: Vec<HostPairEntropy>,
+}
+
+// Training steps (docs/metrics.md, "Training steps"), computed by steps.rs.
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StepsSnapshot {
+    /// Step period, milliseconds.
+    pub period_ms: f64,
+    /// Steps found in the window (communication bursts on the period's grid).
+    pub count: u64,
+    /// Mean share of a step spent communicating.
+    pub comm_fraction: f64,
+    /// The analysed window (the last data bytes kept), seconds.
+    pub window_s: f64,
+    /// Strength of the periodicity: the normalised autocorrelation at the period (0..1).
+    pub confidence: f64,
+    /// The last steps, oldest first (at most 10).
+    pub recent: Vec<StepSpan>,
+    /// Flows that end their step's communication last, most lag first.
+    pub stragglers: Vec<Straggler>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct StepSpan {
+    /// ns since the epoch.
+    pub start: u64,
+    pub duration_ms: f64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Straggler {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub dst_qp: u32,
+    pub iface: String,
+    pub direction: &'static str,
+    /// Steps in which this flow's data ended last, of `steps` in which it was compared.
+    pub late_steps: u64,
+    pub steps: u64,
+    /// Mean time its data ended after the median flow's, over the compared steps.
+    pub mean_lag_ms: f64,
+    /// Seen in its late steps' windows.
+    pub evidence: StragglerEvidence,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct StragglerEvidence {
+    /// CE-marked data packets of the flow.
+    pub ce: u64,
+    /// CNPs from its destination host to its source host.
+    pub cnp: u64,
+    /// Retransmitted data packets of the flow.
+    pub retransmits: u64,
+    /// NAKs from its destination host to its source host.
+    pub naks: u64,
+    /// Pause time requested by XOFF frames seen anywhere, microseconds.
+    pub pause_us: f64,
+}
+
+// PFC storm origin (docs/metrics.md), computed by pfc_origin.rs.
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PauseSource {
+    pub source: PfcRef,
+    /// Its first XOFF in the window, ns since the epoch.
+    pub first_xoff_ts: u64,
+    /// Paused time in the window / the window.
+    pub paused_fraction: f64,
+    /// This source had a storm of its own.
+    pub storm: bool,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PfcOrigin {
+    /// The first storm onset of any source, and the window around it (two storm windows
+    /// before, one after).
+    pub storm_onset_ts: u64,
+    pub window_start_ts: u64,
+    pub window_end_ts: u64,
+    /// The source whose first XOFF in the window came first.
+    pub origin: PfcRef,
+    /// From the origin's first XOFF to the last source's, milliseconds.
+    pub spread_ms: f64,
+    /// Every source that paused in the window, by first XOFF.
+    pub sources: Vec<PauseSource>,
+}
+
+// Where was it lost (docs/metrics.md), computed by pathloss.rs.
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PointRef {
+    pub iface: String,
+    pub direction: &'static str,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PathPair {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub dst_qp: u32,
+    pub upstream: PointRef,
+    pub downstream: PointRef,
+    /// Request PSNs both points saw sent the first time.
+    pub both: u64,
+    /// Request PSNs `upstream` saw sent the first time and `downstream` did not, while
+    /// `downstream` saw PSNs before and after them.
+    pub missing: u64,
+    /// The first of them (at most 16).
+    pub missing_psns: Vec<u32>,
+    /// Retransmissions `downstream` saw of PSNs it never saw sent the first time.
+    pub downstream_retransmits_unseen: u64,
 }
 
 #[cfg(test)]

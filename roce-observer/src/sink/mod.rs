@@ -1,6 +1,7 @@
 //! Renderers of an engine snapshot.
 
 pub mod json;
+pub mod logdir;
+pub mod metrics;
 pub mod outputs;
-pub mod prometheus;
 pub mod table;

@@ -2,20 +2,32 @@
 //! built once from the arguments, called once per report interval and once at the end.
 //!
 //! One policy for both commands:
-//! - the flow log is opened when the command starts, created if missing and appended to
-//!   otherwise (never truncated: it is meant to outlive single runs);
-//! - the first failed write (stdout, flow log, metrics file) ends the command with an error that
-//!   names the file; nothing is dropped silently.
+//! - everything that can be refused is opened when the command starts: the log directory
+//!   (created if missing) and the metrics address (bound), so a mistake fails before any work;
+//! - the log directory never ends the command afterwards: lines that cannot be written (full
+//!   disk, removed directory, lost permission) are counted in `summary.log_records_lost`
+//!   (shown in the TUI header, the JSON document and the metrics) and writing resumes by itself;
+//! - the first failed write to stdout or to the metrics file ends the command with an error that
+//!   names it.
 
 use std::{
-    fs::File,
-    io::{BufWriter, Write},
+    io::Write,
+    net::SocketAddr,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use crate::{
     engine::snapshot::Snapshot,
-    sink::{json, prometheus, table},
+    sink::{
+        json,
+        logdir::{LogDir, LogDirConfig, LogDirError},
+        metrics::{
+            self, Health,
+            server::{MetricsServer, ServeError},
+        },
+        table,
+    },
 };
 
 /// What is printed on stdout every interval (the final report is always printed).
@@ -35,26 +47,22 @@ pub struct OutputPlan {
     /// One JSON document at the end instead of the final table.
     pub json: bool,
     pub interval_tables: IntervalTables,
-    /// JSON lines, appended every interval and at the end.
-    pub flow_log: Option<PathBuf>,
+    /// The rotating JSON Lines directory, written every interval and at the end.
+    pub log_dir: Option<LogDirConfig>,
     /// Prometheus text file, replaced every interval and at the end.
     pub prom_file: Option<PathBuf>,
+    /// Serve `/metrics` on this address (`run` only: needs the live loop's runtime).
+    pub metrics: Option<SocketAddr>,
+    /// Per-flow series for this many flows (and as many problem flows), file and endpoint.
+    pub metrics_top_flows: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("cannot open the flow log {}", .path.display())]
-    OpenFlowLog {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("writing the flow log {}", .path.display())]
-    FlowLog {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    LogDir(#[from] LogDirError),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
     #[error("writing metrics to {}", .path.display())]
     Metrics {
         path: PathBuf,
@@ -69,61 +77,54 @@ pub enum OutputError {
     },
 }
 
-struct FlowLog {
-    path: PathBuf,
-    file: BufWriter<File>,
-}
-
-impl FlowLog {
-    fn write(&mut self, snap: &Snapshot) -> Result<(), OutputError> {
-        // Each batch is flushed so that a reader tailing the file sees whole intervals.
-        json::write_flow_log(&mut self.file, snap, snap.summary.interval_end_ts)
-            .and_then(|()| self.file.flush())
-            .map_err(|source| OutputError::FlowLog {
-                path: self.path.clone(),
-                source,
-            })
-    }
-}
-
 /// The open outputs of one command.
 pub struct Outputs {
     json: bool,
     interval_tables: IntervalTables,
-    flow_log: Option<FlowLog>,
+    log: Option<LogDir>,
     prom_file: Option<PathBuf>,
+    server: Option<MetricsServer>,
+    top_flows: usize,
 }
 
 impl Outputs {
-    /// Open what needs opening (the flow log), so that a bad path fails before any work.
+    /// Open what needs opening (the log directory, the metrics address), so that a bad path or
+    /// a busy port fails before any work.
     pub fn open(plan: OutputPlan) -> Result<Outputs, OutputError> {
-        let flow_log = match plan.flow_log {
-            Some(path) => {
-                let file = File::options()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .map_err(|source| OutputError::OpenFlowLog {
-                        path: path.clone(),
-                        source,
-                    })?;
-                Some(FlowLog {
-                    path,
-                    file: BufWriter::new(file),
-                })
-            }
+        let log = match plan.log_dir {
+            Some(cfg) => Some(LogDir::open(cfg, crate::sink::logdir::now_ns())?),
+            None => None,
+        };
+        let server = match plan.metrics {
+            Some(addr) => Some(MetricsServer::bind(addr, plan.metrics_top_flows)?),
             None => None,
         };
         Ok(Outputs {
             json: plan.json,
             interval_tables: plan.interval_tables,
-            flow_log,
+            log,
             prom_file: plan.prom_file,
+            server,
+            top_flows: plan.metrics_top_flows,
         })
     }
 
-    /// The end of one report interval.
-    pub fn interval(&mut self, snap: &Snapshot, stdout: &mut dyn Write) -> Result<(), OutputError> {
+    /// Start serving `/metrics` on the current tokio runtime (the live loop calls this once it
+    /// runs); returns the address served, if any.
+    pub fn serve(&mut self) -> Result<Option<SocketAddr>, OutputError> {
+        match self.server.as_mut() {
+            Some(server) => Ok(Some(server.serve()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The end of one report interval. Fills in `summary.log_records_lost`, which the terminal
+    /// UI then shows.
+    pub fn interval(
+        &mut self,
+        snap: &mut Snapshot,
+        stdout: &mut dyn Write,
+    ) -> Result<(), OutputError> {
         self.files(snap)?;
         let stdout_err = |source| OutputError::Stdout {
             what: "interval table",
@@ -146,8 +147,24 @@ impl Outputs {
 
     /// The final report: files first (so they are complete even if stdout is a closed pipe),
     /// then the JSON document or the table.
-    pub fn finish(mut self, snap: &Snapshot, stdout: &mut dyn Write) -> Result<(), OutputError> {
+    pub fn finish(
+        mut self,
+        snap: &mut Snapshot,
+        stdout: &mut dyn Write,
+    ) -> Result<(), OutputError> {
         self.files(snap)?;
+        if let Some(log) = self.log.as_mut() {
+            log.finish();
+            let health = log.health();
+            snap.summary.log_records_lost = Some(health.records_lost);
+            if let Some(err) = log.last_error() {
+                eprintln!(
+                    "roce-observer: {} log lines could not be written to {}: {err}",
+                    health.records_lost,
+                    log.dir().display()
+                );
+            }
+        }
         let result = if self.json {
             json::write_document(&mut *stdout, snap).map_err(|source| OutputError::Stdout {
                 what: "JSON document",
@@ -168,19 +185,30 @@ impl Outputs {
         })
     }
 
-    fn files(&mut self, snap: &Snapshot) -> Result<(), OutputError> {
-        if let Some(path) = &self.prom_file {
-            write_metrics(path, snap)?;
+    fn files(&mut self, snap: &mut Snapshot) -> Result<(), OutputError> {
+        let mut health = Health::default();
+        if let Some(log) = self.log.as_mut() {
+            log.write(snap, snap.summary.interval_end_ts);
+            let h = log.health();
+            snap.summary.log_records_lost = Some(h.records_lost);
+            health.log_records_lost = Some(h.records_lost);
+            health.log_records_written = Some(h.records_written);
         }
-        if let Some(log) = self.flow_log.as_mut() {
-            log.write(snap)?;
+        if let Some(server) = &self.server {
+            server.publish(
+                Arc::new(snap.clone()),
+                health.log_records_lost.zip(health.log_records_written),
+            );
+        }
+        if let Some(path) = &self.prom_file {
+            write_metrics(path, &metrics::render(snap, self.top_flows, &health))?;
         }
         Ok(())
     }
 }
 
-fn write_metrics(path: &Path, snap: &Snapshot) -> Result<(), OutputError> {
-    prometheus::write_file(path, snap).map_err(|source| OutputError::Metrics {
+fn write_metrics(path: &Path, text: &str) -> Result<(), OutputError> {
+    metrics::write_textfile(path, text).map_err(|source| OutputError::Metrics {
         path: path.to_path_buf(),
         source,
     })
@@ -191,58 +219,107 @@ mod tests {
     use super::*;
     use crate::engine::{Engine, EngineConfig};
 
-    fn temp_path(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("roce-observer-outputs-{}", std::process::id()));
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "roce-observer-outputs-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create temp dir");
-        let path = dir.join(name);
-        let _ = std::fs::remove_file(&path);
-        path
+        dir
     }
 
-    #[test]
-    fn flow_log_is_appended_not_truncated() {
-        let path = temp_path("append.jsonl");
-        std::fs::write(&path, "{\"earlier\":true}\n").expect("seed the log");
-        let outputs = Outputs::open(OutputPlan {
+    fn plan() -> OutputPlan {
+        OutputPlan {
             json: true,
             interval_tables: IntervalTables::Off,
-            flow_log: Some(path.clone()),
+            log_dir: None,
             prom_file: None,
-        })
-        .expect("open");
-        let snap = Engine::new(EngineConfig::default()).snapshot(5);
-        let mut stdout = Vec::new();
-        outputs.finish(&snap, &mut stdout).expect("finish");
-        let text = std::fs::read_to_string(&path).expect("read back");
-        assert_eq!(
-            text, "{\"earlier\":true}\n",
-            "no flows: nothing added, nothing lost"
-        );
-        let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON on stdout");
-        assert_eq!(doc["summary"]["interval_end_ts"], 5);
+            metrics: None,
+            metrics_top_flows: metrics::DEFAULT_TOP_FLOWS,
+        }
     }
 
     #[test]
-    fn unopenable_flow_log_fails_before_any_work_and_names_the_path() {
-        let path = temp_path("missing-dir").join("log.jsonl");
+    fn log_dir_and_metrics_file_get_every_report_and_the_lost_count_reaches_the_summary() {
+        let dir = temp_dir("files");
+        let logs = dir.join("logs");
+        let prom = dir.join("roce.prom");
+        let mut outputs = Outputs::open(OutputPlan {
+            log_dir: Some(LogDirConfig {
+                dir: logs.clone(),
+                max_bytes: crate::sink::logdir::DEFAULT_MAX_BYTES,
+                max_files: 4,
+                max_age_ns: 0,
+                full_every_ns: 0,
+            }),
+            prom_file: Some(prom.clone()),
+            ..plan()
+        })
+        .expect("open");
+        let engine = Engine::new(EngineConfig::default());
+        let mut stdout = Vec::new();
+        let mut snap = engine.snapshot(5);
+        outputs.interval(&mut snap, &mut stdout).expect("interval");
+        assert_eq!(snap.summary.log_records_lost, Some(0));
+        let mut snap = engine.snapshot(6);
+        outputs.finish(&mut snap, &mut stdout).expect("finish");
+        let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON on stdout");
+        assert_eq!(doc["summary"]["log_records_lost"], 0);
+        let text = std::fs::read_to_string(logs.join(crate::sink::logdir::LIVE_NAME))
+            .expect("live log file");
+        let kinds: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+                v["kind"].as_str().expect("kind").to_string()
+            })
+            .collect();
+        assert_eq!(kinds, ["file_start", "ecmp", "summary", "summary"]);
+        let metrics = std::fs::read_to_string(&prom).expect("metrics file");
+        assert!(
+            metrics.contains("\nroce_observer_log_records_lost_total 0\n"),
+            "{metrics}"
+        );
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn unusable_log_dir_or_busy_address_fails_before_any_work_and_says_what() {
+        let dir = temp_dir("unusable");
+        let file = dir.join("a-file");
+        std::fs::write(&file, b"").expect("write");
         let err = Outputs::open(OutputPlan {
-            json: false,
-            interval_tables: IntervalTables::Plain,
-            flow_log: Some(path.clone()),
-            prom_file: None,
+            log_dir: Some(LogDirConfig {
+                dir: file.clone(),
+                max_bytes: 1 << 20,
+                max_files: 2,
+                max_age_ns: 0,
+                full_every_ns: 0,
+            }),
+            ..plan()
         })
         .err()
-        .expect("a file in a missing directory cannot be opened");
+        .expect("a file is not a directory");
         assert!(
-            err.to_string().contains(&path.display().to_string()),
+            err.to_string().contains(&file.display().to_string()),
             "{err}"
         );
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = taken.local_addr().expect("addr");
+        let err = Outputs::open(OutputPlan {
+            metrics: Some(addr),
+            ..plan()
+        })
+        .err()
+        .expect("address in use");
+        assert!(err.to_string().contains("already in use"), "{err}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]
     fn interval_tables_carry_the_capture_span_only_when_asked() {
-        let snap = Engine::new(EngineConfig::default()).snapshot(0);
+        let mut snap = Engine::new(EngineConfig::default()).snapshot(0);
         for (style, header) in [
             (IntervalTables::Plain, false),
             (IntervalTables::WithCaptureSpan, true),
@@ -251,12 +328,11 @@ mod tests {
             let mut outputs = Outputs::open(OutputPlan {
                 json: false,
                 interval_tables: style,
-                flow_log: None,
-                prom_file: None,
+                ..plan()
             })
             .expect("nothing to open");
             let mut stdout = Vec::new();
-            outputs.interval(&snap, &mut stdout).expect("interval");
+            outputs.interval(&mut snap, &mut stdout).expect("interval");
             let text = String::from_utf8(stdout).expect("utf-8");
             assert_eq!(text.contains("s of capture"), header, "{style:?}: {text}");
             assert_eq!(text.contains("SRC > DST"), style != IntervalTables::Off);

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::{
-    engine::snapshot::{FlowSnapshot, RttSummary, Snapshot},
+    engine::snapshot::{FlowSnapshot, RttSummary, Snapshot, StepsSnapshot},
     format::{self, shorten as fit},
 };
 
@@ -99,6 +99,40 @@ fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
     }
 }
 
+/// Training steps and their stragglers.
+fn steps(out: &mut String, st: &StepsSnapshot) {
+    let _ = writeln!(
+        out,
+        "steps: period {:.2} ms, {} steps in {:.1} s, communicating {:.0}% of a step (confidence {:.2})",
+        st.period_ms,
+        st.count,
+        st.window_s,
+        st.comm_fraction * 100.0,
+        st.confidence
+    );
+    for g in st.stragglers.iter().take(5) {
+        let e = &g.evidence;
+        let text = format!(
+            "straggler {} > {} qp {} at {}/{}: last in {}/{} steps, {:.2} ms behind the median flow; \
+             in those steps CE {}, CNP {}, retransmits {}, NAKs {}, pause {}",
+            g.src_ip,
+            g.dst_ip,
+            format::qp(g.dst_qp),
+            g.iface,
+            g.direction,
+            g.late_steps,
+            g.steps,
+            g.mean_lag_ms,
+            e.ce,
+            e.cnp,
+            e.retransmits,
+            e.naks,
+            format::us(e.pause_us)
+        );
+        wrap(out, &text, "  ", 118);
+    }
+}
+
 /// Render the snapshot as text.
 pub fn render(s: &Snapshot) -> String {
     let mut out = String::new();
@@ -188,6 +222,35 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
 
+    if let Some(o) = &s.pfc_origin {
+        let prio = |p: Option<u8>| p.map(|v| v.to_string()).unwrap_or_else(|| "link".into());
+        let _ = writeln!(
+            out,
+            "pfc storm origin: {}/{} {} prio {}; {} sources paused within {:.1} ms:",
+            o.origin.iface,
+            o.origin.direction,
+            o.origin.src_mac,
+            prio(o.origin.priority),
+            o.sources.len(),
+            o.spread_ms
+        );
+        for src in o.sources.iter().take(8) {
+            let _ = writeln!(
+                out,
+                "  +{:>9.3} ms  {:<16} {:<17} prio {:>4}  paused {:>6.2}%{}",
+                (src.first_xoff_ts - o.sources[0].first_xoff_ts) as f64 / 1e6,
+                fit(
+                    &format!("{}/{}", src.source.iface, src.source.direction),
+                    16
+                ),
+                src.source.src_mac,
+                prio(src.source.priority),
+                src.paused_fraction * 100.0,
+                if src.storm { "  storm" } else { "" }
+            );
+        }
+    }
+
     let l = &s.latency.overall;
     if l.count > 0 {
         let _ = writeln!(out);
@@ -246,6 +309,28 @@ pub fn render(s: &Snapshot) -> String {
                     format::bytes(c.bytes)
                 );
             }
+            if let Some(a) = mdl.advice.as_ref().filter(|a| !a.changes.is_empty()) {
+                let _ = writeln!(
+                    out,
+                    "  advice: move {} 5-tuples to new UDP source ports: max/mean {:.2} -> {:.2}",
+                    a.changes.len(),
+                    mdl.imbalance,
+                    a.imbalance_after
+                );
+                for c in a.changes.iter().take(5) {
+                    let _ = writeln!(
+                        out,
+                        "    {} > {} sport {} -> {} (path {} -> {}, {})",
+                        c.src_ip,
+                        c.dst_ip,
+                        c.udp_src_port,
+                        c.new_udp_src_port,
+                        c.from_path,
+                        c.to_path,
+                        format::bytes(c.bytes)
+                    );
+                }
+            }
         }
         for p in e.entropy.iter().take(5) {
             let _ = writeln!(
@@ -258,6 +343,44 @@ pub fn render(s: &Snapshot) -> String {
                 p.busiest_tuple_share * 100.0
             );
         }
+    }
+
+    let lossy: Vec<_> = s
+        .paths
+        .iter()
+        .filter(|p| p.missing + p.downstream_retransmits_unseen > 0)
+        .collect();
+    if !lossy.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "lost between observation points (request PSNs):");
+        for p in lossy.iter().take(10) {
+            let text = format!(
+                "{} > {} qp {}: {}/{} -> {}/{}: {} missing of {} seen upstream{}",
+                p.src_ip,
+                p.dst_ip,
+                format::qp(p.dst_qp),
+                p.upstream.iface,
+                p.upstream.direction,
+                p.downstream.iface,
+                p.downstream.direction,
+                p.missing,
+                p.missing + p.both,
+                if p.downstream_retransmits_unseen > 0 {
+                    format!(
+                        "; {} retransmissions downstream of PSNs it never saw",
+                        p.downstream_retransmits_unseen
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            wrap(&mut out, &text, "  ", 118);
+        }
+    }
+
+    if let Some(st) = &s.steps {
+        let _ = writeln!(out);
+        steps(&mut out, st);
     }
 
     if !s.alerts.is_empty() {

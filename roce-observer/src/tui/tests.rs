@@ -79,6 +79,20 @@ fn navigation_and_sorting() {
 }
 
 #[test]
+fn header_shows_lost_log_lines_only_with_a_log_directory() {
+    let mut snap = fixture_snapshot("psn_gap");
+    let without = render(&App::new("test".into(), snap.clone()));
+    assert!(!without.contains("log lost"), "{without}");
+    snap.summary.log_records_lost = Some(0);
+    let none_lost = render_at(&App::new("test".into(), snap.clone()), 120, 24);
+    assert!(none_lost.contains("log lost 0 "), "{none_lost}");
+    // Lines lost are kept on an 80-column terminal, where other counters are dropped.
+    snap.summary.log_records_lost = Some(7);
+    let lost = render(&App::new("test".into(), snap));
+    assert!(lost.contains("log lost !7"), "{lost}");
+}
+
+#[test]
 fn pause_freezes_the_view() {
     let snap = fixture_snapshot("psn_gap");
     let mut app = App::new("test".into(), snap.clone());

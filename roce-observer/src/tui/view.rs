@@ -126,7 +126,7 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             0,
         ));
     }
-    let second = vec![
+    let mut second = vec![
         (
             Span::styled(
                 format!(
@@ -176,8 +176,19 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             ),
             2,
         ),
-        (Span::raw(format!("pmtu {}", s.pmtu)), 3),
     ];
+    // Only runs with --log-dir have a log to lose records of; lost lines stay on a narrow
+    // terminal (the other counters go first).
+    if let Some(lost) = s.log_records_lost {
+        second.push((
+            Span::styled(
+                format!("log lost {}", marked(lost, lost.to_string())),
+                bad(lost),
+            ),
+            if lost > 0 { 1 } else { 2 },
+        ));
+    }
+    second.push((Span::raw(format!("pmtu {}", s.pmtu)), 3));
     frame.render_widget(
         Paragraph::new(vec![
             columns::line(first, area.width),

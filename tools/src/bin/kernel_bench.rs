@@ -2,10 +2,17 @@
 //! through our XDP program with BPF_PROG_TEST_RUN `repeat` times, next to a baseline XDP program
 //! that only returns XDP_PASS, measured in the same run. Prints ns/packet, the ratio to the
 //! baseline, and the per-packet time budget at 100 and 400 Gb/s line rate for that frame size.
+//! Then the veth replay (tools/src/veth.rs): steady traffic and a retransmission storm over
+//! `QPS` queue pairs (default 1000; 0 skips it), timed by the kernel's BPF statistics.
 //! Numbers, not assertions: these machines are shared and noisy.
+//!
+//! Last, user space at scale (tools/src/veth.rs): `FLOWS` flows (default 100,000; 0 skips it)
+//! read from the kernel's map and turned into a snapshot per report tick, CPU time and memory.
+//!
+//! usage: kernel-bench [REPEAT] [QPS] [FLOWS]
 
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
-use roce_observer_common::frames::{RoceFrame, pfc_frame};
+use roce_observer_common::frames::{Mirror, RoceFrame, mirrored, pfc_frame};
 
 /// A frame 192.0.2.1 -> 192.0.2.2 to QP 0x11, PSN 0x1000, from UDP port 49153.
 fn frame(opcode: u8, payload: usize, tos: u8) -> RoceFrame {
@@ -15,6 +22,45 @@ fn frame(opcode: u8, payload: usize, tos: u8) -> RoceFrame {
         payload,
         ..RoceFrame::new(opcode, 0x11, 0x1000)
     }
+}
+
+/// What unwrapping a switch mirror adds: the same 64-byte UD SEND plain and inside each
+/// encapsulation, on XDP and TC, with the difference to the plain frame per program.
+fn mirror_cost(src: &mut KernelSource, repeat: u32) -> anyhow::Result<()> {
+    let plain = frame(0x64, 64, 0x6a).build();
+    let cases = [
+        ("plain", plain.clone()),
+        (
+            "ERSPAN II",
+            mirrored(&plain, Mirror::Erspan2 { session: 7, seq: 1 }),
+        ),
+        (
+            "ERSPAN III",
+            mirrored(&plain, Mirror::Erspan3 { session: 7 }),
+        ),
+        ("VXLAN", mirrored(&plain, Mirror::Vxlan { vni: 5001 })),
+    ];
+    println!("\nmirror unwrapping, UD SEND_ONLY 64 B inside (the same frame plain first)");
+    println!(
+        "{:<12} {:>6} {:>9} {:>10} {:>9} {:>10}",
+        "case", "bytes", "XDP ns", "XDP +ns", "TC ns", "TC +ns"
+    );
+    let mut base = None;
+    for (name, f) in &cases {
+        let xdp = src.bench(BenchProgram::Xdp, f, repeat)?.as_nanos() as f64;
+        let tc = src.bench(BenchProgram::Tc, f, repeat)?.as_nanos() as f64;
+        let (bx, bt) = *base.get_or_insert((xdp, tc));
+        println!(
+            "{:<12} {:>6} {:>9.1} {:>+10.1} {:>9.1} {:>+10.1}",
+            name,
+            f.len(),
+            xdp,
+            xdp - bx,
+            tc,
+            tc - bt
+        );
+    }
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,12 +86,12 @@ fn main() -> anyhow::Result<()> {
             .build(),
         ),
         (
-            "RC WRITE_MIDDLE resent (retransmit event)",
+            "RC WRITE_MIDDLE resent (retransmit, no event)",
             frame(0x07, 1024, 0x6a).build(),
         ),
         (
             // the CNP's 16 reserved bytes stand where the old builder put 16 bytes of payload
-            "CNP (one event each; ring fills in a storm)",
+            "CNP (counted in the flow, no event)",
             frame(0x81, 0, 0xc0).build(),
         ),
         (
@@ -82,10 +128,26 @@ fn main() -> anyhow::Result<()> {
             wire_bits / 400.0
         );
     }
+    mirror_cost(&mut src, repeat)?;
     let counters = src.read_counters()?;
     println!(
         "ring buffer reserve failures during the run: {} (events lost, counters exact)",
         counters[0][roce_observer_common::Counter::RingbufFull as usize]
     );
+    drop(src);
+    let qps: u32 = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    if qps > 0 {
+        roce_observer_tools::veth::run(qps, (100_000 / qps).max(1))?;
+    }
+    let user_flows: u32 = std::env::args()
+        .nth(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    if user_flows > 0 {
+        roce_observer_tools::veth::user_space(user_flows)?;
+    }
     Ok(())
 }

@@ -118,7 +118,10 @@ fn start_vm(
         .arg(&image.initrd)
         .args([
             "-append",
-            &format!("console=ttyS0 panic=1 quiet loglevel=4 softroce.vm={name}"),
+            // no_timer_check: under emulation on a loaded host the guest's IO-APIC timer check
+            // can miss its ticks and panic the boot ("IO-APIC + timer doesn't work!", seen
+            // here while other builds ran); the check proves nothing about the guest we test.
+            &format!("console=ttyS0 panic=1 quiet loglevel=4 no_timer_check softroce.vm={name}"),
         ])
         .arg("-serial")
         .arg(format!("file:{}", share.join("console.log").display()))

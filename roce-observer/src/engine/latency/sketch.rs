@@ -9,6 +9,11 @@
 //!
 //! Quantile `q` is the sample of rank `ceil(q * count)` (nearest rank, 1-based, at least 1);
 //! min and max are always exact.
+//!
+//! Beside the sketch, every sample is also counted exactly in fixed classic buckets
+//! ([`LATENCY_BUCKETS_NS`]), which Prometheus histograms need to aggregate across hosts.
+
+use crate::engine::snapshot::LATENCY_BUCKETS_NS;
 
 /// Samples kept exactly before switching to buckets.
 pub const EXACT_SAMPLES: usize = 64;
@@ -22,6 +27,9 @@ pub struct Sketch {
     max: u64,
     sum: u128,
     repr: Repr,
+    /// Samples per classic bucket: `classic[i]` counts values in
+    /// `(LATENCY_BUCKETS_NS[i-1], LATENCY_BUCKETS_NS[i]]`; larger values only in `count`.
+    classic: [u64; LATENCY_BUCKETS_NS.len()],
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -63,6 +71,7 @@ impl Sketch {
             max: 0,
             sum: 0,
             repr: Repr::Exact(Vec::new()),
+            classic: [0; LATENCY_BUCKETS_NS.len()],
         }
     }
 
@@ -90,7 +99,21 @@ impl Sketch {
         }
     }
 
+    /// Exact counts per classic bucket (not cumulative; values above the last bound are
+    /// `count()` minus their sum).
+    pub fn classic_buckets(&self) -> [u64; LATENCY_BUCKETS_NS.len()] {
+        self.classic
+    }
+
+    /// Sum of all samples, ns.
+    pub fn sum(&self) -> u128 {
+        self.sum
+    }
+
     pub fn insert(&mut self, v: u64) {
+        if let Some(i) = LATENCY_BUCKETS_NS.iter().position(|&b| v <= b) {
+            self.classic[i] += 1;
+        }
         self.count += 1;
         self.min = self.min.min(v);
         self.max = self.max.max(v);
@@ -158,6 +181,9 @@ impl Sketch {
                         let i = *offset + k as i32;
                         self.bucket_add_index(i, n);
                     }
+                }
+                for (mine, theirs) in self.classic.iter_mut().zip(other.classic) {
+                    *mine += theirs;
                 }
                 self.count += other.count;
                 self.min = self.min.min(other.min);
@@ -299,6 +325,40 @@ mod tests {
         small.merge(&a);
         assert_eq!(small.count(), 501);
         assert_eq!(small.min(), Some(7));
+    }
+
+    #[test]
+    fn classic_buckets_are_exact_and_merge() {
+        let values = [
+            0,
+            1_000,
+            1_001,
+            2_000,
+            99_999_999,
+            100_000_000,
+            100_000_001,
+            5_000,
+        ];
+        let mut a = Sketch::new();
+        let mut b = Sketch::new();
+        for _ in 0..20 {
+            for &v in &values {
+                a.insert(v);
+                b.insert(v);
+            }
+        }
+        // 0 and 1000 <= 1 us; 1001, 2000 in (1 us, 2 us]; 5000 in (2 us, 5 us].
+        let c = a.classic_buckets();
+        assert_eq!((c[0], c[1], c[2]), (40, 40, 20));
+        assert_eq!(c[LATENCY_BUCKETS_NS.len() - 1], 40);
+        assert_eq!(
+            c.iter().sum::<u64>(),
+            a.count() - 20,
+            "one value above 100 ms"
+        );
+        a.merge(&b);
+        assert_eq!(a.classic_buckets()[0], 80);
+        assert_eq!(a.classic_buckets().iter().sum::<u64>(), a.count() - 40);
     }
 
     #[test]

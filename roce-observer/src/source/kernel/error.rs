@@ -78,9 +78,15 @@ pub fn is_busy(err: &(dyn std::error::Error + 'static)) -> bool {
     matches!(errno(err), Some(libc::EBUSY | libc::EEXIST))
 }
 
-/// A load error, told apart by privilege.
+/// A load error, told apart by privilege. The verifier also refuses with EACCES: a refusal that
+/// comes with a verifier log is a program the kernel rejected, not a missing privilege.
 pub(super) fn load_error<E: std::error::Error + Send + Sync + 'static>(err: E) -> KernelError {
-    if is_privilege(&err) {
+    let verifier_refused = matches!(
+        (&err as &dyn std::error::Error).downcast_ref::<aya::programs::ProgramError>(),
+        Some(aya::programs::ProgramError::LoadError { verifier_log, .. })
+            if !verifier_log.to_string().trim().is_empty()
+    );
+    if is_privilege(&err) && !verifier_refused {
         KernelError::NotPrivileged
     } else {
         KernelError::Load(Box::new(err))

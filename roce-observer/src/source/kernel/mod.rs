@@ -6,6 +6,7 @@
 //! could not be cleaned up) is returned as warnings for the binary to print.
 
 pub mod attach;
+mod batch;
 pub mod error;
 pub mod maps;
 pub mod test_run;
@@ -48,18 +49,27 @@ const BASELINE_PROGRAM: &str = "roce_observer_baseline";
 #[derive(Clone, Debug)]
 pub struct KernelOptions {
     pub roce_port: u16,
+    /// UDP destination port of VXLAN mirrors to unwrap.
+    pub vxlan_port: u16,
     pub pmtu: u32,
     pub max_flows: u32,
     pub xdp_mode: XdpMode,
+    /// Burst rule of the retransmission and NAK alerts (the engine's `burst_count`,
+    /// `burst_window_ns`).
+    pub burst_count: u32,
+    pub burst_window_ns: u64,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
         KernelOptions {
             roce_port: roce_observer_common::ROCE_V2_PORT,
+            vxlan_port: roce_observer_common::headers::VXLAN_PORT,
             pmtu: roce_observer_common::DEFAULT_PMTU,
             max_flows: 16384,
             xdp_mode: XdpMode::Default,
+            burst_count: roce_observer_common::BURST_COUNT,
+            burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
         }
     }
 }
@@ -112,7 +122,10 @@ impl KernelSource {
 
         let mut ebpf = EbpfLoader::new()
             .override_global("ROCE_PORT", &opts.roce_port, true)
+            .override_global("VXLAN_PORT", &opts.vxlan_port, true)
             .override_global("PMTU", &opts.pmtu, true)
+            .override_global("BURST_COUNT", &opts.burst_count, true)
+            .override_global("BURST_WINDOW_NS", &opts.burst_window_ns, true)
             .map_max_entries("FLOWS", opts.max_flows)
             .load(EBPF_OBJECT)
             .map_err(load_error)?;

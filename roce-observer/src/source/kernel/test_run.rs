@@ -1,7 +1,7 @@
 //! Running the loaded programs on single frames (BPF_PROG_TEST_RUN): exact checks in tests and
 //! kernel cost per packet in benchmarks. Maps update as for real packets.
 
-use aya::programs::{Program, TestRun, TestRunOptions, Xdp};
+use aya::programs::{Program, TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
 
 use super::{
     BASELINE_PROGRAM, KernelSource, TC_PROGRAM, XDP_PROGRAM, error::KernelError, program_mut,
@@ -14,6 +14,16 @@ pub enum BenchProgram {
     Tc,
     /// An XDP program that only returns XDP_PASS.
     Baseline,
+}
+
+impl BenchProgram {
+    fn name(self) -> &'static str {
+        match self {
+            BenchProgram::Xdp => XDP_PROGRAM,
+            BenchProgram::Tc => TC_PROGRAM,
+            BenchProgram::Baseline => BASELINE_PROGRAM,
+        }
+    }
 }
 
 /// Outcome of one test run.
@@ -69,11 +79,7 @@ impl KernelSource {
         frame: &[u8],
         repeat: u32,
     ) -> Result<std::time::Duration, KernelError> {
-        let name = match program {
-            BenchProgram::Xdp => XDP_PROGRAM,
-            BenchProgram::Tc => TC_PROGRAM,
-            BenchProgram::Baseline => BASELINE_PROGRAM,
-        };
+        let name = program.name();
         if program == BenchProgram::Baseline {
             let prog = program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?;
             if prog.fd().is_err() {
@@ -81,5 +87,41 @@ impl KernelSource {
             }
         }
         run(self, name, frame, repeat).map(|r| r.duration)
+    }
+}
+
+impl KernelSource {
+    /// Attach the do-nothing baseline XDP program to `iface` (benchmarks only: the veth
+    /// replay in `cargo xtask bench` compares our cost with it on the same interface).
+    /// Detach with [`KernelSource::detach_baseline`]; dropping the source detaches it too.
+    pub fn attach_baseline(&mut self, iface: &str) -> Result<XdpLinkId, KernelError> {
+        let prog = program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?;
+        if prog.fd().is_err() {
+            prog.load().map_err(|e| KernelError::Load(Box::new(e)))?;
+        }
+        prog.attach(iface, XdpMode::Default)
+            .map_err(|e| KernelError::Load(Box::new(e)))
+    }
+
+    pub fn detach_baseline(&mut self, id: XdpLinkId) -> Result<(), KernelError> {
+        program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?
+            .detach(id)
+            .map_err(|e| KernelError::Load(Box::new(e)))
+    }
+
+    /// Kernel BPF statistics of `program` so far: (total run time, runs). They only grow while
+    /// statistics are enabled (`kernel.bpf_stats_enabled`, or `aya::sys::enable_stats`).
+    pub fn program_stats(
+        &self,
+        program: BenchProgram,
+    ) -> Result<(std::time::Duration, u64), KernelError> {
+        let name = program.name();
+        let info = self
+            .ebpf
+            .program(name)
+            .ok_or_else(|| KernelError::Load(format!("no program {name}").into()))?
+            .info()
+            .map_err(|e| KernelError::Load(Box::new(e)))?;
+        Ok((info.run_time(), info.run_count()))
     }
 }

@@ -1,0 +1,292 @@
+//! Where was it lost: a flow (source IP, destination IP, destination QP) seen at two or more
+//! observation points (interface + direction: TC egress and XDP ingress of one host, the
+//! interfaces of a pcapng capture, mirror sessions) gets a path view per ordered pair of points:
+//! the request PSNs the first point saw sent for the first time and the second never did
+//! (docs/metrics.md, "Where was it lost").
+//!
+//! Fed per accounted request packet (the capture path). Bounded: a flow gets a PSN ring
+//! ([`RING`] PSNs, one bit per point) once a second point sees it, for at most [`MAX_FLOWS`]
+//! flows; a PSN is judged when it leaves the ring (or, for the ones still in it, at the
+//! snapshot), so points may see a PSN up to [`RING`] PSNs apart.
+
+use std::collections::HashMap;
+
+use roce_observer_common::{
+    Direction, FlowKey,
+    account::{Outcome, RocePacket},
+    opcode::{self, PsnSpace},
+    psn::{PSN_MASK, PsnVerdict, psn_add, psn_diff, psn_newer},
+};
+
+use super::{
+    Engine,
+    flows::FastHash,
+    snapshot::{PathPair, PointRef, show_ip},
+};
+
+/// PSNs held per flow.
+pub const RING: u32 = 4096;
+/// Points per flow (one bit each).
+pub const MAX_POINTS: usize = 8;
+/// Flows with a ring.
+pub const MAX_FLOWS: usize = 4096;
+/// Missing PSNs listed per pair.
+pub const EXAMPLES: usize = 16;
+
+/// (source IP, destination IP, destination QP).
+type Path = ([u8; 16], [u8; 16], u32);
+/// (ifindex, direction).
+pub type Point = (u32, u8);
+
+/// What one point saw of a flow.
+#[derive(Clone, Debug)]
+pub struct PointState {
+    pub point: Point,
+    /// First and highest request PSN it saw since the ring exists.
+    first: Option<u32>,
+    highest: u32,
+    /// Retransmissions of a PSN it never saw sent the first time (while in the ring).
+    pub retransmit_unseen: u64,
+}
+
+impl PointState {
+    /// It saw PSNs on both sides of `psn`: a PSN it lacks there was lost before it.
+    fn covers(&self, psn: u32) -> bool {
+        self.first
+            .is_some_and(|f| !psn_newer(f, psn) && psn_newer(self.highest, psn))
+    }
+}
+
+/// Per ordered pair of point indices: PSNs seen at both, and seen at the first only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PairCount {
+    pub both: u64,
+    pub missing: u64,
+    pub examples: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PathFlow {
+    pub points: Vec<PointState>,
+    /// Bit `i`: point `i` saw the PSN sent the first time; PSN `base` is at `ring[head]`.
+    ring: Vec<u8>,
+    base: u32,
+    head: usize,
+    started: bool,
+    pub pairs: HashMap<(u8, u8), PairCount>,
+}
+
+impl PathFlow {
+    fn point_index(&mut self, p: Point) -> Option<usize> {
+        if let Some(i) = self.points.iter().position(|s| s.point == p) {
+            return Some(i);
+        }
+        if self.points.len() >= MAX_POINTS {
+            return None;
+        }
+        self.points.push(PointState {
+            point: p,
+            first: None,
+            highest: 0,
+            retransmit_unseen: 0,
+        });
+        Some(self.points.len() - 1)
+    }
+
+    fn see(&mut self, i: usize, psn: u32, retransmit: bool) {
+        let psn = psn & PSN_MASK;
+        if !self.started {
+            self.started = true;
+            self.base = psn;
+            self.ring = vec![0; RING as usize];
+        }
+        let d = psn_diff(psn, self.base);
+        if d >= 1 << 23 {
+            // Older than the ring: already judged.
+            return;
+        }
+        if d >= RING {
+            self.advance(psn_add(psn, 1).wrapping_sub(RING) & PSN_MASK);
+        }
+        let slot = self.slot(psn);
+        let bit = 1u8 << i;
+        let p = &mut self.points[i];
+        if retransmit {
+            if self.ring[slot] & bit == 0 {
+                p.retransmit_unseen += 1;
+            }
+        } else {
+            self.ring[slot] |= bit;
+        }
+        match p.first {
+            None => {
+                p.first = Some(psn);
+                p.highest = psn;
+            }
+            Some(_) if psn_newer(psn, p.highest) => p.highest = psn,
+            Some(_) => {}
+        }
+    }
+
+    fn slot(&self, psn: u32) -> usize {
+        (self.head + psn_diff(psn, self.base) as usize) % RING as usize
+    }
+
+    /// Judge and drop every PSN before `new_base` (a jump of more than the ring judges the
+    /// whole ring once).
+    fn advance(&mut self, new_base: u32) {
+        let n = psn_diff(new_base, self.base).min(RING);
+        for k in 0..n {
+            let psn = psn_add(self.base, k);
+            let slot = self.slot(psn);
+            let mask = self.ring[slot];
+            self.ring[slot] = 0;
+            judge(&self.points, psn, mask, &mut self.pairs);
+        }
+        self.head = (self.head + n as usize) % RING as usize;
+        self.base = new_base;
+    }
+
+    /// The pair counts including the PSNs still in the ring.
+    pub fn counts(&self) -> HashMap<(u8, u8), PairCount> {
+        let mut pairs = self.pairs.clone();
+        if self.started {
+            for k in 0..RING {
+                let psn = psn_add(self.base, k);
+                judge(&self.points, psn, self.ring[self.slot(psn)], &mut pairs);
+            }
+        }
+        pairs
+    }
+}
+
+/// One PSN: for every point that saw it and every other point that covers it.
+fn judge(points: &[PointState], psn: u32, mask: u8, pairs: &mut HashMap<(u8, u8), PairCount>) {
+    if mask == 0 {
+        return;
+    }
+    for (a, _) in points
+        .iter()
+        .enumerate()
+        .filter(|(a, _)| mask & (1 << a) != 0)
+    {
+        for (b, pb) in points.iter().enumerate() {
+            if a == b {
+                continue;
+            }
+            let c = pairs.entry((a as u8, b as u8)).or_default();
+            if mask & (1 << b) != 0 {
+                c.both += 1;
+            } else if pb.covers(psn) {
+                c.missing += 1;
+                if c.examples.len() < EXAMPLES {
+                    c.examples.push(psn);
+                }
+            }
+        }
+    }
+}
+
+/// Flows by path, and where each was seen.
+#[derive(Clone, Debug, Default)]
+pub struct PathLoss {
+    /// Points each path was seen at before it got a ring.
+    seen_at: HashMap<Path, Point, FastHash>,
+    flows: HashMap<Path, PathFlow, FastHash>,
+    /// Paths seen at a second point after [`MAX_FLOWS`] had rings.
+    pub untracked_flows: u64,
+}
+
+impl PathLoss {
+    /// One accounted packet seen at `key`'s point.
+    pub fn packet(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
+        if opcode::psn_space(pkt.opcode) != PsnSpace::Request {
+            return;
+        }
+        let path = (key.src_ip, key.dst_ip, key.dst_qp);
+        let point = (key.ifindex, key.direction);
+        let flow = match self.flows.get_mut(&path) {
+            Some(f) => f,
+            None => match self.seen_at.get(&path) {
+                // One point so far: remember it, nothing to compare yet.
+                None => {
+                    if self.seen_at.len() < 16 * MAX_FLOWS {
+                        self.seen_at.insert(path, point);
+                    }
+                    return;
+                }
+                Some(&p) if p == point => return,
+                Some(&first) => {
+                    if self.flows.len() >= MAX_FLOWS {
+                        self.untracked_flows += 1;
+                        self.seen_at.remove(&path);
+                        return;
+                    }
+                    self.seen_at.remove(&path);
+                    let f = self.flows.entry(path).or_default();
+                    f.point_index(first);
+                    f
+                }
+            },
+        };
+        let Some(i) = flow.point_index(point) else {
+            return;
+        };
+        let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
+        flow.see(i, pkt.psn, retransmit);
+    }
+
+    pub fn flows(&self) -> impl Iterator<Item = (&Path, &PathFlow)> {
+        self.flows.iter()
+    }
+}
+
+/// Path pairs listed in the snapshot.
+pub const MAX_PATH_PAIRS: usize = 1000;
+
+impl Engine {
+    /// Per ordered pair of points of each flow seen at several, what went missing between them;
+    /// most missing first, at most [`MAX_PATH_PAIRS`].
+    pub(super) fn path_pairs(&self) -> Vec<PathPair> {
+        let point = |p: (u32, u8)| PointRef {
+            iface: self.iface_name(p.0),
+            direction: Direction::from_u8(p.1).name(),
+        };
+        let mut out = Vec::new();
+        for ((src, dst, qp), f) in self.paths.flows() {
+            for ((a, b), c) in f.counts() {
+                let (up, down) = (&f.points[a as usize], &f.points[b as usize]);
+                if c.both + c.missing == 0 {
+                    continue;
+                }
+                out.push(PathPair {
+                    src_ip: show_ip(*src),
+                    dst_ip: show_ip(*dst),
+                    dst_qp: *qp,
+                    upstream: point(up.point),
+                    downstream: point(down.point),
+                    both: c.both,
+                    missing: c.missing,
+                    missing_psns: c.examples,
+                    downstream_retransmits_unseen: down.retransmit_unseen,
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            b.missing.cmp(&a.missing).then_with(|| {
+                (a.src_ip, a.dst_ip, a.dst_qp, &a.upstream, &a.downstream).cmp(&(
+                    b.src_ip,
+                    b.dst_ip,
+                    b.dst_qp,
+                    &b.upstream,
+                    &b.downstream,
+                ))
+            })
+        });
+        out.truncate(MAX_PATH_PAIRS);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,511 @@
+//! Step detection on the retained window, run when a snapshot is taken:
+//! 1. the period: the autocorrelation of the 1 ms byte series (mean removed, by FFT, each lag
+//!    normalised by its overlap); the first peak after the first zero crossing that reaches 80%
+//!    of the highest one, refined by parabolic interpolation; below [`MIN_CONFIDENCE`] the
+//!    traffic is not periodic;
+//! 2. the steps: bins above Otsu's threshold form bursts (gaps under a tenth of the period
+//!    closed); burst onsets are fitted to a grid `a + k x period` starting from the biggest
+//!    burst, off-grid onsets (background traffic, splits inside a burst) are dropped, and the
+//!    period is refined by least squares over every onset kept, so the error shrinks with the
+//!    number of steps; idle stretches just leave grid slots empty;
+//! 3. stragglers: per step, each followed flow's last data time in the step's window; the flow
+//!    that ends last, and its lag behind the median flow.
+
+use std::collections::{BTreeMap, HashMap};
+
+use roce_observer_common::FlowKey;
+
+use super::{BIN_NS, Signal, Steps};
+use crate::engine::snapshot::{StepSpan, StepsSnapshot, Straggler, StragglerEvidence, show_ip};
+
+/// Fewer steps than this on the grid: not reported.
+pub const MIN_STEPS: usize = 5;
+/// Normalised autocorrelation the period must reach.
+pub const MIN_CONFIDENCE: f64 = 0.3;
+/// Shortest period, bins: below this a 1 ms series cannot show compute and communication.
+const MIN_PERIOD_BINS: f64 = 4.0;
+/// Steps listed in `recent`.
+const RECENT: usize = 10;
+/// Stragglers listed.
+const MAX_STRAGGLERS: usize = 20;
+
+/// In-place radix-2 FFT (`re.len()` a power of two); `inverse` is unnormalised.
+fn fft(re: &mut [f64], im: &mut [f64], inverse: bool) {
+    let n = re.len();
+    let mut j = 0;
+    for i in 1..n {
+        let mut bit = n >> 1;
+        while j & bit != 0 {
+            j ^= bit;
+            bit >>= 1;
+        }
+        j |= bit;
+        if i < j {
+            re.swap(i, j);
+            im.swap(i, j);
+        }
+    }
+    let sign = if inverse { 1.0 } else { -1.0 };
+    // Twiddles exp(+-2 pi i k / n), computed once and directly (a recurrence drifts over half a
+    // million steps); a stage of length `len` uses every (n / len)-th.
+    let twiddles: Vec<(f64, f64)> = (0..n / 2)
+        .map(|k| {
+            let (s, c) = (sign * 2.0 * std::f64::consts::PI * k as f64 / n as f64).sin_cos();
+            (c, s)
+        })
+        .collect();
+    let mut len = 2;
+    while len <= n {
+        let stride = n / len;
+        for start in (0..n).step_by(len) {
+            for k in 0..len / 2 {
+                let (wr, wi) = twiddles[k * stride];
+                let (a, b) = (start + k, start + k + len / 2);
+                let tr = re[b] * wr - im[b] * wi;
+                let ti = re[b] * wi + im[b] * wr;
+                re[b] = re[a] - tr;
+                im[b] = im[a] - ti;
+                re[a] += tr;
+                im[a] += ti;
+            }
+        }
+        len <<= 1;
+    }
+}
+
+/// The period of `x` in bins (fractional) and the normalised autocorrelation there, or `None`
+/// when `x` is not periodic.
+pub fn period(x: &[f64]) -> Option<(f64, f64)> {
+    let n = x.len();
+    if n < 2 * MIN_PERIOD_BINS as usize + 2 {
+        return None;
+    }
+    let mean = x.iter().sum::<f64>() / n as f64;
+    let m = (2 * n).next_power_of_two();
+    let mut re = vec![0.0; m];
+    let mut im = vec![0.0; m];
+    for (r, v) in re.iter_mut().zip(x) {
+        *r = v - mean;
+    }
+    fft(&mut re, &mut im, false);
+    for (r, i) in re.iter_mut().zip(im.iter_mut()) {
+        *r = *r * *r + *i * *i;
+        *i = 0.0;
+    }
+    fft(&mut re, &mut im, true);
+    let r0 = re[0];
+    if r0.is_nan() || r0 <= 0.0 {
+        return None;
+    }
+    // Lags up to half the series: at least two periods overlap.
+    let max_lag = n / 2;
+    let r: Vec<f64> = (0..=max_lag)
+        .map(|k| re[k] / r0 * n as f64 / (n - k) as f64)
+        .collect();
+    let start = r.iter().position(|&v| v < 0.0)?;
+    let vmax = r[start..max_lag].iter().copied().fold(f64::MIN, f64::max);
+    if vmax < MIN_CONFIDENCE {
+        return None;
+    }
+    let mut k = (start.max(1)..max_lag)
+        .find(|&k| r[k] >= 0.8 * vmax && r[k] >= r[k - 1] && r[k] >= r[k + 1])?;
+    while k + 1 < max_lag && r[k + 1] > r[k] {
+        k += 1;
+    }
+    let (a, b, c) = (r[k - 1], r[k], r[k + 1]);
+    let den = a - 2.0 * b + c;
+    let shift = if den < 0.0 { 0.5 * (a - c) / den } else { 0.0 };
+    let p = k as f64 + shift.clamp(-0.5, 0.5);
+    (p >= MIN_PERIOD_BINS).then_some((p, b.min(1.0)))
+}
+
+/// Otsu's threshold over a 256-bucket histogram (values clipped at the 99.5th percentile, so
+/// that one spike does not squeeze every other bin into the first bucket).
+fn otsu(x: &[f64]) -> f64 {
+    let mut sorted = x.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let top = sorted[((sorted.len() - 1) as f64 * 0.995) as usize];
+    if top <= 0.0 {
+        return f64::INFINITY;
+    }
+    const B: usize = 256;
+    let mut hist = [0f64; B];
+    for v in x {
+        hist[((v / top).min(1.0) * (B - 1) as f64) as usize] += 1.0;
+    }
+    let total = x.len() as f64;
+    let sum_all: f64 = hist.iter().enumerate().map(|(i, h)| i as f64 * h).sum();
+    let (mut w_lo, mut sum_lo, mut best, mut best_t) = (0.0, 0.0, -1.0, 0);
+    for (t, h) in hist.iter().enumerate() {
+        w_lo += h;
+        let w_hi = total - w_lo;
+        if w_lo == 0.0 {
+            continue;
+        }
+        if w_hi == 0.0 {
+            break;
+        }
+        sum_lo += t as f64 * h;
+        let d = sum_lo / w_lo - (sum_all - sum_lo) / w_hi;
+        let between = w_lo * w_hi * d * d;
+        if between > best {
+            best = between;
+            best_t = t;
+        }
+    }
+    (best_t + 1) as f64 / (B - 1) as f64 * top
+}
+
+/// Least squares of onset `s` (bins) against grid index `k`.
+#[derive(Default)]
+struct Fit {
+    n: f64,
+    sk: f64,
+    ss: f64,
+    skk: f64,
+    sks: f64,
+}
+
+impl Fit {
+    fn add(&mut self, k: f64, s: f64) {
+        self.n += 1.0;
+        self.sk += k;
+        self.ss += s;
+        self.skk += k * k;
+        self.sks += k * s;
+    }
+
+    /// (intercept, period), or `None` with fewer than two distinct indices.
+    fn line(&self) -> Option<(f64, f64)> {
+        let var = self.n * self.skk - self.sk * self.sk;
+        if self.n < 2.0 || var <= 0.0 {
+            return None;
+        }
+        let p = (self.n * self.sks - self.sk * self.ss) / var;
+        Some(((self.ss - p * self.sk) / self.n, p))
+    }
+}
+
+/// A burst of bins above the threshold: [start, end) in bins, bytes.
+type Burst = (usize, usize, f64);
+
+/// The bursts of `x`, gaps shorter than `close` bins closed.
+fn bursts(x: &[f64], thr: f64, close: usize) -> Vec<Burst> {
+    let mut out: Vec<Burst> = Vec::new();
+    for (i, &v) in x.iter().enumerate() {
+        if v < thr {
+            continue;
+        }
+        match out.last_mut() {
+            Some(b) if i - b.1 < close => {
+                b.1 = i + 1;
+                b.2 += v;
+            }
+            _ => out.push((i, i + 1, v)),
+        }
+    }
+    out
+}
+
+/// Grid slot -> index of the earliest burst on it; and the refined (intercept, period) in bins.
+fn grid(bursts: &[Burst], p0: f64) -> Option<(BTreeMap<i64, usize>, f64, f64)> {
+    let anchor = (0..bursts.len()).max_by(|&a, &b| bursts[a].2.total_cmp(&bursts[b].2))?;
+    let s0 = bursts[anchor].0 as f64;
+    let mut order: Vec<usize> = (0..bursts.len()).collect();
+    order.sort_by_key(|&j| bursts[j].0.abs_diff(bursts[anchor].0));
+    let mut fit = Fit::default();
+    let mut slots: BTreeMap<i64, usize> = BTreeMap::new();
+    for j in order {
+        let s = bursts[j].0 as f64;
+        let (a, p) = fit.line().unwrap_or((s0, p0));
+        let k = ((s - a) / p).round();
+        if (s - (a + k * p)).abs() > p / 4.0 {
+            continue;
+        }
+        fit.add(k, s);
+        let slot = slots.entry(k as i64).or_insert(j);
+        if bursts[j].0 < bursts[*slot].0 {
+            *slot = j;
+        }
+    }
+    // Refit on the earliest onset of each slot only, then once more without the onsets far off
+    // the line (more than 4 robust deviations and a bin: a step cut by the start of the
+    // capture, a burst of other traffic just before a step).
+    let fit_of = |slots: &BTreeMap<i64, usize>| {
+        let mut fit = Fit::default();
+        for (&k, &j) in slots {
+            fit.add(k as f64, bursts[j].0 as f64);
+        }
+        fit.line()
+    };
+    let (a, p) = fit_of(&slots)?;
+    let residual = |k: i64, j: usize| (bursts[j].0 as f64 - (a + k as f64 * p)).abs();
+    let mut dev: Vec<f64> = slots.iter().map(|(&k, &j)| residual(k, j)).collect();
+    dev.sort_by(f64::total_cmp);
+    let limit = (4.0 * 1.4826 * dev[dev.len() / 2]).max(1.0);
+    slots.retain(|&k, &mut j| residual(k, j) <= limit);
+    let (a, p) = fit_of(&slots)?;
+    ((p - p0).abs() <= 0.1 * p0).then_some((slots, a, p))
+}
+
+/// The steps of the retained window, or `None` when the traffic is not periodic.
+/// `name` gives a flow's interface name and direction.
+pub fn analyse(
+    steps: &Steps,
+    name: impl Fn(&FlowKey) -> (String, &'static str),
+) -> Option<StepsSnapshot> {
+    let (first_bin, bins) = steps.bins();
+    let lo = bins.iter().position(|&b| b > 0)?;
+    let hi = bins.iter().rposition(|&b| b > 0)?;
+    let x: Vec<f64> = bins.range(lo..=hi).map(|&b| b as f64).collect();
+    let origin = (first_bin + lo as u64) * BIN_NS;
+    let (p0, confidence) = period(&x)?;
+    let thr = otsu(&x);
+    let close = ((p0 / 10.0).round() as usize).max(1);
+    let mut found = bursts(&x, thr, close);
+    // A burst cut by the start of the window (shorter than most) is not an onset.
+    let mut lengths: Vec<usize> = found.iter().map(|b| b.1 - b.0).collect();
+    lengths.sort_unstable();
+    let typical = lengths.get(lengths.len() / 2).copied().unwrap_or(0) as f64;
+    if found.len() > 1 && found[0].0 == 0 && ((found[0].1 - found[0].0) as f64) < 0.8 * typical {
+        found.remove(0);
+    }
+    let (slots, a, p) = grid(&found, p0)?;
+    if slots.len() < MIN_STEPS {
+        return None;
+    }
+
+    // Step spans: from the onset while the bins stay above the idle level (gaps under `close`
+    // bins bridged), at most 0.9 period. The idle level is lower than the burst threshold: the
+    // tail of a step carried by one late flow is still communication.
+    let (lo_sum, lo_n, hi_sum, hi_n) = x.iter().fold((0f64, 0f64, 0f64, 0f64), |a, &v| {
+        if v < thr {
+            (a.0 + v, a.1 + 1.0, a.2, a.3)
+        } else {
+            (a.0, a.1, a.2 + v, a.3 + 1.0)
+        }
+    });
+    let idle = (3.0 * lo_sum / lo_n.max(1.0))
+        .max(0.05 * hi_sum / hi_n.max(1.0))
+        .min(thr);
+    let mut spans: Vec<(i64, usize, usize, bool)> = Vec::new();
+    for (&k, &j) in &slots {
+        let start = found[j].0;
+        let limit = ((start as f64 + 0.9 * p) as usize).min(x.len());
+        let mut end = found[j].1;
+        for (i, &v) in x.iter().enumerate().take(limit).skip(end) {
+            if i - end >= close {
+                break;
+            }
+            if v >= idle {
+                end = i + 1;
+            }
+        }
+        spans.push((k, start, end, end >= x.len()));
+    }
+    let whole: Vec<f64> = spans
+        .iter()
+        .filter(|s| !s.3)
+        .map(|s| (s.2 - s.1) as f64)
+        .collect();
+    let comm_fraction = if whole.is_empty() {
+        0.0
+    } else {
+        (whole.iter().sum::<f64>() / whole.len() as f64 / p).min(1.0)
+    };
+    let bin_ms = BIN_NS as f64 / 1e6;
+    let recent = spans
+        .iter()
+        .skip(spans.len().saturating_sub(RECENT))
+        .map(|s| StepSpan {
+            start: origin + s.1 as u64 * BIN_NS,
+            duration_ms: (s.2 - s.1) as f64 * bin_ms,
+        })
+        .collect();
+
+    let grid_ns = Grid {
+        a: origin as f64 + a * BIN_NS as f64,
+        p: p * BIN_NS as f64,
+    };
+    let spans_ns: Vec<(i64, u64, u64)> = spans
+        .iter()
+        .map(|s| {
+            // The first packets of a step may fall in the bin before the threshold is reached.
+            let lead = (p / 10.0 * BIN_NS as f64) as u64;
+            (
+                s.0,
+                (origin + s.1 as u64 * BIN_NS).saturating_sub(lead),
+                origin + (s.2 + close) as u64 * BIN_NS,
+            )
+        })
+        .collect();
+    let stragglers = stragglers(steps, &spans_ns, comm_fraction, &grid_ns, &name);
+    Some(StepsSnapshot {
+        period_ms: p * bin_ms,
+        count: slots.len() as u64,
+        comm_fraction,
+        window_s: x.len() as f64 * bin_ms / 1e3,
+        confidence,
+        recent,
+        stragglers,
+    })
+}
+
+/// The step grid in ns: step `k` starts at `a + k p`; its window is
+/// `[start - p/10, start + 0.9 p)`.
+struct Grid {
+    a: f64,
+    p: f64,
+}
+
+impl Grid {
+    fn slot(&self, t: u64) -> i64 {
+        ((t as f64 - self.a + self.p / 10.0) / self.p).floor() as i64
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    compared: u64,
+    late: Vec<i64>,
+    lag_ns: f64,
+}
+
+/// The step whose communication span `[start, end)` (ns, sorted) holds `t`.
+fn span_of(spans: &[(i64, u64, u64)], t: u64) -> Option<i64> {
+    let i = spans.partition_point(|s| s.1 <= t).checked_sub(1)?;
+    (t < spans[i].2).then_some(spans[i].0)
+}
+
+/// Flows compared per step: those whose data runs start in the step's communication span
+/// (`spans`: step, start, end in ns, bridged gaps included). A flow that sends outside the
+/// spans as much as a steady flow would (less than `(1 + comm_fraction) / 2` of its bytes in
+/// them) is background traffic and is not compared.
+fn stragglers(
+    steps: &Steps,
+    spans: &[(i64, u64, u64)],
+    comm_fraction: f64,
+    grid: &Grid,
+    name: &impl Fn(&FlowKey) -> (String, &'static str),
+) -> Vec<Straggler> {
+    let flows: Vec<(&FlowKey, &super::FlowActivity)> = steps.flows().collect();
+    // Per step: (flow, its last data time in the step).
+    let mut ends: BTreeMap<i64, HashMap<usize, u64>> = BTreeMap::new();
+    let first = spans.first().map(|s| s.1).unwrap_or(0);
+    for (fi, (_, act)) in flows.iter().enumerate() {
+        let (mut inside, mut total) = (0u64, 0u64);
+        let mut mine: Vec<(i64, u64)> = Vec::new();
+        for run in act.runs.iter().filter(|r| r.start >= first) {
+            total += run.bytes;
+            // A run longer than a step is background traffic, not a step's burst.
+            if (run.end - run.start) as f64 > 0.9 * grid.p {
+                continue;
+            }
+            if let Some(k) = span_of(spans, run.start) {
+                inside += run.bytes;
+                mine.push((k, run.end));
+            }
+        }
+        if (inside as f64) < total as f64 * (1.0 + comm_fraction) / 2.0 {
+            continue;
+        }
+        for (k, end) in mine {
+            let e = ends.entry(k).or_default().entry(fi).or_insert(end);
+            *e = (*e).max(end);
+        }
+    }
+    let mut tally: HashMap<usize, Tally> = HashMap::new();
+    for (&k, step) in &ends {
+        if step.len() < 2 {
+            continue;
+        }
+        let mut sorted: Vec<u64> = step.values().copied().collect();
+        sorted.sort_unstable();
+        let mid = sorted.len() / 2;
+        let median = if sorted.len().is_multiple_of(2) {
+            (sorted[mid - 1] as f64 + sorted[mid] as f64) / 2.0
+        } else {
+            sorted[mid] as f64
+        };
+        let last = sorted[sorted.len() - 1];
+        // Ties: the lowest flow index, so that the result does not depend on hash order.
+        let last_flow = step
+            .iter()
+            .filter(|(_, e)| **e == last)
+            .map(|(f, _)| *f)
+            .min();
+        for (&fi, &end) in step {
+            let t = tally.entry(fi).or_default();
+            t.compared += 1;
+            t.lag_ns += end as f64 - median;
+            if Some(fi) == last_flow {
+                t.late.push(k);
+            }
+        }
+    }
+    let min_lag_ns = (grid.p * 0.01).max(100_000.0);
+    let mut out: Vec<Straggler> = tally
+        .into_iter()
+        .filter_map(|(fi, t)| {
+            let lag = t.lag_ns / t.compared as f64;
+            let late = t.late.len() as u64;
+            if late < 2 || late * 4 < t.compared || lag < min_lag_ns {
+                return None;
+            }
+            let (key, act) = flows[fi];
+            let (iface, direction) = name(key);
+            Some(Straggler {
+                src_ip: show_ip(key.src_ip),
+                dst_ip: show_ip(key.dst_ip),
+                dst_qp: key.dst_qp,
+                iface,
+                direction,
+                late_steps: late,
+                steps: t.compared,
+                mean_lag_ms: lag / 1e6,
+                evidence: evidence(steps, key, act, &t.late, grid),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.mean_lag_ms
+            .total_cmp(&a.mean_lag_ms)
+            .then_with(|| (a.src_ip, a.dst_ip, a.dst_qp).cmp(&(b.src_ip, b.dst_ip, b.dst_qp)))
+    });
+    out.truncate(MAX_STRAGGLERS);
+    out
+}
+
+/// What was seen in the windows of `late` steps: the flow's CE marks and retransmissions, the
+/// CNPs and NAKs its destination host sent its source host, and every XOFF's pause time.
+fn evidence(
+    steps: &Steps,
+    key: &FlowKey,
+    act: &super::FlowActivity,
+    late: &[i64],
+    grid: &Grid,
+) -> StragglerEvidence {
+    let in_late = |t: u64| late.binary_search(&grid.slot(t)).is_ok();
+    let mut ev = StragglerEvidence::default();
+    for run in act.runs.iter().filter(|r| in_late(r.start)) {
+        ev.ce += run.ce;
+        ev.retransmits += run.retransmits;
+    }
+    for (k, a) in steps.flows() {
+        if k.src_ip != key.dst_ip || k.dst_ip != key.src_ip {
+            continue;
+        }
+        for (_, s) in a.signals.iter().filter(|(t, _)| in_late(*t)) {
+            match s {
+                Signal::Cnp => ev.cnp += 1,
+                Signal::Nak => ev.naks += 1,
+            }
+        }
+    }
+    ev.pause_us = steps
+        .pauses()
+        .filter(|(t, _)| in_late(*t))
+        // A fold, not `sum`: an empty f64 sum is -0.0.
+        .fold(0.0, |acc, (_, ns)| acc + *ns as f64 / 1e3);
+    ev
+}

@@ -1,0 +1,303 @@
+//! Synthetic collective traffic through the whole engine (frames built with the shared frame
+//! builder): periodic steps with jitter, several flows, one delayed flow with congestion
+//! evidence, background traffic, a partial first step and an idle stretch; and aperiodic
+//! traffic (Poisson arrivals, random bursts) that must give `steps: null`.
+
+use roce_observer_common::{
+    frames::{RoceFrame, pfc_frame},
+    opcode::OP_CNP,
+};
+
+use super::*;
+use crate::engine::{Engine, EngineConfig, snapshot::StepsSnapshot};
+
+const T0: u64 = 1_700_000_000_000_000_000;
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+/// splitmix64: a fixed-seed generator, so every run sees the same traffic.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in [-r, r].
+    fn jitter(&mut self, r: u64) -> i64 {
+        (self.unit() * (2 * r + 1) as f64) as i64 - r as i64
+    }
+    /// Exponential with mean `mean`.
+    fn exp(&mut self, mean: f64) -> u64 {
+        (-(1.0 - self.unit()).ln() * mean) as u64
+    }
+}
+
+/// A frame to feed: time, frame bytes.
+type Timed = (u64, Vec<u8>);
+
+fn host(n: u8) -> [u8; 4] {
+    [192, 0, 2, n]
+}
+
+fn data(src: u8, dst: u8, qp: u32, psn: u32, ce: bool) -> Vec<u8> {
+    RoceFrame {
+        src_ip: host(src),
+        dst_ip: host(dst),
+        tos: (26 << 2) | if ce { 3 } else { 2 },
+        payload: 1024,
+        ..RoceFrame::new(0x0a, qp, psn)
+    }
+    .build()
+}
+
+fn cnp(src: u8, dst: u8, qp: u32) -> Vec<u8> {
+    RoceFrame {
+        src_ip: host(src),
+        dst_ip: host(dst),
+        tos: 48 << 2,
+        ..RoceFrame::new(OP_CNP, qp, 0)
+    }
+    .build()
+}
+
+fn run(mut frames: Vec<Timed>) -> (Engine, Option<StepsSnapshot>) {
+    frames.sort_by_key(|f| f.0);
+    let mut e = Engine::new(EngineConfig::default());
+    let last = frames.last().map(|f| f.0).unwrap_or(T0);
+    for (ts, f) in &frames {
+        e.ingest_frame(*ts, f, f.len() as u32, 0);
+    }
+    let steps = e.snapshot(last).steps;
+    (e, steps)
+}
+
+/// The collective: `flows` flows (hosts 1..=flows sending to the next host, QP 0x100 + i), each
+/// sending one packet every 100 us from the step's start (jittered per step by up to
+/// `jitter`) for `comm`; flow 0 is `delay` late and its late packets are CE-marked, answered by
+/// CNPs. Steps listed in `skip` are idle (a paused job). The capture starts `cut` into step 0.
+struct Collective {
+    period: u64,
+    steps: u64,
+    flows: u8,
+    comm: u64,
+    jitter: u64,
+    delay: u64,
+    skip: Vec<u64>,
+    cut: u64,
+}
+
+impl Collective {
+    fn frames(&self, rng: &mut Rng) -> Vec<Timed> {
+        let mut out = Vec::new();
+        let mut psn = vec![0u32; self.flows as usize];
+        for step in 0..self.steps {
+            if self.skip.contains(&step) {
+                continue;
+            }
+            let start = (T0 + step * self.period).saturating_add_signed(rng.jitter(self.jitter));
+            for f in 0..self.flows {
+                let (src, dst, qp) = (f + 1, f % self.flows + 2, 0x100 + f as u32);
+                let len = if f == 0 {
+                    self.comm + self.delay
+                } else {
+                    self.comm
+                };
+                let mut t = start.saturating_add_signed(rng.jitter(100 * US));
+                let end = t + len;
+                while t < end {
+                    let late = f == 0 && t > start + self.comm;
+                    if t >= T0 + self.cut {
+                        out.push((t, data(src, dst, qp, psn[f as usize], late)));
+                        if late && psn[f as usize].is_multiple_of(8) {
+                            out.push((t + 5 * US, cnp(dst, src, 0x200)));
+                        }
+                    }
+                    psn[f as usize] += 1;
+                    t += 100 * US;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Background: one small packet host 9 -> host 10 at Poisson times over `[T0, T0 + span)`.
+fn background(rng: &mut Rng, span: u64, mean_gap: f64) -> Vec<Timed> {
+    let mut out = Vec::new();
+    let mut t = T0;
+    let mut psn = 0;
+    while t < T0 + span {
+        out.push((t, data(9, 10, 0x99, psn, false)));
+        psn += 1;
+        t += rng.exp(mean_gap).max(1);
+    }
+    out
+}
+
+fn close(got: f64, want: f64, tolerance: f64) -> bool {
+    (got - want).abs() <= want * tolerance
+}
+
+#[test]
+fn jittered_steps_with_a_delayed_flow_background_and_an_idle_stretch() {
+    let mut rng = Rng(7);
+    let c = Collective {
+        period: 100 * MS,
+        steps: 24,
+        flows: 6,
+        comm: 30 * MS,
+        jitter: 2 * MS,
+        delay: 6 * MS,
+        skip: vec![9, 10],
+        cut: 10 * MS,
+    };
+    let mut frames = c.frames(&mut rng);
+    frames.extend(background(&mut rng, 24 * c.period, 3.0 * MS as f64));
+    // XOFFs during the delayed tail of steps 3 and 4.
+    for step in [3, 4] {
+        frames.push((
+            T0 + step * c.period + 32 * MS,
+            pfc_frame(1, 0x08, [0xffff; 8]),
+        ));
+    }
+    let (_, steps) = run(frames);
+    let s = steps.expect("periodic traffic has steps");
+    assert!(close(s.period_ms, 100.0, 0.01), "period {}", s.period_ms);
+    // 24 steps, 2 idle, step 0 cut by the start of the capture.
+    assert_eq!(s.count, 21);
+    // The step ends with the delayed flow: 36 ms of 100.
+    assert!(close(s.comm_fraction, 0.36, 0.1), "{}", s.comm_fraction);
+    assert_eq!(s.recent.len(), 10);
+    assert!(s.recent.windows(2).all(|w| w[0].start < w[1].start));
+    assert_eq!(s.stragglers.len(), 1, "{:?}", s.stragglers);
+    let g = &s.stragglers[0];
+    assert_eq!(
+        (g.src_ip.to_string(), g.dst_qp),
+        ("192.0.2.1".into(), 0x100)
+    );
+    assert_eq!((g.late_steps, g.steps), (21, 21), "{g:?}");
+    assert!(close(g.mean_lag_ms, 6.0, 0.2), "{g:?}");
+    assert!(g.evidence.ce > 0 && g.evidence.cnp > 0, "{g:?}");
+    assert_eq!(g.evidence.retransmits + g.evidence.naks, 0);
+    // Two XOFFs of 0xffff quanta on priority 3 at 100 Gb/s.
+    assert!(close(g.evidence.pause_us, 2.0 * 335.54, 0.001), "{g:?}");
+}
+
+#[test]
+fn a_period_between_bins_is_found_within_one_percent() {
+    for (period_us, seed) in [(37_300u64, 1), (12_450, 2), (250_700, 3)] {
+        let mut rng = Rng(seed);
+        let c = Collective {
+            period: period_us * US,
+            steps: 12,
+            flows: 3,
+            comm: period_us * US / 3,
+            jitter: period_us * US / 50,
+            delay: 0,
+            skip: vec![],
+            cut: 0,
+        };
+        let (_, steps) = run(c.frames(&mut rng));
+        let s = steps.unwrap_or_else(|| panic!("{period_us} us: no steps"));
+        let want = period_us as f64 / 1e3;
+        assert!(close(s.period_ms, want, 0.01), "{} vs {want}", s.period_ms);
+        assert_eq!(s.count, 12, "{period_us}");
+        assert!(s.stragglers.is_empty(), "equal flows: {:?}", s.stragglers);
+    }
+}
+
+#[test]
+fn poisson_arrivals_have_no_steps() {
+    let mut rng = Rng(11);
+    let (e, steps) = run(background(&mut rng, 3_000 * MS, 50.0 * US as f64));
+    assert!(e.frames_seen() > 50_000);
+    assert_eq!(steps, None);
+}
+
+#[test]
+fn random_bursts_have_no_steps() {
+    let mut rng = Rng(5);
+    let mut frames = Vec::new();
+    let mut t = T0;
+    let mut psn = 0;
+    while t < T0 + 4_000 * MS {
+        let len = rng.exp(20.0 * MS as f64);
+        let end = t + len;
+        while t < end {
+            frames.push((t, data(1, 2, 0x10, psn, false)));
+            psn += 1;
+            t += 100 * US;
+        }
+        t += rng.exp(60.0 * MS as f64);
+    }
+    let (_, steps) = run(frames);
+    assert_eq!(steps, None);
+}
+
+#[test]
+fn the_period_of_a_plain_series() {
+    // 10 bins on, 15 off: period 25.
+    let x: Vec<f64> = (0..1000)
+        .map(|i| if i % 25 < 10 { 5.0 } else { 0.0 })
+        .collect();
+    let (p, conf) = period(&x).expect("periodic");
+    assert!((p - 25.0).abs() < 0.05, "{p}");
+    assert!(conf > 0.9, "{conf}");
+    assert_eq!(period(&[3.0; 500]), None, "constant");
+    assert_eq!(period(&[1.0, 0.0, 1.0]), None, "too short");
+}
+
+#[test]
+fn memory_is_bounded() {
+    let mut s = Steps::default();
+    let pkt = roce_observer_common::account::RocePacket {
+        opcode: 0x0a,
+        psn: 0,
+        dst_qp: 1,
+        ack_req: false,
+        dma_len: 0,
+        syndrome: 0,
+        ecn: 2,
+        dscp: 26,
+        pcp: 0,
+        udp_sport: 1,
+        frame_len: 100,
+    };
+    let out = roce_observer_common::account::Outcome {
+        psn: PsnVerdict::InOrder,
+        response: false,
+        nak: false,
+        cnp: false,
+        retransmit_burst: false,
+        nak_burst: false,
+    };
+    let key = FlowKey {
+        src_ip: [0; 16],
+        dst_ip: [0; 16],
+        dst_qp: 1,
+        ifindex: 0,
+        direction: 2,
+        _pad: [0; 3],
+    };
+    // A packet every 2 ms for 2x the window: one run each.
+    for i in 0..(WINDOW_BINS as u64) {
+        s.packet(T0 + i * 2 * MS, &key, &pkt, &out);
+    }
+    assert!(s.bins.len() <= WINDOW_BINS + WINDOW_BINS / 10);
+    let runs = s.flows.get(&key).map(|a| a.runs.len()).unwrap_or(0);
+    assert!(runs > 0 && runs <= MAX_RUNS, "{runs}");
+    for qp in 0..(MAX_FLOWS as u32 + 10) {
+        let k = FlowKey { dst_qp: qp, ..key };
+        s.packet(T0 + 700_000 * MS, &k, &pkt, &out);
+    }
+    assert_eq!(s.flows.len(), MAX_FLOWS);
+    assert!(s.untracked_flows >= 10);
+}

@@ -1,0 +1,324 @@
+//! `analyze --fail-on EXPR`: a CI gate over the final snapshot. An expression is one metric, one
+//! comparison and one number with an optional unit: `psn_gaps>0`, `cnp_rate>1000/s`,
+//! `pause_fraction>1%`, `rtt_p99>50us`, `stragglers>0` (docs/analyze.md lists every metric).
+//! Parsed by clap (a bad expression is a usage error that lists what is allowed), judged on the
+//! snapshot once the report is printed.
+
+use std::fmt;
+
+use crate::engine::snapshot::{FlowSnapshot, RttSummary, Snapshot};
+
+/// What a metric measures, which decides the units it accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A plain count or number (no unit).
+    Count,
+    /// Per second: no unit or `/s`, also `/ms`, `/us`.
+    Rate,
+    /// Nanoseconds: no unit (ns) or `ns`, `us`, `ms`, `s`.
+    Time,
+    /// 0..1: no unit, or `%`.
+    Fraction,
+}
+
+impl Kind {
+    fn units(self) -> &'static str {
+        match self {
+            Kind::Count => "no unit",
+            Kind::Rate => "no unit (per second), /s, /ms or /us",
+            Kind::Time => "no unit (nanoseconds), ns, us, ms or s",
+            Kind::Fraction => "no unit (0 to 1) or %",
+        }
+    }
+
+    /// The factor that turns a number written with `unit` into the metric's base unit.
+    fn scale(self, unit: &str) -> Option<f64> {
+        match (self, unit) {
+            (_, "") => Some(1.0),
+            (Kind::Rate, "/s") => Some(1.0),
+            (Kind::Rate, "/ms") => Some(1e3),
+            (Kind::Rate, "/us") => Some(1e6),
+            (Kind::Time, "ns") => Some(1.0),
+            (Kind::Time, "us") => Some(1e3),
+            (Kind::Time, "ms") => Some(1e6),
+            (Kind::Time, "s") => Some(1e9),
+            (Kind::Fraction, "%") => Some(0.01),
+            _ => None,
+        }
+    }
+}
+
+/// Sum of a per-flow count over every flow.
+fn flow_sum(s: &Snapshot, f: fn(&FlowSnapshot) -> u64) -> f64 {
+    s.flows.iter().map(f).sum::<u64>() as f64
+}
+
+fn xoff_frames(s: &Snapshot) -> f64 {
+    s.pfc.iter().map(|p| p.pause_frames).sum::<u64>() as f64
+}
+
+/// `count` per second of the reporting interval; no value for an empty interval.
+fn per_second(s: &Snapshot, count: f64) -> Option<f64> {
+    (s.summary.interval_s > 0.0).then(|| count / s.summary.interval_s)
+}
+
+fn rtt(s: &Snapshot, q: fn(&RttSummary) -> Option<u64>) -> Option<f64> {
+    q(&s.latency.overall).map(|v| v as f64)
+}
+
+/// One metric: its name in expressions, its kind (the units it takes), its value.
+struct Metric {
+    name: &'static str,
+    kind: Kind,
+    value: fn(&Snapshot) -> Option<f64>,
+}
+
+const fn metric(name: &'static str, kind: Kind, value: fn(&Snapshot) -> Option<f64>) -> Metric {
+    Metric { name, kind, value }
+}
+
+/// Every metric an expression may name. Keep docs/analyze.md in step (a test checks the names).
+const METRICS: &[Metric] = &[
+    metric("psn_gaps", Kind::Count, |s| {
+        Some(flow_sum(s, |f| f.psn_gaps))
+    }),
+    metric("psn_missing", Kind::Count, |s| {
+        Some(flow_sum(s, |f| f.psn_missing))
+    }),
+    metric("retransmits", Kind::Count, |s| {
+        Some(flow_sum(s, |f| f.retransmits))
+    }),
+    metric("naks", Kind::Count, |s| {
+        Some(flow_sum(s, |f| f.naks.total()))
+    }),
+    metric("cnp", Kind::Count, |s| Some(flow_sum(s, |f| f.cnp))),
+    metric("ecn_ce", Kind::Count, |s| Some(flow_sum(s, |f| f.ecn_ce))),
+    metric("pause_frames", Kind::Count, |s| Some(xoff_frames(s))),
+    metric("psn_gap_rate", Kind::Rate, |s| {
+        per_second(s, flow_sum(s, |f| f.psn_gaps))
+    }),
+    metric("retransmit_rate", Kind::Rate, |s| {
+        per_second(s, flow_sum(s, |f| f.retransmits))
+    }),
+    metric("nak_rate", Kind::Rate, |s| {
+        per_second(s, flow_sum(s, |f| f.naks.total()))
+    }),
+    metric("cnp_rate", Kind::Rate, |s| {
+        per_second(s, flow_sum(s, |f| f.cnp))
+    }),
+    metric("ecn_ce_rate", Kind::Rate, |s| {
+        per_second(s, flow_sum(s, |f| f.ecn_ce))
+    }),
+    metric("pause_rate", Kind::Rate, |s| per_second(s, xoff_frames(s))),
+    metric("pause_fraction", Kind::Fraction, |s| {
+        Some(s.pfc.iter().map(|p| p.paused_fraction).fold(0.0, f64::max))
+    }),
+    metric("pfc_storms", Kind::Count, |s| {
+        Some(s.pfc.iter().map(|p| p.storms).sum::<u64>() as f64)
+    }),
+    metric("rtt_p50", Kind::Time, |s| rtt(s, |r| r.p50)),
+    metric("rtt_p90", Kind::Time, |s| rtt(s, |r| r.p90)),
+    metric("rtt_p99", Kind::Time, |s| rtt(s, |r| r.p99)),
+    metric("rtt_p999", Kind::Time, |s| rtt(s, |r| r.p999)),
+    metric("rtt_max", Kind::Time, |s| rtt(s, |r| r.max)),
+    metric("steps", Kind::Count, |s| {
+        s.steps.as_ref().map(|st| st.count as f64)
+    }),
+    metric("step_period", Kind::Time, |s| {
+        s.steps.as_ref().map(|st| st.period_ms * 1e6)
+    }),
+    metric("comm_fraction", Kind::Fraction, |s| {
+        s.steps.as_ref().map(|st| st.comm_fraction)
+    }),
+    metric("stragglers", Kind::Count, |s| {
+        s.steps.as_ref().map(|st| st.stragglers.len() as f64)
+    }),
+    metric("straggler_lag", Kind::Time, |s| {
+        s.steps
+            .as_ref()
+            .and_then(|st| st.stragglers.first())
+            .map(|g| g.mean_lag_ms * 1e6)
+    }),
+    metric("path_missing", Kind::Count, |s| {
+        Some(s.paths.iter().map(|p| p.missing).sum::<u64>() as f64)
+    }),
+    metric("malformed", Kind::Count, |s| {
+        Some(s.summary.malformed as f64)
+    }),
+    metric("flows", Kind::Count, |s| Some(s.summary.flows as f64)),
+    metric("alerts", Kind::Count, |s| Some(s.alerts.len() as f64)),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Gt,
+    Ge,
+    Lt,
+    Le,
+    Eq,
+    Ne,
+}
+
+impl Op {
+    /// Longest first, so that `>=` is not read as `>` followed by `=1`.
+    const ALL: [(&'static str, Op); 6] = [
+        (">=", Op::Ge),
+        ("<=", Op::Le),
+        ("==", Op::Eq),
+        ("!=", Op::Ne),
+        (">", Op::Gt),
+        ("<", Op::Lt),
+    ];
+
+    fn holds(self, a: f64, b: f64) -> bool {
+        match self {
+            Op::Gt => a > b,
+            Op::Ge => a >= b,
+            Op::Lt => a < b,
+            Op::Le => a <= b,
+            Op::Eq => a == b,
+            Op::Ne => a != b,
+        }
+    }
+}
+
+/// One parsed `--fail-on` expression.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailOn {
+    /// As written (trimmed), for the reason line.
+    text: String,
+    metric: usize,
+    op: Op,
+    /// The threshold in the metric's base unit.
+    threshold: f64,
+}
+
+/// Why an expression was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum FailOnError {
+    #[error(
+        "`{0}` has no comparison: write METRIC OP NUMBER[UNIT] with OP one of > >= < <= == != (e.g. psn_gaps>0)"
+    )]
+    NoOperator(String),
+    #[error("unknown metric `{name}`: use one of {}", metric_names())]
+    UnknownMetric { name: String },
+    #[error("`{0}` is not a number followed by an optional unit (e.g. 0, 1000/s, 50us, 1%)")]
+    BadNumber(String),
+    #[error("`{metric}` does not take the unit `{unit}`: use {allowed}")]
+    BadUnit {
+        metric: &'static str,
+        unit: String,
+        allowed: &'static str,
+    },
+}
+
+fn metric_names() -> String {
+    METRICS
+        .iter()
+        .map(|m| m.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl std::str::FromStr for FailOn {
+    type Err = FailOnError;
+
+    fn from_str(s: &str) -> Result<FailOn, FailOnError> {
+        let text: String = s.split_whitespace().collect();
+        let (at, sym, op) = Op::ALL
+            .iter()
+            .filter_map(|(sym, op)| text.find(sym).map(|at| (at, *sym, *op)))
+            // The leftmost operator; at one position the longer one (listed first) wins.
+            .min_by_key(|(at, _, _)| *at)
+            .ok_or_else(|| FailOnError::NoOperator(s.trim().to_string()))?;
+        let name = &text[..at];
+        let rhs = &text[at + sym.len()..];
+        let metric = METRICS.iter().position(|m| m.name == name).ok_or_else(|| {
+            FailOnError::UnknownMetric {
+                name: name.to_string(),
+            }
+        })?;
+        let split = rhs
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '-'))
+            .unwrap_or(rhs.len());
+        // `1e3us`: the exponent stays with the number; an `e` that starts a unit does not exist.
+        let (number, unit) = rhs.split_at(split);
+        let value: f64 = number
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .ok_or_else(|| FailOnError::BadNumber(rhs.to_string()))?;
+        let m = &METRICS[metric];
+        let scale = m.kind.scale(unit).ok_or_else(|| FailOnError::BadUnit {
+            metric: m.name,
+            unit: unit.to_string(),
+            allowed: m.kind.units(),
+        })?;
+        Ok(FailOn {
+            text,
+            metric,
+            op,
+            threshold: value * scale,
+        })
+    }
+}
+
+/// For clap: `--fail-on` values are parsed (and refused) with the other arguments.
+pub fn parse(s: &str) -> Result<FailOn, String> {
+    s.parse().map_err(|e: FailOnError| e.to_string())
+}
+
+/// A condition that held, with the value that made it hold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Triggered {
+    pub expr: String,
+    pub metric: &'static str,
+    pub value: f64,
+}
+
+impl fmt::Display for Triggered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} = {})", self.expr, self.metric, self.value)
+    }
+}
+
+impl FailOn {
+    /// The condition on `snap`; a metric without a value (no latency samples, no steps, an
+    /// empty interval for a rate) never holds.
+    pub fn check(&self, snap: &Snapshot) -> Option<Triggered> {
+        let m = &METRICS[self.metric];
+        let value = (m.value)(snap)?;
+        self.op.holds(value, self.threshold).then(|| Triggered {
+            expr: self.text.clone(),
+            metric: m.name,
+            value,
+        })
+    }
+}
+
+/// The gate tripped: every condition that held, on one line.
+#[derive(Debug, thiserror::Error)]
+#[error("--fail-on: {}", .0.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("; "))]
+pub struct GateFailed(pub Vec<Triggered>);
+
+/// Exit status of a tripped gate (1 stays for errors such as an unreadable capture).
+pub const EXIT_GATE: u8 = 3;
+
+/// Judge every expression; an error listing those that held, if any.
+pub fn judge(exprs: &[FailOn], snap: &Snapshot) -> Result<(), GateFailed> {
+    let held: Vec<Triggered> = exprs.iter().filter_map(|e| e.check(snap)).collect();
+    if held.is_empty() {
+        Ok(())
+    } else {
+        Err(GateFailed(held))
+    }
+}
+
+/// Metric names, for the docs test.
+#[cfg(test)]
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
+    METRICS.iter().map(|m| m.name)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,337 @@
+//! The JSON Lines records of the log directory (docs/log-schema.md), built from snapshots.
+//!
+//! Every line starts with `schema_version` and `kind`. Each interval gives the flows, PFC
+//! entries and alerts that changed since the last batch that reached the disk, with their
+//! totals and the change (`delta`), and one `summary`; a full batch gives every flow, PFC entry
+//! and alert plus the ECMP view, so a file that starts with one stands alone.
+//!
+//! Deltas are taken against the last batch *written*: when a batch is lost (full disk), the
+//! next written batch carries the changes of both, so summing `delta` over the files that exist
+//! still gives the totals.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::engine::snapshot::{
+    AlertSnapshot, EcmpSnapshot, FlowSnapshot, LatencySnapshot, PfcSnapshot, Snapshot, Summary,
+};
+
+/// Version of the log line schema; changes are additive only (docs/log-schema.md).
+pub const LOG_SCHEMA_VERSION: u32 = 1;
+
+/// The counters of a flow whose change is logged.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct FlowDelta {
+    pub packets: u64,
+    pub bytes: u64,
+    pub psn_gaps: u64,
+    pub psn_missing: u64,
+    pub retransmits: u64,
+    pub acks: u64,
+    pub naks: u64,
+    pub cnp: u64,
+    pub ecn_ce: u64,
+    pub ecn_ect: u64,
+    pub rtt_samples: u64,
+}
+
+impl FlowDelta {
+    fn totals(f: &FlowSnapshot) -> FlowDelta {
+        FlowDelta {
+            packets: f.packets,
+            bytes: f.bytes,
+            psn_gaps: f.psn_gaps,
+            psn_missing: f.psn_missing,
+            retransmits: f.retransmits,
+            acks: f.acks,
+            naks: f.naks.total(),
+            cnp: f.cnp,
+            ecn_ce: f.ecn_ce,
+            ecn_ect: f.ecn_ect,
+            rtt_samples: f.rtt_ns.count,
+        }
+    }
+
+    /// `now - before`; a counter that went backwards (the flow was evicted and came back)
+    /// counts from zero again.
+    fn since(now: FlowDelta, before: FlowDelta) -> FlowDelta {
+        let d = |a: u64, b: u64| if a >= b { a - b } else { a };
+        FlowDelta {
+            packets: d(now.packets, before.packets),
+            bytes: d(now.bytes, before.bytes),
+            psn_gaps: d(now.psn_gaps, before.psn_gaps),
+            psn_missing: d(now.psn_missing, before.psn_missing),
+            retransmits: d(now.retransmits, before.retransmits),
+            acks: d(now.acks, before.acks),
+            naks: d(now.naks, before.naks),
+            cnp: d(now.cnp, before.cnp),
+            ecn_ce: d(now.ecn_ce, before.ecn_ce),
+            ecn_ect: d(now.ecn_ect, before.ecn_ect),
+            rtt_samples: d(now.rtt_samples, before.rtt_samples),
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        *self == FlowDelta::default()
+    }
+}
+
+/// Fields every line starts with.
+#[derive(Serialize)]
+struct Head {
+    schema_version: u32,
+    kind: &'static str,
+    /// Snapshot time, ns since the epoch.
+    ts: u64,
+    /// Part of a full batch (every entry, not only those that changed).
+    full: bool,
+}
+
+#[derive(Serialize)]
+struct FlowLine<'a> {
+    #[serde(flatten)]
+    head: Head,
+    /// Time of the last batch written before this one (the base of `delta`), 0 for the first.
+    delta_since_ts: u64,
+    delta: FlowDelta,
+    #[serde(flatten)]
+    flow: &'a FlowSnapshot,
+}
+
+#[derive(Serialize)]
+struct PfcLine {
+    #[serde(flatten)]
+    head: Head,
+    delta_since_ts: u64,
+    delta_pause_frames: u64,
+    delta_xon_frames: u64,
+    delta_pause_quanta: u64,
+    /// The entry, its own `kind` ("pfc"/"pause") renamed `pfc_kind`.
+    #[serde(flatten)]
+    pfc: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct AlertLine {
+    #[serde(flatten)]
+    head: Head,
+    delta_count: u64,
+    /// The alert, its own `kind` renamed `alert_kind`.
+    #[serde(flatten)]
+    alert: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `v` as a JSON object whose `kind` field is renamed `rename` (every line's `kind` is the
+/// line's kind).
+fn object_renaming_kind<T: Serialize>(
+    v: &T,
+    rename: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::Object(mut m)) => {
+            if let Some(k) = m.remove("kind") {
+                m.insert(rename.to_string(), k);
+            }
+            m
+        }
+        _ => serde_json::Map::new(),
+    }
+}
+
+#[derive(Serialize)]
+struct EcmpLine<'a> {
+    #[serde(flatten)]
+    head: Head,
+    #[serde(flatten)]
+    ecmp: &'a EcmpSnapshot,
+}
+
+/// The log's own health, carried on every summary line.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct LogHealth {
+    /// Lines that could not be written (full disk, removed directory, lost permission).
+    pub records_lost: u64,
+    pub records_written: u64,
+    pub files_rotated: u64,
+    /// Rotated files deleted to keep within --log-max-files / the disk budget.
+    pub files_deleted: u64,
+}
+
+#[derive(Serialize)]
+struct SummaryLine<'a> {
+    #[serde(flatten)]
+    head: Head,
+    #[serde(flatten)]
+    summary: &'a Summary,
+    latency: &'a LatencySnapshot,
+    log: LogHealth,
+}
+
+/// Identity of a flow across snapshots.
+type FlowId = (
+    std::net::IpAddr,
+    std::net::IpAddr,
+    u32,
+    String,
+    &'static str,
+);
+/// Identity of a PFC entry and of an alert.
+type PfcId = (String, &'static str, String, Option<u8>);
+type AlertId = (&'static str, String);
+
+fn flow_id(f: &FlowSnapshot) -> FlowId {
+    (f.src_ip, f.dst_ip, f.dst_qp, f.iface.clone(), f.direction)
+}
+
+fn pfc_id(p: &PfcSnapshot) -> PfcId {
+    (p.iface.clone(), p.direction, p.src_mac.clone(), p.priority)
+}
+
+fn alert_id(a: &AlertSnapshot) -> AlertId {
+    // The subject's debug form is unique per (kind, subject), which is what identifies an alert.
+    (a.kind, format!("{:?}/{:?}", a.flow, a.pfc))
+}
+
+/// What the last written batch contained: the base of the next deltas.
+#[derive(Clone, Debug, Default)]
+pub struct Baseline {
+    ts: u64,
+    flows: HashMap<FlowId, FlowDelta>,
+    pfc: HashMap<PfcId, (u64, u64, u64)>,
+    alerts: HashMap<AlertId, u64>,
+}
+
+/// One batch of lines, ready to write, and the baseline it leaves behind once written.
+pub struct Batch {
+    pub text: Vec<u8>,
+    pub records: u64,
+    pub next: Baseline,
+}
+
+fn push_line<T: Serialize>(out: &mut Vec<u8>, records: &mut u64, line: &T) {
+    // Serializing plain data into a Vec cannot fail; a failure would drop only this line.
+    if serde_json::to_writer(&mut *out, line).is_ok() {
+        out.push(b'\n');
+        *records += 1;
+    }
+}
+
+/// Build the lines for `snap` against `base`: everything when `full`, else what changed.
+pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHealth) -> Batch {
+    let mut text = Vec::new();
+    let mut records = 0;
+    let mut next = Baseline {
+        ts,
+        ..Baseline::default()
+    };
+    let head = |kind| Head {
+        schema_version: LOG_SCHEMA_VERSION,
+        kind,
+        ts,
+        full,
+    };
+    for flow in &snap.flows {
+        let id = flow_id(flow);
+        let totals = FlowDelta::totals(flow);
+        let delta = FlowDelta::since(totals, base.flows.get(&id).copied().unwrap_or_default());
+        if full || !delta.is_zero() {
+            let line = FlowLine {
+                head: head("flow"),
+                delta_since_ts: base.ts,
+                delta,
+                flow,
+            };
+            push_line(&mut text, &mut records, &line);
+        }
+        next.flows.insert(id, totals);
+    }
+    for pfc in &snap.pfc {
+        let id = pfc_id(pfc);
+        let now = (pfc.pause_frames, pfc.xon_frames, pfc.pause_quanta);
+        let before = base.pfc.get(&id).copied().unwrap_or_default();
+        let d = |a: u64, b: u64| if a >= b { a - b } else { a };
+        let delta = (d(now.0, before.0), d(now.1, before.1), d(now.2, before.2));
+        if full || delta != (0, 0, 0) {
+            let line = PfcLine {
+                head: head("pfc"),
+                delta_since_ts: base.ts,
+                delta_pause_frames: delta.0,
+                delta_xon_frames: delta.1,
+                delta_pause_quanta: delta.2,
+                pfc: object_renaming_kind(pfc, "pfc_kind"),
+            };
+            push_line(&mut text, &mut records, &line);
+        }
+        next.pfc.insert(id, now);
+    }
+    for alert in &snap.alerts {
+        let id = alert_id(alert);
+        let before = base.alerts.get(&id).copied().unwrap_or(0);
+        let delta = alert.count.saturating_sub(before);
+        if full || delta > 0 {
+            let line = AlertLine {
+                head: head("alert"),
+                delta_count: delta,
+                alert: object_renaming_kind(alert, "alert_kind"),
+            };
+            push_line(&mut text, &mut records, &line);
+        }
+        next.alerts.insert(id, alert.count);
+    }
+    if full {
+        let line = EcmpLine {
+            head: head("ecmp"),
+            ecmp: &snap.ecmp,
+        };
+        push_line(&mut text, &mut records, &line);
+    }
+    // The summary line counts itself and this batch among the written records only once the
+    // batch is written; it reports the health as of the batch's start.
+    let mut summary = snap.summary.clone();
+    summary.log_records_lost = Some(log.records_lost);
+    let line = SummaryLine {
+        head: head("summary"),
+        summary: &summary,
+        latency: &snap.latency,
+        log,
+    };
+    push_line(&mut text, &mut records, &line);
+    Batch {
+        text,
+        records,
+        next,
+    }
+}
+
+/// The first line of every file: what wrote it and how it rotates.
+#[derive(Serialize)]
+pub struct FileStart<'a> {
+    pub schema_version: u32,
+    pub kind: &'static str,
+    pub ts: u64,
+    pub observer_version: &'static str,
+    pub host: &'a str,
+    /// The rotation settings in force.
+    pub max_bytes: u64,
+    pub max_files: usize,
+}
+
+pub fn file_start_line(ts: u64, host: &str, max_bytes: u64, max_files: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut n = 0;
+    push_line(
+        &mut out,
+        &mut n,
+        &FileStart {
+            schema_version: LOG_SCHEMA_VERSION,
+            kind: "file_start",
+            ts,
+            observer_version: env!("CARGO_PKG_VERSION"),
+            host,
+            max_bytes,
+            max_files,
+        },
+    );
+    out
+}

@@ -1,0 +1,491 @@
+use std::{collections::BTreeSet, io::Read as _};
+
+use serde_json::Value;
+
+use super::*;
+use crate::engine::{Engine, EngineConfig};
+
+/// Engines fed with fixture frames: `frames(name)` returns (ts, data, orig_len, iface) of each.
+fn frames(name: &str) -> Vec<(u64, Vec<u8>, u32, u32)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/{name}.pcap"));
+    let file = File::open(path).expect("fixture");
+    let mut out = Vec::new();
+    crate::wire::capture::read_capture(
+        file,
+        |_| {},
+        |f| out.push((f.ts_ns, f.data.to_vec(), f.orig_len, f.iface)),
+    );
+    out
+}
+
+fn feed(engine: &mut Engine, frames: &[(u64, Vec<u8>, u32, u32)]) {
+    for (ts, data, len, iface) in frames {
+        engine.ingest_frame(*ts, data, *len, *iface);
+    }
+}
+
+fn cfg(dir: &Path) -> LogDirConfig {
+    LogDirConfig {
+        dir: dir.to_path_buf(),
+        max_bytes: DEFAULT_MAX_BYTES,
+        max_files: DEFAULT_MAX_FILES,
+        max_age_ns: 0,
+        full_every_ns: 0,
+    }
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    let mut text = String::new();
+    let file = File::open(path).expect("open log file");
+    if path.extension().is_some_and(|e| e == "gz") {
+        flate2::read::GzDecoder::new(file)
+            .read_to_string(&mut text)
+            .expect("gunzip");
+    } else {
+        let mut file = file;
+        file.read_to_string(&mut text).expect("read");
+    }
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("every line is one JSON object"))
+        .collect()
+}
+
+fn kinds(lines: &[Value]) -> Vec<&str> {
+    lines
+        .iter()
+        .map(|l| l["kind"].as_str().expect("kind"))
+        .collect()
+}
+
+#[test]
+fn first_batch_is_full_then_only_what_changed_with_deltas() {
+    let dir = rotate::tests::tempdir("deltas");
+    let all = frames("nak_go_back_n");
+    let (first, rest) = all.split_at(10);
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut log = LogDir::open(cfg(&dir), 1).expect("open");
+    feed(&mut engine, first);
+    log.write(&engine.snapshot(first[9].0), 100);
+    // Nothing happens: only a summary line.
+    log.write(&engine.snapshot(first[9].0), 200);
+    feed(&mut engine, rest);
+    let snap = engine.snapshot(rest[rest.len() - 1].0);
+    log.write(&snap, 300);
+    let got = lines(&dir.join(LIVE_NAME));
+    assert_eq!(
+        kinds(&got),
+        [
+            "file_start",
+            "flow",
+            "ecmp",
+            "summary",
+            "summary",
+            "flow",
+            "flow",
+            "alert",
+            "alert",
+            "summary"
+        ]
+    );
+    // The NAK and the go-back-N retransmissions are per-flow problems (alerts::flow_problems)
+    // once the rest of the capture is fed: new alerts, written with their counts.
+    let mut alerts: Vec<&str> = got[7..9]
+        .iter()
+        .map(|l| l["alert_kind"].as_str().expect("alert_kind"))
+        .collect();
+    alerts.sort();
+    assert_eq!(alerts, ["nak", "retransmissions"]);
+    for l in &got[7..9] {
+        assert_eq!(l["delta_count"], l["count"], "{l}");
+    }
+    for l in &got {
+        assert_eq!(l["schema_version"], LOG_SCHEMA_VERSION);
+    }
+    assert_eq!(got[1]["full"], true);
+    assert_eq!(got[5]["full"], false);
+    // The base is the last batch written, the one with only a summary.
+    assert_eq!(got[5]["delta_since_ts"], 200);
+    // Deltas add up to the totals of the last snapshot, per flow.
+    for flow in &snap.flows {
+        let of_flow: Vec<&Value> = got
+            .iter()
+            .filter(|l| l["kind"] == "flow" && l["dst_qp"] == flow.dst_qp)
+            .collect();
+        let sum: u64 = of_flow
+            .iter()
+            .map(|l| l["delta"]["packets"].as_u64().expect("u64"))
+            .sum();
+        assert_eq!(sum, flow.packets, "flow {}", flow.dst_qp);
+        let last = of_flow.last().expect("a line for every flow");
+        assert_eq!(last["packets"], flow.packets);
+        assert_eq!(last["retransmits"], flow.retransmits);
+    }
+    assert_eq!(log.health().records_lost, 0);
+    assert_eq!(log.health().records_written, 9);
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn rotates_by_size_compresses_and_keeps_at_most_max_files() {
+    let dir = rotate::tests::tempdir("size");
+    let mut engine = Engine::new(EngineConfig::default());
+    feed(&mut engine, &frames("mixed_demo"));
+    let snap = engine.snapshot(0);
+    let mut log = LogDir::open(
+        LogDirConfig {
+            max_bytes: 4096,
+            max_files: 4,
+            // A full batch every interval makes each batch large enough to rotate often.
+            full_every_ns: 1,
+            ..cfg(&dir)
+        },
+        1,
+    )
+    .expect("open");
+    for i in 0..40 {
+        log.write(&snap, 1_000_000_000 * (i + 1));
+    }
+    log.finish();
+    let rotated = rotate::list_rotated(&dir).expect("list");
+    assert!(log.health().files_rotated >= 10, "{:?}", log.health());
+    assert!(rotated.len() <= 3, "{rotated:?}");
+    assert!(log.health().files_deleted >= 1);
+    for (path, _) in &rotated {
+        assert!(
+            path.to_string_lossy().ends_with(".jsonl.gz"),
+            "{path:?} not compressed"
+        );
+        // Each file stands alone: it starts with file_start and a full batch.
+        let got = lines(path);
+        assert_eq!(kinds(&got)[..2], ["file_start", "flow"]);
+        assert_eq!(got[1]["full"], true);
+    }
+    assert_eq!(log.health().records_lost, 0);
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn rotates_by_age_and_writes_full_batches_on_schedule() {
+    let dir = rotate::tests::tempdir("age");
+    let mut engine = Engine::new(EngineConfig::default());
+    feed(&mut engine, &frames("psn_gap"));
+    let snap = engine.snapshot(0);
+    let s = 1_000_000_000;
+    let mut log = LogDir::open(
+        LogDirConfig {
+            max_age_ns: 10 * s,
+            full_every_ns: 4 * s,
+            ..cfg(&dir)
+        },
+        0,
+    )
+    .expect("open");
+    for t in 0..=12 {
+        log.write(&snap, t * s);
+    }
+    log.finish();
+    let rotated = rotate::list_rotated(&dir).expect("list");
+    assert_eq!(rotated.len(), 1, "{rotated:?}");
+    let old = lines(&rotated[0].0);
+    // Full batches at 0, 4 and 8 s; the file opened at 0 s rotates at 10 s.
+    let full_ts: BTreeSet<u64> = old
+        .iter()
+        .filter(|l| l["kind"] == "flow" && l["full"] == true)
+        .map(|l| l["ts"].as_u64().expect("ts"))
+        .collect();
+    assert_eq!(full_ts, BTreeSet::from([0, 4 * s, 8 * s]));
+    let live = lines(&dir.join(LIVE_NAME));
+    assert_eq!(live[0]["kind"], "file_start");
+    assert_eq!(
+        (live[1]["kind"].as_str(), live[1]["ts"].as_u64()),
+        (Some("flow"), Some(10 * s))
+    );
+    assert_eq!(live[1]["full"], true);
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn removed_directory_is_recreated_and_nothing_is_lost_from_the_deltas() {
+    let dir = rotate::tests::tempdir("removed");
+    let all = frames("nak_go_back_n");
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut log = LogDir::open(cfg(&dir), 0).expect("open");
+    feed(&mut engine, &all[..5]);
+    log.write(&engine.snapshot(0), 1);
+    fs::remove_dir_all(&dir).expect("remove the log directory under the writer");
+    feed(&mut engine, &all[5..]);
+    let snap = engine.snapshot(0);
+    log.write(&snap, 2);
+    assert_eq!(log.health().records_lost, 0);
+    let got = lines(&dir.join(LIVE_NAME));
+    // A fresh file: it starts with a full batch whose deltas cover what the lost file held.
+    assert_eq!(kinds(&got)[..2], ["file_start", "flow"]);
+    assert_eq!(got[1]["full"], true);
+    assert_eq!(got[1]["delta_since_ts"], 1);
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn unusable_directory_at_start_is_a_clear_error() {
+    let dir = rotate::tests::tempdir("unusable");
+    let file = dir.join("not-a-dir");
+    fs::write(&file, b"").expect("write");
+    let err = LogDir::open(cfg(&file), 0)
+        .err()
+        .expect("a file is not a directory");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("not-a-dir") && msg.contains("--log-dir"),
+        "{msg}"
+    );
+    assert!(matches!(
+        LogDir::open(
+            LogDirConfig {
+                max_files: 1,
+                ..cfg(&dir)
+            },
+            0
+        ),
+        Err(LogDirError::TooFewFiles)
+    ));
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// The fields each kind of line carries, as docs/log-schema.md lists them. Changes are additive
+/// only: a field may be added here (and documented), never removed or renamed.
+const PINNED: &[(&str, &[&str])] = &[
+    (
+        "file_start",
+        &[
+            "schema_version",
+            "kind",
+            "ts",
+            "observer_version",
+            "host",
+            "max_bytes",
+            "max_files",
+        ],
+    ),
+    (
+        "flow",
+        &[
+            "schema_version",
+            "kind",
+            "ts",
+            "full",
+            "delta_since_ts",
+            "delta",
+            "src_ip",
+            "dst_ip",
+            "dst_qp",
+            "iface",
+            "direction",
+            "transport",
+            "packets",
+            "bytes",
+            "opcodes",
+            "other_transport",
+            "psn_gaps",
+            "psn_missing",
+            "retransmits",
+            "req_retransmits",
+            "resp_retransmits",
+            "acks",
+            "naks",
+            "cnp",
+            "ecn_ce",
+            "ecn_ect",
+            "dscp",
+            "pcp",
+            "peer_qp",
+            "udp_src_ports",
+            "udp_src_port_overflow",
+            "rtt_ns",
+            "first_ts",
+            "last_ts",
+            "rate_bps",
+        ],
+    ),
+    (
+        "pfc",
+        &[
+            "schema_version",
+            "kind",
+            "ts",
+            "full",
+            "delta_since_ts",
+            "delta_pause_frames",
+            "delta_xon_frames",
+            "delta_pause_quanta",
+            "iface",
+            "direction",
+            "src_mac",
+            "priority",
+            "pfc_kind",
+            "pause_frames",
+            "xon_frames",
+            "pause_quanta",
+            "pause_us",
+            "paused_us",
+            "paused_fraction",
+            "storm",
+            "storms",
+            "first_ts",
+            "last_ts",
+        ],
+    ),
+    (
+        "alert",
+        &[
+            "schema_version",
+            "kind",
+            "ts",
+            "full",
+            "delta_count",
+            "alert_kind",
+            "reason",
+            "flow",
+            "pfc",
+            "first_ts",
+            "last_ts",
+            "count",
+        ],
+    ),
+    (
+        "ecmp",
+        &[
+            "schema_version",
+            "kind",
+            "ts",
+            "full",
+            "measured",
+            "modelled",
+            "entropy",
+        ],
+    ),
+    (
+        "summary",
+        &[
+            "schema_version",
+            "kind",
+            "ts",
+            "full",
+            "total_packets",
+            "roce_packets",
+            "pfc_frames",
+            "pause_8023x",
+            "non_roce",
+            "malformed",
+            "ip_fragments",
+            "unsupported",
+            "map_full",
+            "ringbuf_full",
+            "pending_full",
+            "events_lost",
+            "flows",
+            "pmtu",
+            "pmtu_learned",
+            "link_gbps",
+            "interval_start_ts",
+            "interval_end_ts",
+            "interval_s",
+            "by_direction",
+            "alerts_dropped",
+            "capture",
+            "latency",
+            "log",
+        ],
+    ),
+];
+
+/// Fields of the nested `delta` and `log` objects.
+const PINNED_NESTED: &[(&str, &[&str])] = &[
+    (
+        "delta",
+        &[
+            "packets",
+            "bytes",
+            "psn_gaps",
+            "psn_missing",
+            "retransmits",
+            "acks",
+            "naks",
+            "cnp",
+            "ecn_ce",
+            "ecn_ect",
+            "rtt_samples",
+        ],
+    ),
+    (
+        "log",
+        &[
+            "records_lost",
+            "records_written",
+            "files_rotated",
+            "files_deleted",
+        ],
+    ),
+];
+
+#[test]
+fn schema_is_pinned_and_documented() {
+    let dir = rotate::tests::tempdir("schema");
+    let mut engine = Engine::new(EngineConfig {
+        rtt_alert_ns: Some(1),
+        ..EngineConfig::default()
+    });
+    for name in ["mixed_demo", "pfc"] {
+        feed(&mut engine, &frames(name));
+    }
+    let mut log = LogDir::open(cfg(&dir), 0).expect("open");
+    log.write(&engine.snapshot(0), 1);
+    let got = lines(&dir.join(LIVE_NAME));
+    let doc =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/log-schema.md"))
+            .expect("docs/log-schema.md");
+    let mut seen = BTreeSet::new();
+    for l in &got {
+        let kind = l["kind"].as_str().expect("kind");
+        seen.insert(kind);
+        let (_, pinned) = PINNED
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .expect("a pinned kind");
+        let keys: BTreeSet<&str> = l
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for field in *pinned {
+            assert!(
+                keys.contains(field),
+                "{kind} line lacks pinned field {field}: {keys:?}"
+            );
+        }
+        for key in keys {
+            assert!(
+                doc.contains(&format!("`{key}`")),
+                "field {key} of {kind} lines is not in docs/log-schema.md"
+            );
+        }
+        for (name, fields) in PINNED_NESTED {
+            if let Some(obj) = l.get(*name).and_then(Value::as_object) {
+                for field in *fields {
+                    assert!(obj.contains_key(*field), "{kind}.{name} lacks {field}");
+                }
+                for key in obj.keys() {
+                    assert!(
+                        doc.contains(&format!("`{name}.{key}`")),
+                        "{kind}.{name}.{key} is not in docs/log-schema.md"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(
+        seen,
+        BTreeSet::from(["file_start", "flow", "pfc", "alert", "ecmp", "summary"])
+    );
+    fs::remove_dir_all(&dir).expect("cleanup");
+}

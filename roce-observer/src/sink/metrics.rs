@@ -1,0 +1,528 @@
+//! Prometheus metrics of a snapshot, encoded with the Prometheus project's Rust client
+//! (`prometheus-client`) in the text format 0.0.4, for `/metrics` (`run --metrics ADDR`) and
+//! the node_exporter textfile (`--prom-file`), which carry the same content.
+//!
+//! Cardinality is bounded whatever the flow table holds:
+//! - per-flow series only for the `top_flows` flows with the most bytes, plus up to
+//!   `top_flows` more flows with problems (PSN gaps, retransmissions, NAKs), most first;
+//! - aggregates per observation point (interface + direction), per host pair (at most
+//!   [`MAX_HOST_PAIRS`], most bytes first, counters only) and per NAK class;
+//! - PFC per (interface, direction, priority), summed over the sending MACs;
+//! - the observer's own health.
+//!
+//! Latency is a classic histogram with buckets from 1 us to 100 ms (`LATENCY_BUCKETS_NS`), so
+//! it sums across flows and hosts; the bucket counts are exact. Counters are cumulative since
+//! the observer started. Metric definitions: docs/metrics.md.
+
+pub mod server;
+
+use std::collections::BTreeMap;
+
+use prometheus_client::{
+    encoding::{EncodeMetric, MetricEncoder, NoLabelSet},
+    metrics::{MetricType, TypedMetric, counter::ConstCounter, gauge::ConstGauge},
+    registry::Registry,
+};
+
+use roce_observer_common::flow::{NAK_CLASSES, nak};
+
+use crate::engine::snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, RttSummary, Snapshot};
+
+/// Host pairs exported, most bytes first.
+pub const MAX_HOST_PAIRS: usize = 256;
+pub const DEFAULT_TOP_FLOWS: usize = 100;
+
+/// Content type of the text format 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The observer's health beyond the snapshot's own counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Health {
+    /// Log lines lost and written (`--log-dir`); None when there is no log.
+    pub log_records_lost: Option<u64>,
+    pub log_records_written: Option<u64>,
+    /// How long encoding the previous scrape took, seconds (None before the first scrape).
+    pub last_scrape_seconds: Option<f64>,
+    pub scrapes: u64,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Series of one family with their labels; encoded by prometheus-client like its own families.
+#[derive(Debug)]
+struct ConstFamily<M>(Vec<(Labels, M)>);
+
+impl<M: EncodeMetric + TypedMetric> EncodeMetric for ConstFamily<M> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, metric) in &self.0 {
+            metric.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        M::TYPE
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A classic histogram with fixed values: per-bucket counts (not cumulative), sum and count.
+#[derive(Debug, Default, Clone)]
+struct ConstHistogram {
+    sum: f64,
+    count: u64,
+    buckets: [u64; LATENCY_BUCKETS_NS.len()],
+}
+
+impl TypedMetric for ConstHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for ConstHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS_NS
+            .iter()
+            .zip(self.buckets)
+            .map(|(&ns, n)| (ns as f64 / 1e9, n))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+impl ConstHistogram {
+    fn add(&mut self, r: &RttSummary) {
+        self.count += r.count;
+        self.sum += r.sum_ns as f64 / 1e9;
+        for (mine, theirs) in self.buckets.iter_mut().zip(r.buckets) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// Gaps + retransmissions + NAKs: what makes a flow a problem flow.
+fn trouble(f: &FlowSnapshot) -> u64 {
+    f.psn_gaps + f.retransmits + f.naks.total()
+}
+
+/// The flows that get their own series: top `k` by bytes, then up to `k` more with problems.
+pub fn select_flows(flows: &[FlowSnapshot], k: usize) -> Vec<&FlowSnapshot> {
+    let mut by_bytes: Vec<usize> = (0..flows.len()).collect();
+    by_bytes.sort_by(|&a, &b| flows[b].bytes.cmp(&flows[a].bytes).then(a.cmp(&b)));
+    let mut chosen = vec![false; flows.len()];
+    for &i in by_bytes.iter().take(k) {
+        chosen[i] = true;
+    }
+    let mut troubled: Vec<usize> = (0..flows.len())
+        .filter(|&i| !chosen[i] && trouble(&flows[i]) > 0)
+        .collect();
+    troubled.sort_by(|&a, &b| trouble(&flows[b]).cmp(&trouble(&flows[a])).then(a.cmp(&b)));
+    for &i in troubled.iter().take(k) {
+        chosen[i] = true;
+    }
+    (0..flows.len())
+        .filter(|&i| chosen[i])
+        .map(|i| &flows[i])
+        .collect()
+}
+
+fn flow_labels(f: &FlowSnapshot) -> Labels {
+    vec![
+        ("src", f.src_ip.to_string()),
+        ("dst", f.dst_ip.to_string()),
+        ("qp", f.dst_qp.to_string()),
+        ("iface", f.iface.clone()),
+        ("direction", f.direction.to_string()),
+    ]
+}
+
+/// Counters summed over a group of flows.
+#[derive(Clone, Debug, Default)]
+struct Totals {
+    flows: u64,
+    packets: u64,
+    bytes: u64,
+    psn_gaps: u64,
+    retransmits: u64,
+    cnp: u64,
+    ecn_ce: u64,
+    naks: [u64; NAK_CLASSES],
+    latency: ConstHistogram,
+}
+
+impl Totals {
+    fn add(&mut self, f: &FlowSnapshot) {
+        self.flows += 1;
+        self.packets += f.packets;
+        self.bytes += f.bytes;
+        self.psn_gaps += f.psn_gaps;
+        self.retransmits += f.retransmits;
+        self.cnp += f.cnp;
+        self.ecn_ce += f.ecn_ce;
+        for (sum, (_, v)) in self.naks.iter_mut().zip(f.naks.by_class()) {
+            *sum += v;
+        }
+        self.latency.add(&f.rtt_ns);
+    }
+}
+
+/// Register one counter family per field of a group of totals; with `detail`, also NAKs by
+/// class and the latency histogram (19 series per group, so not for host pairs).
+fn register_totals(
+    reg: &mut Registry,
+    prefix: &str,
+    what: &str,
+    groups: &[(Labels, Totals)],
+    detail: bool,
+) {
+    type Get = fn(&Totals) -> u64;
+    let fields: [(&str, &str, Get); 6] = [
+        ("packets", "RoCE packets", |t| t.packets),
+        ("bytes", "Frame bytes of RoCE packets", |t| t.bytes),
+        ("psn_gaps", "PSN gaps", |t| t.psn_gaps),
+        ("retransmits", "Requests and READ responses resent", |t| {
+            t.retransmits
+        }),
+        ("cnp", "Congestion notification packets", |t| t.cnp),
+        ("ecn_ce", "RoCE packets marked ECN CE", |t| t.ecn_ce),
+    ];
+    for (name, help, get) in fields {
+        let series = groups
+            .iter()
+            .map(|(l, t)| (l.clone(), ConstCounter::new(get(t))))
+            .collect();
+        reg.register(
+            format!("{prefix}_{name}"),
+            format!("{help}, {what}"),
+            ConstFamily(series),
+        );
+    }
+    if !detail {
+        return;
+    }
+    let naks = groups
+        .iter()
+        .flat_map(|(l, t)| {
+            nak::NAMES.iter().zip(t.naks).map(move |(class, v)| {
+                let mut l = l.clone();
+                l.push(("class", class.to_string()));
+                (l, ConstCounter::new(v))
+            })
+        })
+        .collect();
+    reg.register(
+        format!("{prefix}_naks"),
+        format!("NAKs by class, {what}"),
+        ConstFamily(naks),
+    );
+    let latency = groups
+        .iter()
+        .map(|(l, t)| (l.clone(), t.latency.clone()))
+        .collect();
+    reg.register(
+        format!("{prefix}_latency_seconds"),
+        format!("Request to answer latency seen at the observation point, {what}"),
+        ConstFamily(latency),
+    );
+}
+
+/// The registry for `snap`: every family, bounded as the module says.
+pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry {
+    let mut reg = Registry::default();
+    let chosen = select_flows(&snap.flows, top_flows);
+    let per_flow: Vec<(Labels, Totals)> = chosen
+        .iter()
+        .map(|f| {
+            let mut t = Totals::default();
+            t.add(f);
+            (flow_labels(f), t)
+        })
+        .collect();
+    register_totals(
+        &mut reg,
+        "roce_flow",
+        "per flow (top flows and flows with problems)",
+        &per_flow,
+        true,
+    );
+    let acks = chosen
+        .iter()
+        .map(|f| (flow_labels(f), ConstCounter::new(f.acks)))
+        .collect();
+    reg.register("roce_flow_acks", "ACKs, per flow", ConstFamily(acks));
+
+    let mut points: BTreeMap<(String, &str), Totals> = BTreeMap::new();
+    let mut pairs: BTreeMap<(String, String), Totals> = BTreeMap::new();
+    let mut nak_sum = [0u64; NAK_CLASSES];
+    for f in &snap.flows {
+        points
+            .entry((f.iface.clone(), f.direction))
+            .or_default()
+            .add(f);
+        pairs
+            .entry((f.src_ip.to_string(), f.dst_ip.to_string()))
+            .or_default()
+            .add(f);
+        for (sum, (_, v)) in nak_sum.iter_mut().zip(f.naks.by_class()) {
+            *sum += v;
+        }
+    }
+    let points: Vec<(Labels, Totals)> = points
+        .into_iter()
+        .map(|((iface, dir), t)| (vec![("iface", iface), ("direction", dir.to_string())], t))
+        .collect();
+    let flows_per_point = points
+        .iter()
+        .map(|(l, t)| (l.clone(), ConstGauge::new(t.flows as i64)))
+        .collect();
+    register_totals(
+        &mut reg,
+        "roce_point",
+        "per observation point",
+        &points,
+        true,
+    );
+    reg.register(
+        "roce_point_flows",
+        "Flows in the table, per observation point",
+        ConstFamily(flows_per_point),
+    );
+    let mut pairs: Vec<((String, String), Totals)> = pairs.into_iter().collect();
+    pairs.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then_with(|| a.0.cmp(&b.0)));
+    pairs.truncate(MAX_HOST_PAIRS);
+    let pairs: Vec<(Labels, Totals)> = pairs
+        .into_iter()
+        .map(|((src, dst), t)| (vec![("src", src), ("dst", dst)], t))
+        .collect();
+    let qps = pairs
+        .iter()
+        .map(|(l, t)| (l.clone(), ConstGauge::new(t.flows as i64)))
+        .collect();
+    register_totals(
+        &mut reg,
+        "roce_host_pair",
+        "per host pair (source IP, destination IP)",
+        &pairs,
+        false,
+    );
+    reg.register(
+        "roce_host_pair_flows",
+        "Flows (QPs) per host pair",
+        ConstFamily(qps),
+    );
+    let naks = nak::NAMES
+        .iter()
+        .zip(nak_sum)
+        .map(|(c, v)| (vec![("class", c.to_string())], ConstCounter::new(v)))
+        .collect();
+    reg.register("roce_naks", "NAKs by class, all flows", ConstFamily(naks));
+
+    register_pfc(&mut reg, snap);
+    register_summary(&mut reg, snap, chosen.len(), health);
+    reg
+}
+
+fn register_pfc(reg: &mut Registry, snap: &Snapshot) {
+    #[derive(Default)]
+    struct Pfc {
+        pause: u64,
+        xon: u64,
+        quanta: u64,
+        requested_us: f64,
+        paused_fraction: f64,
+        storms: u64,
+        storm: bool,
+    }
+    let mut by_prio: BTreeMap<(String, &str, String), Pfc> = BTreeMap::new();
+    for p in &snap.pfc {
+        let prio = p.priority.map_or("link".to_string(), |v| v.to_string());
+        let e = by_prio
+            .entry((p.iface.clone(), p.direction, prio))
+            .or_default();
+        e.pause += p.pause_frames;
+        e.xon += p.xon_frames;
+        e.quanta += p.pause_quanta;
+        e.requested_us += p.pause_us;
+        // Senders pause the same queue: the queue is paused when any of them paused it, so
+        // the largest fraction is a lower bound of the union.
+        e.paused_fraction = e.paused_fraction.max(p.paused_fraction);
+        e.storms += p.storms;
+        e.storm |= p.storm;
+    }
+    let labels = |(iface, dir, prio): &(String, &str, String)| -> Labels {
+        vec![
+            ("iface", iface.clone()),
+            ("direction", dir.to_string()),
+            ("priority", prio.clone()),
+        ]
+    };
+    type Get = fn(&Pfc) -> u64;
+    let counters: [(&str, &str, Get); 4] = [
+        (
+            "roce_pfc_pause_frames",
+            "PFC/PAUSE XOFF frames (non-zero time), per priority (`link`: 802.3x PAUSE)",
+            |p| p.pause,
+        ),
+        (
+            "roce_pfc_xon_frames",
+            "PFC/PAUSE XON frames (time 0), per priority",
+            |p| p.xon,
+        ),
+        (
+            "roce_pfc_pause_quanta",
+            "Requested pause time in quanta of 512 bit times, per priority",
+            |p| p.quanta,
+        ),
+        ("roce_pfc_storms", "PFC storm onsets, per priority", |p| {
+            p.storms
+        }),
+    ];
+    for (name, help, get) in counters {
+        let series = by_prio
+            .iter()
+            .map(|(k, p)| (labels(k), ConstCounter::new(get(p))))
+            .collect();
+        reg.register(name, help, ConstFamily(series));
+    }
+    let requested = by_prio
+        .iter()
+        .map(|(k, p)| (labels(k), ConstCounter::new(p.requested_us / 1e6)))
+        .collect();
+    reg.register(
+        "roce_pfc_requested_pause_seconds",
+        "Requested pause time at the link speed, per priority",
+        ConstFamily(requested),
+    );
+    let fraction = by_prio
+        .iter()
+        .map(|(k, p)| (labels(k), ConstGauge::new(p.paused_fraction)))
+        .collect();
+    reg.register(
+        "roce_pfc_paused_ratio",
+        "Fraction of the last reporting interval the priority was paused",
+        ConstFamily(fraction),
+    );
+    let storm = by_prio
+        .iter()
+        .map(|(k, p)| (labels(k), ConstGauge::new(i64::from(p.storm))))
+        .collect();
+    reg.register(
+        "roce_pfc_storm",
+        "1 while the priority is in a PFC storm",
+        ConstFamily(storm),
+    );
+}
+
+fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health: &Health) {
+    let m = &snap.summary;
+    let frames = [
+        ("roce", m.roce_packets),
+        ("pfc", m.pfc_frames),
+        ("pause_8023x", m.pause_8023x),
+        ("non_roce", m.non_roce),
+        ("malformed", m.malformed),
+        ("ip_fragment", m.ip_fragments),
+        ("unsupported", m.unsupported),
+    ]
+    .into_iter()
+    .map(|(c, v)| (vec![("class", c.to_string())], ConstCounter::new(v)))
+    .collect();
+    reg.register("roce_frames", "Frames seen, by class", ConstFamily(frames));
+    let mut alerts: BTreeMap<&str, u64> = BTreeMap::new();
+    for a in &snap.alerts {
+        *alerts.entry(a.kind).or_default() += a.count;
+    }
+    let alerts = alerts
+        .into_iter()
+        .map(|(k, v)| (vec![("kind", k.to_string())], ConstCounter::new(v)))
+        .collect();
+    reg.register(
+        "roce_alerts",
+        "Alert occurrences by kind (docs/metrics.md, Alerts)",
+        ConstFamily(alerts),
+    );
+    let one = |v: u64| ConstFamily(vec![(Labels::new(), ConstCounter::new(v))]);
+    let gauge = |v: f64| ConstFamily(vec![(Labels::new(), ConstGauge::new(v))]);
+    reg.register(
+        "roce_observer_events_lost",
+        "Ring-buffer events lost (counters stay exact)",
+        one(m.events_lost),
+    );
+    reg.register(
+        "roce_observer_map_full",
+        "RoCE packets of flows not tracked because the flow table was full",
+        one(m.map_full),
+    );
+    reg.register(
+        "roce_observer_pending_full",
+        "Requests not timestamped because the pending table was full",
+        one(m.pending_full),
+    );
+    reg.register(
+        "roce_observer_alerts_dropped",
+        "Alerts not kept (table full)",
+        one(m.alerts_dropped),
+    );
+    reg.register(
+        "roce_observer_flows",
+        "Flows in the table",
+        gauge(m.flows as f64),
+    );
+    reg.register(
+        "roce_observer_metrics_flows_omitted",
+        "Flows without per-flow series (outside --metrics-top-flows and the problem flows)",
+        gauge(m.flows.saturating_sub(exported as u64) as f64),
+    );
+    if let (Some(lost), Some(written)) = (health.log_records_lost, health.log_records_written) {
+        reg.register(
+            "roce_observer_log_records_lost",
+            "Log lines that could not be written (--log-dir)",
+            one(lost),
+        );
+        reg.register(
+            "roce_observer_log_records_written",
+            "Log lines written (--log-dir)",
+            one(written),
+        );
+    }
+    reg.register(
+        "roce_observer_scrapes",
+        "Scrapes of /metrics served",
+        one(health.scrapes),
+    );
+    if let Some(s) = health.last_scrape_seconds {
+        reg.register(
+            "roce_observer_last_scrape_duration_seconds",
+            "Time taken to encode the previous scrape",
+            gauge(s),
+        );
+    }
+}
+
+/// The exposition text (Prometheus text format 0.0.4).
+pub fn render(snap: &Snapshot, top_flows: usize, health: &Health) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::prometheus_text::encode(
+        &mut out,
+        &registry(snap, top_flows, health),
+    );
+    out
+}
+
+/// Replace `path` with the exposition atomically (write a sibling, then rename), for
+/// node_exporter's textfile collector (`--prom-file`).
+pub fn write_textfile(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("prom.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+//! `analyze --fail-on`: the gate trips exactly when its condition holds on a fixture, with the
+//! values taken from the fixture's expected document (written by hand from the frames), exit
+//! status 3 and a one-line reason; a bad expression is a usage error naming what is allowed.
+
+use integration_tests::{fixtures, observer_bin};
+use serde_json::Value;
+
+fn analyze(pcap: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(observer_bin())
+        .arg("analyze")
+        .args(args)
+        .arg(pcap)
+        .output()
+        .expect("roce-observer runs (built by cargo xtask test)")
+}
+
+fn fixture(name: &str) -> (std::path::PathBuf, Value) {
+    fixtures()
+        .into_iter()
+        .find(|f| f.0 == name)
+        .map(|f| (f.1, f.2))
+        .unwrap_or_else(|| panic!("fixture {name}"))
+}
+
+/// Sum of a per-flow field over the expected document.
+fn sum(doc: &Value, field: &str) -> u64 {
+    doc["flows"]
+        .as_array()
+        .map(|fs| fs.iter().filter_map(|f| f[field].as_u64()).sum())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_gate_trips_exactly_at_the_fixture_values() {
+    for (name, metric) in [
+        ("psn_gap", "psn_gaps"),
+        ("psn_gap", "psn_missing"),
+        ("nak_go_back_n", "retransmits"),
+        ("ecn_cnp", "cnp"),
+        ("ecn_cnp", "ecn_ce"),
+    ] {
+        let (pcap, doc) = fixture(name);
+        let n = sum(&doc, metric);
+        assert!(n > 0, "{name} has {metric}");
+        let at = format!("{metric}>={n}");
+        let out = analyze(&pcap, &["--json", "--fail-on", &at]);
+        assert_eq!(out.status.code(), Some(3), "{name}: {at}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.trim_end(),
+            format!("roce-observer: --fail-on: {at} ({metric} = {n})"),
+            "{name}"
+        );
+        // The report is printed all the same.
+        let printed: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        assert_eq!(sum(&printed, metric), n, "{name}");
+        let above = format!("{metric}>{n}");
+        let out = analyze(&pcap, &["--fail-on", &above]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {above}");
+    }
+}
+
+#[test]
+fn pause_fraction_and_latency_gates() {
+    let (pcap, _) = fixture("pfc");
+    let out = analyze(&pcap, &["--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let max = doc["pfc"]
+        .as_array()
+        .expect("pfc entries")
+        .iter()
+        .filter_map(|p| p["paused_fraction"].as_f64())
+        .fold(0.0, f64::max);
+    assert!(max > 0.0, "the pfc fixture pauses");
+    let below = format!("pause_fraction>{}%", max * 100.0 * 0.99);
+    assert_eq!(
+        analyze(&pcap, &["--fail-on", &below]).status.code(),
+        Some(3)
+    );
+    let above = format!("pause_fraction>{}%", max * 100.0 * 1.01);
+    assert_eq!(
+        analyze(&pcap, &["--fail-on", &above]).status.code(),
+        Some(0)
+    );
+
+    // psn_gap: latency samples of 20 and 30 us (its expected document).
+    let (pcap, doc) = fixture("psn_gap");
+    assert_eq!(doc["flows"][0]["rtt_ns"], serde_json::json!([20000, 30000]));
+    for (expr, code) in [
+        ("rtt_max>29us", 3),
+        ("rtt_max>30us", 0),
+        ("rtt_p50<=20000", 3),
+        ("rtt_p50<20us", 0),
+    ] {
+        assert_eq!(
+            analyze(&pcap, &["--fail-on", expr]).status.code(),
+            Some(code),
+            "{expr}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_expression_is_a_usage_error_before_reading() {
+    let (pcap, _) = fixture("psn_gap");
+    let out = analyze(&pcap, &["--fail-on", "rtt_p99>50/s"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--fail-on"), "{stderr}");
+    assert!(stderr.contains("ns, us, ms or s"), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing analysed");
+    let out = analyze(&pcap, &["--fail-on", "gaps>0"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("use one of psn_gaps"),
+        "the allowed metrics are listed"
+    );
+}

@@ -1,0 +1,147 @@
+//! `run --log-dir` on a small tmpfs that fills up while traffic flows: the observer keeps
+//! running, counts the log lines it could not write (metrics, JSON summary, the log's own
+//! summary lines), and resumes writing by itself once space is free again. No line is torn,
+//! and per flow the logged deltas still add up to the totals.
+
+use std::{
+    collections::BTreeMap,
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use integration_tests::{
+    fixtures_dir,
+    netns::{Observer, VethNs},
+    prometheus::{http_get, loopback_up},
+    require_root,
+};
+use serde_json::Value;
+
+/// A small tmpfs mounted on a fresh directory, unmounted and removed on drop.
+struct Tmpfs {
+    dir: PathBuf,
+}
+
+impl Tmpfs {
+    fn new(size: &str) -> Tmpfs {
+        let dir = std::env::temp_dir().join(format!("roce-fulldisk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mount point");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .expect("mount runs");
+        assert!(ok.success(), "mount tmpfs on {}", dir.display());
+        Tmpfs { dir }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Fill the file system with `path` until it refuses more.
+fn fill(path: &Path) {
+    let mut f = std::fs::File::create(path).expect("filler");
+    let block = vec![0u8; 4096];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+}
+
+fn metric(ns: &VethNs, name: &str) -> f64 {
+    let (status, text) = http_get(ns, "127.0.0.1:9471", "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200, "the observer still serves metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn a_full_disk_loses_lines_but_not_the_observer() {
+    require_root();
+    let fs = Tmpfs::new("256k");
+    let logs = fs.dir.join("logs");
+    let ns = VethNs::new().expect("namespace with a veth pair");
+    loopback_up(&ns).expect("loopback");
+    let ifaces = format!("{},{}", ns.a, ns.b);
+    let observer = Observer::start(
+        &ns,
+        &[
+            "-i",
+            &ifaces,
+            "--json",
+            "--interval",
+            "0.2",
+            "--metrics",
+            "127.0.0.1:9471",
+            "--log-dir",
+            logs.to_str().expect("utf-8 path"),
+        ],
+    )
+    .expect("observer attaches");
+    ns.replay(&fixtures_dir().join("psn_gap.pcap"))
+        .expect("tcpreplay");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(metric(&ns, "roce_observer_log_records_lost_total"), 0.0);
+
+    let filler = fs.dir.join("filler");
+    fill(&filler);
+    ns.replay(&fixtures_dir().join("mixed_demo.pcap"))
+        .expect("tcpreplay");
+    std::thread::sleep(Duration::from_millis(1000));
+    let lost_while_full = metric(&ns, "roce_observer_log_records_lost_total");
+    assert!(
+        lost_while_full > 0.0,
+        "lines lost while the disk is full are counted"
+    );
+
+    std::fs::remove_file(&filler).expect("free the space again");
+    std::thread::sleep(Duration::from_millis(1000));
+    let out = observer.stop().expect("observer ran on and stops cleanly");
+    let doc: Value = serde_json::from_str(&out).expect("run --json output parses");
+    let lost = doc["summary"]["log_records_lost"]
+        .as_u64()
+        .expect("lost count in the summary");
+    assert!(lost as f64 >= lost_while_full, "{lost} < {lost_while_full}");
+
+    // Every line is whole; writing resumed (a summary after the loss reports it).
+    let text = std::fs::read_to_string(logs.join("roce-observer.jsonl")).expect("live file");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("torn line {l:?}: {e}")))
+        .collect();
+    let resumed = lines
+        .iter()
+        .filter(|l| l["kind"] == "summary")
+        .any(|l| l["log"]["records_lost"].as_u64().is_some_and(|n| n > 0));
+    assert!(resumed, "no summary line was written after the loss");
+    // Deltas were taken against the last batch written, so they still add up per flow.
+    let mut packets: BTreeMap<String, u64> = BTreeMap::new();
+    for l in lines.iter().filter(|l| l["kind"] == "flow") {
+        let key = format!(
+            "{} {} {} {}",
+            l["src_ip"], l["dst_ip"], l["dst_qp"], l["iface"]
+        );
+        *packets.entry(key).or_default() += l["delta"]["packets"].as_u64().expect("delta");
+    }
+    let flows = doc["flows"].as_array().expect("flows");
+    assert!(flows.len() > 2, "both replays produced flows");
+    for f in flows {
+        let key = format!(
+            "{} {} {} {}",
+            f["src_ip"], f["dst_ip"], f["dst_qp"], f["iface"]
+        );
+        assert_eq!(packets.get(&key).copied(), f["packets"].as_u64(), "{key}");
+    }
+    eprintln!(
+        "full disk: {lost} log lines lost and counted, writing resumed, {} flows' deltas add up",
+        flows.len()
+    );
+}

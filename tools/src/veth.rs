@@ -1,0 +1,404 @@
+//! The veth replay part of `kernel-bench`: real packets through a veth pair in a throwaway
+//! network namespace, timed by the kernel's own BPF statistics (`run_time_ns / run_cnt`, enabled
+//! for the run with BPF_ENABLE_STATS) rather than BPF_PROG_TEST_RUN. Three replays of one
+//! capture of steady traffic over many queue pairs, on the receiving end of the pair:
+//! 1. the do-nothing XDP program (the baseline), before and after the observer;
+//! 2. the observer, first pass: steady traffic (new flows, in-order PSNs, ACKs, latency);
+//! 3. the observer, the same capture again: every request is now a retransmission (a go-back-N
+//!    storm).
+//!
+//! The ring buffer is drained during each replay, as the observer's reader would, and the events
+//! drained are counted.
+//!
+//! The namespace holds only the pair it creates (documentation addresses in the frames) and is
+//! deleted on drop; this thread enters it, so `tcpreplay` and the attachments stay inside.
+
+use std::{
+    os::fd::AsRawFd as _,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
+
+use crate::{sh, steady_frames, write_pcap};
+
+/// A namespace with a veth pair `a` <-> `b`, entered by the calling thread.
+struct Netns {
+    name: String,
+    a: String,
+    b: String,
+}
+
+impl Netns {
+    fn enter() -> anyhow::Result<Netns> {
+        let name = format!("rokb{}", std::process::id());
+        sh(Command::new("ip").args(["netns", "add", &name]))?;
+        let ns = Netns {
+            a: format!("{name}a"),
+            b: format!("{name}b"),
+            name,
+        };
+        sh(Command::new("ip").args([
+            "-n", &ns.name, "link", "add", &ns.a, "type", "veth", "peer", "name", &ns.b,
+        ]))?;
+        for dev in [&ns.a, &ns.b] {
+            // No IPv6: no autoconfiguration frames, only the replayed ones cross the pair.
+            sh(Command::new("ip").args([
+                "netns",
+                "exec",
+                &ns.name,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
+            ]))?;
+            sh(Command::new("ip").args(["-n", &ns.name, "link", "set", dev, "up"]))?;
+        }
+        let file =
+            std::fs::File::open(format!("/run/netns/{}", ns.name)).context("open the namespace")?;
+        // SAFETY: setns on a namespace file we just opened; it only changes this thread's
+        // network namespace (the process is single-threaded here).
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            bail!("setns: {}", std::io::Error::last_os_error());
+        }
+        Ok(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// Per-packet time of `program` over the runs since `before`.
+fn per_run(
+    src: &KernelSource,
+    program: BenchProgram,
+    before: (Duration, u64),
+) -> anyhow::Result<(f64, u64)> {
+    let (time, runs) = src.program_stats(program)?;
+    let runs = runs.saturating_sub(before.1);
+    let ns = time.saturating_sub(before.0).as_nanos() as f64 / runs.max(1) as f64;
+    Ok((ns, runs))
+}
+
+/// Replay `pcap` out of `iface` at top speed while draining the ring buffer every 10 ms, as the
+/// observer's reader would (more often than its report tick); returns the replay's duration and
+/// the events drained.
+fn replay(src: &mut KernelSource, pcap: &Path, iface: &str) -> anyhow::Result<(Duration, usize)> {
+    let start = Instant::now();
+    let mut child = Command::new("tcpreplay")
+        .args(["-q", "--topspeed", "-i", iface])
+        .arg(pcap)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting tcpreplay")?;
+    let mut events = 0;
+    let status = loop {
+        events += src.drain_events(|_| {});
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = start.elapsed();
+    if !status.success() {
+        bail!("tcpreplay failed: {status}");
+    }
+    // Let the receiving veth's softirq finish with the last frames.
+    std::thread::sleep(Duration::from_millis(300));
+    events += src.drain_events(|_| {});
+    Ok((took, events))
+}
+
+/// The XDP program of another roce-observer binary: run attached to `iface`, its stats read
+/// from the kernel's list of loaded programs (for before/after comparisons with an older build;
+/// set `ROCE_BENCH_OBSERVER=/path/to/roce-observer`).
+struct External {
+    child: std::process::Child,
+    prog_id: u32,
+}
+
+impl External {
+    fn start(bin: &str, iface: &str) -> anyhow::Result<External> {
+        use std::io::BufRead as _;
+        let known: Vec<u32> = loaded_xdp_programs().map(|(id, _)| id).collect();
+        let mut child = Command::new(bin)
+            .args(["run", "-i", iface, "--json"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {bin}"))?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains("attached") => break,
+                Some(_) => {}
+                None => bail!("{bin} exited before attaching"),
+            }
+        }
+        // Keep reading its stderr so that it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let prog_id = loaded_xdp_programs()
+            .map(|(id, _)| id)
+            .filter(|id| !known.contains(id))
+            .max()
+            .context("its XDP program is not among the loaded programs")?;
+        Ok(External { child, prog_id })
+    }
+
+    fn stats(&self) -> anyhow::Result<(Duration, u64)> {
+        loaded_xdp_programs()
+            .find(|(id, _)| *id == self.prog_id)
+            .map(|(_, stats)| stats)
+            .context("its XDP program is gone")
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child by its pid (SIGINT: a clean exit that detaches).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+    }
+}
+
+/// (id, (run time, runs)) of every loaded roce-observer XDP program (names are cut to 15
+/// bytes by the kernel).
+fn loaded_xdp_programs() -> impl Iterator<Item = (u32, (Duration, u64))> {
+    aya::programs::loaded_programs()
+        .flatten()
+        .filter(|p| p.name_as_str() == Some("roce_observer_x"))
+        .map(|p| (p.id(), (p.run_time(), p.run_count())))
+}
+
+/// Steady and storm passes of an external observer binary: ((ns/pkt, runs, duration) x 2).
+fn external_passes(
+    bin: &str,
+    src: &mut KernelSource,
+    pcap: &Path,
+    ns: &Netns,
+) -> anyhow::Result<[(f64, u64, Duration); 2]> {
+    let ext = External::start(bin, &ns.b)?;
+    let mut out = [(0.0, 0, Duration::ZERO); 2];
+    for pass in &mut out {
+        let before = ext.stats()?;
+        let (took, _) = replay(src, pcap, &ns.a)?;
+        let after = ext.stats()?;
+        let runs = after.1.saturating_sub(before.1);
+        let ns_pkt = after.0.saturating_sub(before.0).as_nanos() as f64 / runs.max(1) as f64;
+        *pass = (ns_pkt, runs, took);
+    }
+    Ok(out)
+}
+
+/// CPU time of this process.
+fn cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Resident memory of this process, bytes.
+fn rss_bytes() -> u64 {
+    let pages: u64 = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// User space at scale: `flows` flows in the kernel's map (one request each, replayed on the
+/// veth), read and turned into a snapshot as the live loop does on every report tick.
+pub fn user_space(flows: u32) -> anyhow::Result<()> {
+    use roce_observer::{
+        engine::{Engine, EngineConfig},
+        source::kernel::refresh,
+    };
+    let dir = std::env::temp_dir().join(format!("roce-user-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let pcap = dir.join("flows.pcap");
+    let run = || -> anyhow::Result<()> {
+        write_pcap(&pcap, steady_frames(flows, 1, 16))?;
+        let ns = Netns::enter()?;
+        let mut src = KernelSource::load(&KernelOptions {
+            max_flows: flows + 1024,
+            ..KernelOptions::default()
+        })?;
+        src.attach(&ns.b, aya::programs::XdpMode::Default)?;
+        replay(&mut src, &pcap, &ns.a)?;
+        let mut engine = Engine::new(EngineConfig::default());
+        let rss0 = rss_bytes();
+        let cpu0 = cpu_time();
+        refresh(&mut src, &mut engine)?;
+        let first = cpu_time().saturating_sub(cpu0);
+        let rss1 = rss_bytes();
+        let ticks = 5u32;
+        let mut seen = 0;
+        let cpu0 = cpu_time();
+        for _ in 0..ticks {
+            refresh(&mut src, &mut engine)?;
+            let snap = engine.snapshot(engine.last_ts());
+            seen = snap.flows.len();
+            engine.begin_interval(engine.last_ts());
+        }
+        let per_tick = cpu_time().saturating_sub(cpu0) / ticks;
+        let _ = src.detach_all();
+        println!();
+        println!(
+            "user space, {seen} flows in the kernel map (live loop: map read + snapshot per tick)"
+        );
+        println!(
+            "first read {:.1} ms; per tick {:.1} ms = {:.1}% of a core at a 1 s interval (target <= 10% at 100,000 flows); engine memory {:.0} bytes per flow",
+            first.as_secs_f64() * 1e3,
+            per_tick.as_secs_f64() * 1e3,
+            per_tick.as_secs_f64() * 100.0,
+            rss1.saturating_sub(rss0) as f64 / f64::from(seen.max(1) as u32)
+        );
+        Ok(())
+    };
+    let result = run();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// Run the veth replay over `qps` queue pairs, `rounds` requests each, and print the table.
+pub fn run(qps: u32, rounds: u32) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("roce-kernel-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let pcap = dir.join("steady.pcap");
+    let result = write_pcap(&pcap, steady_frames(qps, rounds, 1024))
+        .and_then(|()| run_in_namespace(&pcap, qps));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
+    let ns = Netns::enter()?;
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .context("enable BPF run-time statistics")?;
+    let mut src = KernelSource::load(&KernelOptions {
+        max_flows: (4 * qps).max(16384),
+        ..KernelOptions::default()
+    })?;
+    let zero = (Duration::ZERO, 0);
+
+    let id = src.attach_baseline(&ns.b)?;
+    replay(&mut src, pcap, &ns.a)?;
+    let (base1, packets) = per_run(&src, BenchProgram::Baseline, zero)?;
+    src.detach_baseline(id)?;
+    let after_base = src.program_stats(BenchProgram::Baseline)?;
+
+    src.attach(&ns.b, aya::programs::XdpMode::Default)?;
+    let before = src.program_stats(BenchProgram::Xdp)?;
+    let (took, steady_events) = replay(&mut src, pcap, &ns.a)?;
+    let (steady, steady_runs) = per_run(&src, BenchProgram::Xdp, before)?;
+    let before = src.program_stats(BenchProgram::Xdp)?;
+    let (storm_took, storm_events) = replay(&mut src, pcap, &ns.a)?;
+    let (storm, storm_runs) = per_run(&src, BenchProgram::Xdp, before)?;
+    let lost = src.read_counters()?[0][roce_observer_common::Counter::RingbufFull as usize];
+    let _ = src.detach_all();
+    let id = src.attach_baseline(&ns.b)?;
+    replay(&mut src, pcap, &ns.a)?;
+    let (base2, _) = per_run(&src, BenchProgram::Baseline, after_base)?;
+    src.detach_baseline(id)?;
+    drop(src);
+
+    // The same frames, parsed but not RoCE to this observer (another RoCE port): what reading
+    // the headers costs, apart from the flow accounting.
+    let mut parse_only = KernelSource::load(&KernelOptions {
+        roce_port: 1,
+        ..KernelOptions::default()
+    })?;
+    parse_only.attach(&ns.b, aya::programs::XdpMode::Default)?;
+    let (parse_took, _) = replay(&mut parse_only, pcap, &ns.a)?;
+    let (parse, parse_runs) = per_run(&parse_only, BenchProgram::Xdp, zero)?;
+    let _ = parse_only.detach_all();
+    drop(parse_only);
+    let external = match std::env::var("ROCE_BENCH_OBSERVER") {
+        Ok(bin) => {
+            let mut src = KernelSource::load(&KernelOptions::default())?;
+            Some((bin.clone(), external_passes(&bin, &mut src, pcap, &ns)?))
+        }
+        Err(_) => None,
+    };
+    drop(ns);
+
+    let base = (base1 + base2) / 2.0;
+    println!();
+    println!(
+        "veth replay, {qps} queue pairs, {packets} packets per pass, native XDP on the receiving \
+         end (kernel BPF stats: run_time_ns / run_cnt)"
+    );
+    println!(
+        "{:<52} {:>9} {:>7} {:>10} {:>12}",
+        "case", "ns/pkt", "ratio", "pkts/s", "events/pkt"
+    );
+    println!(
+        "{:<52} {:>9.1} {:>7} {:>10} {:>12}",
+        "do-nothing XDP (mean of the runs before and after)", base, "1.0x", "", ""
+    );
+    for (name, ns_pkt, runs, took, events) in [
+        (
+            "parse only (frames not RoCE to it: other UDP port)",
+            parse,
+            parse_runs,
+            parse_took,
+            0,
+        ),
+        (
+            "steady: first pass (new flows, in order, ACKs)",
+            steady,
+            steady_runs,
+            took,
+            steady_events,
+        ),
+        (
+            "storm: same capture again (every request resent)",
+            storm,
+            storm_runs,
+            storm_took,
+            storm_events,
+        ),
+    ] {
+        println!(
+            "{:<52} {:>9.1} {:>6.1}x {:>10.0} {:>11.3}%",
+            name,
+            ns_pkt,
+            ns_pkt / base.max(1.0),
+            runs as f64 / took.as_secs_f64().max(1e-9),
+            100.0 * events as f64 / runs.max(1) as f64
+        );
+    }
+    if let Some((bin, [(steady, sr, st), (storm, rr, rt)])) = external {
+        for (name, ns_pkt, runs, took) in [
+            ("steady, ROCE_BENCH_OBSERVER", steady, sr, st),
+            ("storm, ROCE_BENCH_OBSERVER", storm, rr, rt),
+        ] {
+            println!(
+                "{:<52} {:>9.1} {:>6.1}x {:>10.0} {:>12}",
+                name,
+                ns_pkt,
+                ns_pkt / base.max(1.0),
+                runs as f64 / took.as_secs_f64().max(1e-9),
+                "-"
+            );
+        }
+        println!("(ROCE_BENCH_OBSERVER = {bin}, attached as a process that drains its own events)");
+    }
+    println!(
+        "targets: steady <= 2.5x, storm <= 3x, storm events <= 1% of packets; \
+         ring buffer reserve failures: {lost}"
+    );
+    Ok(())
+}
