@@ -19,7 +19,7 @@ use crate::{
     },
     fail_on::{self, FailOn},
     sink::outputs::{IntervalTables, OutputError, OutputPlan, Outputs},
-    wire::capture::{CaptureError, read_capture},
+    wire::capture::{CaptureEnd, CaptureError, read_capture},
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -136,7 +136,13 @@ pub fn analyze_reader_reporting<R: Read + Send>(
             },
         )
     };
-    engine.set_capture_summary(CaptureSummary {
+    engine.set_capture_summary(capture_summary(&end));
+    (engine, end.error)
+}
+
+/// The capture's own counts as the snapshot shows them (shared with `run --capture`).
+pub fn capture_summary(end: &CaptureEnd) -> CaptureSummary {
+    CaptureSummary {
         format: if end.stats.format.is_empty() {
             "unknown"
         } else {
@@ -146,8 +152,7 @@ pub fn analyze_reader_reporting<R: Read + Send>(
         snap_truncated: end.stats.snap_truncated,
         skipped_link_type: end.stats.skipped_link_type,
         error: end.error.as_ref().map(|e| e.to_string()),
-    });
-    (engine, end.error)
+    }
 }
 
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {

@@ -17,9 +17,9 @@ use tokio::{
 };
 
 use crate::{
-    engine::Engine,
+    engine::{Engine, snapshot::Snapshot},
     sink::outputs::Outputs,
-    source::{LiveSource, SourceState},
+    source::{LiveSource, SourceState, hw::NicWatch},
     tui::{self, Action, App, TerminalGuard},
 };
 
@@ -55,12 +55,34 @@ impl Ui {
     }
 }
 
-/// Timing of a live run.
-#[derive(Clone, Copy, Debug)]
+/// Timing of a live run, and what is read beside the source at every report.
 pub struct Schedule {
     pub interval: Duration,
     /// Stop at the first report after this long (default: until stopped or the input ends).
     pub duration: Option<Duration>,
+    /// The host's RDMA NIC counters, attached to every snapshot (`nic` in the JSON).
+    pub nic: Option<NicWatch>,
+    /// Read the host's QP owners over RDMA netlink for every snapshot (`qp_owners`), keeping
+    /// those of this device only when given.
+    pub qp_owners: Option<Option<String>>,
+}
+
+impl Schedule {
+    /// The engine's snapshot at `now`, with the NIC counters read now.
+    fn snapshot(&mut self, engine: &Engine, now: u64) -> Snapshot {
+        let mut snap = engine.snapshot(now);
+        if let Some(nic) = self.nic.as_mut() {
+            snap.nic = nic.sample();
+        }
+        if let Some(device) = &self.qp_owners {
+            // A host whose RDMA netlink cannot be read (no RDMA core) simply has no owners.
+            snap.qp_owners = crate::source::qp_owner::read_owners().unwrap_or_default();
+            if let Some(d) = device {
+                snap.qp_owners.retain(|o| &o.device == d);
+            }
+        }
+        snap
+    }
 }
 
 struct Fd(RawFd);
@@ -86,12 +108,15 @@ async fn next_key(ui: &mut Option<Ui>) -> Option<Action> {
 
 /// Run until `stop` completes, the duration is over, the user quits the UI, or the source ends;
 /// then stop the source and write the final report. Returns the source's warnings.
+///
+/// When the source ends (a capture was read to its end) under the UI, the final state stays on
+/// screen, marked as ended, until the user quits; without a UI the run ends with the input.
 pub async fn run_live<S: LiveSource>(
     src: &mut S,
     engine: &mut Engine,
     mut outputs: Outputs,
     mut ui: Option<Ui>,
-    schedule: Schedule,
+    mut schedule: Schedule,
     stop: impl Future<Output = ()>,
     stdout: &mut dyn Write,
 ) -> anyhow::Result<Vec<String>> {
@@ -111,13 +136,18 @@ pub async fn run_live<S: LiveSource>(
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(schedule.interval);
     let deadline = schedule.duration.map(|d| Instant::now() + d);
+    // Set once the source has ended and its last state is on screen.
+    let mut ended = false;
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            ready = readable(events.as_ref()) => {
+            ready = readable(events.as_ref()), if !ended => {
                 ready.context("polling the source")?;
                 if src.pump(engine)? == SourceState::Ended {
-                    break;
+                    if !show_end(src, engine, ui.as_mut(), &mut schedule)? {
+                        break;
+                    }
+                    ended = true;
                 }
             }
             Some(action) = next_key(&mut ui) => {
@@ -129,18 +159,28 @@ pub async fn run_live<S: LiveSource>(
                     ui.draw()?;
                 }
             }
-            _ = tick.tick() => {
+            _ = tick.tick(), if !ended => {
                 let state = src.refresh(engine)?;
                 let now = src.now_ns();
-                let mut snap = engine.snapshot(now);
+                let mut snap = schedule.snapshot(engine, now);
                 outputs.interval(&mut snap, stdout)?;
                 if let Some(ui) = ui.as_mut() {
                     ui.app.update(Action::Snapshot(Box::new(snap)));
                     ui.draw()?;
                 }
-                engine.begin_interval(now);
-                if state == SourceState::Ended || deadline.is_some_and(|d| Instant::now() >= d) {
+                // A source whose clock has not started (a capture before its first frame) has
+                // no interval to end yet.
+                if now > 0 {
+                    engine.begin_interval(now);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
                     break;
+                }
+                if state == SourceState::Ended {
+                    if !show_end(src, engine, ui.as_mut(), &mut schedule)? {
+                        break;
+                    }
+                    ended = true;
                 }
             }
         }
@@ -151,9 +191,28 @@ pub async fn run_live<S: LiveSource>(
     let refreshed = src.refresh(engine);
     let warnings = src.stop();
     refreshed?;
-    let mut snap = engine.snapshot(src.now_ns());
+    let mut snap = schedule.snapshot(engine, src.now_ns());
     outputs.finish(&mut snap, stdout)?;
     Ok(warnings)
+}
+
+/// The source has ended: put its last state on screen, marked as ended. Returns false when
+/// there is no UI to keep open (the run then ends).
+fn show_end<S: LiveSource>(
+    src: &mut S,
+    engine: &mut Engine,
+    ui: Option<&mut Ui>,
+    schedule: &mut Schedule,
+) -> anyhow::Result<bool> {
+    let Some(ui) = ui else {
+        return Ok(false);
+    };
+    src.refresh(engine)?;
+    let snap = schedule.snapshot(engine, src.now_ns());
+    ui.app.update(Action::Snapshot(Box::new(snap)));
+    ui.app.update(Action::SourceEnded);
+    ui.draw()?;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -241,6 +300,8 @@ mod tests {
         let schedule = Schedule {
             interval: Duration::from_millis(1),
             duration: None,
+            nic: None,
+            qp_owners: None,
         };
         let warnings = rt
             .block_on(run_live(
@@ -322,6 +383,66 @@ mod tests {
             ]
         );
         assert_eq!(lines.iter().filter(|v| v["kind"] == "summary").count(), 3);
+    }
+
+    /// A capture file through the live pipeline ends with the capture and reports every frame
+    /// (the same counts as `analyze`, which reads it with the same reader and engine path).
+    #[test]
+    fn a_capture_source_ends_the_run_with_every_frame_counted() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/mixed_demo.pcap");
+        let open = || std::fs::File::open(&path).expect("fixture");
+        let (batch, _) = crate::analyze::analyze_reader(open(), EngineConfig::default());
+        let want = batch.snapshot(batch.last_ts());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut src = crate::source::capture::CaptureSource::start(
+            "fixture".into(),
+            open(),
+            crate::source::capture::Pace::Fast,
+            Duration::from_secs(5),
+        )
+        .expect("a capture");
+        let mut engine = Engine::new(EngineConfig::default());
+        let outputs = Outputs::open(OutputPlan {
+            json: true,
+            interval_tables: IntervalTables::Off,
+            log_dir: None,
+            prom_file: None,
+            metrics: None,
+            metrics_top_flows: 10,
+        })
+        .expect("outputs");
+        let mut stdout = Vec::new();
+        rt.block_on(run_live(
+            &mut src,
+            &mut engine,
+            outputs,
+            None,
+            Schedule {
+                interval: Duration::from_millis(1),
+                duration: None,
+                nic: None,
+                qp_owners: None,
+            },
+            std::future::pending(),
+            &mut stdout,
+        ))
+        .expect("live run ends with the capture");
+        let got = engine.snapshot(engine.last_ts());
+        assert_eq!(got.summary.total_packets, want.summary.total_packets);
+        assert_eq!(got.summary.capture, want.summary.capture);
+        let counts = |s: &crate::engine::snapshot::Snapshot| {
+            s.flows
+                .iter()
+                .map(|f| (f.dst_qp, f.packets, f.psn_gaps, f.cnp))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(counts(&got), counts(&want));
+        let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("one JSON document");
+        assert_eq!(doc["summary"]["total_packets"], want.summary.total_packets);
     }
 
     #[test]

@@ -1,8 +1,8 @@
-//! `roce-observer run`: the live pipeline fed by the kernel programs. Loads and attaches them,
-//! then hands the source to [`crate::live`] (engine -> terminal UI, periodic tables, or one
-//! JSON document at the end).
+//! `roce-observer run`: the live pipeline fed by the kernel programs (loaded and attached to
+//! `-i` interfaces) or by a capture (`--capture FILE|-`), handed to [`crate::live`]
+//! (engine -> terminal UI, periodic tables, or one JSON document at the end).
 
-use std::{io::IsTerminal as _, time::Duration};
+use std::{fs::File, future::Future, io::IsTerminal as _, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
@@ -15,6 +15,8 @@ use crate::{
     sink::outputs::{IntervalTables, OutputPlan, Outputs},
     source::{
         LiveSource,
+        capture::{CaptureSource, Pace},
+        hw::{DeviceChoice, NicWatch},
         kernel::{KernelOptions, KernelSource},
     },
 };
@@ -32,8 +34,38 @@ pub enum XdpModeArg {
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Interfaces to watch (comma-separated): XDP on ingress, TC on egress of each.
-    #[arg(short = 'i', long = "iface", value_delimiter = ',', required = true, value_parser = parse_iface)]
+    #[arg(
+        short = 'i',
+        long = "iface",
+        value_delimiter = ',',
+        required_unless_present = "capture",
+        value_parser = parse_iface
+    )]
     pub ifaces: Vec<String>,
+    /// Feed the live pipeline from a pcap/pcapng capture instead of the kernel programs: a
+    /// file, or `-` for a stream on stdin (`tcpdump -i mlx5_0 -w - | roce-observer run
+    /// --capture -`; the UI then reads keys from the terminal). Needs no privileges.
+    #[arg(
+        long,
+        value_name = "FILE|-",
+        conflicts_with_all = ["ifaces", "max_flows", "xdp_mode"]
+    )]
+    pub capture: Option<PathBuf>,
+    /// With --capture: replay frames at the pace they were recorded (default: as fast as
+    /// possible).
+    #[arg(long, requires = "capture")]
+    pub realtime: bool,
+    /// RDMA device whose counters (hw_counters, ethtool PFC counters) are shown beside the
+    /// wire view, or `none` [default: every device in /sys/class/infiniband, if any].
+    #[arg(long = "rdma-dev", value_name = "NAME|none")]
+    pub rdma_dev: Option<DeviceChoice>,
+    /// Where the RDMA core exposes its devices.
+    #[arg(
+        long = "rdma-sysfs",
+        value_name = "DIR",
+        default_value = "/sys/class/infiniband"
+    )]
+    pub rdma_sysfs: PathBuf,
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long)]
     pub duration: Option<f64>,
@@ -92,14 +124,33 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(d) => Some(Duration::try_from_secs_f64(d.max(0.0)).context("--duration")?),
         None => None,
     };
-    let mut cfg = args.engine.engine_config()?;
-    // The kernel programs reserve READ PSNs with a fixed path MTU: the engine cannot learn one.
-    cfg.pmtu_explicit = true;
+    let nic = NicWatch::start(
+        &args.rdma_sysfs,
+        args.rdma_dev.as_ref().unwrap_or(&DeviceChoice::All),
+        true,
+    )?;
+    // QP owners where there are RDMA devices to own QPs (the NIC counters found some).
+    let qp_owners = nic.is_some().then(|| match &args.rdma_dev {
+        Some(DeviceChoice::Only(name)) => Some(name.clone()),
+        _ => None,
+    });
+    let schedule = Schedule {
+        interval,
+        duration,
+        nic,
+        qp_owners,
+    };
+    let cfg = args.engine.engine_config()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let use_tui = !args.output.json && !args.no_tui && std::io::stdout().is_terminal();
+    let mut use_tui = !args.output.json && !args.no_tui && std::io::stdout().is_terminal();
+    if use_tui && !std::io::stdin().is_terminal() && File::open("/dev/tty").is_err() {
+        // Keys are read from the controlling terminal when stdin carries a capture.
+        eprintln!("roce-observer: no terminal to read keys from (/dev/tty): plain tables instead");
+        use_tui = false;
+    }
     // Outputs first: an unusable --log-dir or a busy --metrics address fails before anything
     // is loaded or attached.
     let outputs = Outputs::open(OutputPlan {
@@ -115,50 +166,54 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics_top_flows: args.metrics.metrics_top_flows,
     })?;
     rt.block_on(async {
-        let opts = KernelOptions {
-            roce_port: args.engine.roce_port,
-            vxlan_port: args.engine.vxlan_port,
-            pmtu: args.engine.pmtu(),
-            max_flows: args.max_flows,
-            xdp_mode: match args.xdp_mode {
-                XdpModeArg::Auto => aya::programs::XdpMode::Default,
-                XdpModeArg::Skb => aya::programs::XdpMode::Skb,
-                XdpModeArg::Native => aya::programs::XdpMode::Driver,
-            },
-            burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
-            burst_window_ns: cfg.burst_window_ns,
-        };
-        let mut src = KernelSource::load(&opts)?;
-        let mut engine = Engine::new(cfg);
         // Handlers first: a signal right after "attached" must stop us cleanly, not kill us.
         let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
         let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-        for iface in &args.ifaces {
-            let a = src.attach(iface, opts.xdp_mode)?;
-            engine.set_iface_name(a.ifindex, &a.iface);
-            for warning in src.take_warnings() {
-                eprintln!("roce-observer: {warning}");
-            }
-        }
-        eprintln!(
-            "roce-observer: attached to {} (XDP ingress + TC egress); Ctrl-C to stop",
-            args.ifaces.join(", ")
-        );
-        let ui = use_tui.then(|| Ui::start(args.ifaces.join(", "), &engine, src.now_ns()));
         let stop = async move {
             tokio::select! {
                 _ = sigint.recv() => {}
                 _ = sigterm.recv() => {}
             }
         };
+        let live = Live {
+            outputs,
+            use_tui,
+            schedule,
+            stop,
+        };
+        match &args.capture {
+            Some(path) => run_capture(path, args.realtime, cfg, live).await,
+            None => run_kernel(&args, cfg, live).await,
+        }
+    })
+}
+
+/// What both sources hand to the live pipeline.
+struct Live<F> {
+    outputs: Outputs,
+    use_tui: bool,
+    schedule: Schedule,
+    stop: F,
+}
+
+impl<F: Future<Output = ()>> Live<F> {
+    async fn run<S: LiveSource>(
+        self,
+        title: String,
+        src: &mut S,
+        mut engine: Engine,
+    ) -> anyhow::Result<()> {
+        let ui = self
+            .use_tui
+            .then(|| Ui::start(title, &engine, src.now_ns()));
         let mut stdout = std::io::stdout().lock();
         let warnings = run_live(
-            &mut src,
+            src,
             &mut engine,
-            outputs,
+            self.outputs,
             ui,
-            Schedule { interval, duration },
-            stop,
+            self.schedule,
+            self.stop,
             &mut stdout,
         )
         .await?;
@@ -166,5 +221,71 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             eprintln!("roce-observer: {warning}");
         }
         Ok(())
-    })
+    }
+}
+
+async fn run_kernel<F: Future<Output = ()>>(
+    args: &RunArgs,
+    mut cfg: crate::engine::EngineConfig,
+    live: Live<F>,
+) -> anyhow::Result<()> {
+    // The kernel programs reserve READ PSNs with a fixed path MTU: the engine cannot learn one.
+    cfg.pmtu_explicit = true;
+    let opts = KernelOptions {
+        roce_port: args.engine.roce_port,
+        vxlan_port: args.engine.vxlan_port,
+        pmtu: args.engine.pmtu(),
+        max_flows: args.max_flows,
+        xdp_mode: match args.xdp_mode {
+            XdpModeArg::Auto => aya::programs::XdpMode::Default,
+            XdpModeArg::Skb => aya::programs::XdpMode::Skb,
+            XdpModeArg::Native => aya::programs::XdpMode::Driver,
+        },
+        burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
+        burst_window_ns: cfg.burst_window_ns,
+    };
+    let mut src = KernelSource::load(&opts)?;
+    let mut engine = Engine::new(cfg);
+    for iface in &args.ifaces {
+        let a = src.attach(iface, opts.xdp_mode)?;
+        engine.set_iface_name(a.ifindex, &a.iface);
+        for warning in src.take_warnings() {
+            eprintln!("roce-observer: {warning}");
+        }
+    }
+    eprintln!(
+        "roce-observer: attached to {} (XDP ingress + TC egress); Ctrl-C to stop",
+        args.ifaces.join(", ")
+    );
+    live.run(args.ifaces.join(", "), &mut src, engine).await
+}
+
+/// How long to wait for a capture's header before the UI starts (a stream that is not a
+/// capture then fails on the normal screen); a slower stream is checked when its header comes.
+const HEADER_WAIT: Duration = Duration::from_secs(2);
+
+async fn run_capture<F: Future<Output = ()>>(
+    path: &std::path::Path,
+    realtime: bool,
+    cfg: crate::engine::EngineConfig,
+    live: Live<F>,
+) -> anyhow::Result<()> {
+    let pace = if realtime { Pace::Recorded } else { Pace::Fast };
+    let mut src = if path.as_os_str() == "-" {
+        if std::io::stdin().is_terminal() {
+            anyhow::bail!(
+                "--capture - reads a capture from stdin, but stdin is a terminal: pipe one in \
+                 (`tcpdump -i mlx5_0 -w - | roce-observer run --capture -`) or give a file"
+            );
+        }
+        CaptureSource::start("stdin".into(), std::io::stdin(), pace, HEADER_WAIT)?
+    } else {
+        let name = path.display().to_string();
+        let file = File::open(path).with_context(|| {
+            format!("cannot open capture {name} (check the path and permissions)")
+        })?;
+        CaptureSource::start(name, file, pace, HEADER_WAIT)?
+    };
+    let title = format!("capture {}", src.name());
+    live.run(title, &mut src, Engine::new(cfg)).await
 }

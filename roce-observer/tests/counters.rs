@@ -153,3 +153,53 @@ fn a_host_without_rdma_gets_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no RDMA devices"), "{err}");
 }
+
+/// `run --capture` on a host with RDMA devices: the JSON document carries the NIC counters
+/// beside the wire view (`nic`), for the device chosen with --rdma-dev; `none` leaves them out
+/// and an unknown device is refused.
+#[test]
+fn run_attaches_nic_counters_to_the_document() {
+    let root = tree("run");
+    let pcap = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/psn_gap.pcap");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_roce-observer"))
+            .args(["run", "--json", "--capture"])
+            .arg(&pcap)
+            .arg("--rdma-sysfs")
+            .arg(&root)
+            .args(extra)
+            .output()
+            .expect("runs")
+    };
+    let out = run(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let port = &doc["nic"][0];
+    assert_eq!(port["device"], "rxe0");
+    assert_eq!(port["port"], 1);
+    assert_eq!(port["rdma"]["out_of_seq_request"]["total"], 16);
+    assert_eq!(port["rdma"]["duplicate_request"]["total"], 7);
+    assert!(port["rdma"]["rcvd_pkts"]["per_s"].is_number());
+    assert!(
+        doc["flows"].as_array().is_some_and(|f| !f.is_empty()),
+        "the wire view too"
+    );
+    let chosen = run(&["--rdma-dev", "rxe0"]);
+    let doc: serde_json::Value = serde_json::from_slice(&chosen.stdout).expect("JSON");
+    assert_eq!(doc["nic"][0]["device"], "rxe0");
+    let off = run(&["--rdma-dev", "none"]);
+    let doc: serde_json::Value = serde_json::from_slice(&off.stdout).expect("JSON");
+    assert!(doc.get("nic").is_none(), "no section without devices");
+    let missing = run(&["--rdma-dev", "mlx5_7"]);
+    let _ = fs::remove_dir_all(&root);
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("mlx5_7") && stderr.contains("rxe0"),
+        "{stderr}"
+    );
+}

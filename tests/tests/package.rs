@@ -178,6 +178,9 @@ fn the_package_installs_and_runs_as_its_service_user_counting_exactly() {
     let run_page = String::from_utf8_lossy(&run_page);
     for option in [
         "\\-\\-iface",
+        "\\-\\-capture",
+        "\\-\\-realtime",
+        "\\-\\-rdma\\-dev",
         "\\-\\-log\\-dir",
         "\\-\\-metrics",
         "\\-\\-prom\\-file",

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use roce_observer_common::{
     FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
-    flow::PCP_UNTAGGED,
+    flow::{PCP_UNTAGGED, nak},
 };
 use serde::Serialize;
 
@@ -39,6 +39,18 @@ pub enum AlertKind {
     HighLatency,
     /// CE-marked packets on a flow with no CNP ever seen in the opposite direction.
     CeWithoutCnp,
+    /// PSN gaps on a flow: packets lost before the observation point (or reordered).
+    PacketLoss,
+    /// Retransmitted requests or READ responses on a flow.
+    Retransmissions,
+    /// NAKs other than RNR on a flow (sequence errors, invalid or refused requests).
+    Nak,
+    /// RNR NAKs: the responder had no receive buffer posted.
+    RnrNak,
+    /// CE marks on a flow: a switch queue on its path is congested.
+    Congestion,
+    /// CNPs on a flow: its source asks its destination to slow down.
+    Cnp,
 }
 
 impl AlertKind {
@@ -52,6 +64,12 @@ impl AlertKind {
             AlertKind::NakBurst => "nak_burst",
             AlertKind::HighLatency => "high_latency",
             AlertKind::CeWithoutCnp => "ce_without_cnp",
+            AlertKind::PacketLoss => "packet_loss",
+            AlertKind::Retransmissions => "retransmissions",
+            AlertKind::Nak => "nak",
+            AlertKind::RnrNak => "rnr_nak",
+            AlertKind::Congestion => "congestion",
+            AlertKind::Cnp => "cnp",
         }
     }
 }
@@ -298,6 +316,91 @@ where
             count: s.ecn_ce,
         })
         .collect()
+}
+
+/// Judged on the whole flow table: what a person calls a problem on a flow, one alert per kind
+/// and flow with the flow's exact count (PSN gaps, retransmissions, NAKs, RNR NAKs, CE marks,
+/// CNPs).
+/// The burst rules above add when such events come in bursts.
+pub fn flow_problems<'a, I>(flows: I) -> Vec<Alert>
+where
+    I: Iterator<Item = (&'a FlowKey, &'a FlowStats)>,
+{
+    let mut out = Vec::new();
+    for (k, s) in flows {
+        let rnr = s.naks[nak::RNR];
+        let other_naks = s.naks.iter().sum::<u64>() - rnr;
+        let retransmits = s.req_retransmits + s.resp_retransmits;
+        let found = [
+            (
+                AlertKind::PacketLoss,
+                s.psn_gaps,
+                format!(
+                    "{} PSN gaps, {} PSNs missing: packets lost before this observation point (or reordered)",
+                    s.psn_gaps, s.psn_missing
+                ),
+            ),
+            (
+                AlertKind::Retransmissions,
+                retransmits,
+                format!(
+                    "{retransmits} retransmissions ({} requests, {} READ responses): the sender is recovering from loss or a timeout",
+                    s.req_retransmits, s.resp_retransmits
+                ),
+            ),
+            (
+                AlertKind::Nak,
+                other_naks,
+                format!(
+                    "{other_naks} NAKs ({}): the responder refused or lost requests",
+                    nak::NAMES
+                        .iter()
+                        .zip(s.naks)
+                        .enumerate()
+                        .filter(|(class, (_, n))| *n > 0 && *class != nak::RNR)
+                        .map(|(_, (name, n))| format!("{name} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+            (
+                AlertKind::RnrNak,
+                rnr,
+                format!(
+                    "{rnr} RNR NAKs: the receiver had no receive buffer posted (the application posts receives too slowly)"
+                ),
+            ),
+            (
+                AlertKind::Congestion,
+                s.ecn_ce,
+                format!(
+                    "{} CE-marked packets: a switch queue on this path is congested (DCQCN slows the sender once CNPs come back)",
+                    s.ecn_ce
+                ),
+            ),
+            (
+                AlertKind::Cnp,
+                s.cnp,
+                format!(
+                    "{} CNPs: the source received CE-marked packets from the destination and asks it to slow down",
+                    s.cnp
+                ),
+            ),
+        ];
+        for (kind, count, reason) in found {
+            if count > 0 {
+                out.push(Alert {
+                    kind,
+                    subject: Subject::Flow(*k),
+                    reason,
+                    first_ns: s.first_ns,
+                    last_ns: s.last_ns,
+                    count,
+                });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

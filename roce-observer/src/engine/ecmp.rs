@@ -127,6 +127,8 @@ pub fn jain(loads: &[u64]) -> f64 {
 #[derive(Clone, Debug)]
 pub struct FlowLoad {
     pub tuple: FiveTuple,
+    /// The flow's destination QP: a QP seen at several observation points counts once.
+    pub dst_qp: u32,
     /// "iface/direction" where the flow was observed.
     pub point: String,
     pub bytes: u64,
@@ -228,7 +230,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
     #[derive(Default)]
     struct Pair {
         bytes: u64,
-        qps: u64,
+        qps: std::collections::BTreeSet<u32>,
         ports: std::collections::BTreeSet<u16>,
         busiest: u64,
     }
@@ -236,7 +238,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
     for f in flows {
         let p = pairs.entry((f.tuple.src, f.tuple.dst)).or_default();
         p.bytes += f.bytes;
-        p.qps += 1;
+        p.qps.insert(f.dst_qp);
         p.ports.extend(f.sports.iter().copied());
     }
     for (t, v) in &tuples {
@@ -250,7 +252,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
             src_ip: src,
             dst_ip: dst,
             bytes: p.bytes,
-            qps: p.qps,
+            qps: p.qps.len() as u64,
             udp_src_ports: p.ports.len() as u64,
             busiest_tuple_share: if p.bytes == 0 {
                 0.0
@@ -319,8 +321,9 @@ mod tests {
         assert_eq!(imbalance(&[]), 0.0);
     }
 
-    fn load(sport: u16, bytes: u64) -> FlowLoad {
+    fn load(dst_qp: u32, sport: u16, bytes: u64) -> FlowLoad {
         FlowLoad {
+            dst_qp,
             tuple: FiveTuple {
                 src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
                 dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
@@ -336,7 +339,7 @@ mod tests {
     #[test]
     fn views() {
         // Two QPs pinned on one 5-tuple, one on another.
-        let flows = [load(1000, 100), load(1000, 100), load(2000, 200)];
+        let flows = [load(1, 1000, 100), load(2, 1000, 100), load(3, 2000, 200)];
         let s = compute(&flows, EcmpHash::Crc32, 4, 0);
         assert_eq!(s.measured.paths.len(), 1);
         assert_eq!(s.measured.jain, 1.0);
@@ -346,6 +349,11 @@ mod tests {
         assert_eq!(s.entropy.len(), 1);
         assert_eq!(s.entropy[0].udp_src_ports, 2);
         assert_eq!(s.entropy[0].qps, 3);
+        // One QP seen at both ends of a link (two observation points) is one QP.
+        let mut other_end = load(1, 1000, 100);
+        other_end.point = "veth1/ingress".into();
+        let seen_twice = compute(&[load(1, 1000, 100), other_end], EcmpHash::Crc32, 4, 0);
+        assert_eq!(seen_twice.entropy[0].qps, 1);
         assert_eq!(s.entropy[0].busiest_tuple_share, 0.5);
         // Deterministic hashes, different per seed for some tuple.
         let t = flows[0].tuple;
@@ -359,7 +367,7 @@ mod tests {
     #[test]
     fn collisions_list_elephants_sharing_a_path() {
         // xor folds the source port into the low bits: ports of equal parity share a path.
-        let flows = [load(2, 500), load(4, 400), load(3, 1)];
+        let flows = [load(1, 2, 500), load(2, 4, 400), load(3, 3, 1)];
         let m = compute(&flows, EcmpHash::Xor, 2, 0)
             .modelled
             .expect("model");

@@ -93,6 +93,8 @@ mod tests {
                 sport,
                 dport: 4791,
             },
+            // One QP per test flow.
+            dst_qp: u32::from(src) << 16 | u32::from(sport),
             point: "pcap/capture".into(),
             bytes,
             sports: vec![sport],

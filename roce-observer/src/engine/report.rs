@@ -10,7 +10,7 @@ use roce_observer_common::{
 
 use super::{
     DIRECTIONS, Engine,
-    alerts::{Alert, Subject, bursts, ce_without_cnp},
+    alerts::{Alert, Subject, bursts, ce_without_cnp, flow_problems},
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
     ecmp_advice,
@@ -159,11 +159,8 @@ impl Engine {
         alerts.extend(
             ce_without_cnp(table.clone())
                 .iter()
-                .map(|a| self.alert_snapshot(a)),
-        );
-        alerts.extend(
-            bursts(table, &self.cfg)
-                .iter()
+                .chain(&flow_problems(table.clone()))
+                .chain(&bursts(table, &self.cfg))
                 .map(|a| self.alert_snapshot(a)),
         );
         alerts.sort_by(|a, b| {
@@ -175,6 +172,7 @@ impl Engine {
             .iter()
             .filter(|(_, e)| e.stats.packets > 0)
             .map(|(k, e)| FlowLoad {
+                dst_qp: k.dst_qp,
                 tuple: FiveTuple {
                     src: show_ip(k.src_ip),
                     dst: show_ip(k.dst_ip),
@@ -253,6 +251,8 @@ impl Engine {
                     Direction::from_u8(k.direction).name(),
                 )
             }),
+            nic: Vec::new(),
+            qp_owners: Vec::new(),
         }
     }
 

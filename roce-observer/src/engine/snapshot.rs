@@ -45,6 +45,54 @@ pub struct Snapshot {
     pub paths: Vec<PathPair>,
     /// Where the first PFC storm started and how it spread (null without a storm).
     pub pfc_origin: Option<PfcOrigin>,
+    /// The host's RDMA NIC counters over the interval (live runs on a host with RDMA
+    /// devices; absent otherwise). Not engine data: the live loop attaches them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nic: Vec<NicPortSnapshot>,
+    /// The host's QPs and their owners from RDMA netlink (live runs on a host with RDMA
+    /// devices; absent otherwise). Flows are matched to them by QP number.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub qp_owners: Vec<QpOwner>,
+}
+
+/// One QP of a local RDMA device and who owns it (what `rdma resource show qp` prints).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct QpOwner {
+    pub device: String,
+    pub port: Option<u32>,
+    pub lqpn: u32,
+    /// RC/UC only.
+    pub rqpn: Option<u32>,
+    /// The NIC's send and receive queue PSNs.
+    pub sq_psn: Option<u32>,
+    pub rq_psn: Option<u32>,
+    /// IB QP state name (RESET, INIT, RTR, RTS, SQD, SQE, ERR).
+    pub state: Option<&'static str>,
+    /// The creating process; None for QPs the kernel created.
+    pub pid: Option<u32>,
+    /// /proc/PID/comm, or the kernel module's name for kernel QPs.
+    pub comm: String,
+}
+
+/// One NIC counter: its value, and its change over the interval.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NicCounter {
+    pub total: u64,
+    pub delta: u64,
+    pub per_s: f64,
+}
+
+/// One RDMA port's counters (`hw_counters`, `counters`) and its netdev's PFC/pause counters
+/// (`ethtool -S`), as rates over the interval.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NicPortSnapshot {
+    pub device: String,
+    pub port: u32,
+    pub netdev: Option<String>,
+    /// Wall-clock seconds the deltas cover.
+    pub interval_s: f64,
+    pub rdma: BTreeMap<String, NicCounter>,
+    pub pause: BTreeMap<String, NicCounter>,
 }
 
 /// Opcode counts in opcode order, serialized as a JSON object.

@@ -291,7 +291,10 @@ fn class_and_ecn_alerts() {
         k,
         vec![
             "ce_without_cnp",
+            "cnp",
             "cnp_wrong_dscp",
+            "congestion",
+            "congestion",
             "non_lossless_class",
             "not_ect"
         ]
@@ -335,7 +338,16 @@ fn retransmit_burst_and_latency_alerts() {
     assert_eq!(flow(&s, A, 0x12).retransmits, 10);
     let mut k = kinds(&s);
     k.sort_unstable();
-    assert_eq!(k, vec!["high_latency", "retransmit_burst"]);
+    assert_eq!(
+        k,
+        vec!["high_latency", "retransmissions", "retransmit_burst"]
+    );
+    let retx = s
+        .alerts
+        .iter()
+        .find(|a| a.kind == "retransmissions")
+        .expect("alert");
+    assert_eq!(retx.count, 10, "the flow's exact count");
 }
 
 #[test]

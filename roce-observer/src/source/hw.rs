@@ -12,6 +12,8 @@ use std::{
 
 use serde::Serialize;
 
+use crate::engine::snapshot::{NicCounter, NicPortSnapshot};
+
 /// Counters of one RDMA port (and its netdev), by name.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct PortCounters {
@@ -130,6 +132,143 @@ pub fn delta(before: &PortCounters, now: &PortCounters) -> PortCounters {
     }
 }
 
+/// Which RDMA devices a live run reads (`--rdma-dev NAME|none`; default: every device).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    All,
+    Only(String),
+    None,
+}
+
+impl std::str::FromStr for DeviceChoice {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<DeviceChoice, Self::Err> {
+        Ok(match s {
+            "none" => DeviceChoice::None,
+            "all" | "auto" => DeviceChoice::All,
+            name => DeviceChoice::Only(name.to_string()),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NicError {
+    #[error(
+        "--rdma-dev {name}: no such RDMA device under {root} (devices here: {found}); see `rdma link` \
+         or pass --rdma-dev none"
+    )]
+    NoSuchDevice {
+        name: String,
+        root: String,
+        found: String,
+    },
+}
+
+/// The NIC counters of a live run: read at every report, turned into changes and rates since
+/// the previous read.
+pub struct NicWatch {
+    root: PathBuf,
+    device: Option<String>,
+    with_ethtool: bool,
+    last: Vec<PortCounters>,
+    last_at: std::time::Instant,
+}
+
+impl NicWatch {
+    /// Start watching the devices under `root` that `choice` names. `Ok(None)` when there is
+    /// nothing to watch (no RDMA devices and none asked for, or `none`).
+    pub fn start(
+        root: &Path,
+        choice: &DeviceChoice,
+        with_ethtool: bool,
+    ) -> Result<Option<NicWatch>, NicError> {
+        let device = match choice {
+            DeviceChoice::None => return Ok(None),
+            DeviceChoice::All => None,
+            DeviceChoice::Only(name) => Some(name.clone()),
+        };
+        let ports = read_ports(root, with_ethtool).unwrap_or_default();
+        if let Some(name) = &device
+            && !ports.iter().any(|p| &p.device == name)
+        {
+            let mut found: Vec<&str> = ports.iter().map(|p| p.device.as_str()).collect();
+            found.dedup();
+            return Err(NicError::NoSuchDevice {
+                name: name.clone(),
+                root: root.display().to_string(),
+                found: if found.is_empty() {
+                    "none".into()
+                } else {
+                    found.join(", ")
+                },
+            });
+        }
+        if ports.is_empty() {
+            return Ok(None);
+        }
+        let mut watch = NicWatch {
+            root: root.to_path_buf(),
+            device,
+            with_ethtool,
+            last: Vec::new(),
+            last_at: std::time::Instant::now(),
+        };
+        watch.last = watch.read();
+        Ok(Some(watch))
+    }
+
+    fn read(&self) -> Vec<PortCounters> {
+        let mut ports = read_ports(&self.root, self.with_ethtool).unwrap_or_default();
+        if let Some(name) = &self.device {
+            ports.retain(|p| &p.device == name);
+        }
+        ports
+    }
+
+    /// Read now: every port's totals, changes and rates since the previous read.
+    pub fn sample(&mut self) -> Vec<NicPortSnapshot> {
+        let now = self.read();
+        let at = std::time::Instant::now();
+        let secs = at.duration_since(self.last_at).as_secs_f64();
+        let out = now
+            .iter()
+            .map(|p| {
+                let before = self
+                    .last
+                    .iter()
+                    .find(|b| (b.device.as_str(), b.port) == (p.device.as_str(), p.port));
+                let changed = before.map_or_else(|| p.clone(), |b| delta(b, p));
+                let counters = |totals: &BTreeMap<String, u64>, deltas: &BTreeMap<String, u64>| {
+                    totals
+                        .iter()
+                        .map(|(name, total)| {
+                            let delta = deltas.get(name).copied().unwrap_or(0);
+                            let per_s = if secs > 0.0 { delta as f64 / secs } else { 0.0 };
+                            let c = NicCounter {
+                                total: *total,
+                                delta,
+                                per_s,
+                            };
+                            (name.clone(), c)
+                        })
+                        .collect()
+                };
+                NicPortSnapshot {
+                    device: p.device.clone(),
+                    port: p.port,
+                    netdev: p.netdev.clone(),
+                    interval_s: secs,
+                    rdma: counters(&p.rdma, &changed.rdma),
+                    pause: counters(&p.pause, &changed.pause),
+                }
+            })
+            .collect();
+        self.last = now;
+        self.last_at = at;
+        out
+    }
+}
+
 /// The counters that explain RoCE trouble, in the order a person reads them.
 pub const KEY_COUNTERS: &[(&str, &str)] = &[
     ("np_cnp_sent", "CNPs sent (this host saw CE marks)"),
@@ -159,6 +298,51 @@ pub const KEY_COUNTERS: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_reports_changes_since_the_last_read_for_the_chosen_device() {
+        let root = std::env::temp_dir().join(format!("roce-hw-watch-{}", std::process::id()));
+        for dev in ["mlx5_0", "mlx5_1"] {
+            let port = root.join(dev).join("ports/1/hw_counters");
+            fs::create_dir_all(&port).expect("mkdir");
+            fs::write(port.join("np_cnp_sent"), "100\n").expect("write");
+        }
+        let only = DeviceChoice::Only("mlx5_1".into());
+        let mut watch = NicWatch::start(&root, &only, false)
+            .expect("the device exists")
+            .expect("something to watch");
+        fs::write(root.join("mlx5_1/ports/1/hw_counters/np_cnp_sent"), "130\n").expect("write");
+        fs::write(root.join("mlx5_0/ports/1/hw_counters/np_cnp_sent"), "999\n").expect("write");
+        let ports = watch.sample();
+        assert_eq!(ports.len(), 1, "only the chosen device");
+        assert_eq!(ports[0].device, "mlx5_1");
+        let c = &ports[0].rdma["np_cnp_sent"];
+        assert_eq!((c.total, c.delta), (130, 30));
+        assert!(c.per_s > 0.0);
+        let again = watch.sample();
+        assert_eq!(again[0].rdma["np_cnp_sent"].delta, 0);
+        let all = NicWatch::start(&root, &DeviceChoice::All, false)
+            .expect("ok")
+            .expect("devices");
+        assert_eq!(all.last.len(), 2);
+        let err = NicWatch::start(&root, &"mlx5_9".parse().expect("infallible"), false)
+            .err()
+            .expect("no such device");
+        assert!(err.to_string().contains("mlx5_0, mlx5_1"), "{err}");
+        assert!(
+            NicWatch::start(&root, &DeviceChoice::None, false)
+                .expect("ok")
+                .is_none()
+        );
+        let empty = root.join("empty");
+        fs::create_dir_all(&empty).expect("mkdir");
+        assert!(
+            NicWatch::start(&empty, &DeviceChoice::All, false)
+                .expect("ok")
+                .is_none()
+        );
+        let _ = fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn reads_a_sysfs_tree_and_computes_deltas() {

@@ -1,9 +1,11 @@
-//! Event sources: the kernel programs (live, [`kernel`]), captures (`analyze`, see crate::wire)
-//! and the NIC's own counters ([`hw`]). Live sources implement [`LiveSource`], which is all the
+//! Event sources: the kernel programs (live, [`kernel`]), captures (`analyze`, see crate::wire;
+//! fed live by [`capture`]) and the NIC's own counters ([`hw`]). Live sources implement [`LiveSource`], which is all the
 //! live pipeline (crate::live) knows about them.
 
+pub mod capture;
 pub mod hw;
 pub mod kernel;
+pub mod qp_owner;
 
 use std::os::fd::RawFd;
 
@@ -17,8 +19,8 @@ pub enum SourceState {
     Ended,
 }
 
-/// A source the live pipeline polls: the kernel programs today; a capture stream fed live
-/// (`run --capture`) fits the same shape, with the stream's fd as `ready_fd`.
+/// A source the live pipeline polls: the kernel programs, or a capture stream fed live
+/// (`run --capture`, with an eventfd its reader thread raises as `ready_fd`).
 pub trait LiveSource {
     /// A file descriptor that becomes readable when [`LiveSource::pump`] has work; `None` when
     /// the source is only read at each report interval.

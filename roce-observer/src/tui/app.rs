@@ -1,6 +1,11 @@
 //! UI state and its transitions. Pure: no terminal, no I/O, so it is unit-tested directly.
 
-use crate::engine::snapshot::{FlowSnapshot, Snapshot};
+use std::{collections::HashSet, net::IpAddr};
+
+use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+
+use super::history::History;
+use crate::engine::snapshot::{FlowSnapshot, QpOwner, Snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tab {
@@ -8,10 +13,11 @@ pub enum Tab {
     Pfc,
     Ecmp,
     Alerts,
+    Nic,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 4] = [Tab::Flows, Tab::Pfc, Tab::Ecmp, Tab::Alerts];
+    pub const ALL: [Tab; 5] = [Tab::Flows, Tab::Pfc, Tab::Ecmp, Tab::Alerts, Tab::Nic];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -19,6 +25,7 @@ impl Tab {
             Tab::Pfc => "PFC",
             Tab::Ecmp => "ECMP",
             Tab::Alerts => "Alerts",
+            Tab::Nic => "NIC",
         }
     }
 
@@ -30,6 +37,8 @@ impl Tab {
 /// Flow table ordering (largest first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortKey {
+    /// Flows with a problem first (see [`App::is_problem`]), then by bytes.
+    Problems,
     Bytes,
     Rate,
     Gaps,
@@ -40,7 +49,8 @@ pub enum SortKey {
 }
 
 impl SortKey {
-    const ORDER: [SortKey; 7] = [
+    const ORDER: [SortKey; 8] = [
+        SortKey::Problems,
         SortKey::Bytes,
         SortKey::Rate,
         SortKey::Gaps,
@@ -52,6 +62,7 @@ impl SortKey {
 
     pub fn name(self) -> &'static str {
         match self {
+            SortKey::Problems => "problems",
             SortKey::Bytes => "bytes",
             SortKey::Rate => "rate",
             SortKey::Gaps => "PSN gaps",
@@ -69,7 +80,7 @@ impl SortKey {
 
     fn value(self, f: &FlowSnapshot) -> f64 {
         match self {
-            SortKey::Bytes => f.bytes as f64,
+            SortKey::Problems | SortKey::Bytes => f.bytes as f64,
             SortKey::Rate => f.rate_bps,
             SortKey::Gaps => f.psn_gaps as f64,
             SortKey::Retransmits => f.retransmits as f64,
@@ -79,6 +90,9 @@ impl SortKey {
         }
     }
 }
+
+/// A flow's identity across the snapshot's flows and alerts.
+type FlowId<'a> = (IpAddr, IpAddr, u32, &'a str, &'static str);
 
 pub fn nak_total(f: &FlowSnapshot) -> u64 {
     f.naks.total()
@@ -99,6 +113,14 @@ pub enum Action {
     TogglePause,
     ToggleHelp,
     Redraw,
+    /// A key press, mapped to an action by the current mode (typing a filter or not).
+    Key(KeyCode, KeyModifiers),
+    /// Start typing a filter (`/`).
+    StartFilter,
+    /// One row per QP, or one per observation point (`m`).
+    ToggleMerge,
+    /// The input ended (a capture read to its end): the last state stays on screen.
+    SourceEnded,
     /// A new snapshot from the engine.
     Snapshot(Box<Snapshot>),
 }
@@ -114,10 +136,26 @@ pub struct App {
     pub paused: bool,
     pub help: bool,
     pub quit: bool,
+    /// The input has ended: what is on screen is final.
+    pub ended: bool,
     /// The snapshot on screen (frozen while paused).
     pub snapshot: Snapshot,
-    /// Flow indices of `snapshot.flows` in display order.
+    /// The newest snapshot that arrived while paused, shown on resume.
+    held: Option<Box<Snapshot>>,
+    /// One row per QP: each flow's observation points merged (`m`).
+    pub merged: bool,
+    /// The merged rows while `merged` is on.
+    merged_flows: Vec<FlowSnapshot>,
+    /// Flow indices of [`App::flows`] in display order (those the filter lets through).
     pub order: Vec<usize>,
+    /// Per flow of [`App::flows`]: whether it has a problem (see [`App::is_problem`]).
+    pub problem: Vec<bool>,
+    /// Flows shown are those whose addresses, QPs or interface contain this text.
+    pub filter: String,
+    /// Keys go to the filter text until Enter or Esc.
+    pub typing_filter: bool,
+    /// What the snapshots showed over the last intervals (recorded even while paused).
+    pub history: History,
 }
 
 impl App {
@@ -125,39 +163,116 @@ impl App {
         let mut app = App {
             source,
             tab: Tab::Flows,
-            sort: SortKey::Bytes,
+            sort: SortKey::Problems,
             selected: 0,
             detail: false,
             paused: false,
             help: false,
             quit: false,
+            ended: false,
             snapshot,
+            held: None,
             order: Vec::new(),
+            problem: Vec::new(),
+            filter: String::new(),
+            typing_filter: false,
+            history: History::default(),
+            merged: false,
+            merged_flows: Vec::new(),
         };
+        app.history.record(&app.snapshot);
         app.reorder();
         app
     }
 
     fn rows(&self) -> usize {
         match self.tab {
-            Tab::Flows => self.snapshot.flows.len(),
+            Tab::Flows => self.order.len(),
             Tab::Pfc => self.snapshot.pfc.len(),
             Tab::Ecmp => self.snapshot.ecmp.entropy.len(),
             Tab::Alerts => self.snapshot.alerts.len(),
+            Tab::Nic => nic_rows(&self.snapshot).len(),
         }
     }
 
     fn reorder(&mut self) {
-        let flows = &self.snapshot.flows;
-        let mut order: Vec<usize> = (0..flows.len()).collect();
+        self.merged_flows = if self.merged {
+            merge_points(&self.snapshot.flows)
+        } else {
+            Vec::new()
+        };
+        let flows: &[FlowSnapshot] = if self.merged {
+            &self.merged_flows
+        } else {
+            &self.snapshot.flows
+        };
+        // Flows an alert names (latency over the threshold among them); a merged row stands
+        // for all its observation points.
+        let merged = self.merged;
+        fn id<'a>(
+            merged: bool,
+            (src, dst, qp): (IpAddr, IpAddr, u32),
+            iface: &'a str,
+            dir: &'static str,
+        ) -> FlowId<'a> {
+            if merged {
+                (src, dst, qp, "", "")
+            } else {
+                (src, dst, qp, iface, dir)
+            }
+        }
+        let alerted: HashSet<FlowId<'_>> = self
+            .snapshot
+            .alerts
+            .iter()
+            .filter_map(|a| a.flow.as_ref())
+            .map(|f| {
+                id(
+                    merged,
+                    (f.src_ip, f.dst_ip, f.dst_qp),
+                    &f.iface,
+                    f.direction,
+                )
+            })
+            .collect();
+        let problem: Vec<bool> = flows
+            .iter()
+            .map(|f| {
+                App::is_problem(f)
+                    || alerted.contains(&id(
+                        merged,
+                        (f.src_ip, f.dst_ip, f.dst_qp),
+                        &f.iface,
+                        f.direction,
+                    ))
+            })
+            .collect();
+        let needle = self.filter.to_lowercase();
+        let mut order: Vec<usize> = (0..flows.len())
+            .filter(|i| {
+                needle.is_empty() || matches_filter(&flows[*i], &self.snapshot.qp_owners, &needle)
+            })
+            .collect();
         let key = self.sort;
         order.sort_by(|a, b| {
-            key.value(&flows[*b])
-                .total_cmp(&key.value(&flows[*a]))
+            let first = if key == SortKey::Problems {
+                problem[*b].cmp(&problem[*a])
+            } else {
+                std::cmp::Ordering::Equal
+            };
+            first
+                .then(key.value(&flows[*b]).total_cmp(&key.value(&flows[*a])))
                 .then(a.cmp(b))
         });
         self.order = order;
+        self.problem = problem;
         self.clamp();
+    }
+
+    /// A flow that needs a look: PSN gaps, retransmissions, NAKs of any class (RNR among
+    /// them), CNPs or CE marks. Flows an alert names count too (see `reorder`).
+    pub fn is_problem(f: &FlowSnapshot) -> bool {
+        f.psn_gaps > 0 || f.retransmits > 0 || nak_total(f) > 0 || f.cnp > 0 || f.ecn_ce > 0
     }
 
     fn clamp(&mut self) {
@@ -169,15 +284,37 @@ impl App {
         }
     }
 
+    /// The flow rows: the snapshot's, or one per QP when merged.
+    pub fn flows(&self) -> &[FlowSnapshot] {
+        if self.merged {
+            &self.merged_flows
+        } else {
+            &self.snapshot.flows
+        }
+    }
+
     /// The flow under the cursor (Flows tab).
     pub fn selected_flow(&self) -> Option<&FlowSnapshot> {
         self.order
             .get(self.selected)
-            .and_then(|i| self.snapshot.flows.get(*i))
+            .and_then(|i| self.flows().get(*i))
     }
 
     pub fn update(&mut self, action: Action) {
         match action {
+            Action::Key(code, modifiers) => {
+                let ctrl_c =
+                    code == KeyCode::Char('c') && modifiers.contains(KeyModifiers::CONTROL);
+                if self.typing_filter && !ctrl_c {
+                    self.type_filter(code);
+                } else if let Some(action) = super::action_for_key(code, modifiers) {
+                    self.update(action);
+                }
+            }
+            Action::StartFilter => {
+                self.typing_filter = true;
+                self.select_tab(Tab::Flows);
+            }
             Action::Quit => self.quit = true,
             Action::NextTab => self.select_tab(Tab::ALL[(self.tab.index() + 1) % Tab::ALL.len()]),
             Action::PrevTab => {
@@ -196,16 +333,51 @@ impl App {
                 self.reorder();
             }
             Action::ToggleDetail => self.detail = !self.detail,
-            Action::TogglePause => self.paused = !self.paused,
+            Action::TogglePause => {
+                self.paused = !self.paused;
+                if !self.paused
+                    && let Some(snapshot) = self.held.take()
+                {
+                    self.show(*snapshot);
+                }
+            }
             Action::ToggleHelp => self.help = !self.help,
+            Action::ToggleMerge => {
+                self.merged = !self.merged;
+                self.reorder();
+            }
             Action::Redraw => {}
+            Action::SourceEnded => self.ended = true,
             Action::Snapshot(snapshot) => {
-                if !self.paused {
-                    self.snapshot = *snapshot;
-                    self.reorder();
+                self.history.record(&snapshot);
+                if self.paused {
+                    self.held = Some(snapshot);
+                } else {
+                    self.show(*snapshot);
                 }
             }
         }
+    }
+
+    fn type_filter(&mut self, code: KeyCode) {
+        match code {
+            KeyCode::Enter => self.typing_filter = false,
+            KeyCode::Esc => {
+                self.typing_filter = false;
+                self.filter.clear();
+            }
+            KeyCode::Backspace => {
+                self.filter.pop();
+            }
+            KeyCode::Char(c) => self.filter.push(c),
+            _ => return,
+        }
+        self.reorder();
+    }
+
+    fn show(&mut self, snapshot: Snapshot) {
+        self.snapshot = snapshot;
+        self.reorder();
     }
 
     fn select_tab(&mut self, tab: Tab) {
@@ -214,4 +386,122 @@ impl App {
             self.selected = 0;
         }
     }
+}
+
+/// Whether `needle` (lower case) is part of the flow's addresses, QPs (hex as shown, or
+/// decimal), interface, or owning process (command or pid).
+fn matches_filter(f: &FlowSnapshot, owners: &[QpOwner], needle: &str) -> bool {
+    let mut fields = vec![
+        f.src_ip.to_string(),
+        f.dst_ip.to_string(),
+        crate::format::qp(f.dst_qp),
+        f.dst_qp.to_string(),
+        f.iface.to_lowercase(),
+    ];
+    if let Some(peer) = f.peer_qp {
+        fields.push(crate::format::qp(peer));
+        fields.push(peer.to_string());
+    }
+    if let Some(o) = crate::source::qp_owner::owner_of(owners, f.dst_qp, f.direction) {
+        fields.push(o.comm.clone());
+        fields.extend(o.pid.map(|p| p.to_string()));
+    }
+    fields.iter().any(|s| s.to_lowercase().contains(needle))
+}
+
+/// One row per (source, destination, QP): a flow seen at several observation points (both ends
+/// of a link, ingress and egress) becomes one row whose counters are the largest any point saw
+/// (the same packets counted twice are not added), its interface the points joined with '+'.
+pub fn merge_points(flows: &[FlowSnapshot]) -> Vec<FlowSnapshot> {
+    let mut out: Vec<FlowSnapshot> = Vec::new();
+    // The snapshot lists a flow's points next to each other (sorted by src, dst, QP first).
+    for f in flows {
+        match out.last_mut() {
+            Some(m) if (m.src_ip, m.dst_ip, m.dst_qp) == (f.src_ip, f.dst_ip, f.dst_qp) => {
+                m.iface = format!("{}+{}", m.iface, f.iface);
+                if m.direction != f.direction {
+                    m.direction = "all";
+                }
+                m.packets = m.packets.max(f.packets);
+                m.bytes = m.bytes.max(f.bytes);
+                m.rate_bps = m.rate_bps.max(f.rate_bps);
+                m.psn_gaps = m.psn_gaps.max(f.psn_gaps);
+                m.psn_missing = m.psn_missing.max(f.psn_missing);
+                m.retransmits = m.retransmits.max(f.retransmits);
+                m.req_retransmits = m.req_retransmits.max(f.req_retransmits);
+                m.resp_retransmits = m.resp_retransmits.max(f.resp_retransmits);
+                m.cnp = m.cnp.max(f.cnp);
+                m.ecn_ce = m.ecn_ce.max(f.ecn_ce);
+                m.ecn_ect = m.ecn_ect.max(f.ecn_ect);
+                m.acks = m.acks.max(f.acks);
+                if nak_total(f) > nak_total(m) {
+                    m.naks = f.naks.clone();
+                }
+                // Latency: the point that saw the most samples.
+                if f.rtt_ns.count > m.rtt_ns.count {
+                    m.rtt_ns = f.rtt_ns.clone();
+                }
+                m.peer_qp = m.peer_qp.or(f.peer_qp);
+                m.first_ts = m.first_ts.min(f.first_ts);
+                m.last_ts = m.last_ts.max(f.last_ts);
+            }
+            _ => out.push(f.clone()),
+        }
+    }
+    out
+}
+
+/// One line of the NIC view.
+pub struct NicRow<'a> {
+    /// "mlx5_0/1 (ens1f0)".
+    pub port: String,
+    pub name: &'a str,
+    pub counter: &'a crate::engine::snapshot::NicCounter,
+    /// What the counter means, for the key RoCE counters; "ethtool" for pause counters.
+    pub meaning: &'static str,
+}
+
+/// The NIC view's rows: per port, the key RoCE counters first (in the order a person reads
+/// them), then every other counter that changed in the interval, then the pause counters that
+/// changed or are not zero.
+pub fn nic_rows(snap: &Snapshot) -> Vec<NicRow<'_>> {
+    use crate::source::hw::KEY_COUNTERS;
+    let mut rows = Vec::new();
+    for p in &snap.nic {
+        let port = match &p.netdev {
+            Some(nd) => format!("{}/{} ({nd})", p.device, p.port),
+            None => format!("{}/{}", p.device, p.port),
+        };
+        for (name, meaning) in KEY_COUNTERS {
+            if let Some((name, counter)) = p.rdma.get_key_value(*name) {
+                rows.push(NicRow {
+                    port: port.clone(),
+                    name,
+                    counter,
+                    meaning,
+                });
+            }
+        }
+        for (name, counter) in &p.rdma {
+            if counter.delta > 0 && !KEY_COUNTERS.iter().any(|(k, _)| k == name) {
+                rows.push(NicRow {
+                    port: port.clone(),
+                    name,
+                    counter,
+                    meaning: "",
+                });
+            }
+        }
+        for (name, counter) in &p.pause {
+            if counter.total > 0 {
+                rows.push(NicRow {
+                    port: port.clone(),
+                    name,
+                    counter,
+                    meaning: "ethtool -S",
+                });
+            }
+        }
+    }
+    rows
 }

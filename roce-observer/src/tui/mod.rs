@@ -3,6 +3,8 @@
 //! loop owns the source and the engine; the UI never reaches back into them.
 
 pub mod app;
+pub mod columns;
+pub mod history;
 pub mod view;
 
 #[cfg(test)]
@@ -22,7 +24,7 @@ impl Drop for TerminalGuard {
     }
 }
 
-/// Map a key press to an action.
+/// Map a key press to an action (outside filter typing, which [`App`] handles itself).
 pub fn action_for_key(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> {
     Some(match code {
         KeyCode::Char('q') | KeyCode::Esc => Action::Quit,
@@ -37,10 +39,13 @@ pub fn action_for_key(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> 
         KeyCode::Enter | KeyCode::Char('d') => Action::ToggleDetail,
         KeyCode::Char('p') | KeyCode::Char(' ') => Action::TogglePause,
         KeyCode::Char('?') => Action::ToggleHelp,
+        KeyCode::Char('/') => Action::StartFilter,
+        KeyCode::Char('m') => Action::ToggleMerge,
         KeyCode::Char('1') => Action::SelectTab(Tab::Flows),
         KeyCode::Char('2') => Action::SelectTab(Tab::Pfc),
         KeyCode::Char('3') => Action::SelectTab(Tab::Ecmp),
         KeyCode::Char('4') => Action::SelectTab(Tab::Alerts),
+        KeyCode::Char('5') => Action::SelectTab(Tab::Nic),
         _ => return None,
     })
 }
@@ -51,9 +56,7 @@ pub fn spawn_key_reader(tx: tokio::sync::mpsc::UnboundedSender<Action>) {
         loop {
             match event::read() {
                 Ok(Event::Key(key)) if key.kind == KeyEventKind::Press => {
-                    if let Some(action) = action_for_key(key.code, key.modifiers)
-                        && tx.send(action).is_err()
-                    {
+                    if tx.send(Action::Key(key.code, key.modifiers)).is_err() {
                         return;
                     }
                 }

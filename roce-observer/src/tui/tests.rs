@@ -33,7 +33,11 @@ fn fixture_snapshot_with(name: &str, config: EngineConfig) -> crate::engine::sna
 }
 
 fn render(app: &App) -> String {
-    let mut terminal = Terminal::new(TestBackend::new(130, 30)).expect("test terminal");
+    render_at(app, 80, 24)
+}
+
+fn render_at(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
     terminal.draw(|f| view::draw(f, app)).expect("draw");
     format!("{}", terminal.backend())
 }
@@ -50,6 +54,12 @@ fn navigation_and_sorting() {
     app.update(Action::Top);
     app.update(Action::Up);
     assert_eq!(app.selected, 0);
+    // Problems first (then by bytes).
+    assert_eq!(app.sort.name(), "problems");
+    let marks: Vec<bool> = app.order.iter().map(|i| app.problem[*i]).collect();
+    assert!(marks.contains(&true) && marks.contains(&false), "{marks:?}");
+    assert!(marks.windows(2).all(|w| w[0] >= w[1]), "{marks:?}");
+    app.update(Action::CycleSort);
     // Sorted by bytes, largest first.
     let bytes: Vec<u64> = app
         .order
@@ -63,7 +73,7 @@ fn navigation_and_sorting() {
     assert_eq!(app.tab, Tab::Pfc);
     app.update(Action::PrevTab);
     app.update(Action::PrevTab);
-    assert_eq!(app.tab, Tab::Alerts);
+    assert_eq!(app.tab, Tab::Nic);
     app.update(Action::Quit);
     assert!(app.quit);
 }
@@ -74,7 +84,9 @@ fn header_shows_lost_log_lines_only_with_a_log_directory() {
     let without = render(&App::new("test".into(), snap.clone()));
     assert!(!without.contains("log lost"), "{without}");
     snap.summary.log_records_lost = Some(0);
-    assert!(render(&App::new("test".into(), snap.clone())).contains("log lost 0 "));
+    let none_lost = render_at(&App::new("test".into(), snap.clone()), 120, 24);
+    assert!(none_lost.contains("log lost 0 "), "{none_lost}");
+    // Lines lost are kept on an 80-column terminal, where other counters are dropped.
     snap.summary.log_records_lost = Some(7);
     let lost = render(&App::new("test".into(), snap));
     assert!(lost.contains("log lost !7"), "{lost}");
@@ -93,17 +105,70 @@ fn pause_freezes_the_view() {
 }
 
 #[test]
-fn flows_view() {
+fn flows_view_80x24() {
     let mut app = App::new("veth0, veth1".into(), fixture_snapshot("mixed_demo"));
     app.update(Action::ToggleDetail);
-    insta::assert_snapshot!(render(&app));
+    insta::assert_snapshot!(render_at(&app, 80, 24));
 }
 
 #[test]
-fn pfc_view() {
+fn flows_view_200x50() {
+    let mut app = App::new("veth0, veth1".into(), fixture_snapshot("mixed_demo"));
+    app.update(Action::ToggleDetail);
+    insta::assert_snapshot!(render_at(&app, 200, 50));
+}
+
+/// Values are never cut: at any width every QP and every p99 shown is shown whole, and columns
+/// appear whole or not at all.
+#[test]
+fn narrow_terminals_drop_columns_instead_of_cutting_values() {
+    let app = App::new("veth0, veth1".into(), fixture_snapshot("mixed_demo"));
+    for width in [60u16, 80, 100, 130, 200] {
+        let screen = render_at(&app, width, 40);
+        let table: Vec<&str> = screen.lines().skip(5).take(app.order.len()).collect();
+        for (row, i) in table.iter().zip(&app.order) {
+            let f = &app.snapshot.flows[*i];
+            assert!(
+                row.contains(&crate::format::qp(f.dst_qp)),
+                "{width} columns: QP cut in {row}"
+            );
+        }
+        let header = screen.lines().nth(4).expect("table header");
+        let p99_shown = header.contains("p99");
+        if p99_shown {
+            for (row, i) in table.iter().zip(&app.order) {
+                let p99 = crate::format::ns(app.snapshot.flows[*i].rtt_ns.p99);
+                assert!(row.contains(&p99), "{width} columns: p99 cut in {row}");
+            }
+        }
+        if width >= 200 {
+            assert!(
+                header.contains("peer") && header.contains("p50"),
+                "{header}"
+            );
+        }
+        if width <= 80 {
+            assert!(
+                !header.contains("peer"),
+                "the least useful column goes first"
+            );
+        }
+    }
+    assert!(!app.order.is_empty());
+}
+
+#[test]
+fn pfc_view_80x24() {
     let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
     app.update(Action::SelectTab(Tab::Pfc));
-    insta::assert_snapshot!(render(&app));
+    insta::assert_snapshot!(render_at(&app, 80, 24));
+}
+
+#[test]
+fn pfc_view_200x50() {
+    let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
+    app.update(Action::SelectTab(Tab::Pfc));
+    insta::assert_snapshot!(render_at(&app, 200, 50));
 }
 
 /// The mixed_demo fabric: four hosts, several QPs per host pair, one QP whose UDP source port
@@ -118,19 +183,37 @@ fn ecmp_view() {
     insta::assert_snapshot!(render(&app));
 }
 
-/// Without alerts: the table is empty (mixed_demo keeps to the lossless class and answers
-/// every CE mark with a CNP).
+/// The mixed_demo capture has PSN gaps, retransmissions, a NAK, CNPs and CE marks: the alert
+/// list names exactly the flows the flow table marks as problems.
 #[test]
-fn alerts_view_without_alerts() {
+fn alerts_name_every_problem_flow() {
     let snap = fixture_snapshot("mixed_demo");
-    assert!(snap.alerts.is_empty());
-    let mut app = App::new("veth0".into(), snap);
+    let app = App::new("veth0".into(), snap.clone());
+    let mut marked: Vec<String> = snap
+        .flows
+        .iter()
+        .filter(|f| App::is_problem(f))
+        .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
+        .collect();
+    let mut named: Vec<String> = snap
+        .alerts
+        .iter()
+        .filter_map(|a| a.flow.as_ref())
+        .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
+        .collect();
+    marked.sort();
+    named.sort();
+    named.dedup();
+    assert!(marked.len() >= 4, "{marked:?}");
+    assert_eq!(marked, named);
+    assert_eq!(app.problem.iter().filter(|p| **p).count(), marked.len());
+    let mut app = app;
     app.update(Action::SelectTab(Tab::Alerts));
     insta::assert_snapshot!(render(&app));
 }
 
 /// Alert rows raised by the engine's rules on the ipv6 fixture: a frame on DSCP 34 (outside
-/// the lossless class), a Not-ECT one, a CE mark no CNP answers, and, with a latency threshold
+/// the lossless class), a Not-ECT one, a CE mark (congestion) no CNP answers, and, with a latency threshold
 /// of 22 us, its 25 us READ response.
 #[test]
 fn alerts_view_with_alerts() {
@@ -147,6 +230,7 @@ fn alerts_view_with_alerts() {
         kinds,
         [
             "ce_without_cnp",
+            "congestion",
             "high_latency",
             "non_lossless_class",
             "not_ect"
@@ -162,4 +246,274 @@ fn help_overlay() {
     let mut app = App::new("veth0".into(), fixture_snapshot("psn_gap"));
     app.update(Action::ToggleHelp);
     insta::assert_snapshot!(render(&app));
+}
+
+/// The end of a capture: the last snapshot stays, the header says the capture ended, and keys
+/// still work.
+#[test]
+fn ended_capture_is_marked_and_keeps_its_state() {
+    let snap = fixture_snapshot("psn_gap");
+    let mut app = App::new("capture stdin".into(), fixture_snapshot("pfc"));
+    app.update(Action::Snapshot(Box::new(snap.clone())));
+    assert!(!render(&app).contains("capture ended"));
+    app.update(Action::SourceEnded);
+    assert!(app.ended);
+    assert_eq!(app.snapshot, snap);
+    assert!(render(&app).contains("capture ended (q to quit)"));
+    app.update(Action::SelectTab(Tab::Pfc));
+    assert!(render(&app).contains("capture ended (q to quit)"));
+    app.update(Action::Quit);
+    assert!(app.quit);
+}
+
+/// A snapshot that arrives while paused (e.g. the last one of a capture) is shown on resume.
+#[test]
+fn resume_shows_what_arrived_while_paused() {
+    let first = fixture_snapshot("psn_gap");
+    let last = fixture_snapshot("pfc");
+    let mut app = App::new("test".into(), first.clone());
+    app.update(Action::TogglePause);
+    app.update(Action::Snapshot(Box::new(last.clone())));
+    assert_eq!(app.snapshot, first);
+    app.update(Action::TogglePause);
+    assert_eq!(app.snapshot, last);
+}
+
+/// `/` filters the flows by address, QP or interface; Enter keeps the filter, Esc clears it;
+/// keys typed into the filter are not commands.
+#[test]
+fn slash_filters_flows() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let key = |c| Action::Key(KeyCode::Char(c), KeyModifiers::NONE);
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    let all = app.order.len();
+    let target = app.snapshot.flows[0].dst_ip.to_string();
+    app.update(key('/'));
+    assert!(app.typing_filter);
+    for c in target.chars() {
+        app.update(key(c));
+    }
+    // 'q' while typing is text, not quit.
+    app.update(key('q'));
+    assert!(!app.quit);
+    assert!(app.order.is_empty(), "no address contains \"{target}q\"");
+    app.update(Action::Key(KeyCode::Backspace, KeyModifiers::NONE));
+    app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
+    assert!(!app.typing_filter);
+    assert!(!app.order.is_empty() && app.order.len() < all);
+    for i in &app.order {
+        let f = &app.snapshot.flows[*i];
+        assert!(
+            f.src_ip.to_string().contains(&target) || f.dst_ip.to_string().contains(&target),
+            "{f:?}"
+        );
+    }
+    assert!(render(&app).contains(&format!("matching \"{target}\"")));
+    // By QP, as shown in hex.
+    app.update(key('/'));
+    app.update(Action::Key(KeyCode::Esc, KeyModifiers::NONE));
+    assert_eq!(app.order.len(), all, "esc clears the filter");
+    let qp = crate::format::qp(app.snapshot.flows[2].dst_qp);
+    app.update(key('/'));
+    for c in qp.chars() {
+        app.update(key(c));
+    }
+    assert!(
+        app.order
+            .iter()
+            .all(|i| crate::format::qp(app.snapshot.flows[*i].dst_qp) == qp
+                || app.snapshot.flows[*i].peer_qp.map(crate::format::qp) == Some(qp.clone())),
+    );
+    assert!(!app.order.is_empty());
+}
+
+/// A fixture cut into `parts` report intervals by frame count, as the live loop would see it:
+/// a snapshot at the end of each, then a new interval.
+fn interval_snapshots(name: &str, parts: usize) -> Vec<crate::engine::snapshot::Snapshot> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(format!("{name}.pcap"));
+    let frames = {
+        let mut v = Vec::new();
+        let end = wire::capture::read_capture(
+            std::fs::File::open(&path).expect("fixture"),
+            |_| {},
+            |f| v.push((f.ts_ns, f.data.to_vec(), f.orig_len, f.iface)),
+        );
+        assert!(end.error.is_none());
+        v
+    };
+    let mut engine = Engine::new(EngineConfig::default());
+    let per = frames.len().div_ceil(parts);
+    let mut out = Vec::new();
+    for chunk in frames.chunks(per) {
+        for (ts, data, len, iface) in chunk {
+            engine.ingest_frame(*ts, data, *len, *iface);
+        }
+        let now = chunk.last().map_or(0, |f| f.0);
+        out.push(engine.snapshot(now));
+        engine.begin_interval(now);
+    }
+    out
+}
+
+/// The history keeps one sample per interval; counters become per-interval increments that
+/// add up to the flow's total, and the detail pane draws them as sparklines.
+#[test]
+fn detail_pane_charts_the_selected_flow_over_intervals() {
+    let snaps = interval_snapshots("mixed_demo", 8);
+    let mut app = App::new("veth0, veth1".into(), snaps[0].clone());
+    for s in &snaps[1..] {
+        app.update(Action::Snapshot(Box::new(s.clone())));
+    }
+    let last = snaps.last().expect("snapshots");
+    for f in &last.flows {
+        let h = &app.history.flows[&super::history::flow_id(f)];
+        assert_eq!(h.rate_bps.len(), snaps.len().min(8));
+        assert_eq!(h.ce.last(100).iter().sum::<u64>(), f.ecn_ce, "{f:?}");
+        assert_eq!(h.cnp.last(100).iter().sum::<u64>(), f.cnp);
+        assert_eq!(h.retransmits.last(100).iter().sum::<u64>(), f.retransmits);
+    }
+    assert_eq!(app.history.total_bps.len(), snaps.len());
+    app.update(Action::ToggleDetail);
+    let screen = render_at(&app, 100, 30);
+    assert!(screen.contains("rate ") && screen.contains("CE/CNP ") && screen.contains("p99 "));
+    insta::assert_snapshot!(screen);
+}
+
+#[test]
+fn pfc_view_shows_pause_time_per_interval() {
+    let snaps = interval_snapshots("pfc", 4);
+    let mut app = App::new("veth0".into(), snaps[0].clone());
+    for s in &snaps[1..] {
+        app.update(Action::Snapshot(Box::new(s.clone())));
+    }
+    for p in &snaps.last().expect("snapshots").pfc {
+        let series = &app.history.pfc_paused_us[&super::history::pfc_id(p)];
+        assert!(series.len() <= snaps.len() && !series.is_empty());
+    }
+    app.update(Action::SelectTab(Tab::Pfc));
+    insta::assert_snapshot!(render_at(&app, 120, 24));
+}
+
+/// `m` merges the observation points of each QP: a capture seen at both ends of a link (every
+/// frame on two interfaces) shows the rows and counts of one end, marked with both names.
+#[test]
+fn merge_key_shows_one_row_per_qp() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mixed_demo.pcap");
+    let mut both = Engine::new(EngineConfig::default());
+    both.set_iface_name(0, "veth0");
+    both.set_iface_name(1, "veth1");
+    let mut last = 0;
+    let end = wire::capture::read_capture(
+        std::fs::File::open(&path).expect("fixture"),
+        |_| {},
+        |f| {
+            last = f.ts_ns;
+            both.ingest_frame(f.ts_ns, f.data, f.orig_len, 0);
+            both.ingest_frame(f.ts_ns, f.data, f.orig_len, 1);
+        },
+    );
+    assert!(end.error.is_none());
+    let one = fixture_snapshot("mixed_demo");
+    let mut app = App::new("veth0, veth1".into(), both.snapshot(last));
+    assert_eq!(app.flows().len(), 2 * one.flows.len());
+    app.update(Action::Key(
+        ratatui::crossterm::event::KeyCode::Char('m'),
+        ratatui::crossterm::event::KeyModifiers::NONE,
+    ));
+    assert!(app.merged);
+    assert_eq!(app.flows().len(), one.flows.len());
+    for (m, f) in app.flows().iter().zip(&one.flows) {
+        assert_eq!(
+            (m.dst_qp, m.packets, m.psn_gaps, m.cnp),
+            (f.dst_qp, f.packets, f.psn_gaps, f.cnp)
+        );
+        assert_eq!(m.iface, "veth0+veth1");
+    }
+    assert!(render_at(&app, 120, 30).contains("one row per QP"));
+    app.update(Action::ToggleMerge);
+    assert_eq!(app.flows().len(), 2 * one.flows.len());
+}
+
+/// The NIC view: key RoCE counters first with their meaning, then other counters that changed,
+/// then pause counters; rates from a fake sysfs tree read twice.
+#[test]
+fn nic_view_shows_counter_rates() {
+    use crate::source::hw::{DeviceChoice, NicWatch};
+    let root = std::env::temp_dir().join(format!("roce-tui-nic-{}", std::process::id()));
+    let port = root.join("mlx5_0/ports/1/hw_counters");
+    std::fs::create_dir_all(&port).expect("mkdir");
+    for (name, v) in [
+        ("np_cnp_sent", 10),
+        ("out_of_sequence", 2),
+        ("rx_write_requests", 5),
+    ] {
+        std::fs::write(port.join(name), format!("{v}\n")).expect("write");
+    }
+    let mut watch = NicWatch::start(&root, &DeviceChoice::All, false)
+        .expect("ok")
+        .expect("a device");
+    for (name, v) in [("np_cnp_sent", 40), ("rx_write_requests", 9)] {
+        std::fs::write(port.join(name), format!("{v}\n")).expect("write");
+    }
+    let mut snap = fixture_snapshot("psn_gap");
+    snap.nic = watch.sample();
+    let _ = std::fs::remove_dir_all(&root);
+    let rows = super::app::nic_rows(&snap);
+    let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+    assert_eq!(
+        names,
+        ["np_cnp_sent", "out_of_sequence", "rx_write_requests"]
+    );
+    assert_eq!(rows[0].counter.delta, 30);
+    let mut app = App::new("capture stdin".into(), snap);
+    app.update(Action::SelectTab(Tab::Nic));
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("CNPs sent"), "{screen}");
+    // Rates depend on the wall clock: check the layout, not the numbers.
+    assert!(screen.contains("np_cnp_sent") && screen.contains("per s"));
+    let mut none = App::new("x".into(), fixture_snapshot("psn_gap"));
+    none.update(Action::SelectTab(Tab::Nic));
+    insta::assert_snapshot!(render_at(&none, 80, 24));
+}
+
+/// QP owners (from RDMA netlink in a live run) label the flows into and out of local QPs: the
+/// process column, the detail pane with the NIC's PSNs, and `/` by command.
+#[test]
+fn qp_owners_label_flows_and_filter_by_process() {
+    use crate::engine::snapshot::QpOwner;
+    let mut snap = fixture_snapshot("psn_gap");
+    let into = snap.flows[0].dst_qp;
+    snap.qp_owners = vec![QpOwner {
+        device: "rxe0".into(),
+        port: Some(1),
+        lqpn: into,
+        rqpn: Some(0xabcdef),
+        sq_psn: Some(7),
+        rq_psn: Some(9),
+        state: Some("RTS"),
+        pid: Some(4242),
+        comm: "ib_write_bw".into(),
+    }];
+    let mut app = App::new("capture".into(), snap);
+    let screen = render_at(&app, 200, 20);
+    assert!(screen.contains("ib_write_bw/4242"), "{screen}");
+    app.update(Action::SelectTab(Tab::Flows));
+    for c in "/ib_write".chars() {
+        app.update(Action::Key(
+            ratatui::crossterm::event::KeyCode::Char(c),
+            ratatui::crossterm::event::KeyModifiers::NONE,
+        ));
+    }
+    assert_eq!(app.order.len(), 1);
+    assert_eq!(app.flows()[app.order[0]].dst_qp, into);
+    app.update(Action::ToggleDetail);
+    let screen = render_at(&app, 120, 30);
+    assert!(
+        screen.contains("owner ib_write_bw/4242 on rxe0/1")
+            && screen.contains("NIC SQ PSN 7 RQ PSN 9"),
+        "{screen}"
+    );
 }

@@ -82,9 +82,22 @@ fn first_batch_is_full_then_only_what_changed_with_deltas() {
             "summary",
             "flow",
             "flow",
+            "alert",
+            "alert",
             "summary"
         ]
     );
+    // The NAK and the go-back-N retransmissions are per-flow problems (alerts::flow_problems)
+    // once the rest of the capture is fed: new alerts, written with their counts.
+    let mut alerts: Vec<&str> = got[7..9]
+        .iter()
+        .map(|l| l["alert_kind"].as_str().expect("alert_kind"))
+        .collect();
+    alerts.sort();
+    assert_eq!(alerts, ["nak", "retransmissions"]);
+    for l in &got[7..9] {
+        assert_eq!(l["delta_count"], l["count"], "{l}");
+    }
     for l in &got {
         assert_eq!(l["schema_version"], LOG_SCHEMA_VERSION);
     }
@@ -108,7 +121,7 @@ fn first_batch_is_full_then_only_what_changed_with_deltas() {
         assert_eq!(last["retransmits"], flow.retransmits);
     }
     assert_eq!(log.health().records_lost, 0);
-    assert_eq!(log.health().records_written, 7);
+    assert_eq!(log.health().records_written, 9);
     fs::remove_dir_all(&dir).expect("cleanup");
 }
 
