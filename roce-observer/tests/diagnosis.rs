@@ -52,7 +52,14 @@ fn traffic() -> Vec<(u64, u32, Vec<u8>)> {
 }
 
 fn analyze(args: &[&str]) -> Output {
-    let dir = std::env::temp_dir().join(format!("roce-observer-diagnosis-{}", std::process::id()));
+    // One directory per call: the tests of this file run in parallel in one process, and a
+    // shared file would be truncated by one test while another reads it.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "roce-observer-diagnosis-{}-{call}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("collective.pcapng");
     let t = traffic();
@@ -71,6 +78,7 @@ fn analyze(args: &[&str]) -> Output {
         .arg(&path)
         .output()
         .expect("run roce-observer");
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("panicked"),
         "panic"
