@@ -22,6 +22,10 @@ static ROCE_PORT: u16 = roce_observer_common::ROCE_V2_PORT;
 /// Path MTU for READ PSN reservations; set by the loader.
 #[unsafe(no_mangle)]
 static PMTU: u32 = roce_observer_common::DEFAULT_PMTU;
+/// 0 on kernels without `bpf_ktime_get_coarse_ns` (before 5.11); set by the loader. A constant
+/// in the frozen .rodata, so the verifier drops the branch not taken, helper call included.
+#[unsafe(no_mangle)]
+static COARSE_CLOCK: u8 = 1;
 
 #[inline(always)]
 fn global<T: Copy>(v: &'static T) -> T {
@@ -89,6 +93,9 @@ impl Tables for Maps {
 
     #[inline(always)]
     fn coarse_ns(&self) -> u64 {
+        if global(&COARSE_CLOCK) == 0 {
+            return precise_now();
+        }
         // SAFETY: helper without arguments.
         unsafe { bpf_ktime_get_coarse_ns() }
     }

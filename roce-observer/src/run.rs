@@ -121,6 +121,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         };
         let mut src = KernelSource::load(&opts)?;
+        // Always said: which variant runs tells a user what to expect of jumbo frames.
+        eprintln!("roce-observer: {}", src.features().describe());
         let mut engine = Engine::new(cfg);
         // Handlers first: a signal right after "attached" must stop us cleanly, not kill us.
         let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;

@@ -3,9 +3,7 @@
 
 use aya::programs::{Program, TestRun, TestRunOptions, Xdp};
 
-use super::{
-    BASELINE_PROGRAM, KernelSource, TC_PROGRAM, XDP_PROGRAM, error::KernelError, program_mut,
-};
+use super::{BASELINE_PROGRAM, KernelSource, TC_PROGRAM, error::KernelError, program_mut};
 
 /// Programs `KernelSource::bench` can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +51,7 @@ fn run(
 impl KernelSource {
     /// Run the XDP program once on `frame`. Returns the XDP verdict.
     pub fn test_run_xdp(&self, frame: &[u8]) -> Result<u32, KernelError> {
-        run(self, XDP_PROGRAM, frame, 1).map(|r| r.return_value)
+        run(self, self.xdp_program, frame, 1).map(|r| r.return_value)
     }
 
     /// Run the TC program once on `frame`. Returns the TC verdict.
@@ -70,7 +68,7 @@ impl KernelSource {
         repeat: u32,
     ) -> Result<std::time::Duration, KernelError> {
         let name = match program {
-            BenchProgram::Xdp => XDP_PROGRAM,
+            BenchProgram::Xdp => self.xdp_program,
             BenchProgram::Tc => TC_PROGRAM,
             BenchProgram::Baseline => BASELINE_PROGRAM,
         };
