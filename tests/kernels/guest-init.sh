@@ -5,6 +5,9 @@
 # The 9p share (mount tag "share") holds config.env, written by the harness:
 #   RUNS="pmtu:name,name,... pmtu:name ..."   observer runs, each over one or more fixtures
 #   OBSERVER=/share/bin/roce-observer          (its shared libraries in /share/lib)
+#   FORCED="+frags ..."   features to pretend present (ROCE_OBSERVER_FEATURES), one observer
+#                         start each: the load must fail with a clear message, kept in
+#                         /share/out/forcedN.err and .rc
 # For run N: a fresh veth pair aI <-> bI per fixture I of the run (MTU 9500, IPv6 off, so that
 # only the replayed frames cross it), one observer attached to all of them (XDP ingress + TC
 # egress), each fixture replayed by tcpreplay from /share/fixtures/NAME.pcap into its aI,
@@ -92,6 +95,22 @@ for run in $RUNS; do
 		$IP link del a$i 2>/dev/null
 		i=$((i + 1))
 	done
+	n=$((n + 1))
+done
+n=0
+for f in $FORCED; do
+	ROCE_OBSERVER_FEATURES=$f $OBSERVER run -i lo --no-tui --json >/dev/null 2>$OUT/forced$n.err &
+	pid=$!
+	t=0
+	while kill -0 $pid 2>/dev/null && ! grep -q attached $OUT/forced$n.err; do
+		t=$((t + 1))
+		[ $t -gt 3000 ] && break
+		sleep 0.1
+	done
+	# Still running (it loaded after all): stop it; the host reports that as a failure.
+	kill -INT $pid 2>/dev/null
+	wait $pid
+	echo $? >$OUT/forced$n.rc
 	n=$((n + 1))
 done
 dmesg >$OUT/dmesg.txt

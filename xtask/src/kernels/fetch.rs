@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 
 use crate::util::{output_checked, sh};
 
@@ -19,6 +19,8 @@ pub(super) struct Kernel {
     pub(super) series: &'static str,
     /// What the observer must report loading there (a substring of its startup line).
     pub(super) expect_variant: &'static [&'static str],
+    /// Features this kernel lacks, each forced on once (`+name`), with what the error must say.
+    pub(super) forced: &'static [(&'static str, &'static [&'static str])],
 }
 
 pub(super) const KERNELS: &[Kernel] = &[
@@ -27,18 +29,31 @@ pub(super) const KERNELS: &[Kernel] = &[
         suite: "bullseye",
         series: "5.10.",
         expect_variant: &["single-buffer XDP", "precise clock", "clsact egress"],
+        forced: &[
+            // BPF_F_XDP_HAS_FRAGS is refused before verification: nothing in the log.
+            ("+frags", &["roce_observer_xdp ", "before verifying"]),
+            (
+                "+coarse_clock",
+                &[
+                    "lacks BPF helper bpf_ktime_get_coarse_ns",
+                    "Last lines of the verifier log",
+                ],
+            ),
+        ],
     },
     Kernel {
         name: "6.1",
         suite: "bookworm",
         series: "6.1.",
         expect_variant: &["XDP multi-buffer (frags)", "coarse clock", "clsact egress"],
+        forced: &[],
     },
     Kernel {
         name: "6.12",
         suite: "trixie",
         series: "6.12.",
         expect_variant: &["XDP multi-buffer (frags)", "coarse clock", "TCX egress"],
+        forced: &[],
     },
 ];
 
@@ -69,12 +84,11 @@ pub(super) fn fetch(k: &Kernel, dir: &Path) -> Result<Fetched> {
     if let Ok(text) = fs::read_to_string(&done)
         && let Some((release, version)) = text.trim().split_once(' ')
     {
-        let root = dir.join("kroot");
         return Ok(Fetched {
-            vmlinuz: root.join(format!("boot/vmlinuz-{release}")),
+            vmlinuz: dir.join("vmlinuz"),
+            root: dir.join("kroot"),
             release: release.into(),
             version: version.into(),
-            root,
         });
     }
     fs::create_dir_all(dir.join("lists/partial"))?;
@@ -127,10 +141,9 @@ pub(super) fn fetch(k: &Kernel, dir: &Path) -> Result<Fetched> {
         .trim_start_matches("linux-image-")
         .trim_end_matches("-unsigned")
         .to_string();
-    let vmlinuz = root.join(format!("boot/vmlinuz-{release}"));
-    if !vmlinuz.exists() {
-        bail!("{pkg} has no {}", vmlinuz.display());
-    }
+    let boot = root.join(format!("boot/vmlinuz-{release}"));
+    let vmlinuz = dir.join("vmlinuz");
+    fs::copy(&boot, &vmlinuz).with_context(|| format!("{pkg} has no {}", boot.display()))?;
     fs::write(&done, format!("{release} {version}\n"))?;
     Ok(Fetched {
         release,
@@ -138,6 +151,20 @@ pub(super) fn fetch(k: &Kernel, dir: &Path) -> Result<Fetched> {
         vmlinuz,
         root,
     })
+}
+
+/// Fetch again (the unpacked tree was pruned and the image needs rebuilding).
+pub(super) fn refetch(k: &Kernel, dir: &Path) -> Result<Fetched> {
+    let _ = fs::remove_file(dir.join("fetched.txt"));
+    fetch(k, dir)
+}
+
+/// Remove the unpacked package and apt's lists once the image is built (hundreds of MB per
+/// kernel); the kernel itself stays in `dir/vmlinuz`.
+pub(super) fn prune(dir: &Path) {
+    for d in ["kroot", "lists"] {
+        let _ = fs::remove_dir_all(dir.join(d));
+    }
 }
 
 /// From `apt-cache show linux-image-amd64`: the version starting with `series` and the

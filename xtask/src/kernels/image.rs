@@ -37,7 +37,8 @@ pub(super) struct Image {
     pub(super) initrd: PathBuf,
 }
 
-pub(super) fn build_image(root: &Path, dir: &Path, k: &Fetched) -> Result<Image> {
+/// What the image is built from: the kernel and the init script.
+fn inputs(root: &Path, k: &Fetched) -> Result<(Vec<u8>, String)> {
     let init = fs::read(root.join("tests/kernels/guest-init.sh"))
         .context("reading tests/kernels/guest-init.sh")?;
     let key = format!(
@@ -46,6 +47,21 @@ pub(super) fn build_image(root: &Path, dir: &Path, k: &Fetched) -> Result<Image>
         k.version,
         String::from_utf8_lossy(&init)
     );
+    Ok((init, key))
+}
+
+/// The image in `dir` was built from these inputs.
+pub(super) fn up_to_date(root: &Path, dir: &Path, k: &Fetched) -> Result<bool> {
+    let (_, key) = inputs(root, k)?;
+    Ok(dir.join("initrd.cpio").exists()
+        && fs::read_to_string(dir.join("image-inputs.txt"))
+            .ok()
+            .as_deref()
+            == Some(key.as_str()))
+}
+
+pub(super) fn build_image(root: &Path, dir: &Path, k: &Fetched) -> Result<Image> {
+    let (init, key) = inputs(root, k)?;
     let initrd = dir.join("initrd.cpio");
     let vmlinux = dir.join("vmlinux");
     let key_file = dir.join("image-inputs.txt");

@@ -39,7 +39,7 @@ pub enum KernelError {
         source: ProgramError,
     },
     #[error(
-        "the kernel refused BPF program {program} ({error}); kernel {release}, {variant}.\n\
+        "the kernel refused BPF program {program} ({error}); {variant}.\n\
          {explanation}\n\
          Please report this with the output of `uname -a` and `roce-observer --version`; \
          meanwhile `roce-observer analyze` on a capture works on any kernel"
@@ -47,8 +47,7 @@ pub enum KernelError {
     Verifier {
         program: &'static str,
         error: std::io::Error,
-        release: String,
-        /// What was loaded and which fallbacks were taken.
+        /// The kernel release, what was loaded and which fallbacks were taken.
         variant: String,
         /// The verifier log's last lines, or why there is none.
         explanation: String,
@@ -121,7 +120,6 @@ pub(super) fn program_load_error(
     KernelError::Verifier {
         program,
         error: io_error,
-        release: features.release.clone(),
         variant: features.describe(),
         explanation: explain(&verifier_log.to_string()),
     }
@@ -165,11 +163,19 @@ fn explain(log: &str) -> String {
 }
 
 /// `unknown func bpf_x#N` / `invalid func unknown#N`: the helper the kernel does not have.
-fn unknown_helper(line: &str) -> Option<&str> {
-    ["unknown func ", "invalid func "]
+/// Kernels that do not know a helper cannot name it: the ones this project uses past the 5.8
+/// floor are named here.
+fn unknown_helper(line: &str) -> Option<String> {
+    let helper = ["unknown func ", "invalid func "]
         .iter()
         .find_map(|p| line.split_once(p))
-        .map(|(_, rest)| rest.trim())
+        .map(|(_, rest)| rest.trim())?;
+    let named = match helper.rsplit_once('#').map(|(_, id)| id) {
+        Some("160") => "bpf_ktime_get_coarse_ns#160 (Linux 5.11+)".to_string(),
+        Some("188") => "bpf_xdp_get_buff_len#188 (Linux 5.18+)".to_string(),
+        _ => helper.to_string(),
+    };
+    Some(named)
 }
 
 #[cfg(test)]
@@ -210,16 +216,24 @@ mod tests {
         for i in 0..40 {
             log.push_str(&format!("{i}: (b7) r0 = {i}\n"));
         }
-        log.push_str(
-            "41: (85) call bpf_ktime_get_coarse_ns#160\nunknown func bpf_ktime_get_coarse_ns#160\n",
-        );
+        // As 5.10 prints it: a kernel without the helper does not know its name either.
+        log.push_str("41: (85) call unknown#160\ninvalid func unknown#160\n");
         log.push_str("processed 41 insns (limit 1000000)\n\n");
         let text = explain(&log);
-        assert!(text.starts_with("This kernel lacks BPF helper bpf_ktime_get_coarse_ns#160"));
-        assert!(text.contains("  unknown func bpf_ktime_get_coarse_ns#160"));
+        assert!(
+            text.starts_with(
+                "This kernel lacks BPF helper bpf_ktime_get_coarse_ns#160 (Linux 5.11+)"
+            )
+        );
+        assert!(text.contains("  invalid func unknown#160"));
         assert!(!text.contains("processed"));
         assert!(!text.contains("  0: (b7)"), "only the last lines: {text}");
         assert_eq!(text.lines().count(), 2 + LOG_TAIL);
         assert!(explain("\n").contains("before verifying"));
+        // A helper of a newer kernel than any this project knows keeps the kernel's words.
+        assert_eq!(
+            unknown_helper("unknown func bpf_future#999"),
+            Some("bpf_future#999".into())
+        );
     }
 }

@@ -17,10 +17,23 @@ use aya::{
     util::KernelVersion,
 };
 
-/// Set to a comma-separated list of feature names (`frags`, `coarse_clock`) to load the
-/// fallbacks on a kernel that has the features: how the tests run the old-kernel variants on a
-/// new kernel. Not a user setting.
-pub const DISABLE_ENV: &str = "ROCE_OBSERVER_DISABLE_FEATURES";
+/// Test knob, not a user setting: a comma-separated list of `-name` (treat as missing: how the
+/// tests run the old-kernel variants on a new kernel) and `+name` (treat as present: how the
+/// kernel matrix shows the error a kernel gives when a feature is wrongly assumed), for `frags`
+/// and `coarse_clock`.
+pub const FEATURES_ENV: &str = "ROCE_OBSERVER_FEATURES";
+
+/// `Some(true/false)` when [`FEATURES_ENV`] forces `name` on or off.
+fn forced(name: &str) -> Option<bool> {
+    let list = std::env::var(FEATURES_ENV).unwrap_or_default();
+    list.split(',')
+        .map(str::trim)
+        .find_map(|f| match f.split_at_checked(1) {
+            Some(("+", n)) if n == name => Some(true),
+            Some(("-", n)) if n == name => Some(false),
+            _ => None,
+        })
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Features {
@@ -42,15 +55,14 @@ impl Features {
     /// Probe the running kernel. A probe that cannot decide (an unexpected error) counts as
     /// "missing": the fallback then runs, which works everywhere the floor holds.
     pub fn probe() -> Features {
-        let disabled = std::env::var(DISABLE_ENV).unwrap_or_default();
-        let off = |name: &str| disabled.split(',').any(|d| d.trim() == name);
         let helper = |id: BpfHelper| is_helper_supported(ProgramType::Xdp, id).unwrap_or(false);
         Features {
             release: kernel_release(),
-            xdp_frags: !off("frags")
-                && xdp_frags_supported()
-                && helper(BpfHelper::BPF_FUNC_xdp_get_buff_len),
-            coarse_clock: !off("coarse_clock") && helper(BpfHelper::BPF_FUNC_ktime_get_coarse_ns),
+            xdp_frags: forced("frags").unwrap_or_else(|| {
+                xdp_frags_supported() && helper(BpfHelper::BPF_FUNC_xdp_get_buff_len)
+            }),
+            coarse_clock: forced("coarse_clock")
+                .unwrap_or_else(|| helper(BpfHelper::BPF_FUNC_ktime_get_coarse_ns)),
             tcx: KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0)),
             ringbuf: is_map_supported(MapType::RingBuf).unwrap_or(false),
             btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
