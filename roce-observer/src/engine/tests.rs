@@ -3,7 +3,7 @@
 //! reporting interval.
 
 use roce_observer_common::{
-    Counter, Direction, Event, EventKind, FlowKey, PfcKey, PfcStats,
+    Counter, Direction, Event, PfcKey, PfcStats,
     frames::{RoceFrame, pfc_frame},
 };
 
