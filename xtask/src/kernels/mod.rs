@@ -7,11 +7,11 @@
 //! integration tests' comparator, and checks that the observer loaded the variant the kernel
 //! calls for (its startup line).
 //!
-//! Loading the programs takes tens of seconds under TCG (the verifier runs emulated), so the
-//! fast path (the test command's stage) loads the observer once per kernel, with FAST_FIXTURES
-//! replayed each into its own veth pair: flow and PFC records are then exact per fixture and
-//! attach point, the summary counters exact over the run. `--full` replays every kernel
-//! fixture in a run of its own (summaries exact per fixture too), and on kernels that lack a
+//! Starting the observer takes tens of seconds under TCG, so it starts once per kernel (and
+//! path MTU), with each fixture replayed into its own veth pair: flow and PFC records are then
+//! exact per fixture and attach point, the summary counters exact over the run. The fast path
+//! (the test command's stage) replays FAST_FIXTURES; `--full` replays every kernel fixture,
+//! and on kernels that lack a
 //! feature also starts the observer with that feature forced on, checking that the load fails
 //! with the message a user needs (`Kernel::forced`). One VM boot per kernel; the kernels boot
 //! in parallel.
@@ -97,7 +97,7 @@ pub fn run(opts: &KernelsOpts) -> Result<()> {
             missing.join(" ")
         );
     }
-    let runs = runs(fixtures(&root, opts.full)?, opts.full);
+    let runs = runs(fixtures(&root, opts.full)?);
     let t0 = Instant::now();
     let results: Vec<_> = std::thread::scope(|scope| {
         let handles: Vec<_> = selected
@@ -137,12 +137,12 @@ pub fn run(opts: &KernelsOpts) -> Result<()> {
 /// One fixture to replay: its name, capture and expected JSON.
 type Fixture = (String, PathBuf, Value);
 
-/// The observer runs: all fixtures of one path MTU together, or (`separate`) one run each.
-fn runs(fixtures: Vec<Fixture>, separate: bool) -> Vec<Vec<Fixture>> {
+/// The observer runs: all fixtures of one path MTU together.
+fn runs(fixtures: Vec<Fixture>) -> Vec<Vec<Fixture>> {
     let mut runs: Vec<Vec<Fixture>> = Vec::new();
     for f in fixtures {
         let pmtu = pmtu(&f.2);
-        match runs.iter_mut().find(|r| !separate && pmtu_of(r) == pmtu) {
+        match runs.iter_mut().find(|r| pmtu_of(r) == pmtu) {
             Some(run) => run.push(f),
             None => runs.push(vec![f]),
         }
