@@ -121,8 +121,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         };
         let mut src = KernelSource::load(&opts)?;
-        // Always said: which variant runs tells a user what to expect of jumbo frames.
-        eprintln!("roce-observer: {}", src.features().describe());
         let mut engine = Engine::new(cfg);
         // Handlers first: a signal right after "attached" must stop us cleanly, not kill us.
         let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -134,9 +132,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 eprintln!("roce-observer: {warning}");
             }
         }
+        // The variant loaded is always said: it tells a user what to expect of jumbo frames.
         eprintln!(
-            "roce-observer: attached to {} (XDP ingress + TC egress); Ctrl-C to stop",
-            args.ifaces.join(", ")
+            "roce-observer: attached to {} (XDP ingress + TC egress; {}); Ctrl-C to stop",
+            args.ifaces.join(", "),
+            src.features().describe()
         );
         let ui = use_tui.then(|| Ui::start(args.ifaces.join(", "), &engine, src.now_ns()));
         let stop = async move {

@@ -97,6 +97,9 @@ impl KernelSource {
             return Err(KernelError::NotBuilt);
         }
         let features = Features::probe();
+        if !features.privileged {
+            return Err(KernelError::NotPrivileged);
+        }
         if let Some(what) = features.missing() {
             return Err(KernelError::KernelTooOld {
                 release: features.release,

@@ -47,6 +47,9 @@ pub struct Features {
     pub tcx: bool,
     /// BPF_MAP_TYPE_RINGBUF (5.8+).
     pub ringbuf: bool,
+    /// We may create BPF maps at all (an array map, which every BPF kernel has): without the
+    /// privilege every probe fails, which says nothing about the kernel.
+    pub privileged: bool,
     /// /sys/kernel/btf/vmlinux (CONFIG_DEBUG_INFO_BTF).
     pub btf: bool,
 }
@@ -65,6 +68,7 @@ impl Features {
                 .unwrap_or_else(|| helper(BpfHelper::BPF_FUNC_ktime_get_coarse_ns)),
             tcx: KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0)),
             ringbuf: is_map_supported(MapType::RingBuf).unwrap_or(false),
+            privileged: is_map_supported(MapType::Array).unwrap_or(false),
             btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
         }
     }
@@ -180,6 +184,7 @@ mod tests {
             coarse_clock: true,
             tcx: true,
             ringbuf: true,
+            privileged: true,
             btf: true,
         }
     }
