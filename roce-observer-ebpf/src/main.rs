@@ -24,12 +24,25 @@ use roce_observer_common::Direction;
 
 /// `frags`: jumbo frames (RoCE fabrics run MTU 9000) arrive as multi-buffer XDP; the headers we
 /// parse are always in the first buffer. Without it the kernel refuses XDP on a veth or NIC whose
-/// MTU exceeds one page.
+/// MTU exceeds one page. Needs kernel 5.18+ (frags, `bpf_xdp_get_buff_len`).
 #[xdp(frags)]
 pub fn roce_observer_xdp(ctx: XdpContext) -> u32 {
+    xdp(&ctx, view::XdpView::multi_buffer(&ctx))
+}
+
+/// The same observation for kernels without XDP frags (before 5.18): the loader picks this one
+/// after probing. Every frame is one buffer here, so its length comes from the packet pointers;
+/// a jumbo MTU then needs generic (skb) XDP, which hands the program the whole frame.
+#[xdp]
+pub fn roce_observer_xdp_page(ctx: XdpContext) -> u32 {
+    xdp(&ctx, view::XdpView::single_buffer(&ctx))
+}
+
+#[inline(always)]
+fn xdp(ctx: &XdpContext, view: view::XdpView) -> u32 {
     // SAFETY: reading a field of the context the kernel passed in.
     let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
-    observe::observe(&view::XdpView::new(&ctx), ifindex, Direction::Ingress as u8);
+    observe::observe(&view, ifindex, Direction::Ingress as u8);
     xdp_action::XDP_PASS
 }
 

@@ -36,6 +36,10 @@ static BURST_WINDOW_NS: u64 = roce_observer_common::BURST_WINDOW_NS;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
+/// 0 on kernels without `bpf_ktime_get_coarse_ns` (before 5.11); set by the loader. A constant
+/// in the frozen .rodata, so the verifier drops the branch not taken, helper call included.
+#[unsafe(no_mangle)]
+static COARSE_CLOCK: u8 = 1;
 
 #[inline(always)]
 fn global<T: Copy>(v: &'static T) -> T {
@@ -112,6 +116,9 @@ impl Tables for Maps {
 
     #[inline(always)]
     fn coarse_ns(&self) -> u64 {
+        if global(&COARSE_CLOCK) == 0 {
+            return precise_now();
+        }
         // SAFETY: helper without arguments.
         unsafe { bpf_ktime_get_coarse_ns() }
     }

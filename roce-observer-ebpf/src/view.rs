@@ -24,14 +24,26 @@ pub struct XdpView {
 }
 
 impl XdpView {
+    /// A frame that may span several buffers (a program loaded with XDP frags, 5.18+).
     #[inline(always)]
-    pub fn new(ctx: &XdpContext) -> XdpView {
+    pub fn multi_buffer(ctx: &XdpContext) -> XdpView {
         // SAFETY: the helper reads the context the kernel passed in.
         let len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as u32;
         XdpView {
             start: ctx.data(),
             end: ctx.data_end(),
             len,
+        }
+    }
+
+    /// A frame in one buffer (a program loaded without frags): its length is the buffer's.
+    #[inline(always)]
+    pub fn single_buffer(ctx: &XdpContext) -> XdpView {
+        let (start, end) = (ctx.data(), ctx.data_end());
+        XdpView {
+            start,
+            end,
+            len: (end - start) as u32,
         }
     }
 }

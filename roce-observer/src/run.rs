@@ -253,9 +253,11 @@ async fn run_kernel<F: Future<Output = ()>>(
             eprintln!("roce-observer: {warning}");
         }
     }
+    // The variant loaded is always said: it tells a user what to expect of jumbo frames.
     eprintln!(
-        "roce-observer: attached to {} (XDP ingress + TC egress); Ctrl-C to stop",
-        args.ifaces.join(", ")
+        "roce-observer: attached to {} (XDP ingress + TC egress; {}); Ctrl-C to stop",
+        args.ifaces.join(", "),
+        src.features().describe()
     );
     live.run(args.ifaces.join(", "), &mut src, engine).await
 }

@@ -1,8 +1,9 @@
-//! Project tasks: `cargo xtask setup | test | demo | fixtures | bench | softroce | package`.
+//! Project tasks: `cargo xtask setup | test | demo | fixtures | bench | softroce | kernels | package`.
 
 mod bench;
 mod demo;
 mod fixtures;
+mod kernels;
 mod package;
 mod setup;
 mod softroce;
@@ -34,6 +35,9 @@ enum Task {
     /// Real RoCE traffic: Soft-RoCE in two qemu VMs (kernel 6.1) running perftest, checked
     /// against rxe's counters and the observer (root).
     Softroce(softroce::SoftRoceOpts),
+    /// The kernel matrix: Debian's 5.10, 6.1 and 6.12 kernels in qemu, the observer on a veth
+    /// pair against replayed fixtures, exact at both attach points (root).
+    Kernels(kernels::KernelsOpts),
     /// Build a Debian package (binary, man pages, completions, systemd unit) into
     /// target/debian/, on this machine: there is no hosted repository.
     Package(package::PackageOpts),
@@ -83,6 +87,7 @@ fn main() -> anyhow::Result<()> {
         Task::Fixtures => fixtures::run(),
         Task::Bench(args) => bench(&args),
         Task::Softroce(opts) => softroce::run(opts),
+        Task::Kernels(opts) => kernels::run(&opts),
         Task::Package(opts) => package::run(&opts),
     }
 }

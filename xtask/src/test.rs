@@ -1,6 +1,7 @@
 //! `cargo xtask test`: the project's test command (CI runs it through .ci/run).
 //! Setup, formatting, clippy with warnings denied, the build, the fixtures check, every unit and
-//! integration test, then the Soft-RoCE virtual-machine tests (fast subset).
+//! integration test, then the Soft-RoCE virtual-machine tests (fast subset) and the kernel
+//! matrix (Debian 5.10, 6.1, 6.12 in VMs, one fixture set each).
 //!
 //! Every stage runs even when an earlier one failed, and the run ends with one line
 //! `N passed, N failed, N skipped`: tests as counted by libtest's "test result:" lines, plus
@@ -17,16 +18,17 @@ use std::{
 use clap::{Args, Parser};
 
 use crate::{
-    fixtures, package, setup, softroce,
+    fixtures, kernels, package, setup, softroce,
     util::{cargo, is_root, sh, workspace_root},
 };
 
 #[derive(Args)]
 pub struct TestOpts {
-    /// Skip the Soft-RoCE virtual-machine tests (counted as skipped).
+    /// Skip the virtual-machine tests: Soft-RoCE and the kernel matrix (counted as skipped).
     #[arg(long)]
     pub no_vm: bool,
-    /// Run every Soft-RoCE scenario instead of the fast subset.
+    /// Run every Soft-RoCE scenario instead of the fast subset, and every fixture on each kernel
+    /// of the kernel matrix.
     #[arg(long)]
     pub full_vm: bool,
     /// Let what cannot run here (kernel tests and VMs without root, the fixtures check without
@@ -303,6 +305,20 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
             Ok(outcomes) => tally.scenarios(&outcomes),
             Err(err) => tally.stage("Soft-RoCE VMs", Err(err)),
         }
+    }
+
+    if opts.no_vm {
+        tally.skip("kernel matrix", "--no-vm");
+    } else if !root_user {
+        tally.cannot_run("kernel matrix", "it needs root");
+    } else {
+        let matrix = kernels::KernelsOpts {
+            full: opts.full_vm,
+            kernels: Vec::new(),
+            observer: Some(root.join("target/debug/roce-observer")),
+            vm_timeout: 600,
+        };
+        tally.stage("kernel matrix", kernels::run(&matrix));
     }
 
     for skip in &tally.skips {

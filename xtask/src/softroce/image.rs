@@ -218,7 +218,7 @@ pub(super) fn build_image(root: &Path, out: &Path, host: &Host, force: bool) -> 
 /// Decompress the kernel out of Debian's bzImage (XZ payload) into an ELF vmlinux. qemu boots
 /// an ELF kernel with a PVH note directly, which skips the real-mode setup and the in-guest XZ
 /// decompression: about 5 s less per boot under TCG.
-fn extract_vmlinux(vmlinuz: &Path, dest: &Path) -> Result<()> {
+pub(crate) fn extract_vmlinux(vmlinuz: &Path, dest: &Path) -> Result<()> {
     let data = fs::read(vmlinuz)?;
     let magic = b"\xfd7zXZ\x00";
     let off = data
@@ -251,7 +251,7 @@ fn extract_vmlinux(vmlinuz: &Path, dest: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn ldd(bin: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn ldd(bin: &Path) -> Result<Vec<PathBuf>> {
     let o = Command::new("ldd").arg(bin).output()?;
     // static binaries: "not a dynamic executable", exit code 1
     let s = String::from_utf8_lossy(&o.stdout);
@@ -263,7 +263,7 @@ pub(super) fn ldd(bin: &Path) -> Result<Vec<PathBuf>> {
 
 /// Copy `src` (following symlinks) into `root` at its canonical directory + its own name,
 /// so /lib/x86_64-linux-gnu/libc.so.6 lands in usr/lib/x86_64-linux-gnu/libc.so.6.
-fn copy_canonical(src: &Path, root: &Path) -> Result<()> {
+pub(crate) fn copy_canonical(src: &Path, root: &Path) -> Result<()> {
     let dir = src
         .parent()
         .ok_or_else(|| anyhow!("bad path {}", src.display()))?;
@@ -279,7 +279,7 @@ fn copy_canonical(src: &Path, root: &Path) -> Result<()> {
 }
 
 /// Write the tree under `root` as an uncompressed newc cpio archive (plus /dev/console).
-fn write_cpio(root: &Path, dest: &Path) -> Result<()> {
+pub(crate) fn write_cpio(root: &Path, dest: &Path) -> Result<()> {
     let mut w = std::io::BufWriter::new(fs::File::create(dest)?);
     let mut ino = 1u32;
     let mut entry = |w: &mut std::io::BufWriter<fs::File>,

@@ -27,7 +27,7 @@
 
 mod checks;
 mod host;
-mod image;
+pub(crate) mod image;
 mod observer;
 mod outputs;
 mod report;

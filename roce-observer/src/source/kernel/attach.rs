@@ -16,7 +16,7 @@ use aya::{
 };
 
 use super::{
-    TC_PROGRAM, XDP_PROGRAM,
+    TC_PROGRAM,
     error::{KernelError, is_busy},
     program_mut,
 };
@@ -38,6 +38,7 @@ impl Attachment {
     /// `warnings`. On error nothing of ours stays attached.
     pub(super) fn attach(
         ebpf: &mut Ebpf,
+        xdp_program: &'static str,
         iface: &str,
         xdp_mode: XdpMode,
         warnings: &mut Vec<String>,
@@ -50,7 +51,7 @@ impl Attachment {
             tc: None,
             created_clsact: false,
         };
-        let xdp = program_mut::<Xdp>(ebpf, XDP_PROGRAM)?;
+        let xdp = program_mut::<Xdp>(ebpf, xdp_program)?;
         let mut result = xdp.attach(iface, xdp_mode);
         // `auto`: a driver may refuse native XDP for its configuration (virtio_net with a
         // jumbo MTU, say); generic XDP sees the same frames, only slower.

@@ -38,6 +38,20 @@ pub enum KernelError {
         #[source]
         source: ProgramError,
     },
+    #[error(
+        "the kernel refused BPF program {program} ({error}); {variant}.\n\
+         {explanation}\n\
+         Please report this with the output of `uname -a` and `roce-observer --version`; \
+         meanwhile `roce-observer analyze` on a capture works on any kernel"
+    )]
+    Verifier {
+        program: &'static str,
+        error: std::io::Error,
+        /// The kernel release, what was loaded and which fallbacks were taken.
+        variant: String,
+        /// The verifier log's last lines, or why there is none.
+        explanation: String,
+    },
     #[error("loading the BPF programs failed: {0}")]
     Load(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("reading BPF map {map} failed: {source}")]
@@ -115,6 +129,83 @@ pub(super) fn load_error<E: std::error::Error + Send + Sync + 'static>(err: E) -
     }
 }
 
+/// A program the kernel refused: the verifier's last meaningful lines and what was probed.
+pub(super) fn program_load_error(
+    program: &'static str,
+    features: &super::Features,
+    err: ProgramError,
+) -> KernelError {
+    if is_privilege(&err) {
+        return KernelError::NotPrivileged;
+    }
+    let ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = err
+    else {
+        return KernelError::Load(Box::new(err));
+    };
+    KernelError::Verifier {
+        program,
+        error: io_error,
+        variant: features.describe(),
+        explanation: explain(&verifier_log.to_string()),
+    }
+}
+
+/// How many verifier log lines a user sees: the verdict is at the end, with the instructions
+/// that led to it just above.
+const LOG_TAIL: usize = 12;
+
+/// The verifier log's last meaningful lines (statistics dropped), with the helper this kernel
+/// does not know named first when that is the cause.
+fn explain(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| {
+            !l.trim().is_empty()
+                && !l.starts_with("processed ")
+                && !l.starts_with("verification time")
+                && !l.starts_with("stack depth")
+        })
+        .collect();
+    if lines.is_empty() {
+        return "The verifier printed nothing: the kernel refused the program before verifying \
+                it (an attribute or flag it does not know)."
+            .into();
+    }
+    let mut out = String::new();
+    if let Some(helper) = lines.iter().find_map(|l| unknown_helper(l)) {
+        out.push_str(&format!(
+            "This kernel lacks BPF helper {helper}, and the feature probe did not catch it.\n"
+        ));
+    }
+    let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+    out.push_str("Last lines of the verifier log:");
+    for l in tail {
+        out.push_str("\n  ");
+        out.push_str(l);
+    }
+    out
+}
+
+/// `unknown func bpf_x#N` / `invalid func unknown#N`: the helper the kernel does not have.
+/// Kernels that do not know a helper cannot name it: the ones this project uses past the 5.8
+/// floor are named here.
+fn unknown_helper(line: &str) -> Option<String> {
+    let helper = ["unknown func ", "invalid func "]
+        .iter()
+        .find_map(|p| line.split_once(p))
+        .map(|(_, rest)| rest.trim())?;
+    let named = match helper.rsplit_once('#').map(|(_, id)| id) {
+        Some("160") => "bpf_ktime_get_coarse_ns#160 (Linux 5.11+)".to_string(),
+        Some("188") => "bpf_xdp_get_buff_len#188 (Linux 5.18+)".to_string(),
+        _ => helper.to_string(),
+    };
+    Some(named)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +236,32 @@ mod tests {
         // A message that merely mentions the words is not a privilege error.
         let text = std::io::Error::other("Operation not permitted (text only)");
         assert!(!is_privilege(&text));
+    }
+
+    #[test]
+    fn verifier_logs_are_cut_to_their_verdict() {
+        let mut log = String::new();
+        for i in 0..40 {
+            log.push_str(&format!("{i}: (b7) r0 = {i}\n"));
+        }
+        // As 5.10 prints it: a kernel without the helper does not know its name either.
+        log.push_str("41: (85) call unknown#160\ninvalid func unknown#160\n");
+        log.push_str("processed 41 insns (limit 1000000)\n\n");
+        let text = explain(&log);
+        assert!(
+            text.starts_with(
+                "This kernel lacks BPF helper bpf_ktime_get_coarse_ns#160 (Linux 5.11+)"
+            )
+        );
+        assert!(text.contains("  invalid func unknown#160"));
+        assert!(!text.contains("processed"));
+        assert!(!text.contains("  0: (b7)"), "only the last lines: {text}");
+        assert_eq!(text.lines().count(), 2 + LOG_TAIL);
+        assert!(explain("\n").contains("before verifying"));
+        // A helper of a newer kernel than any this project knows keeps the kernel's words.
+        assert_eq!(
+            unknown_helper("unknown func bpf_future#999"),
+            Some("bpf_future#999".into())
+        );
     }
 }

@@ -9,12 +9,10 @@ pub mod attach;
 mod batch;
 pub mod error;
 pub mod maps;
+pub mod probe;
 pub mod test_run;
 
-use std::{
-    os::fd::{AsRawFd, RawFd},
-    path::Path,
-};
+use std::os::fd::{AsRawFd, RawFd};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -26,9 +24,11 @@ use roce_observer_common::{Counter, Direction};
 
 pub use attach::{Attachment, ifindex};
 pub use error::KernelError;
+pub use probe::Features;
 pub use test_run::BenchProgram;
 
-use error::load_error;
+use error::{load_error, program_load_error};
+use probe::kernel_release;
 
 use crate::{
     engine::Engine,
@@ -41,7 +41,9 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 #[cfg(ebpf_skipped)]
 static EBPF_OBJECT: &[u8] = &[];
 
+/// The XDP program for kernels with XDP frags (5.18+), and the one for older kernels.
 const XDP_PROGRAM: &str = "roce_observer_xdp";
+const XDP_PAGE_PROGRAM: &str = "roce_observer_xdp_page";
 const TC_PROGRAM: &str = "roce_observer_tc";
 const BASELINE_PROGRAM: &str = "roce_observer_baseline";
 
@@ -76,18 +78,16 @@ impl Default for KernelOptions {
 
 pub struct KernelSource {
     ebpf: Ebpf,
+    /// What the kernel offered at load, and so which variant runs.
+    features: Features,
+    /// The XDP program loaded: [`XDP_PROGRAM`] or [`XDP_PAGE_PROGRAM`].
+    xdp_program: &'static str,
     events: RingBuf<MapData>,
     attachments: Vec<Attachment>,
     /// Added to kernel monotonic timestamps to get ns since the Unix epoch.
     epoch_offset_ns: u64,
     /// Not yet taken by [`KernelSource::take_warnings`].
     warnings: Vec<String>,
-}
-
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -106,10 +106,14 @@ impl KernelSource {
         if EBPF_OBJECT.is_empty() {
             return Err(KernelError::NotBuilt);
         }
-        if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        let features = Features::probe();
+        if !features.privileged {
+            return Err(KernelError::NotPrivileged);
+        }
+        if let Some(what) = features.missing() {
             return Err(KernelError::KernelTooOld {
-                release: kernel_release(),
-                what: "BTF",
+                release: features.release,
+                what,
             });
         }
         // Memory-locked limits only matter on kernels before 5.11 (memcg accounting since).
@@ -126,15 +130,22 @@ impl KernelSource {
             .override_global("PMTU", &opts.pmtu, true)
             .override_global("BURST_COUNT", &opts.burst_count, true)
             .override_global("BURST_WINDOW_NS", &opts.burst_window_ns, true)
+            .override_global("COARSE_CLOCK", &u8::from(features.coarse_clock), true)
             .map_max_entries("FLOWS", opts.max_flows)
             .load(EBPF_OBJECT)
             .map_err(load_error)?;
-        program_mut::<Xdp>(&mut ebpf, XDP_PROGRAM)?
+        // Only the variant that fits is loaded: the other one may use what this kernel lacks.
+        let xdp_program = if features.xdp_frags {
+            XDP_PROGRAM
+        } else {
+            XDP_PAGE_PROGRAM
+        };
+        program_mut::<Xdp>(&mut ebpf, xdp_program)?
             .load()
-            .map_err(load_error)?;
+            .map_err(|e| program_load_error(xdp_program, &features, e))?;
         program_mut::<SchedClassifier>(&mut ebpf, TC_PROGRAM)?
             .load()
-            .map_err(load_error)?;
+            .map_err(|e| program_load_error(TC_PROGRAM, &features, e))?;
         let events = ebpf
             .take_map("EVENTS")
             .ok_or_else(|| KernelError::Load("the object has no EVENTS ring buffer".into()))?;
@@ -142,7 +153,7 @@ impl KernelSource {
         let events = RingBuf::try_from(events).map_err(|source| match source {
             MapError::InvalidMapType { .. } => KernelError::KernelTooOld {
                 release: kernel_release(),
-                what: "BPF ring buffers",
+                what: "BPF ring buffers (Linux 5.8+)",
             },
             source => KernelError::Map {
                 map: "EVENTS",
@@ -153,6 +164,8 @@ impl KernelSource {
             clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
         Ok(KernelSource {
             ebpf,
+            features,
+            xdp_program,
             events,
             attachments: Vec::new(),
             epoch_offset_ns,
@@ -162,9 +175,20 @@ impl KernelSource {
 
     /// Attach XDP (ingress) and TC egress to `iface`.
     pub fn attach(&mut self, iface: &str, xdp_mode: XdpMode) -> Result<&Attachment, KernelError> {
-        let attachment = Attachment::attach(&mut self.ebpf, iface, xdp_mode, &mut self.warnings)?;
+        let attachment = Attachment::attach(
+            &mut self.ebpf,
+            self.xdp_program,
+            iface,
+            xdp_mode,
+            &mut self.warnings,
+        )?;
         self.attachments.push(attachment);
         Ok(&self.attachments[self.attachments.len() - 1])
+    }
+
+    /// What the kernel offered at load (and so which program variant runs).
+    pub fn features(&self) -> &Features {
+        &self.features
     }
 
     /// Warnings gathered since the last call (e.g. a fallback to generic XDP), to show the user.

@@ -3,9 +3,7 @@
 
 use aya::programs::{Program, TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
 
-use super::{
-    BASELINE_PROGRAM, KernelSource, TC_PROGRAM, XDP_PROGRAM, error::KernelError, program_mut,
-};
+use super::{BASELINE_PROGRAM, KernelSource, TC_PROGRAM, error::KernelError, program_mut};
 
 /// Programs `KernelSource::bench` can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,16 +12,6 @@ pub enum BenchProgram {
     Tc,
     /// An XDP program that only returns XDP_PASS.
     Baseline,
-}
-
-impl BenchProgram {
-    fn name(self) -> &'static str {
-        match self {
-            BenchProgram::Xdp => XDP_PROGRAM,
-            BenchProgram::Tc => TC_PROGRAM,
-            BenchProgram::Baseline => BASELINE_PROGRAM,
-        }
-    }
 }
 
 /// Outcome of one test run.
@@ -63,12 +51,21 @@ fn run(
 impl KernelSource {
     /// Run the XDP program once on `frame`. Returns the XDP verdict.
     pub fn test_run_xdp(&self, frame: &[u8]) -> Result<u32, KernelError> {
-        run(self, XDP_PROGRAM, frame, 1).map(|r| r.return_value)
+        run(self, self.xdp_program, frame, 1).map(|r| r.return_value)
     }
 
     /// Run the TC program once on `frame`. Returns the TC verdict.
     pub fn test_run_tc(&self, frame: &[u8]) -> Result<u32, KernelError> {
         run(self, TC_PROGRAM, frame, 1).map(|r| r.return_value)
+    }
+
+    /// The loaded program behind `program` (the XDP variant this kernel got).
+    fn program_name(&self, program: BenchProgram) -> &'static str {
+        match program {
+            BenchProgram::Xdp => self.xdp_program,
+            BenchProgram::Tc => TC_PROGRAM,
+            BenchProgram::Baseline => BASELINE_PROGRAM,
+        }
     }
 
     /// Average kernel time per run of `program` on `frame`, over `repeat` runs
@@ -79,7 +76,7 @@ impl KernelSource {
         frame: &[u8],
         repeat: u32,
     ) -> Result<std::time::Duration, KernelError> {
-        let name = program.name();
+        let name = self.program_name(program);
         if program == BenchProgram::Baseline {
             let prog = program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?;
             if prog.fd().is_err() {
@@ -115,7 +112,7 @@ impl KernelSource {
         &self,
         program: BenchProgram,
     ) -> Result<(std::time::Duration, u64), KernelError> {
-        let name = program.name();
+        let name = self.program_name(program);
         let info = self
             .ebpf
             .program(name)
