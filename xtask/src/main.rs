@@ -5,6 +5,7 @@ mod demo;
 mod fixtures;
 mod kernels;
 mod package;
+mod qemu;
 mod setup;
 mod softroce;
 mod test;

@@ -28,7 +28,6 @@ mod compare;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -240,48 +239,18 @@ fn run_kernel(
     )?;
 
     let t = Instant::now();
-    let status = Command::new("timeout")
-        .arg("--kill-after=10")
-        .arg(opts.vm_timeout.to_string())
-        .arg("qemu-system-x86_64")
-        .args([
-            "-machine",
-            "pc,accel=tcg",
-            "-cpu",
-            "max",
-            "-smp",
-            "1",
-            "-m",
-            "512",
-        ])
-        .args([
-            "-nodefaults",
-            "-display",
-            "none",
-            "-no-reboot",
-            "-monitor",
-            "none",
-        ])
-        .arg("-kernel")
-        .arg(&image.kernel)
-        .arg("-initrd")
-        .arg(&image.initrd)
-        .args([
-            "-append",
-            "console=ttyS0 panic=1 quiet loglevel=4 no_timer_check",
-        ])
-        .arg("-serial")
-        .arg(format!("file:{}", dir.join("console.log").display()))
-        .arg("-virtfs")
-        .arg(format!(
-            "local,path={},mount_tag=share,security_model=none,id=fs0",
-            share.display()
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(dir.join("qemu.err"))?)
-        .status()
-        .context("starting qemu-system-x86_64")?;
+    let status = crate::qemu::Guest {
+        kernel: &image.kernel,
+        initrd: &image.initrd,
+        timeout_secs: opts.vm_timeout,
+        memory_mb: 512,
+        kernel_args: "",
+        share: &share,
+        log_dir: &dir,
+    }
+    .command()?
+    .status()
+    .context("starting qemu-system-x86_64")?;
     let vm = t.elapsed().as_secs_f64();
     let out = share.join("out");
     if !out.join("done").exists() {

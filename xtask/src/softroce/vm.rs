@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -98,43 +98,18 @@ fn start_vm(
     mac: &str,
     opts: &SoftRoceOpts,
 ) -> Result<Vm> {
-    let mut cmd = Command::new("timeout");
-    cmd.arg("--kill-after=10")
-        .arg(opts.vm_timeout.to_string())
-        .arg("qemu-system-x86_64")
-        .args(["-machine", "pc,accel=tcg", "-cpu", "max", "-smp", "1"])
-        .args(["-m", &opts.vm_memory.to_string()])
-        .args([
-            "-nodefaults",
-            "-display",
-            "none",
-            "-no-reboot",
-            "-monitor",
-            "none",
-        ])
-        .arg("-kernel")
-        .arg(&image.kernel)
-        .arg("-initrd")
-        .arg(&image.initrd)
-        .args([
-            "-append",
-            // no_timer_check: under emulation on a loaded host the guest's IO-APIC timer check
-            // can miss its ticks and panic the boot ("IO-APIC + timer doesn't work!", seen
-            // here while other builds ran); the check proves nothing about the guest we test.
-            &format!("console=ttyS0 panic=1 quiet loglevel=4 no_timer_check softroce.vm={name}"),
-        ])
-        .arg("-serial")
-        .arg(format!("file:{}", share.join("console.log").display()))
-        .args(["-netdev", netdev])
-        .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={mac}")])
-        .arg("-virtfs")
-        .arg(format!(
-            "local,path={},mount_tag=share,security_model=none,id=fs0",
-            share.display()
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(share.join("qemu.err"))?);
+    let mut cmd = crate::qemu::Guest {
+        kernel: &image.kernel,
+        initrd: &image.initrd,
+        timeout_secs: opts.vm_timeout,
+        memory_mb: opts.vm_memory,
+        kernel_args: &format!("softroce.vm={name}"),
+        share,
+        log_dir: share,
+    }
+    .command()?;
+    cmd.args(["-netdev", netdev])
+        .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={mac}")]);
     let child = cmd.spawn().context("starting qemu-system-x86_64")?;
     Ok(Vm {
         name: name.to_string(),
