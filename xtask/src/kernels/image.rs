@@ -11,7 +11,7 @@ use std::process::Command;
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::fetch::Fetched;
-use crate::softroce::image::{copy_canonical, extract_vmlinux, ldd, write_cpio};
+use crate::softroce::image::{copy_canonical, extract_vmlinux, ldd, merged_usr_root, write_cpio};
 use crate::util::output_checked;
 
 /// Host binaries copied in (with their libraries), and the name each gets in the guest.
@@ -82,22 +82,7 @@ pub(super) fn build_image(root: &Path, dir: &Path, k: &Fetched) -> Result<Image>
     }
     let staging = dir.join("staging");
     let _ = fs::remove_dir_all(&staging);
-    for d in [
-        "usr/bin",
-        "usr/sbin",
-        "usr/lib",
-        "usr/lib64",
-        "proc",
-        "sys",
-        "dev",
-        "tmp",
-        "share",
-    ] {
-        fs::create_dir_all(staging.join(d))?;
-    }
-    for d in ["bin", "sbin", "lib", "lib64"] {
-        std::os::unix::fs::symlink(format!("usr/{d}"), staging.join(d))?;
-    }
+    merged_usr_root(&staging, &["proc", "sys", "dev", "tmp", "share"])?;
     for (host, guest) in GUEST_BINS {
         let host = Path::new(host);
         if !host.exists() {

@@ -112,26 +112,10 @@ pub(super) fn build_image(root: &Path, out: &Path, host: &Host, force: bool) -> 
         fs::remove_dir_all(&staging)?;
     }
     fs::create_dir_all(&staging)?;
-    // merged-/usr layout like the host
-    for d in [
-        "usr/bin",
-        "usr/sbin",
-        "usr/lib",
-        "usr/lib64",
-        "etc",
-        "proc",
-        "sys",
-        "dev",
-        "tmp",
-        "run",
-        "share",
-        "root",
-    ] {
-        fs::create_dir_all(staging.join(d))?;
-    }
-    for d in ["bin", "sbin", "lib", "lib64"] {
-        std::os::unix::fs::symlink(format!("usr/{d}"), staging.join(d))?;
-    }
+    merged_usr_root(
+        &staging,
+        &["etc", "proc", "sys", "dev", "tmp", "run", "share", "root"],
+    )?;
     let mut files: Vec<PathBuf> = Vec::new();
     let mut seen = HashSet::new();
     for f in GUEST_BINS.iter().chain(GUEST_LIBS) {
@@ -357,5 +341,20 @@ pub(crate) fn write_cpio(root: &Path, dest: &Path) -> Result<()> {
     entry(&mut w, "dev/console", 0o020600, &[], (5, 1))?;
     entry(&mut w, "TRAILER!!!", 0, &[], (0, 0))?;
     w.flush()?;
+    Ok(())
+}
+
+/// A guest root with the host's merged-/usr layout (bin, sbin, lib, lib64 link into usr/, so
+/// host binaries and their libraries keep their paths), plus the top-level `dirs`.
+pub fn merged_usr_root(staging: &Path, dirs: &[&str]) -> Result<()> {
+    for d in ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64"]
+        .iter()
+        .chain(dirs)
+    {
+        fs::create_dir_all(staging.join(d))?;
+    }
+    for d in ["bin", "sbin", "lib", "lib64"] {
+        std::os::unix::fs::symlink(format!("usr/{d}"), staging.join(d))?;
+    }
     Ok(())
 }
