@@ -124,18 +124,25 @@ impl Sketch {
                     samples.push(v);
                     return;
                 }
-                let old = std::mem::take(samples);
-                self.repr = Repr::Buckets {
-                    zero: 0,
-                    offset: 0,
-                    bins: Vec::new(),
-                };
-                for s in old {
-                    self.bucket_add(s, 1);
-                }
+                self.spill_to_buckets();
                 self.bucket_add(v, 1);
             }
             Repr::Buckets { .. } => self.bucket_add(v, 1),
+        }
+    }
+
+    /// Leave the exact representation: its samples move into log buckets (no-op if there).
+    fn spill_to_buckets(&mut self) {
+        if let Repr::Exact(samples) = &mut self.repr {
+            let old = std::mem::take(samples);
+            self.repr = Repr::Buckets {
+                zero: 0,
+                offset: 0,
+                bins: Vec::new(),
+            };
+            for s in old {
+                self.bucket_add(s, 1);
+            }
         }
     }
 
@@ -162,17 +169,7 @@ impl Sketch {
             }
             Repr::Buckets { zero, offset, bins } => {
                 // Switch to buckets, then add other's buckets by representative value.
-                if let Repr::Exact(samples) = &mut self.repr {
-                    let old = std::mem::take(samples);
-                    self.repr = Repr::Buckets {
-                        zero: 0,
-                        offset: 0,
-                        bins: Vec::new(),
-                    };
-                    for s in old {
-                        self.bucket_add(s, 1);
-                    }
-                }
+                self.spill_to_buckets();
                 if let Repr::Buckets { zero: z, .. } = &mut self.repr {
                     *z += zero;
                 }
