@@ -190,7 +190,23 @@ if [ "$ROLE" = server ]; then
 	PERF_RC=$?
 	kill $READY_PID 2>/dev/null
 else
-	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS "$PEER_IP" >$OUT/perftest.out 2>&1
+	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS "$PEER_IP" >$OUT/perftest.out 2>&1 &
+	PERF_PID=$!
+	# Ground truth for the observer's QP owners, independent of it: the perftest process as
+	# /proc names it, and iproute2's `rdma resource show qp` once perftest's QP exists (a
+	# user QP: one with a pid). Polled while perftest runs; costs no extra VM time.
+	i=0
+	while kill -0 $PERF_PID 2>/dev/null && [ $i -lt 600 ]; do
+		if $RDMA -j resource show qp >/tmp/rdma-qp.json 2>>/tmp/init.log &&
+			grep -q '"pid"' /tmp/rdma-qp.json; then
+			cp /tmp/rdma-qp.json $OUT/rdma-qp.json
+			status "PERF_PIDOF=$(pidof "$PERFTEST")"
+			status "PERF_COMM=$(cat /proc/"$(pidof "$PERFTEST")"/comm 2>/dev/null)"
+			break
+		fi
+		sleep 0.1; i=$((i + 1))
+	done
+	wait $PERF_PID
 	PERF_RC=$?
 fi
 status "T_PERF_END=$(cut -d' ' -f1 /proc/uptime)"

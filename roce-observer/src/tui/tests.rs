@@ -496,7 +496,9 @@ fn qp_owners_label_flows_and_filter_by_process() {
         state: Some("RTS"),
         pid: Some(4242),
         comm: "ib_write_bw".into(),
+        gone: false,
     }];
+    crate::source::qp_owner::label_flows(&snap.qp_owners, &mut snap.flows);
     let mut app = App::new("capture".into(), snap);
     let screen = render_at(&app, 200, 20);
     assert!(screen.contains("ib_write_bw/4242"), "{screen}");

@@ -13,7 +13,7 @@ use super::{
     columns::{self, Column},
     history::{DEPTH, FlowHistory, bars, flow_id, pfc_id},
 };
-use crate::{engine::snapshot::QpOwner, format, source::qp_owner::owner_of};
+use crate::{engine::snapshot::QpOwner, format};
 
 const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
@@ -273,11 +273,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         ce.push(marked(f.ecn_ce, f.ecn_ce.to_string()), warn(f.ecn_ce));
         p50.push(format::ns(f.rtt_ns.p50), plain);
         p99.push(format::ns(f.rtt_ns.p99), plain);
-        process.push(
-            owner_of(&app.snapshot.qp_owners, f.dst_qp, f.direction)
-                .map_or(String::new(), owner_label),
-            plain,
-        );
+        process.push(f.owner.as_ref().map_or(String::new(), owner_label), plain);
     }
     let mut all = vec![
         mark, flow, qp, peer, seen, pkts, rate, gaps, retx, nak, cnp, ce, p50, p99,
@@ -425,7 +421,7 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
         Line::from(format!("opcodes: {opcodes}")),
     ];
     let mut lines = lines;
-    if let Some(o) = owner_of(&app.snapshot.qp_owners, f.dst_qp, f.direction) {
+    if let Some(o) = &f.owner {
         let psn = |p: Option<u32>| p.map_or("-".into(), |v| v.to_string());
         lines.insert(
             1,
