@@ -193,12 +193,13 @@ else
 	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS "$PEER_IP" >$OUT/perftest.out 2>&1 &
 	PERF_PID=$!
 	# Ground truth for the observer's QP owners, independent of it: the perftest process as
-	# /proc names it, and iproute2's `rdma resource show qp` once perftest's QP exists (a
-	# user QP: one with a pid). Polled while perftest runs; costs no extra VM time.
+	# /proc names it, and iproute2's `rdma resource show qp` once perftest's QP is connected
+	# (a user QP, one with a pid, whose rqpn is set: 0 before RTR; the kernel's GSI QP has
+	# none). Polled while perftest runs; costs no extra VM time.
 	i=0
 	while kill -0 $PERF_PID 2>/dev/null && [ $i -lt 600 ]; do
 		if $RDMA -j resource show qp >/tmp/rdma-qp.json 2>>/tmp/init.log &&
-			grep -q '"pid"' /tmp/rdma-qp.json; then
+			grep -q '"pid"' /tmp/rdma-qp.json && grep -q '"rqpn":[1-9]' /tmp/rdma-qp.json; then
 			cp /tmp/rdma-qp.json $OUT/rdma-qp.json
 			status "PERF_PIDOF=$(pidof "$PERFTEST")"
 			status "PERF_COMM=$(cat /proc/"$(pidof "$PERFTEST")"/comm 2>/dev/null)"

@@ -11,7 +11,7 @@ use ratatui::{
 use super::{
     app::{App, Tab, nak_total},
     columns::{self, Column},
-    history::{DEPTH, FlowHistory, bars, flow_id, pfc_id},
+    history::{DEPTH, FlowHistory, bars, pfc_id},
 };
 use crate::{engine::snapshot::QpOwner, format};
 
@@ -362,8 +362,8 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let [charts, area] = Layout::vertical([Constraint::Length(4), Constraint::Min(0)]).areas(inner);
-    if let Some(h) = app.history.flows.get(&flow_id(f)) {
-        draw_charts(frame, h, charts);
+    if let Some(h) = app.history.of(f, app.merged) {
+        draw_charts(frame, &h, charts);
     }
     let opcodes = f
         .opcodes
@@ -553,7 +553,9 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     let mut kind = Column::new("kind", 0);
     let mut count = Column::new("count", 1);
     let mut subject = Column::new("subject", 0);
-    let mut reason = Column::new("reason", 0).fill();
+    // The selected alert's reason is shown in full below the table: the column claims little,
+    // so that kind, count and subject fit at 80 columns.
+    let mut reason = Column::new("reason", 0).fill_at_least(12);
     for a in &app.snapshot.alerts {
         kind.push(a.kind.into(), plain);
         count.push(a.count.to_string(), plain);

@@ -20,6 +20,7 @@ pub(super) struct GuestQp {
     pub(super) comm: String,
     pub(super) lqpn: u64,
     pub(super) rqpn: u64,
+    pub(super) state: String,
 }
 
 /// The user QPs (those with a pid) of `rdma -j resource show qp`.
@@ -34,6 +35,7 @@ pub(super) fn guest_qps(rdma_json: &str) -> Vec<GuestQp> {
                 comm: q["comm"].as_str().unwrap_or("").to_string(),
                 lqpn: q["lqpn"].as_u64()?,
                 rqpn: q["rqpn"].as_u64()?,
+                state: q["state"].as_str().unwrap_or("").to_string(),
             })
         })
         .collect()
@@ -65,20 +67,24 @@ pub(super) fn owner_checks(ck: &mut Checks, sc: &Scenario, cdir: &Path, doc: &Va
         .get("PERF_PIDOF")
         .and_then(|p| p.trim_matches('\'').parse().ok());
     let qps = guest_qps(&fs::read_to_string(cdir.join("rdma-qp.json")).unwrap_or_default());
-    // The ground truth first: one user QP, perftest's, seen by rdma and by /proc alike.
+    // The ground truth first: one user QP, perftest's, connected (its rqpn is set from RTR
+    // on), seen by rdma and by /proc alike.
     let truth = match (pidof, qps.as_slice()) {
-        (Some(pid), [q]) if q.pid == pid && q.comm == sc.perftest => Some(q),
+        (Some(pid), [q]) if q.pid == pid && q.comm == sc.perftest && q.rqpn != 0 => Some(q),
         _ => None,
     };
     ck.truth(
-        "guest: rdma resource show qp lists perftest's QP (pid = pidof, comm = perftest)",
-        &format!("one QP of {}/<pidof>", sc.perftest),
+        "guest: rdma resource show qp lists perftest's QP (pid = pidof, comm = perftest, rqpn set)",
+        &format!("one connected QP of {}/<pidof>", sc.perftest),
         format!(
             "pidof {}, comm {}, rdma: {}",
             pidof.map_or("none".into(), |p| p.to_string()),
             status.get("PERF_COMM").map_or("none", |s| s.as_str()),
             qps.iter()
-                .map(|q| format!("{}/{} lqpn {} rqpn {}", q.comm, q.pid, q.lqpn, q.rqpn))
+                .map(|q| format!(
+                    "{}/{} lqpn {} rqpn {} {}",
+                    q.comm, q.pid, q.lqpn, q.rqpn, q.state
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
