@@ -143,8 +143,9 @@ pub fn parse_device(payload: &[u8]) -> Option<(u32, String)> {
     Some((index?, name?))
 }
 
-/// The QPs of an RDMA_NLDEV_CMD_RES_QP_GET reply. `comm` names a process by pid.
-pub fn parse_qps(payload: &[u8], comm: &dyn Fn(u32) -> String) -> Vec<QpOwner> {
+/// The QPs of an RDMA_NLDEV_CMD_RES_QP_GET reply. The kernel names the module of a kernel QP;
+/// a process is named by pid only (its `comm` is left empty: [`OwnerBook`] reads it).
+pub fn parse_qps(payload: &[u8]) -> Vec<QpOwner> {
     let mut device = String::new();
     let mut out = Vec::new();
     for (kind, p) in attrs(payload) {
@@ -172,9 +173,6 @@ pub fn parse_qps(payload: &[u8], comm: &dyn Fn(u32) -> String) -> Vec<QpOwner> {
                     }
                     let Some(lqpn) = lqpn else { continue };
                     qp.lqpn = lqpn;
-                    if let Some(pid) = qp.pid {
-                        qp.comm = comm(pid);
-                    }
                     out.push(qp);
                 }
             }
@@ -253,7 +251,8 @@ impl Socket {
     }
 }
 
-/// Every QP on the host's RDMA devices (an empty list on a host without any).
+/// Every QP on the host's RDMA devices (an empty list on a host without any), processes named
+/// by pid only.
 pub fn read_owners() -> io::Result<Vec<QpOwner>> {
     let sock = Socket::open()?;
     let mut devices = Vec::new();
@@ -263,7 +262,7 @@ pub fn read_owners() -> io::Result<Vec<QpOwner>> {
     let mut out = Vec::new();
     for (seq, (index, _)) in (2u32..).zip(&devices) {
         sock.dump(&request(CMD_RES_QP_GET, seq, Some(*index)), |p| {
-            out.extend(parse_qps(p, &proc_comm));
+            out.extend(parse_qps(p));
         })?;
     }
     Ok(out)
@@ -339,20 +338,32 @@ const GONE_KEPT: usize = 4096;
 /// The QPs read so far: those alive at the last read and the most recent [`GONE_KEPT`] that
 /// were destroyed since (marked `gone`), so the flows of a process that ended (a crashed
 /// training job, a perftest run shorter than the report interval) stay labelled with it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct OwnerBook {
     /// Keep this device's QPs only.
     device: Option<String>,
     live: Vec<QpOwner>,
     /// Most recently gone first.
     gone: VecDeque<QpOwner>,
+    /// The command of each pid that owns a live QP, read once: a host with thousands of QPs
+    /// would otherwise read /proc thousands of times per poll.
+    comms: HashMap<u32, String>,
+    comm_of: fn(u32) -> String,
 }
 
 impl OwnerBook {
     pub fn new(device: Option<String>) -> OwnerBook {
+        OwnerBook::naming(device, proc_comm)
+    }
+
+    /// A book that names processes with `comm_of` (tests).
+    fn naming(device: Option<String>, comm_of: fn(u32) -> String) -> OwnerBook {
         OwnerBook {
             device,
-            ..OwnerBook::default()
+            live: Vec::new(),
+            gone: VecDeque::new(),
+            comms: HashMap::new(),
+            comm_of,
         }
     }
 
@@ -367,6 +378,19 @@ impl OwnerBook {
     pub fn update(&mut self, mut now: Vec<QpOwner>) {
         if let Some(d) = &self.device {
             now.retain(|o| &o.device == d);
+        }
+        // A pid whose QPs are all gone may name another process next time.
+        let pids: HashSet<u32> = now.iter().filter_map(|o| o.pid).collect();
+        self.comms.retain(|pid, _| pids.contains(pid));
+        for o in &mut now {
+            if let Some(pid) = o.pid {
+                let comm_of = self.comm_of;
+                o.comm = self
+                    .comms
+                    .entry(pid)
+                    .or_insert_with(|| comm_of(pid))
+                    .clone();
+            }
         }
         let alive: HashSet<(&str, u32)> = now.iter().map(|o| (o.device.as_str(), o.lqpn)).collect();
         // A QP number used again belongs to the new QP.
@@ -451,9 +475,7 @@ mod tests {
         let mut reply = qp_reply();
         reply.extend(message(NLMSG_DONE, &[0; 4]));
         let mut owners = Vec::new();
-        let end = messages(&reply, |p| {
-            owners.extend(parse_qps(p, &|pid| format!("proc{pid}")))
-        });
+        let end = messages(&reply, |p| owners.extend(parse_qps(p)));
         assert_eq!(end, Part::Done);
         assert_eq!(
             owners[0],
@@ -466,7 +488,7 @@ mod tests {
                 rq_psn: Some(100),
                 state: Some("RTS"),
                 pid: Some(4242),
-                comm: "proc4242".into(),
+                comm: String::new(),
                 gone: false,
             }
         );
@@ -515,7 +537,7 @@ mod tests {
     /// used again belongs to the new QP; a device filter keeps that device only.
     #[test]
     fn the_book_remembers_gone_qps_and_lets_new_ones_win() {
-        let mut book = OwnerBook::new(Some("rxe0".into()));
+        let mut book = OwnerBook::naming(Some("rxe0".into()), |pid| format!("proc{pid}"));
         let mut other = qp(0x30, 0x31, 9);
         other.device = "mlx5_0".into();
         book.update(vec![qp(0x11, 0x12, 1), qp(0x13, 0x14, 2), other]);
@@ -526,6 +548,7 @@ mod tests {
             o.iter().map(|o| (o.lqpn, o.gone)).collect::<Vec<_>>(),
             [(0x13, false), (0x11, true)]
         );
+        assert_eq!(o[0].comm, "proc2");
         // Gone, its flows still have an owner.
         assert_eq!(
             owner_of(&o, 0x11, None, "ingress").and_then(|o| o.pid),
@@ -544,7 +567,7 @@ mod tests {
             book.update(Vec::new());
         }
         assert_eq!(book.owners().len(), 2);
-        let mut many = OwnerBook::new(None);
+        let mut many = OwnerBook::naming(None, |_| String::new());
         many.update((0..GONE_KEPT as u32 + 5).map(|n| qp(n, n, n)).collect());
         many.update(Vec::new());
         assert_eq!(many.owners().len(), GONE_KEPT);
@@ -577,7 +600,7 @@ mod tests {
         );
         let mut owners = Vec::new();
         let payload = &reply[16..];
-        owners.extend(parse_qps(&payload[..payload.len() - 6], &|_| String::new()));
+        owners.extend(parse_qps(&payload[..payload.len() - 6]));
         assert!(owners.len() <= 2);
     }
 
