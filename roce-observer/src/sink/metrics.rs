@@ -377,12 +377,12 @@ fn register_nic(reg: &mut Registry, snap: &Snapshot) {
         }
     }
     reg.register(
-        "roce_nic_counter",
+        "roce_nic_stat",
         "RDMA NIC counter as read (source rdma: hw_counters and counters; pause: ethtool -S)",
         ConstFamily(totals),
     );
     reg.register(
-        "roce_nic_counter_rate",
+        "roce_nic_stat_rate",
         "Change of the NIC counter per second over the last reporting interval",
         ConstFamily(rates),
     );

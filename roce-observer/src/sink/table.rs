@@ -152,8 +152,7 @@ fn nic(out: &mut String, s: &Snapshot) {
         "NIC PORT", "COUNTER", "TOTAL", "PER S"
     );
     for r in rows {
-        let _ = writeln!(
-            out,
+        let line = format!(
             "{:<22} {:<32} {:>14} {:>12.1}  {}",
             fit(&r.port, 22),
             fit(r.name, 32),
@@ -161,6 +160,7 @@ fn nic(out: &mut String, s: &Snapshot) {
             r.counter.per_s,
             fit(r.meaning, 33)
         );
+        let _ = writeln!(out, "{}", line.trim_end());
     }
 }
 
@@ -568,5 +568,6 @@ mod tests {
         for l in out.lines() {
             assert!(l.chars().count() <= 120, "{l}");
         }
+        assert!(!nic[1].ends_with(' '), "{:?}", nic[1]);
     }
 }

@@ -81,17 +81,17 @@ fn owners_and_nic_counters_have_series() {
     let l =
         |c: &str, src: &str| format!("device=\"rxe0\",port=\"1\",source=\"{src}\",counter=\"{c}\"");
     assert_eq!(
-        value(&text, "roce_nic_counter_total", &l("sent_pkts", "rdma")),
+        value(&text, "roce_nic_stat_total", &l("sent_pkts", "rdma")),
         900.0
     );
     assert_eq!(
-        value(&text, "roce_nic_counter_rate", &l("sent_pkts", "rdma")),
+        value(&text, "roce_nic_stat_rate", &l("sent_pkts", "rdma")),
         150.0
     );
     assert_eq!(
         value(
             &text,
-            "roce_nic_counter_total",
+            "roce_nic_stat_total",
             &l("rx_pause_ctrl_phy", "pause")
         ),
         5.0
@@ -102,7 +102,7 @@ fn owners_and_nic_counters_have_series() {
         DEFAULT_TOP_FLOWS,
         &Health::default(),
     );
-    assert!(!bare.contains("roce_flow_owner_info{") && !bare.contains("roce_nic_counter_total{"));
+    assert!(!bare.contains("roce_flow_owner_info{") && !bare.contains("roce_nic_stat_total{"));
 }
 
 /// `name{labels} value` lines as (name, labels, value).
@@ -317,7 +317,12 @@ fn promtool_finds_nothing_to_lint() {
         eprintln!("promtool not installed: lint checked by the Prometheus scrape test only");
         return;
     };
-    let snap = fixture_snapshot(&["mixed_demo", "pfc", "pause_8023x", "nak_go_back_n"]);
+    let snap = with_host(fixture_snapshot(&[
+        "mixed_demo",
+        "pfc",
+        "pause_8023x",
+        "nak_go_back_n",
+    ]));
     let health = Health {
         log_records_lost: Some(1),
         log_records_written: Some(2),
