@@ -431,7 +431,11 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
                 o.device,
                 o.port.map_or("-".into(), |p| p.to_string()),
                 format::qp(o.lqpn),
-                o.state.unwrap_or("?"),
+                if o.gone {
+                    "gone"
+                } else {
+                    o.state.unwrap_or("?")
+                },
                 psn(o.sq_psn),
                 psn(o.rq_psn),
             )),
