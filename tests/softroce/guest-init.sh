@@ -15,6 +15,7 @@
 #   EXTRA_READY="attached" optional: start perftest as soon as extra.err/out matches it
 #                         (EXTRA_WAIT is then the upper bound)
 #   PERFTEST_TIMEOUT=600  hard limit for the perftest process
+#   SHIFT_QPN=1           server: a loopback perftest first, so its QP numbers differ from the client's
 # Everything the VM produces is written back into the share; the last file is
 # status.env (PERFTEST_RC=..., ...). The VM then powers off (qemu runs with
 # -no-reboot and panic=1, and the harness wraps qemu in a hard timeout too).
@@ -115,6 +116,27 @@ $RDMA link show >$OUT/rdma-link.txt 2>&1
 snap_counters() {
 	for f in $PORT/hw_counters/*; do echo "${f##*/}=$(cat "$f")"; done >"$1"
 }
+# Shift the server's QP numbers: a loopback perftest (its two QPs created and destroyed; rxe
+# numbers QPs cyclically and loopback never reaches eth0) before the counters are read, so the
+# server's perftest QP is not number 17 like the client's and the observer's owner check can
+# tell the local QP (lqpn) from the remote one (rqpn). SHIFT_QPN=0 skips it.
+if [ "$ROLE" = server ] && [ "${SHIFT_QPN:-1}" = 1 ]; then
+	LB=/usr/bin/ib_write_bw
+	status "T_SHIFT_START=$(cut -d' ' -f1 /proc/uptime)"
+	timeout 60 $LB -d rxe0 -x "$GID_IDX" -p 18600 -n 5 -s 64 >/tmp/shift-server.out 2>&1 &
+	LB_PID=$!
+	i=0
+	until netstat -ltn 2>/dev/null | grep -q ":18600 "; do
+		sleep 0.1; i=$((i + 1))
+		[ $i -ge 300 ] && break
+		kill -0 $LB_PID 2>/dev/null || break
+	done
+	timeout 60 $LB -d rxe0 -x "$GID_IDX" -p 18600 -n 5 -s 64 "$MY_IP" >/tmp/shift-client.out 2>&1
+	wait $LB_PID
+	status "QPN_SHIFT_RC=$?"
+	status "T_SHIFT_END=$(cut -d' ' -f1 /proc/uptime)"
+	cat /tmp/shift-server.out /tmp/shift-client.out >>/tmp/init.log
+fi
 snap_counters $OUT/counters_before.txt
 
 # ---- rendezvous: the server listens on the perftest port, then says "ready" ----

@@ -93,6 +93,14 @@ pub(super) fn owner_checks(ck: &mut Checks, sc: &Scenario, cdir: &Path, doc: &Va
     let Some(q) = truth else {
         return Value::Null;
     };
+    // The server VM runs a loopback perftest first (guest-init.sh, SHIFT_QPN), so that a label
+    // taken from the wrong end (lqpn for rqpn) cannot pass.
+    ck.truth(
+        "guest: perftest's local and remote QP numbers differ",
+        "lqpn != rqpn",
+        format!("lqpn {} rqpn {}", q.lqpn, q.rqpn),
+        q.lqpn != q.rqpn,
+    );
     let flows = doc["flows"].as_array().cloned().unwrap_or_default();
     ck.truth(
         "observer flow records to label",
