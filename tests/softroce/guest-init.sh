@@ -116,6 +116,17 @@ $RDMA link show >$OUT/rdma-link.txt 2>&1
 snap_counters() {
 	for f in $PORT/hw_counters/*; do echo "${f##*/}=$(cat "$f")"; done >"$1"
 }
+
+# Wait until TCP port $1 listens, at most $3 tenths of a second, or until process $2 exits.
+wait_listening() {
+	i=0
+	until netstat -ltn 2>/dev/null | grep -q ":$1 "; do
+		sleep 0.1; i=$((i + 1))
+		[ $i -ge "$3" ] && break
+		kill -0 "$2" 2>/dev/null || break
+	done
+}
+
 # Shift the server's QP numbers: a loopback perftest (its two QPs created and destroyed; rxe
 # numbers QPs cyclically and loopback never reaches eth0) before the counters are read, so the
 # server's perftest QP is not number 17 like the client's and the observer's owner check can
@@ -125,12 +136,7 @@ if [ "$ROLE" = server ] && [ "${SHIFT_QPN:-1}" = 1 ]; then
 	status "T_SHIFT_START=$(cut -d' ' -f1 /proc/uptime)"
 	timeout 60 $LB -d rxe0 -x "$GID_IDX" -p 18600 -n 5 -s 64 >/tmp/shift-server.out 2>&1 &
 	LB_PID=$!
-	i=0
-	until netstat -ltn 2>/dev/null | grep -q ":18600 "; do
-		sleep 0.1; i=$((i + 1))
-		[ $i -ge 300 ] && break
-		kill -0 $LB_PID 2>/dev/null || break
-	done
+	wait_listening 18600 $LB_PID 300
 	timeout 60 $LB -d rxe0 -x "$GID_IDX" -p 18600 -n 5 -s 64 "$MY_IP" >/tmp/shift-client.out 2>&1
 	wait $LB_PID
 	status "QPN_SHIFT_RC=$?"
@@ -199,12 +205,7 @@ status "T_PERF_START=$(cut -d' ' -f1 /proc/uptime)"
 if [ "$ROLE" = server ]; then
 	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS >$OUT/perftest.out 2>&1 &
 	PERF_PID=$!
-	i=0
-	until netstat -ltn 2>/dev/null | grep -q ":$PERF_PORT "; do
-		sleep 0.1; i=$((i + 1))
-		[ $i -ge 600 ] && break
-		kill -0 $PERF_PID 2>/dev/null || break
-	done
+	wait_listening "$PERF_PORT" $PERF_PID 600
 	# one-shot "ready" answer for the client (busybox nc as a server)
 	(echo ready | nc -l -p "$READY_PORT" >/dev/null 2>&1) &
 	READY_PID=$!
