@@ -79,6 +79,11 @@ fn flow_row(out: &mut String, f: &FlowSnapshot) {
             &rtt(&f.rtt_ns),
         ],
     );
+    // A flow seen inside switch mirrors: its mirror source on its own line (one per mirror
+    // source: the same QP mirrored by two switches is two rows).
+    if let Some(m) = &f.mirror {
+        let _ = writeln!(out, "  via {}", m.label());
+    }
 }
 
 /// Word-wrap `text` to `width` columns, each line prefixed with `indent`.
@@ -193,6 +198,40 @@ pub fn render(s: &Snapshot) -> String {
             out,
             "... {} more flows (use --json for all)",
             flows.len() - MAX_FLOW_ROWS
+        );
+    }
+
+    if !s.mirror.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<40} {:<16} {:>10} {:>10} {:>10} {:>8} {:<16}",
+            "MIRROR SESSION", "TO", "FRAMES", "SEQ LOST", "SEQ LATE", "RESYNCS", "SEEN"
+        );
+        for session in &s.mirror {
+            let seq = |n: u64| {
+                if session.sequenced {
+                    n.to_string()
+                } else {
+                    "-".into()
+                }
+            };
+            let _ = writeln!(
+                out,
+                "{:<40} {:<16} {:>10} {:>10} {:>10} {:>8} {:<16}",
+                fit(&session.source.label(), 40),
+                fit(&session.outer_dst.to_string(), 16),
+                session.frames,
+                seq(session.seq_lost),
+                seq(session.seq_late),
+                seq(session.seq_resyncs),
+                fit(&format!("{}/{}", session.iface, session.direction), 16),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "mirror frames lost in transit (sum of SEQ LOST): {}",
+            m.mirror_seq_lost
         );
     }
 

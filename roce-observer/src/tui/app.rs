@@ -14,10 +14,19 @@ pub enum Tab {
     Ecmp,
     Alerts,
     Nic,
+    /// Switch-mirror sessions: frames and mirror-path loss.
+    Mirror,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [Tab::Flows, Tab::Pfc, Tab::Ecmp, Tab::Alerts, Tab::Nic];
+    pub const ALL: [Tab; 6] = [
+        Tab::Flows,
+        Tab::Pfc,
+        Tab::Ecmp,
+        Tab::Alerts,
+        Tab::Nic,
+        Tab::Mirror,
+    ];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -26,6 +35,7 @@ impl Tab {
             Tab::Ecmp => "ECMP",
             Tab::Alerts => "Alerts",
             Tab::Nic => "NIC",
+            Tab::Mirror => "Mirrors",
         }
     }
 
@@ -192,6 +202,7 @@ impl App {
             Tab::Ecmp => self.snapshot.ecmp.entropy.len(),
             Tab::Alerts => self.snapshot.alerts.len(),
             Tab::Nic => nic_rows(&self.snapshot).len(),
+            Tab::Mirror => self.snapshot.mirror.len(),
         }
     }
 
