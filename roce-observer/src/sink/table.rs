@@ -393,15 +393,18 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out);
         let _ = writeln!(out, "lost between observation points (request PSNs):");
         for p in lossy.iter().take(10) {
+            // A point inside switch mirrors is named by its mirror source.
+            let point = |r: &crate::engine::snapshot::PointRef| match &r.mirror {
+                Some(m) => format!("{}/{} via {}", r.iface, r.direction, m.label()),
+                None => format!("{}/{}", r.iface, r.direction),
+            };
             let text = format!(
-                "{} > {} qp {}: {}/{} -> {}/{}: {} missing of {} seen upstream{}",
+                "{} > {} qp {}: {} -> {}: {} missing of {} seen upstream{}",
                 p.src_ip,
                 p.dst_ip,
                 format::qp(p.dst_qp),
-                p.upstream.iface,
-                p.upstream.direction,
-                p.downstream.iface,
-                p.downstream.direction,
+                point(&p.upstream),
+                point(&p.downstream),
                 p.missing,
                 p.missing + p.both,
                 if p.downstream_retransmits_unseen > 0 {
@@ -427,7 +430,15 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out, "alerts:");
         for a in s.alerts.iter().take(20) {
             let subject = match (&a.flow, &a.pfc) {
-                (Some(f), _) => format!("{} > {} qp {}", f.src_ip, f.dst_ip, format::qp(f.dst_qp)),
+                (Some(f), _) => format!(
+                    "{} > {} qp {}{}",
+                    f.src_ip,
+                    f.dst_ip,
+                    format::qp(f.dst_qp),
+                    f.mirror
+                        .as_ref()
+                        .map_or(String::new(), |m| format!(" via {}", m.label()))
+                ),
                 (None, Some(p)) => format!(
                     "{} {} prio {}",
                     p.iface,

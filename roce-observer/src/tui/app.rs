@@ -5,7 +5,7 @@ use std::{collections::HashSet, net::IpAddr};
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 use super::history::History;
-use crate::engine::snapshot::{FlowSnapshot, QpOwner, Snapshot};
+use crate::engine::snapshot::{FlowSnapshot, MirrorSource, QpOwner, Snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tab {
@@ -102,7 +102,14 @@ impl SortKey {
 }
 
 /// A flow's identity across the snapshot's flows and alerts.
-type FlowId<'a> = (IpAddr, IpAddr, u32, &'a str, &'static str);
+type FlowId<'a> = (
+    IpAddr,
+    IpAddr,
+    u32,
+    &'a str,
+    &'static str,
+    Option<&'a MirrorSource>,
+);
 
 pub fn nak_total(f: &FlowSnapshot) -> u64 {
     f.naks.total()
@@ -223,13 +230,13 @@ impl App {
         fn id<'a>(
             merged: bool,
             (src, dst, qp): (IpAddr, IpAddr, u32),
-            iface: &'a str,
-            dir: &'static str,
+            (iface, dir): (&'a str, &'static str),
+            mirror: Option<&'a MirrorSource>,
         ) -> FlowId<'a> {
             if merged {
-                (src, dst, qp, "", "")
+                (src, dst, qp, "", "", None)
             } else {
-                (src, dst, qp, iface, dir)
+                (src, dst, qp, iface, dir, mirror)
             }
         }
         let alerted: HashSet<FlowId<'_>> = self
@@ -241,8 +248,8 @@ impl App {
                 id(
                     merged,
                     (f.src_ip, f.dst_ip, f.dst_qp),
-                    &f.iface,
-                    f.direction,
+                    (&f.iface, f.direction),
+                    f.mirror.as_ref(),
                 )
             })
             .collect();
@@ -253,8 +260,8 @@ impl App {
                     || alerted.contains(&id(
                         merged,
                         (f.src_ip, f.dst_ip, f.dst_qp),
-                        &f.iface,
-                        f.direction,
+                        (&f.iface, f.direction),
+                        f.mirror.as_ref(),
                     ))
             })
             .collect();
@@ -432,6 +439,10 @@ pub fn merge_points(flows: &[FlowSnapshot]) -> Vec<FlowSnapshot> {
                 m.iface = format!("{}+{}", m.iface, f.iface);
                 if m.direction != f.direction {
                     m.direction = "all";
+                }
+                // Several mirror sources merged: no one source names the row.
+                if m.mirror != f.mirror {
+                    m.mirror = None;
                 }
                 m.packets = m.packets.max(f.packets);
                 m.bytes = m.bytes.max(f.bytes);
