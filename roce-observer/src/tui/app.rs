@@ -420,6 +420,11 @@ fn matches_filter(f: &FlowSnapshot, owners: &[QpOwner], needle: &str) -> bool {
         fields.push(crate::format::qp(peer));
         fields.push(peer.to_string());
     }
+    // The mirror source, as the seen column and the table write it.
+    if let Some(m) = &f.mirror {
+        fields.push(m.compact());
+        fields.push(m.label());
+    }
     if let Some(o) = crate::source::qp_owner::owner_of(owners, f.dst_qp, f.direction) {
         fields.push(o.comm.clone());
         fields.extend(o.pid.map(|p| p.to_string()));

@@ -175,10 +175,18 @@ fn pfc_view_200x50() {
 /// `seen`, the mirror view each session's frames and sequence losses (mirror_loss fixture).
 #[test]
 fn mirror_views() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
     let mut app = App::new("veth0".into(), fixture_snapshot("mirror_loss"));
     let flows = render_at(&app, 160, 12);
     assert!(flows.contains("erspan2:198.51.100.1#7"), "{flows}");
     assert!(flows.contains("erspan3:198.51.100.3#8"), "{flows}");
+    // The filter matches the mirror source.
+    app.update(Action::StartFilter);
+    for c in "198.51.100.3".chars() {
+        app.update(Action::Key(KeyCode::Char(c), KeyModifiers::NONE));
+    }
+    app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
+    assert_eq!(app.order.len(), 2, "the two flows mirrored by 198.51.100.3");
     app.update(Action::SelectTab(Tab::Mirror));
     insta::assert_snapshot!(render_at(&app, 120, 14));
 }
