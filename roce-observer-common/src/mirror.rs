@@ -196,7 +196,7 @@ impl MirrorStats {
 /// Find the mirrored frame. Anything that is not GRE or UDP to `ports.vxlan` (and a frame cut
 /// before its GRE or UDP header) is [`Outer::Plain`], left to the main parse, which counts it
 /// exactly as without mirrors. For [`Outer::Mirrored`] the session and sequence number are in
-/// `point` (its addresses may be overwritten otherwise, `key.encap` is then left as it was).
+/// `point` (its ID may be overwritten otherwise, `key.encap` is then left as it was).
 #[inline(always)]
 pub fn outer<P: PacketView>(p: &P, ports: Ports, point: &mut MirrorPoint) -> Outer {
     let Some(eth) = p.load::<EthHdr>(0) else {
@@ -223,8 +223,6 @@ pub fn outer<P: PacketView>(p: &P, ports: Ports, point: &mut MirrorPoint) -> Out
             if ip.version() != 4 || ip.header_len() < Ipv4Hdr::LEN || ip.frag_offset() != 0 {
                 return Outer::Plain;
             }
-            point.key.outer_src = ipv4_mapped(ip.src());
-            point.key.outer_dst = ipv4_mapped(ip.dst());
             (ip.protocol(), off + ip.header_len())
         }
         ETHERTYPE_IPV6 => {
@@ -234,16 +232,34 @@ pub fn outer<P: PacketView>(p: &P, ports: Ports, point: &mut MirrorPoint) -> Out
             if ip.version() != 6 {
                 return Outer::Plain;
             }
-            point.key.outer_src = ip.src();
-            point.key.outer_dst = ip.dst();
             (ip.next_header(), off + Ipv6Hdr::LEN)
         }
         _ => return Outer::Plain,
     };
-    match proto {
+    let out = match proto {
         IPPROTO_GRE => gre(p, l4, point),
         IPPROTO_UDP => vxlan(p, l4, ports, point),
-        _ => Outer::Plain,
+        _ => return Outer::Plain,
+    };
+    // The session's addresses, only for a mirror: plain frames (most of them) skip the stores.
+    if let Outer::Mirrored(_) = out {
+        addresses(p, off, ethertype == ETHERTYPE_IPV6, point);
+    }
+    out
+}
+
+/// The outer source and destination of the IP header at `off` (read again: keeping them from
+/// the first read would cost every plain frame their stores).
+#[inline(always)]
+fn addresses<P: PacketView>(p: &P, off: usize, v6: bool, point: &mut MirrorPoint) {
+    if v6 {
+        if let Some(ip) = p.load::<Ipv6Hdr>(off) {
+            point.key.outer_src = ip.src();
+            point.key.outer_dst = ip.dst();
+        }
+    } else if let Some(ip) = p.load::<Ipv4Hdr>(off) {
+        point.key.outer_src = ipv4_mapped(ip.src());
+        point.key.outer_dst = ipv4_mapped(ip.dst());
     }
 }
 
