@@ -40,6 +40,7 @@ pub struct Event {
     pub ts_ns: u64,
     /// An [`EventKind`] as u32.
     pub kind: u32,
+    pub _pad0: u32,
     pub flow: FlowKey,
     pub a: u64,
     pub b: u64,
@@ -49,7 +50,7 @@ pub struct Event {
     pub _pad: [u8; 2],
     pub quanta: [u16; 8],
 }
-assert_size!(Event, 104);
+assert_size!(Event, 128);
 
 /// An event's payload, decoded by kind (see [`Event::body`]). User-side view only: the record
 /// itself stays plain integers.
@@ -78,6 +79,7 @@ impl Event {
         Event {
             ts_ns: 0,
             kind: 0,
+            _pad0: 0,
             flow: FlowKey::zeroed(),
             a: 0,
             b: 0,
@@ -112,8 +114,8 @@ impl Event {
     }
 
     // In-place writers, for a record that is all zero but for `ts_ns`: the kernel fills its
-    // ring-buffer slot with these, so no 104-byte `Event` is built on the 512-byte BPF stack
-    // (the TC program already uses 472 bytes of it).
+    // ring-buffer slot with these, so no 128-byte `Event` is built on the 512-byte BPF stack
+    // (the TC program already uses 424 bytes of it).
 
     #[inline(always)]
     pub fn set_new_flow(&mut self, flow: &FlowKey) {
@@ -237,6 +239,9 @@ mod tests {
             dst_qp: 0x11,
             ifindex: 3,
             direction: 1,
+            encap: crate::mirror::encap::ERSPAN2,
+            mirror_id: 7,
+            outer_src: [9; 16],
             ..FlowKey::zeroed()
         };
         let mac = [2, 0, 0, 0, 0, 1];
@@ -283,22 +288,25 @@ mod tests {
     }
 
     /// The record's bytes in the kernel's layout, built field by field.
-    fn layout_bytes(ev: &Event) -> [u8; 104] {
-        let mut b = [0u8; 104];
+    fn layout_bytes(ev: &Event) -> [u8; 128] {
+        let mut b = [0u8; 128];
         b[0..8].copy_from_slice(&ev.ts_ns.to_ne_bytes());
         b[8..12].copy_from_slice(&ev.kind.to_ne_bytes());
-        b[12..28].copy_from_slice(&ev.flow.src_ip);
-        b[28..44].copy_from_slice(&ev.flow.dst_ip);
-        b[44..48].copy_from_slice(&ev.flow.dst_qp.to_ne_bytes());
-        b[48..52].copy_from_slice(&ev.flow.ifindex.to_ne_bytes());
-        b[52] = ev.flow.direction;
-        b[56..64].copy_from_slice(&ev.a.to_ne_bytes());
-        b[64..72].copy_from_slice(&ev.b.to_ne_bytes());
-        b[72..76].copy_from_slice(&ev.c.to_ne_bytes());
-        b[76..80].copy_from_slice(&ev.d.to_ne_bytes());
-        b[80..86].copy_from_slice(&ev.mac);
+        b[16..32].copy_from_slice(&ev.flow.src_ip);
+        b[32..48].copy_from_slice(&ev.flow.dst_ip);
+        b[48..52].copy_from_slice(&ev.flow.dst_qp.to_ne_bytes());
+        b[52..56].copy_from_slice(&ev.flow.ifindex.to_ne_bytes());
+        b[56] = ev.flow.direction;
+        b[57] = ev.flow.encap;
+        b[60..64].copy_from_slice(&ev.flow.mirror_id.to_ne_bytes());
+        b[64..80].copy_from_slice(&ev.flow.outer_src);
+        b[80..88].copy_from_slice(&ev.a.to_ne_bytes());
+        b[88..96].copy_from_slice(&ev.b.to_ne_bytes());
+        b[96..100].copy_from_slice(&ev.c.to_ne_bytes());
+        b[100..104].copy_from_slice(&ev.d.to_ne_bytes());
+        b[104..110].copy_from_slice(&ev.mac);
         for (i, q) in ev.quanta.iter().enumerate() {
-            b[88 + 2 * i..90 + 2 * i].copy_from_slice(&q.to_ne_bytes());
+            b[112 + 2 * i..114 + 2 * i].copy_from_slice(&q.to_ne_bytes());
         }
         b
     }

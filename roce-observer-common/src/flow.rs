@@ -33,8 +33,11 @@ impl Direction {
     }
 }
 
-/// (source IP, destination IP, destination QP) at one observation point.
-/// IPv4 addresses are stored IPv4-mapped (`::ffff:a.b.c.d`).
+/// (source IP, destination IP, destination QP) at one observation point: the attach point
+/// (interface, direction) and, for a frame unwrapped from a switch mirror, the mirror source
+/// (encapsulation, outer source address, ERSPAN session ID / VNI / GRE key), so that the same
+/// flow mirrored by two switches is two records. The mirror fields are zero for frames that
+/// were not mirrored. IPv4 addresses are stored IPv4-mapped (`::ffff:a.b.c.d`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FlowKey {
@@ -46,9 +49,15 @@ pub struct FlowKey {
     pub ifindex: u32,
     /// A [`Direction`] as u8.
     pub direction: u8,
-    pub _pad: [u8; 3],
+    /// A `mirror::encap` kind, 0 when the frame was not mirrored.
+    pub encap: u8,
+    pub _pad: [u8; 2],
+    /// ERSPAN session ID, VNI or GRE key (`mirror::encap::id_name`).
+    pub mirror_id: u32,
+    /// The mirroring switch (outer source address, IPv4-mapped for IPv4).
+    pub outer_src: [u8; 16],
 }
-assert_size!(FlowKey, 44);
+assert_size!(FlowKey, 64);
 
 impl FlowKey {
     pub const fn zeroed() -> FlowKey {
@@ -58,8 +67,16 @@ impl FlowKey {
             dst_qp: 0,
             ifindex: 0,
             direction: 0,
-            _pad: [0; 3],
+            encap: 0,
+            _pad: [0; 2],
+            mirror_id: 0,
+            outer_src: [0; 16],
         }
+    }
+
+    /// Whether the packet was unwrapped from a switch mirror.
+    pub fn mirrored(&self) -> bool {
+        self.encap != 0
     }
 }
 

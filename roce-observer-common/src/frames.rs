@@ -247,7 +247,11 @@ mod tests {
             Mirror::Vxlan { vni: 5001 },
         ] {
             let f = mirrored(&inner, how);
-            match crate::parse::parse_mirrored(&View::new(&f), Default::default()) {
+            match crate::parse::parse_mirrored(
+                &View::new(&f),
+                Default::default(),
+                &mut crate::mirror::MirrorPoint::zeroed(),
+            ) {
                 Frame::Roce { pkt, .. } => {
                     assert_eq!(
                         (pkt.psn, pkt.frame_len as usize),

@@ -316,6 +316,15 @@ impl GreHdr {
         self.0[0] & 0x10 != 0
     }
     #[inline(always)]
+    pub fn key_present(&self) -> bool {
+        self.0[0] & 0x20 != 0
+    }
+    /// Bytes of the optional checksum word (it comes first, then the key, then the sequence).
+    #[inline(always)]
+    pub fn checksum_len(&self) -> usize {
+        4 * ((self.0[0] >> 7) & 1) as usize
+    }
+    #[inline(always)]
     pub fn version(&self) -> u8 {
         self.0[1] & 0x07
     }
@@ -342,6 +351,11 @@ impl Word32 {
 pub struct ErspanIIHdr(pub [u8; 8]);
 impl ErspanIIHdr {
     pub const LEN: usize = 8;
+    /// The 10-bit session ID.
+    #[inline(always)]
+    pub fn session_id(&self) -> u32 {
+        (be16!(self.0, 2) & 0x3ff) as u32
+    }
 }
 
 /// ERSPAN type III header (12 bytes); an 8-byte platform-specific subheader follows when the
@@ -351,6 +365,11 @@ impl ErspanIIHdr {
 pub struct ErspanIIIHdr(pub [u8; 12]);
 impl ErspanIIIHdr {
     pub const LEN: usize = 12;
+    /// The 10-bit session ID.
+    #[inline(always)]
+    pub fn session_id(&self) -> u32 {
+        (be16!(self.0, 2) & 0x3ff) as u32
+    }
     #[inline(always)]
     pub fn has_platform_subheader(&self) -> bool {
         self.0[11] & 1 != 0
@@ -377,6 +396,11 @@ impl VxlanHdr {
     #[inline(always)]
     pub fn carries_ethernet(&self) -> bool {
         self.0[0] & 0x04 == 0 || self.0[3] == 3
+    }
+    /// The 24-bit VXLAN network identifier.
+    #[inline(always)]
+    pub fn vni(&self) -> u32 {
+        be32!(self.0, 4) >> 8
     }
 }
 

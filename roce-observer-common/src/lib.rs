@@ -71,4 +71,8 @@ mod pod {
     unsafe impl aya::Pod for super::latency::PendingKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::latency::PendingValue {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::mirror::MirrorKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::mirror::MirrorStats {}
 }

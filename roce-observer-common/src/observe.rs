@@ -1,13 +1,15 @@
 //! The whole per-packet observation, run by the kernel programs on every frame and by the engine
 //! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
 //! retransmissions and NAKs into bursts, time requests and match their answers (Karn's rule, peer QPs), and
-//! account PFC and PAUSE frames per priority (docs/metrics.md).
+//! account PFC and PAUSE frames per priority, and count the frames and sequence gaps of each
+//! switch-mirror session (docs/metrics.md).
 //!
 //! The tables it works on are behind two small traits, implemented once by the BPF maps
 //! (roce-observer-ebpf/src/observe.rs) and once by the engine's hash maps
 //! (roce-observer/src/engine/capture.rs). Everything here is `#[inline(always)]`, loops are
-//! bounded and no large value is copied: it must pass the BPF verifier within 512 bytes of stack
-//! (the TC program uses 472). Mind the shape when changing it: passing the parsed `Frame` into
+//! bounded and no large value is copied or kept across a helper call (the flow key, latency keys
+//! and mirror session live in `Scratch`): it must pass the BPF verifier within 512 bytes of stack
+//! (the TC program uses 424, XDP 320). Mind the shape when changing it: passing the parsed `Frame` into
 //! `observe` as an argument, instead of matching on `Tables::parse` here, cost enough stack to
 //! overflow it.
 
@@ -16,10 +18,37 @@ use crate::{
     account::{Outcome, RocePacket, account, learn_peer},
     headers::PfcBody,
     latency::{PendingKey, PendingValue},
+    mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
     parse::{Frame, PacketView},
     pfc::PRIORITY_LINK,
     psn::PsnVerdict,
 };
+
+/// Per-frame working space that `observe` uses instead of the 512-byte BPF stack: the kernel's
+/// is a per-CPU map value (`SCRATCH`), the engine's a local. With the 64-byte flow key and the
+/// mirror session on the stack the TC program overflowed it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scratch {
+    /// The frame's mirror session (parse's first pass writes it).
+    pub point: MirrorPoint,
+    /// The flow key of a RoCE frame, built here.
+    pub key: FlowKey,
+    /// Latency matching: the pending request's key, and the flow of a matched request.
+    pub pending: PendingKey,
+    pub request_flow: FlowKey,
+}
+
+impl Scratch {
+    pub const fn zeroed() -> Scratch {
+        Scratch {
+            point: MirrorPoint::zeroed(),
+            key: FlowKey::zeroed(),
+            pending: PendingKey::zeroed(),
+            request_flow: FlowKey::zeroed(),
+        }
+    }
+}
 
 /// A flow's entry as [`Flows::entry`] finds or makes it.
 pub enum Entry<'a> {
@@ -52,9 +81,10 @@ pub enum Stored {
 /// Everything else `observe` reads and writes: the parser and path MTU in use, timestamped
 /// requests, PFC entries, counters, events and the clocks.
 pub trait Tables {
-    /// Parse one frame with `parse::parse_mirrored` (both sides unwrap switch mirrors); the
-    /// engine also learns the path MTU from what it parsed.
-    fn parse<P: PacketView>(&mut self, p: &P) -> Frame;
+    /// Parse one frame with `parse::parse_mirrored` (both sides unwrap switch mirrors), which
+    /// leaves the mirror session in `point`; the engine also learns the path MTU from what it
+    /// parsed.
+    fn parse<P: PacketView>(&mut self, p: &P, point: &mut MirrorPoint) -> Frame;
     /// Path MTU for READ PSN reservations.
     fn pmtu(&self) -> u32;
     /// Burst rule of the `retransmit_burst` and `nak_burst` alerts: this many occurrences
@@ -74,6 +104,8 @@ pub trait Tables {
     fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue>;
     /// The entry of `key`, inserted when absent; `None` when the table has no room.
     fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats>;
+    /// The mirror session of `key`, inserted when absent; `None` when the table has no room.
+    fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats>;
     /// Emit one event for a packet seen in `direction`: a record that is all zero but for the
     /// event time, filled in place by `fill` (one of the `Event::set_*` writers; the kernel
     /// fills its ring-buffer slot, with no copy on the BPF stack). A lost event is counted in
@@ -85,32 +117,42 @@ pub trait Tables {
     fn accounted(&mut self, _key: &FlowKey, _pkt: &RocePacket, _out: &Outcome) {}
 }
 
-/// Observe one frame seen on `ifindex` in `direction` (a `Direction` as u8).
+/// Observe one frame seen on `ifindex` in `direction` (a `Direction` as u8), working in
+/// `scratch`.
 #[inline(always)]
 pub fn observe<P: PacketView, F: Flows, T: Tables>(
     p: &P,
     flows: &mut F,
     t: &mut T,
+    scratch: &mut Scratch,
     ifindex: u32,
     direction: u8,
 ) {
+    let frame = t.parse(p, &mut scratch.point);
+    let mirrored = scratch.point.key.encap != encap::NONE;
     // One count per frame, in its class (the total is their sum, Counter::fill_total).
-    match t.parse(p) {
+    match frame {
         Frame::Roce {
             src_ip,
             dst_ip,
             pkt,
         } => {
-            t.count(Counter::RocePackets, direction);
-            let key = FlowKey {
-                src_ip,
-                dst_ip,
-                dst_qp: pkt.dst_qp,
-                ifindex,
-                direction,
-                _pad: [0; 3],
+            // The key is written before any helper call: values held across a call are spilled
+            // to the stack one byte per 8-byte slot, which overflowed it.
+            let key = &mut scratch.key;
+            key.src_ip = src_ip;
+            key.dst_ip = dst_ip;
+            key.dst_qp = pkt.dst_qp;
+            key.ifindex = ifindex;
+            key.direction = direction;
+            key.encap = scratch.point.key.encap;
+            (key.mirror_id, key.outer_src) = if mirrored {
+                (scratch.point.key.id, scratch.point.key.outer_src)
+            } else {
+                (0, [0; 16])
             };
-            on_roce(flows, t, &key, &pkt);
+            t.count(Counter::RocePackets, direction);
+            on_roce(flows, t, scratch, &pkt);
         }
         Frame::Pfc {
             src_mac,
@@ -126,10 +168,26 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
         }
         Frame::Other(class) => t.count(class, direction),
     }
+    // The mirror session is in scratch memory, so it is counted last, at no stack cost.
+    if mirrored {
+        on_mirror(t, &mut scratch.point, ifindex, direction);
+    }
+}
+
+/// One frame of a mirror session: counted, and its GRE sequence number checked for gaps.
+#[inline(always)]
+fn on_mirror<T: Tables>(t: &mut T, point: &mut MirrorPoint, ifindex: u32, direction: u8) {
+    point.key.ifindex = ifindex;
+    point.key.direction = direction;
+    match t.mirror(&point.key) {
+        Some(session) => session.count(point.seq, point.seq_present != 0),
+        None => t.count(Counter::MapFull, direction),
+    }
 }
 
 #[inline(always)]
-fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &RocePacket) {
+fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: &RocePacket) {
+    let key = &s.key;
     let now = t.coarse_ns();
     let stats = match flows.entry(key) {
         Entry::Found(stats) => stats,
@@ -164,48 +222,39 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
         if matches!(out.psn, PsnVerdict::Retransmit { .. }) {
             return;
         }
-        let pending = PendingKey {
-            requester: key.src_ip,
-            responder: key.dst_ip,
-            ifindex: key.ifindex,
-            psn: pkt.psn,
-        };
+        let pending = &mut s.pending;
+        pending.fill(key, key.src_ip, key.dst_ip, pkt.psn);
         let value = PendingValue {
             ts_ns: t.precise_ns(),
             dst_qp: key.dst_qp,
             direction: key.direction,
             _pad: [0; 3],
         };
-        if t.pending_insert(&pending, &value) == Stored::Full {
+        if t.pending_insert(pending, &value) == Stored::Full {
             t.count(Counter::PendingFull, key.direction);
         }
     } else if pkt.answers_request() {
-        let pending = PendingKey {
-            requester: key.dst_ip,
-            responder: key.src_ip,
-            ifindex: key.ifindex,
-            psn: pkt.psn,
-        };
-        let Some(request) = t.pending_take(&pending) else {
+        let pending = &mut s.pending;
+        pending.fill(key, key.dst_ip, key.src_ip, pkt.psn);
+        let Some(request) = t.pending_take(pending) else {
             return;
         };
         let rtt = t.precise_ns().saturating_sub(request.ts_ns);
         // The request's destination QP is the responder's QP (this flow's peer); the answer's
         // destination QP is the requester's.
         learn_peer(stats, request.dst_qp);
-        let request_flow = FlowKey {
-            src_ip: key.dst_ip,
-            dst_ip: key.src_ip,
-            dst_qp: request.dst_qp,
-            ifindex: key.ifindex,
-            direction: request.direction,
-            _pad: [0; 3],
-        };
-        if let Some(request_stats) = flows.get(&request_flow) {
+        // Seen at the same mirror source as the answer (the pending key includes it).
+        let request_flow = &mut s.request_flow;
+        *request_flow = *key;
+        request_flow.src_ip = key.dst_ip;
+        request_flow.dst_ip = key.src_ip;
+        request_flow.dst_qp = request.dst_qp;
+        request_flow.direction = request.direction;
+        if let Some(request_stats) = flows.get(request_flow) {
             learn_peer(request_stats, pkt.dst_qp);
         }
         t.emit(key.direction, |ev| {
-            ev.set_latency(&request_flow, rtt, pkt.dst_qp)
+            ev.set_latency(request_flow, rtt, pkt.dst_qp)
         });
     }
 }

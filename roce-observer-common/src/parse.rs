@@ -10,7 +10,7 @@ use crate::{
     account::RocePacket,
     flow::PCP_UNTAGGED,
     headers::*,
-    mirror::{Outer, Ports, outer},
+    mirror::{MirrorPoint, Outer, Ports, encap, outer},
     opcode,
 };
 
@@ -74,11 +74,13 @@ pub fn parse<P: PacketView>(p: &P, roce_port: u16) -> Frame {
 /// `non_roce`. The kernel programs and captures both use this.
 ///
 /// Two passes, so that two header chains are never on the BPF stack at once: a small one over
-/// the outer headers (mirror.rs) that only says where the mirrored frame starts, then the one
-/// chain below at that offset.
+/// the outer headers (mirror.rs) that only says where the mirrored frame starts (and leaves
+/// the mirror session in `point`, which the kernel keeps in a scratch map), then the one chain
+/// below at that offset. `point.key.encap` is `NONE` after it unless the frame was unwrapped.
 #[inline(always)]
-pub fn parse_mirrored<P: PacketView>(p: &P, ports: Ports) -> Frame {
-    let base = match outer(p, ports) {
+pub fn parse_mirrored<P: PacketView>(p: &P, ports: Ports, point: &mut MirrorPoint) -> Frame {
+    point.key.encap = encap::NONE;
+    let base = match outer(p, ports, point) {
         Outer::Plain => 0,
         Outer::Mirrored(base) => base,
         Outer::Bad(class) => return Frame::Other(class),

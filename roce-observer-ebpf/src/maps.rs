@@ -9,6 +9,8 @@ use roce_observer_common::{
     Counter, FlowKey, FlowStats, PfcKey, PfcStats,
     counters::COUNTER_SLOTS,
     latency::{PendingKey, PendingValue},
+    mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
+    observe::Scratch,
 };
 
 /// FlowKey -> FlowStats (520 B). One entry per (src IP, dst IP, dst QP, interface, direction).
@@ -30,6 +32,23 @@ pub static PFC: HashMap<PfcKey, PfcStats> = HashMap::with_max_entries(1024, 0);
 #[map]
 pub static PENDING: LruHashMap<PendingKey, PendingValue> =
     LruHashMap::with_max_entries(16384, BPF_F_NO_COMMON_LRU);
+
+/// Switch-mirror sessions: MirrorKey (outer source and destination, encapsulation, session ID
+/// / VNI / GRE key, attach point) -> frames and sequence gaps. One value shared by every CPU,
+/// as FLOWS. A full table is counted (`map_full`).
+#[map]
+pub static MIRRORS: HashMap<MirrorKey, MirrorStats> =
+    HashMap::with_max_entries(MAX_MIRROR_SESSIONS, 0);
+
+/// Scratch for the frame being observed (observe::Scratch): the mirror session its outer
+/// headers name and the flow key. A map value, not stack variables: with them on the stack the
+/// TC program overflowed the 512-byte BPF stack.
+#[map]
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// One all-zero MirrorStats, never written: the source of new MIRRORS entries.
+#[map]
+pub static ZERO_MIRROR: PerCpuArray<MirrorStats> = PerCpuArray::with_max_entries(1, 0);
 
 /// uapi/linux/bpf.h map flag.
 const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
@@ -59,7 +78,7 @@ pub static TC_HEAD: PerCpuArray<[u8; 2 * HEAD_BYTES]> = PerCpuArray::with_max_en
 /// Size of `EVENTS` in bytes.
 pub const EVENTS_BYTES: u64 = 1 << 20;
 
-/// Events (new flow, PFC, PAUSE, latency sample), 104 B each; 1 MiB holds ~10k events between
+/// Events (new flow, PFC, PAUSE, latency sample), 128 B each; 1 MiB holds ~8k events between
 /// two drains. Reserve failures are counted, counters stay exact.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);

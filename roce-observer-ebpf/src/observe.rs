@@ -7,12 +7,14 @@ use aya_ebpf::helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns};
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     latency::{PendingKey, PendingValue},
-    mirror::Ports,
+    mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
     observe::{Entry, Flows, Stored, Tables},
     parse::{Frame, PacketView, parse_mirrored},
 };
 
-use crate::maps::{EVENTS, EVENTS_BYTES, FLOWS, PENDING, PFC, ZERO_FLOW, count};
+use crate::maps::{
+    EVENTS, EVENTS_BYTES, FLOWS, MIRRORS, PENDING, PFC, SCRATCH, ZERO_FLOW, ZERO_MIRROR, count,
+};
 
 const BPF_NOEXIST: u64 = 1;
 const EEXIST: i32 = 17;
@@ -56,7 +58,14 @@ fn precise_now() -> u64 {
 
 #[inline(always)]
 pub fn observe<P: PacketView>(p: &P, ifindex: u32, direction: u8) {
-    roce_observer_common::observe::observe(p, &mut FlowMap, &mut Maps, ifindex, direction);
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        // A per-CPU array lookup of index 0 does not fail; the verifier wants the check.
+        count(Counter::MapFull, direction);
+        return;
+    };
+    // SAFETY: a per-CPU array value, valid and only used by this CPU for this program run.
+    let scratch = unsafe { &mut *scratch };
+    roce_observer_common::observe::observe(p, &mut FlowMap, &mut Maps, scratch, ifindex, direction);
 }
 
 /// The flow map `FLOWS`.
@@ -96,12 +105,12 @@ struct Maps;
 
 impl Tables for Maps {
     #[inline(always)]
-    fn parse<P: PacketView>(&mut self, p: &P) -> Frame {
+    fn parse<P: PacketView>(&mut self, p: &P, point: &mut MirrorPoint) -> Frame {
         let ports = Ports {
             roce: global(&ROCE_PORT),
             vxlan: global(&VXLAN_PORT),
         };
-        parse_mirrored(p, ports)
+        parse_mirrored(p, ports, point)
     }
 
     #[inline(always)]
@@ -158,6 +167,21 @@ impl Tables for Maps {
             None => {
                 let _ = PFC.insert(key, &PfcStats::default(), BPF_NOEXIST);
                 PFC.get_ptr_mut(key)
+            }
+        };
+        // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
+        entry.map(|e| unsafe { &mut *e })
+    }
+
+    #[inline(always)]
+    fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats> {
+        let entry = match MIRRORS.get_ptr_mut(key) {
+            Some(e) => Some(e),
+            None => {
+                let zero = ZERO_MIRROR.get_ptr(0)?;
+                // SAFETY: `zero` points at a live per-CPU array value of the right type.
+                let _ = MIRRORS.insert(key, unsafe { &*zero }, BPF_NOEXIST);
+                MIRRORS.get_ptr_mut(key)
             }
         };
         // SAFETY: a map value pointer from a successful lookup, valid for the program's run.

@@ -53,13 +53,96 @@ fn selected(entry: &Value, view: &View<'_>) -> bool {
     dir_ok && iface_ok
 }
 
-fn flow_id(f: &Value) -> String {
+/// A mirror source or session as one line: "erspan2 198.51.100.1 session_id 7", or "" for a
+/// flow that was not mirrored.
+fn mirror_id(m: &Value) -> String {
+    if m.is_null() {
+        return String::new();
+    }
+    let id = ["session_id", "vni", "gre_key"]
+        .iter()
+        .find(|k| !m[**k].is_null())
+        .map(|k| format!("{k} {}", m[*k]))
+        .unwrap_or_default();
     format!(
-        "{} -> {} qp {}",
+        "{} {} {id}",
+        m["encap"].as_str().unwrap_or("?"),
+        m["outer_src"].as_str().unwrap_or("?")
+    )
+}
+
+fn flow_id(f: &Value) -> String {
+    let via = match mirror_id(&f["mirror"]) {
+        m if m.is_empty() => m,
+        m => format!(" via {m}"),
+    };
+    format!(
+        "{} -> {} qp {}{via}",
         f["src_ip"].as_str().unwrap_or("?"),
         f["dst_ip"].as_str().unwrap_or("?"),
         f["dst_qp"]
     )
+}
+
+/// A mirror session: its source and its destination.
+fn session_id(m: &Value) -> String {
+    format!(
+        "{} to {}",
+        mirror_id(m),
+        m["outer_dst"].as_str().unwrap_or("?")
+    )
+}
+
+const MIRROR_FIELDS: &[&str] = &["frames", "sequenced", "seq_lost", "seq_late", "seq_resyncs"];
+
+/// The `mirror` sessions of the view against the expected ones, and `summary.mirror_seq_lost`
+/// (the document's total must be the sum of its sessions').
+fn mirror_diffs(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let empty = Vec::new();
+    let all = actual["mirror"].as_array().unwrap_or(&empty);
+    let seen: Vec<&Value> = all.iter().filter(|m| selected(m, view)).collect();
+    let want = expected["mirror"].as_array().unwrap_or(&empty);
+    for exp in want {
+        let id = session_id(exp);
+        let Some(act) = seen.iter().find(|m| session_id(m) == id) else {
+            diffs.push(format!("mirror session {id}: missing"));
+            continue;
+        };
+        for field in MIRROR_FIELDS {
+            if exp[field] != act[field] {
+                diffs.push(format!(
+                    "mirror session {id}: {field}: expected {}, got {}",
+                    exp[field], act[field]
+                ));
+            }
+        }
+    }
+    for act in &seen {
+        let id = session_id(act);
+        if !want.iter().any(|e| session_id(e) == id) {
+            diffs.push(format!("mirror session {id}: not expected"));
+        }
+    }
+    // The view's loss against the expected sessions' (whose sum the generator checked to be
+    // the fixture's `summary.mirror_seq_lost`); the document's summary covers every view (both
+    // attach points of a veth replay, several fixtures of a kernel-matrix run), so it is
+    // checked against its own sessions.
+    let lost = |v: &[&Value]| -> u64 { v.iter().filter_map(|m| m["seq_lost"].as_u64()).sum() };
+    let expected_lost = lost(&want.iter().collect::<Vec<_>>());
+    if expected_lost != lost(&seen) {
+        diffs.push(format!(
+            "mirror_seq_lost: expected {expected_lost}, the sessions seen lost {}",
+            lost(&seen)
+        ));
+    }
+    let total = actual["summary"]["mirror_seq_lost"].as_u64();
+    if total != Some(lost(&all.iter().collect::<Vec<_>>())) {
+        diffs.push(format!(
+            "summary.mirror_seq_lost {total:?} is not the sum of the sessions' seq_lost"
+        ));
+    }
+    diffs
 }
 
 fn pfc_id(p: &Value) -> String {
@@ -202,15 +285,16 @@ pub fn compare(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String>
             diffs.push(format!("pfc {id}: not expected"));
         }
     }
+    diffs.extend(mirror_diffs(expected, actual, view));
     diffs
 }
 
 /// Fields that depend on when or where a packet was seen, not on what it was.
 const TIME_OR_PLACE: &[&str] = &["first_ts", "last_ts", "rate_bps", "iface", "direction"];
 
-/// Differential check: every flow record of `a` (one observation point) against `b` (another
-/// source of the same packets), field by field, except time- and place-derived fields; latency
-/// is compared by its sample count only.
+/// Differential check: every flow record and mirror session of `a` (one observation point)
+/// against `b` (another source of the same packets), field by field, except time- and
+/// place-derived fields; latency is compared by its sample count only.
 ///
 /// What it can and cannot catch: the kernel programs and `analyze` run the same parser and the
 /// same accounting rules (roce-observer-common), so a wrong rule (a PSN gap miscounted, a NAK
@@ -256,6 +340,38 @@ pub fn diff_flows(a: &Value, a_view: &View<'_>, b: &Value, b_view: &View<'_>) ->
             };
             if !same {
                 diffs.push(format!("flow {id}: {key}: {vx} vs {vy}"));
+            }
+        }
+    }
+    let sessions = |doc: &Value, view: &View<'_>| -> Vec<Value> {
+        doc["mirror"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .filter(|m| selected(m, view))
+            .cloned()
+            .collect()
+    };
+    let (ma, mb) = (sessions(a, a_view), sessions(b, b_view));
+    if ma.len() != mb.len() {
+        diffs.push(format!(
+            "mirror session count: {} vs {}",
+            ma.len(),
+            mb.len()
+        ));
+    }
+    for x in &ma {
+        let id = session_id(x);
+        let Some(y) = mb.iter().find(|m| session_id(m) == id) else {
+            diffs.push(format!("mirror session {id}: only in the first"));
+            continue;
+        };
+        for field in MIRROR_FIELDS {
+            if x[field] != y[field] {
+                diffs.push(format!(
+                    "mirror session {id}: {field}: {} vs {}",
+                    x[field], y[field]
+                ));
             }
         }
     }

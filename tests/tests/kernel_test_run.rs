@@ -113,8 +113,19 @@ fn erspan_frames_are_unwrapped_in_the_kernel() {
     assert_eq!(counters[Counter::NonRoce as usize], 2);
     assert_eq!(counters[Counter::Malformed as usize], 1);
     assert_eq!(counters[Counter::PfcFrames as usize], 1);
+    // One flow per observation point: A->B plain, and inside ERSPAN I, II, III and GRE
+    // bridging; B->A inside ERSPAN II.
     let flows = src.read_flows().expect("flows");
-    assert_eq!(flows.len(), 2);
+    assert_eq!(flows.len(), 6);
+    // The sessions that unwrapped frames: ERSPAN II and III (session 7), ERSPAN I, GRE.
+    let mut sessions: Vec<(u8, u32, u64)> = src
+        .read_mirrors()
+        .expect("mirror sessions")
+        .into_iter()
+        .map(|(k, m)| (k.encap, k.id, m.frames))
+        .collect();
+    sessions.sort_unstable();
+    assert_eq!(sessions, [(1, 0, 1), (2, 7, 4), (3, 7, 2), (4, 0, 1)]);
 }
 
 /// The VXLAN port is a load-time setting: with another port, the mirrors fixture's VXLAN

@@ -10,8 +10,8 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
-    mirror::Ports,
-    observe::{Entry, Flows, Stored, Tables, observe},
+    mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
+    observe::{Entry, Flows, Scratch, Stored, Tables, observe},
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
 };
@@ -50,6 +50,7 @@ impl Engine {
             counters: &mut self.counters,
             pending: &mut self.pending,
             pfc: &mut self.pfc,
+            mirrors: &mut self.mirrors,
             events: &mut events,
             added: None,
             packet: None,
@@ -60,10 +61,12 @@ impl Engine {
             now: ts_ns,
         };
         let view = SliceView::new(data, orig_len);
+        let mut scratch = Scratch::zeroed();
         observe(
             &view,
             &mut flows,
             &mut tables,
+            &mut scratch,
             ifindex,
             Direction::Capture as u8,
         );
@@ -156,6 +159,8 @@ struct CaptureTables<'a> {
     counters: &'a mut Counters,
     pending: &'a mut Pending,
     pfc: &'a mut BTreeMap<PfcKey, PfcEntry>,
+    /// Bounded as the kernel's `MIRRORS` map.
+    mirrors: &'a mut BTreeMap<MirrorKey, MirrorStats>,
     events: &'a mut Vec<Event>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
     added: Option<(FlowKey, Added)>,
@@ -164,8 +169,8 @@ struct CaptureTables<'a> {
 }
 
 impl Tables for CaptureTables<'_> {
-    fn parse<P: PacketView>(&mut self, p: &P) -> Frame {
-        let frame = parse_mirrored(p, self.ports);
+    fn parse<P: PacketView>(&mut self, p: &P, point: &mut MirrorPoint) -> Frame {
+        let frame = parse_mirrored(p, self.ports, point);
         if let Frame::Roce { src_ip, pkt, .. } = &frame {
             self.pmtu.learn(src_ip, pkt);
         }
@@ -207,6 +212,15 @@ impl Tables for CaptureTables<'_> {
 
     fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats> {
         Some(&mut self.pfc.entry(*key).or_default().stats)
+    }
+
+    fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats> {
+        let full = self.mirrors.len() >= MAX_MIRROR_SESSIONS as usize;
+        match self.mirrors.entry(*key) {
+            std::collections::btree_map::Entry::Occupied(e) => Some(e.into_mut()),
+            std::collections::btree_map::Entry::Vacant(_) if full => None,
+            std::collections::btree_map::Entry::Vacant(e) => Some(e.insert(MirrorStats::default())),
+        }
     }
 
     fn emit(&mut self, _direction: u8, fill: impl FnOnce(&mut Event)) {

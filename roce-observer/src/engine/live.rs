@@ -1,7 +1,10 @@
 //! The live (kernel) path: absolute values read from the kernel's maps replace the engine's,
 //! and ring-buffer events take the same route as the capture path's events.
 
-use roce_observer_common::{Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats};
+use roce_observer_common::{
+    Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    mirror::{MirrorKey, MirrorStats},
+};
 
 use super::{Engine, alerts::Added, dir_index, flows::FlowEntry};
 
@@ -39,6 +42,11 @@ impl Engine {
     /// Kernel path: the absolute values of one PFC map entry.
     pub fn update_pfc(&mut self, key: &PfcKey, stats: &PfcStats) {
         self.pfc.entry(*key).or_default().stats = *stats;
+    }
+
+    /// Kernel path: the absolute values of one mirror session.
+    pub fn update_mirror(&mut self, key: &MirrorKey, stats: &MirrorStats) {
+        self.mirrors.insert(*key, *stats);
     }
 
     /// Kernel path: the absolute value of one counter (summed over CPUs).

@@ -31,7 +31,10 @@ pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 
-use roce_observer_common::{Counter, Direction, Event, PfcKey};
+use roce_observer_common::{
+    Counter, Direction, Event, PfcKey,
+    mirror::{MirrorKey, MirrorStats},
+};
 
 use alerts::Alerts;
 use ecmp::EcmpHash;
@@ -119,6 +122,8 @@ pub struct Engine {
     iface_names: HashMap<u32, String>,
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
+    /// Switch-mirror sessions: frames and sequence gaps (bounded by MAX_MIRROR_SESSIONS).
+    mirrors: BTreeMap<MirrorKey, MirrorStats>,
     counters: Counters,
     pending: Pending,
     rtt_overall: Sketch,
@@ -171,6 +176,7 @@ impl Engine {
             iface_names: HashMap::new(),
             flows: FlowTable::default(),
             pfc: BTreeMap::new(),
+            mirrors: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
             pending: Pending::new(cfg.max_pending),
             rtt_overall: Sketch::new(),

@@ -21,7 +21,7 @@ use roce_observer_common::{
 use super::{
     Engine,
     flows::FastHash,
-    snapshot::{PathPair, PointRef, show_ip},
+    snapshot::{MirrorSource, PathPair, PointRef, show_ip},
 };
 
 /// PSNs held per flow.
@@ -36,7 +36,9 @@ pub const EXAMPLES: usize = 16;
 /// (source IP, destination IP, destination QP).
 type Path = ([u8; 16], [u8; 16], u32);
 /// (ifindex, direction).
-pub type Point = (u32, u8);
+/// Interface, direction and mirror source (encapsulation, outer source, ID; zero when not
+/// mirrored): two switches mirroring one flow are two points.
+pub type Point = (u32, u8, u8, [u8; 16], u32);
 
 /// What one point saw of a flow.
 #[derive(Clone, Debug)]
@@ -204,7 +206,13 @@ impl PathLoss {
             return;
         }
         let path = (key.src_ip, key.dst_ip, key.dst_qp);
-        let point = (key.ifindex, key.direction);
+        let point = (
+            key.ifindex,
+            key.direction,
+            key.encap,
+            key.outer_src,
+            key.mirror_id,
+        );
         let flow = match self.flows.get_mut(&path) {
             Some(f) => f,
             None => match self.seen_at.get(&path) {
@@ -248,9 +256,10 @@ impl Engine {
     /// Per ordered pair of points of each flow seen at several, what went missing between them;
     /// most missing first, at most [`MAX_PATH_PAIRS`].
     pub(super) fn path_pairs(&self) -> Vec<PathPair> {
-        let point = |p: (u32, u8)| PointRef {
+        let point = |p: Point| PointRef {
             iface: self.iface_name(p.0),
             direction: Direction::from_u8(p.1).name(),
+            mirror: MirrorSource::new(p.2, p.3, p.4),
         };
         let mut out = Vec::new();
         for ((src, dst, qp), f) in self.paths.flows() {

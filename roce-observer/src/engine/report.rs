@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use roce_observer_common::{
     Counter, Direction, FlowKey,
+    mirror::SEQ_SEEN,
     pfc::{PRIORITY_LINK, quanta_to_ns},
 };
 
@@ -18,8 +19,8 @@ use super::{
     latency::{rtt_summary, sketch},
     show_mac,
     snapshot::{
-        AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, PfcRef, PfcSnapshot, SCHEMA_VERSION,
-        Snapshot, Summary, show_ip,
+        AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
+        PfcRef, PfcSnapshot, SCHEMA_VERSION, Snapshot, Summary, show_ip,
     },
     steps,
 };
@@ -42,6 +43,7 @@ impl Engine {
                 .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
                 .then_with(|| self.iface_name(a.ifindex).cmp(&self.iface_name(b.ifindex)))
                 .then(a.direction.cmp(&b.direction))
+                .then((a.encap, a.outer_src, a.mirror_id).cmp(&(b.encap, b.outer_src, b.mirror_id)))
         });
         let flows: Vec<FlowSnapshot> = order
             .into_iter()
@@ -58,6 +60,7 @@ impl Engine {
                     dst_qp: k.dst_qp,
                     iface: self.iface_name(k.ifindex),
                     direction: Direction::from_u8(k.direction).name(),
+                    mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
                     transport: flows::transport(s),
                     packets: s.packets,
                     bytes: s.bytes,
@@ -136,6 +139,8 @@ impl Engine {
                 b.direction,
             ))
         });
+
+        let mirror = self.mirror_snapshot();
 
         // Counters.
         let total = |c: Counter| -> u64 { self.counters.iter().map(|d| d[c as usize]).sum() };
@@ -221,6 +226,7 @@ impl Engine {
                 ringbuf_full,
                 pending_full: total(Counter::PendingFull),
                 events_lost: ringbuf_full,
+                mirror_seq_lost: mirror.iter().map(|m| m.seq_lost).sum(),
                 flows: flows.len() as u64,
                 pmtu: self.pmtu,
                 pmtu_learned: self.pmtu_learned,
@@ -242,6 +248,7 @@ impl Engine {
             },
             flows,
             pfc,
+            mirror,
             ecmp,
             alerts,
             paths: self.path_pairs(),
@@ -269,7 +276,38 @@ impl Engine {
             dst_qp: k.dst_qp,
             iface: self.iface_name(k.ifindex),
             direction: Direction::from_u8(k.direction).name(),
+            mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
         }
+    }
+
+    /// The mirror sessions, by (outer source, encapsulation, ID, outer destination, where seen).
+    fn mirror_snapshot(&self) -> Vec<MirrorSnapshot> {
+        let mut out: Vec<MirrorSnapshot> = self
+            .mirrors
+            .iter()
+            .filter_map(|(k, m)| {
+                Some(MirrorSnapshot {
+                    iface: self.iface_name(k.ifindex),
+                    direction: Direction::from_u8(k.direction).name(),
+                    source: MirrorSource::new(k.encap, k.outer_src, k.id)?,
+                    outer_dst: show_ip(k.outer_dst),
+                    frames: m.frames,
+                    sequenced: m.flags & SEQ_SEEN != 0,
+                    seq_lost: m.seq_lost,
+                    seq_late: m.seq_late,
+                    seq_resyncs: m.seq_resyncs,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.source, a.outer_dst, &a.iface, a.direction).cmp(&(
+                &b.source,
+                b.outer_dst,
+                &b.iface,
+                b.direction,
+            ))
+        });
+        out
     }
 
     fn alert_snapshot(&self, a: &Alert) -> AlertSnapshot {

@@ -35,6 +35,8 @@ pub struct Snapshot {
     pub schema_version: u32,
     pub flows: Vec<FlowSnapshot>,
     pub pfc: Vec<PfcSnapshot>,
+    /// Switch-mirror sessions: frames and mirror-path loss per session.
+    pub mirror: Vec<MirrorSnapshot>,
     pub summary: Summary,
     pub latency: LatencySnapshot,
     pub ecmp: EcmpSnapshot,
@@ -182,6 +184,107 @@ pub struct RttSummary {
     pub sum_ns: u128,
 }
 
+/// Where a mirrored flow was mirrored from: the switch (outer source address), the
+/// encapsulation and the one ID it carries (ERSPAN session ID, VNI, or the GRE key of ERSPAN I
+/// and GRE bridging, 0 without a key). Part of the observation point.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MirrorSource {
+    /// "erspan1", "erspan2", "erspan3", "gre" or "vxlan".
+    pub encap: &'static str,
+    pub outer_src: IpAddr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vni: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gre_key: Option<u32>,
+}
+
+impl MirrorSource {
+    /// The mirror source of a flow key's or session key's fields; `None` when not mirrored.
+    pub fn new(encap: u8, outer_src: [u8; 16], id: u32) -> Option<MirrorSource> {
+        let name = roce_observer_common::mirror::encap::name(encap)?;
+        let mut m = MirrorSource {
+            encap: name,
+            outer_src: show_ip(outer_src),
+            session_id: None,
+            vni: None,
+            gre_key: None,
+        };
+        *match roce_observer_common::mirror::encap::id_name(encap) {
+            "session_id" => &mut m.session_id,
+            "vni" => &mut m.vni,
+            _ => &mut m.gre_key,
+        } = Some(id);
+        Some(m)
+    }
+
+    /// The ID with its name, for one-line renderers: "session 7", "vni 5001", "key 0".
+    pub fn id_label(&self) -> String {
+        match (self.session_id, self.vni, self.gre_key) {
+            (Some(s), _, _) => format!("session {s}"),
+            (_, Some(v), _) => format!("vni {v}"),
+            (_, _, Some(k)) => format!("key {k}"),
+            _ => String::new(),
+        }
+    }
+
+    /// "erspan2:198.51.100.1#7", for a narrow column.
+    pub fn compact(&self) -> String {
+        let id = self.session_id.or(self.vni).or(self.gre_key).unwrap_or(0);
+        format!("{}:{}#{id}", self.encap, self.outer_src)
+    }
+
+    /// "erspan2 198.51.100.1 session 7".
+    pub fn label(&self) -> String {
+        format!("{} {} {}", self.encap, self.outer_src, self.id_label())
+    }
+}
+
+/// A flow's identity across snapshots: addresses, QP and observation point (interface,
+/// direction, mirror source).
+pub type FlowId = (
+    IpAddr,
+    IpAddr,
+    u32,
+    String,
+    &'static str,
+    Option<MirrorSource>,
+);
+
+impl FlowSnapshot {
+    pub fn id(&self) -> FlowId {
+        (
+            self.src_ip,
+            self.dst_ip,
+            self.dst_qp,
+            self.iface.clone(),
+            self.direction,
+            self.mirror.clone(),
+        )
+    }
+}
+
+/// One switch-mirror session as seen at one attach point (`mirror` section).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MirrorSnapshot {
+    pub iface: String,
+    pub direction: &'static str,
+    #[serde(flatten)]
+    pub source: MirrorSource,
+    pub outer_dst: IpAddr,
+    /// Frames unwrapped.
+    pub frames: u64,
+    /// Whether its frames carry a GRE sequence number (VXLAN never does).
+    pub sequenced: bool,
+    /// Sequence numbers skipped: frames lost on the mirror path.
+    pub seq_lost: u64,
+    /// Frames not newer than the newest seen (reordered or duplicated).
+    pub seq_late: u64,
+    /// Jumps of 65536 or more: the session's numbering restarted.
+    pub seq_resyncs: u64,
+}
+
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct FlowSnapshot {
     pub src_ip: IpAddr,
@@ -189,6 +292,8 @@ pub struct FlowSnapshot {
     pub dst_qp: u32,
     pub iface: String,
     pub direction: &'static str,
+    /// The mirror source, for a flow seen inside switch mirrors (null otherwise).
+    pub mirror: Option<MirrorSource>,
     /// "RC", "UC", "UD", "XRC", ..., or null for a flow of CNPs only.
     pub transport: Option<&'static str>,
     pub packets: u64,
@@ -274,6 +379,8 @@ pub struct Summary {
     pub pending_full: u64,
     /// Ring-buffer events lost (equals `ringbuf_full`).
     pub events_lost: u64,
+    /// Frames lost on the mirror path: the sum of the mirror sessions' `seq_lost`.
+    pub mirror_seq_lost: u64,
     pub flows: u64,
     /// Path MTU used for READ reservations, and whether it was learned from READ responses.
     pub pmtu: u32,
@@ -311,6 +418,7 @@ pub struct FlowRef {
     pub dst_qp: u32,
     pub iface: String,
     pub direction: &'static str,
+    pub mirror: Option<MirrorSource>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -533,6 +641,8 @@ pub struct PfcOrigin {
 pub struct PointRef {
     pub iface: String,
     pub direction: &'static str,
+    /// The mirror source, for a point inside switch mirrors (null otherwise).
+    pub mirror: Option<MirrorSource>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]

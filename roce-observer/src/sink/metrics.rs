@@ -135,13 +135,68 @@ pub fn select_flows(flows: &[FlowSnapshot], k: usize) -> Vec<&FlowSnapshot> {
 }
 
 fn flow_labels(f: &FlowSnapshot) -> Labels {
-    vec![
+    let mut labels = vec![
         ("src", f.src_ip.to_string()),
         ("dst", f.dst_ip.to_string()),
         ("qp", f.dst_qp.to_string()),
         ("iface", f.iface.clone()),
         ("direction", f.direction.to_string()),
-    ]
+    ];
+    // A flow seen inside switch mirrors names its mirror source: one flow mirrored by two
+    // switches is two flows. Bounded as the other labels are (top flows only).
+    if let Some(m) = &f.mirror {
+        labels.push(("mirror", m.label()));
+    }
+    labels
+}
+
+/// One series per mirror session and field: at most MAX_MIRROR_SESSIONS sessions (the table
+/// bound of both paths), so at most 4 x 1024 series.
+fn register_mirrors(reg: &mut Registry, snap: &Snapshot) {
+    if snap.mirror.is_empty() {
+        return;
+    }
+    let labels = |m: &crate::engine::snapshot::MirrorSnapshot| -> Labels {
+        vec![
+            ("encap", m.source.encap.to_string()),
+            ("outer_src", m.source.outer_src.to_string()),
+            ("outer_dst", m.outer_dst.to_string()),
+            ("id", m.source.id_label()),
+            ("iface", m.iface.clone()),
+            ("direction", m.direction.to_string()),
+        ]
+    };
+    type Field = fn(&crate::engine::snapshot::MirrorSnapshot) -> u64;
+    let fields: [(&str, &str, Field); 4] = [
+        (
+            "roce_mirror_frames",
+            "Frames unwrapped, per mirror session",
+            |m| m.frames,
+        ),
+        (
+            "roce_mirror_seq_lost",
+            "Sequence numbers skipped (frames lost on the mirror path), per mirror session",
+            |m| m.seq_lost,
+        ),
+        (
+            "roce_mirror_seq_late",
+            "Frames not newer than the newest seen (reordered, duplicated), per mirror session",
+            |m| m.seq_late,
+        ),
+        (
+            "roce_mirror_seq_resyncs",
+            "Restarts of the sequence numbering, per mirror session",
+            |m| m.seq_resyncs,
+        ),
+    ];
+    for (name, help, get) in fields {
+        let series = snap
+            .mirror
+            .iter()
+            .map(|m| (labels(m), ConstCounter::new(get(m))))
+            .collect();
+        reg.register(name, help, ConstFamily(series));
+    }
 }
 
 /// Counters summed over a group of flows.
@@ -328,6 +383,7 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
     register_owners(&mut reg, &chosen);
     register_nic(&mut reg, snap);
     register_pfc(&mut reg, snap);
+    register_mirrors(&mut reg, snap);
     register_summary(&mut reg, snap, chosen.len(), health);
     reg
 }

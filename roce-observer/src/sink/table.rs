@@ -79,6 +79,11 @@ fn flow_row(out: &mut String, f: &FlowSnapshot) {
             &rtt(&f.rtt_ns),
         ],
     );
+    // A flow seen inside switch mirrors: its mirror source on its own line (one per mirror
+    // source: the same QP mirrored by two switches is two rows).
+    if let Some(m) = &f.mirror {
+        let _ = writeln!(out, "  via {}", m.label());
+    }
 }
 
 /// The owners of the flows listed above (live runs on a host with RDMA devices): process,
@@ -281,6 +286,40 @@ pub fn render(s: &Snapshot) -> String {
     owners(&mut out, &flows[..flows.len().min(MAX_FLOW_ROWS)]);
     nic(&mut out, s);
 
+    if !s.mirror.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<40} {:<16} {:>10} {:>10} {:>10} {:>8} {:<16}",
+            "MIRROR SESSION", "TO", "FRAMES", "SEQ LOST", "SEQ LATE", "RESYNCS", "SEEN"
+        );
+        for session in &s.mirror {
+            let seq = |n: u64| {
+                if session.sequenced {
+                    n.to_string()
+                } else {
+                    "-".into()
+                }
+            };
+            let _ = writeln!(
+                out,
+                "{:<40} {:<16} {:>10} {:>10} {:>10} {:>8} {:<16}",
+                fit(&session.source.label(), 40),
+                fit(&session.outer_dst.to_string(), 16),
+                session.frames,
+                seq(session.seq_lost),
+                seq(session.seq_late),
+                seq(session.seq_resyncs),
+                fit(&format!("{}/{}", session.iface, session.direction), 16),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "mirror frames lost in transit (sum of SEQ LOST): {}",
+            m.mirror_seq_lost
+        );
+    }
+
     if !s.pfc.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -439,15 +478,18 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out);
         let _ = writeln!(out, "lost between observation points (request PSNs):");
         for p in lossy.iter().take(10) {
+            // A point inside switch mirrors is named by its mirror source.
+            let point = |r: &crate::engine::snapshot::PointRef| match &r.mirror {
+                Some(m) => format!("{}/{} via {}", r.iface, r.direction, m.label()),
+                None => format!("{}/{}", r.iface, r.direction),
+            };
             let text = format!(
-                "{} > {} qp {}: {}/{} -> {}/{}: {} missing of {} seen upstream{}",
+                "{} > {} qp {}: {} -> {}: {} missing of {} seen upstream{}",
                 p.src_ip,
                 p.dst_ip,
                 format::qp(p.dst_qp),
-                p.upstream.iface,
-                p.upstream.direction,
-                p.downstream.iface,
-                p.downstream.direction,
+                point(&p.upstream),
+                point(&p.downstream),
                 p.missing,
                 p.missing + p.both,
                 if p.downstream_retransmits_unseen > 0 {
@@ -473,7 +515,15 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out, "alerts:");
         for a in s.alerts.iter().take(20) {
             let subject = match (&a.flow, &a.pfc) {
-                (Some(f), _) => format!("{} > {} qp {}", f.src_ip, f.dst_ip, format::qp(f.dst_qp)),
+                (Some(f), _) => format!(
+                    "{} > {} qp {}{}",
+                    f.src_ip,
+                    f.dst_ip,
+                    format::qp(f.dst_qp),
+                    f.mirror
+                        .as_ref()
+                        .map_or(String::new(), |m| format!(" via {}", m.label()))
+                ),
                 (None, Some(p)) => format!(
                     "{} {} prio {}",
                     p.iface,

@@ -5,7 +5,7 @@ use std::{collections::HashSet, net::IpAddr};
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 use super::history::History;
-use crate::engine::snapshot::{FlowSnapshot, Snapshot};
+use crate::engine::snapshot::{FlowSnapshot, MirrorSource, Snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tab {
@@ -14,10 +14,19 @@ pub enum Tab {
     Ecmp,
     Alerts,
     Nic,
+    /// Switch-mirror sessions: frames and mirror-path loss.
+    Mirror,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [Tab::Flows, Tab::Pfc, Tab::Ecmp, Tab::Alerts, Tab::Nic];
+    pub const ALL: [Tab; 6] = [
+        Tab::Flows,
+        Tab::Pfc,
+        Tab::Ecmp,
+        Tab::Alerts,
+        Tab::Nic,
+        Tab::Mirror,
+    ];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -26,6 +35,7 @@ impl Tab {
             Tab::Ecmp => "ECMP",
             Tab::Alerts => "Alerts",
             Tab::Nic => "NIC",
+            Tab::Mirror => "Mirrors",
         }
     }
 
@@ -92,7 +102,14 @@ impl SortKey {
 }
 
 /// A flow's identity across the snapshot's flows and alerts.
-type FlowId<'a> = (IpAddr, IpAddr, u32, &'a str, &'static str);
+type FlowId<'a> = (
+    IpAddr,
+    IpAddr,
+    u32,
+    &'a str,
+    &'static str,
+    Option<&'a MirrorSource>,
+);
 
 pub fn nak_total(f: &FlowSnapshot) -> u64 {
     f.naks.total()
@@ -192,6 +209,7 @@ impl App {
             Tab::Ecmp => self.snapshot.ecmp.entropy.len(),
             Tab::Alerts => self.snapshot.alerts.len(),
             Tab::Nic => nic_rows(&self.snapshot).len(),
+            Tab::Mirror => self.snapshot.mirror.len(),
         }
     }
 
@@ -212,13 +230,13 @@ impl App {
         fn id<'a>(
             merged: bool,
             (src, dst, qp): (IpAddr, IpAddr, u32),
-            iface: &'a str,
-            dir: &'static str,
+            (iface, dir): (&'a str, &'static str),
+            mirror: Option<&'a MirrorSource>,
         ) -> FlowId<'a> {
             if merged {
-                (src, dst, qp, "", "")
+                (src, dst, qp, "", "", None)
             } else {
-                (src, dst, qp, iface, dir)
+                (src, dst, qp, iface, dir, mirror)
             }
         }
         let alerted: HashSet<FlowId<'_>> = self
@@ -230,8 +248,8 @@ impl App {
                 id(
                     merged,
                     (f.src_ip, f.dst_ip, f.dst_qp),
-                    &f.iface,
-                    f.direction,
+                    (&f.iface, f.direction),
+                    f.mirror.as_ref(),
                 )
             })
             .collect();
@@ -242,8 +260,8 @@ impl App {
                     || alerted.contains(&id(
                         merged,
                         (f.src_ip, f.dst_ip, f.dst_qp),
-                        &f.iface,
-                        f.direction,
+                        (&f.iface, f.direction),
+                        f.mirror.as_ref(),
                     ))
             })
             .collect();
@@ -400,6 +418,11 @@ fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
         fields.push(crate::format::qp(peer));
         fields.push(peer.to_string());
     }
+    // The mirror source, as the seen column and the table write it.
+    if let Some(m) = &f.mirror {
+        fields.push(m.compact());
+        fields.push(m.label());
+    }
     if let Some(o) = &f.owner {
         fields.push(o.comm.clone());
         fields.extend(o.pid.map(|p| p.to_string()));
@@ -419,6 +442,10 @@ pub fn merge_points(flows: &[FlowSnapshot]) -> Vec<FlowSnapshot> {
                 m.iface = format!("{}+{}", m.iface, f.iface);
                 if m.direction != f.direction {
                     m.direction = "all";
+                }
+                // Several mirror sources merged: no one source names the row.
+                if m.mirror != f.mirror {
+                    m.mirror = None;
                 }
                 m.packets = m.packets.max(f.packets);
                 m.bytes = m.bytes.max(f.bytes);

@@ -3,10 +3,7 @@
 //! priority (time paused) and in total (RoCE throughput). Kept in the UI state, not in the
 //! engine: the snapshot stays the one output contract, and the history is what this UI saw.
 
-use std::{
-    collections::{HashMap, VecDeque},
-    net::IpAddr,
-};
+use std::collections::{HashMap, VecDeque};
 
 use crate::engine::snapshot::{FlowSnapshot, PfcSnapshot, Snapshot};
 
@@ -63,10 +60,10 @@ impl Series {
 }
 
 /// A flow's identity across snapshots (as the snapshot names it).
-pub type FlowId = (IpAddr, IpAddr, u32, String, &'static str);
+pub use crate::engine::snapshot::FlowId;
 
 pub fn flow_id(f: &FlowSnapshot) -> FlowId {
-    (f.src_ip, f.dst_ip, f.dst_qp, f.iface.clone(), f.direction)
+    f.id()
 }
 
 /// A PFC entry's identity across snapshots.

@@ -46,6 +46,7 @@ pub fn action_for_key(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> 
         KeyCode::Char('3') => Action::SelectTab(Tab::Ecmp),
         KeyCode::Char('4') => Action::SelectTab(Tab::Alerts),
         KeyCode::Char('5') => Action::SelectTab(Tab::Nic),
+        KeyCode::Char('6') => Action::SelectTab(Tab::Mirror),
         _ => return None,
     })
 }

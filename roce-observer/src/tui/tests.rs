@@ -73,7 +73,7 @@ fn navigation_and_sorting() {
     assert_eq!(app.tab, Tab::Pfc);
     app.update(Action::PrevTab);
     app.update(Action::PrevTab);
-    assert_eq!(app.tab, Tab::Nic);
+    assert_eq!(app.tab, Tab::Mirror);
     app.update(Action::Quit);
     assert!(app.quit);
 }
@@ -169,6 +169,26 @@ fn pfc_view_200x50() {
     let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
     app.update(Action::SelectTab(Tab::Pfc));
     insta::assert_snapshot!(render_at(&app, 200, 50));
+}
+
+/// One stream mirrored by two switches: the flows view names each flow's mirror source in
+/// `seen`, the mirror view each session's frames and sequence losses (mirror_loss fixture).
+#[test]
+fn mirror_views() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let mut app = App::new("veth0".into(), fixture_snapshot("mirror_loss"));
+    let flows = render_at(&app, 160, 12);
+    assert!(flows.contains("erspan2:198.51.100.1#7"), "{flows}");
+    assert!(flows.contains("erspan3:198.51.100.3#8"), "{flows}");
+    // The filter matches the mirror source.
+    app.update(Action::StartFilter);
+    for c in "198.51.100.3".chars() {
+        app.update(Action::Key(KeyCode::Char(c), KeyModifiers::NONE));
+    }
+    app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
+    assert_eq!(app.order.len(), 2, "the two flows mirrored by 198.51.100.3");
+    app.update(Action::SelectTab(Tab::Mirror));
+    insta::assert_snapshot!(render_at(&app, 120, 14));
 }
 
 /// The mixed_demo fabric: four hosts, several QPs per host pair, one QP whose UDP source port

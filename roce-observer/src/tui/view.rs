@@ -60,6 +60,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Tab::Ecmp => draw_ecmp(frame, app, body),
         Tab::Alerts => draw_alerts(frame, app, body),
         Tab::Nic => draw_nic(frame, app, body),
+        Tab::Mirror => draw_mirror(frame, app, body),
     }
     if detail_height > 0 {
         draw_detail(frame, app, detail);
@@ -253,8 +254,18 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         flow.push(format!("{} -> {}", f.src_ip, f.dst_ip), plain);
         qp.push(format::qp(f.dst_qp), plain);
         peer.push(f.peer_qp.map_or("-".into(), format::qp), plain);
+        // The observation point: where it was attached, and for a flow inside switch mirrors
+        // which switch mirrored it (one row per mirror source).
+        let via = f
+            .mirror
+            .as_ref()
+            .map_or(String::new(), |m| format!(" {}", m.compact()));
         seen.push(
-            format!("{}/{}", f.iface, &f.direction[..2.min(f.direction.len())]),
+            format!(
+                "{}/{}{via}",
+                f.iface,
+                &f.direction[..2.min(f.direction.len())]
+            ),
             plain,
         );
         pkts.push(format::count(f.packets), plain);
@@ -650,6 +661,63 @@ fn draw_nic(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_stateful_widget(table, area, &mut table_state(app.selected));
 }
 
+fn draw_mirror(frame: &mut Frame, app: &App, area: Rect) {
+    let block = Block::new().borders(Borders::TOP).title(format!(
+        " switch-mirror sessions: frames lost on the mirror path {} ",
+        app.snapshot.summary.mirror_seq_lost
+    ));
+    if app.snapshot.mirror.is_empty() {
+        frame.render_widget(
+            Paragraph::new(
+                "No switch mirror seen: ERSPAN, GRE bridging and VXLAN mirrors are unwrapped and \
+                 counted here per session (docs/metrics.md, \"Mirror sessions\").",
+            )
+            .block(block)
+            .wrap(Wrap { trim: true }),
+            area,
+        );
+        return;
+    }
+    let plain = Style::new();
+    let mut source = Column::new("mirror source", 0);
+    let mut to = Column::new("to", 2);
+    let mut frames = Column::new("frames", 0);
+    let mut lost = Column::new("seq lost", 0);
+    let mut late = Column::new("late", 1);
+    let mut resyncs = Column::new("resyncs", 3);
+    let mut seen = Column::new("seen", 4);
+    for m in &app.snapshot.mirror {
+        let seq = |n: u64| {
+            if m.sequenced {
+                n.to_string()
+            } else {
+                "-".into()
+            }
+        };
+        source.push(m.source.label(), plain);
+        to.push(m.outer_dst.to_string(), plain);
+        frames.push(format::count(m.frames), plain);
+        let lost_style = if m.seq_lost > 0 {
+            Style::new().fg(Color::Yellow)
+        } else {
+            plain
+        };
+        lost.push(marked(m.seq_lost, seq(m.seq_lost)), lost_style);
+        late.push(seq(m.seq_late), plain);
+        resyncs.push(seq(m.seq_resyncs), plain);
+        seen.push(format!("{}/{}", m.iface, &m.direction[..2]), plain);
+    }
+    let (header, rows, widths) = columns::table(
+        vec![source, to, frames, lost, late, resyncs, seen],
+        area.width,
+    );
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(block)
+        .row_highlight_style(HIGHLIGHT);
+    frame.render_stateful_widget(table, area, &mut table_state(app.selected));
+}
+
 fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     let dim = Style::new().fg(Color::DarkGray);
     let line = if app.typing_filter {
@@ -665,7 +733,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             ("s sort", 1),
             ("/ filter", 1),
             ("enter detail", 2),
-            ("tab/1-5 views", 2),
+            ("tab/1-6 views", 2),
             ("j/k move", 3),
             ("p pause", 3),
             ("m merge", 3),
@@ -683,7 +751,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
 fn draw_help(frame: &mut Frame) {
     let area = frame.area();
     let w = area.width.min(64);
-    let h = area.height.min(19);
+    let h = area.height.min(20);
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
@@ -692,7 +760,8 @@ fn draw_help(frame: &mut Frame) {
     );
     let text = vec![
         Line::from("Flows: one row per (source IP, destination IP, destination QP)"),
-        Line::from("seen on one interface and direction (in = XDP, eg = TC egress)."),
+        Line::from("seen on one interface and direction (in = XDP, eg = TC egress),"),
+        Line::from("and for switch mirrors from one mirror source (seen column)."),
         Line::from("gaps/miss: PSN gaps and PSNs skipped; retx: retransmissions;"),
         Line::from("NAK: all NAK classes; CE: ECN congestion marks; p50/p99:"),
         Line::from("request -> answer latency seen at this observation point."),
@@ -701,7 +770,7 @@ fn draw_help(frame: &mut Frame) {
         Line::from("a count, and in the first column a flow with gaps, retx, NAKs,"),
         Line::from("CNPs, CE marks or an alert; sort \"problems\" lists them first."),
         Line::from(""),
-        Line::from("q/Esc quit   tab, 1-5 switch view   j/k or arrows move"),
+        Line::from("q/Esc quit   tab, 1-6 switch view   j/k or arrows move"),
         Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),
         Line::from("/ filter by address, QP or interface (esc clears)"),
         Line::from("m one row per QP: observation points merged, largest counts"),

@@ -40,8 +40,9 @@ use fetch::{KERNELS, Kernel, fetch};
 use image::build_image;
 
 /// One per kernel in the fast path: many flows and opcodes, frames above one page
-/// (go-back-N with 4 KiB payloads), PFC.
-const FAST_FIXTURES: &[&str] = &["mixed_demo", "nak_go_back_n", "pfc"];
+/// (go-back-N with 4 KiB payloads), PFC, and switch mirrors (ERSPAN II/III, GRE, VXLAN, two
+/// mirror sources of one flow, sequence gaps: the MIRRORS map and the scratch map).
+const FAST_FIXTURES: &[&str] = &["mixed_demo", "nak_go_back_n", "pfc", "mirror_loss"];
 
 /// Options of `cargo xtask kernels`.
 #[derive(Debug, Clone, clap::Args)]

@@ -280,12 +280,9 @@ fn memory_is_bounded() {
         nak_burst: false,
     };
     let key = FlowKey {
-        src_ip: [0; 16],
-        dst_ip: [0; 16],
         dst_qp: 1,
-        ifindex: 0,
         direction: 2,
-        _pad: [0; 3],
+        ..FlowKey::zeroed()
     };
     // A packet every 2 ms for 2x the window: one run each.
     for i in 0..(WINDOW_BINS as u64) {

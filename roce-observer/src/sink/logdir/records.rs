@@ -1,9 +1,10 @@
 //! The JSON Lines records of the log directory (docs/log-schema.md), built from snapshots.
 //!
 //! Every line starts with `schema_version` and `kind`. Each interval gives the flows, PFC
-//! entries and alerts that changed since the last batch that reached the disk, with their
-//! totals and the change (`delta`), and one `summary`; a full batch gives every flow, PFC entry
-//! and alert plus the ECMP view, so a file that starts with one stands alone.
+//! entries, mirror sessions and alerts that changed since the last batch that reached the disk,
+//! with their totals and the change (`delta`), and one `summary`; a full batch gives every
+//! flow, PFC entry, mirror session and alert plus the ECMP view, so a file that starts with one
+//! stands alone.
 //!
 //! Deltas are taken against the last batch *written*: when a batch is lost (full disk), the
 //! next written batch carries the changes of both, so summing `delta` over the files that exist
@@ -14,7 +15,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::engine::snapshot::{
-    AlertSnapshot, EcmpSnapshot, FlowSnapshot, LatencySnapshot, PfcSnapshot, Snapshot, Summary,
+    AlertSnapshot, EcmpSnapshot, FlowId, FlowSnapshot, LatencySnapshot, MirrorSnapshot,
+    MirrorSource, PfcSnapshot, Snapshot, Summary,
 };
 
 /// Version of the log line schema; changes are additive only (docs/log-schema.md).
@@ -113,6 +115,17 @@ struct PfcLine {
 }
 
 #[derive(Serialize)]
+struct MirrorLine<'a> {
+    #[serde(flatten)]
+    head: Head,
+    delta_since_ts: u64,
+    delta_frames: u64,
+    delta_seq_lost: u64,
+    #[serde(flatten)]
+    mirror: &'a MirrorSnapshot,
+}
+
+#[derive(Serialize)]
 struct AlertLine {
     #[serde(flatten)]
     head: Head,
@@ -168,20 +181,19 @@ struct SummaryLine<'a> {
     log: LogHealth,
 }
 
-/// Identity of a flow across snapshots.
-type FlowId = (
-    std::net::IpAddr,
-    std::net::IpAddr,
-    u32,
-    String,
-    &'static str,
-);
 /// Identity of a PFC entry and of an alert.
 type PfcId = (String, &'static str, String, Option<u8>);
 type AlertId = (&'static str, String);
 
 fn flow_id(f: &FlowSnapshot) -> FlowId {
-    (f.src_ip, f.dst_ip, f.dst_qp, f.iface.clone(), f.direction)
+    f.id()
+}
+
+/// Identity of a mirror session across snapshots.
+type MirrorId = (MirrorSource, std::net::IpAddr, String, &'static str);
+
+fn mirror_id(m: &MirrorSnapshot) -> MirrorId {
+    (m.source.clone(), m.outer_dst, m.iface.clone(), m.direction)
 }
 
 fn pfc_id(p: &PfcSnapshot) -> PfcId {
@@ -200,6 +212,7 @@ pub struct Baseline {
     flows: HashMap<FlowId, FlowDelta>,
     pfc: HashMap<PfcId, (u64, u64, u64)>,
     alerts: HashMap<AlertId, u64>,
+    mirrors: HashMap<MirrorId, (u64, u64)>,
 }
 
 /// One batch of lines, ready to write, and the baseline it leaves behind once written.
@@ -264,6 +277,24 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
             push_line(&mut text, &mut records, &line);
         }
         next.pfc.insert(id, now);
+    }
+    for mirror in &snap.mirror {
+        let id = mirror_id(mirror);
+        let now = (mirror.frames, mirror.seq_lost);
+        let before = base.mirrors.get(&id).copied().unwrap_or_default();
+        let d = |a: u64, b: u64| if a >= b { a - b } else { a };
+        let delta = (d(now.0, before.0), d(now.1, before.1));
+        if full || delta != (0, 0) {
+            let line = MirrorLine {
+                head: head("mirror"),
+                delta_since_ts: base.ts,
+                delta_frames: delta.0,
+                delta_seq_lost: delta.1,
+                mirror,
+            };
+            push_line(&mut text, &mut records, &line);
+        }
+        next.mirrors.insert(id, now);
     }
     for alert in &snap.alerts {
         let id = alert_id(alert);

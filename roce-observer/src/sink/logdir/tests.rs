@@ -335,6 +335,28 @@ const PINNED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "mirror",
+        &[
+            "schema_version",
+            "kind",
+            "ts",
+            "full",
+            "delta_since_ts",
+            "delta_frames",
+            "delta_seq_lost",
+            "iface",
+            "direction",
+            "encap",
+            "outer_src",
+            "outer_dst",
+            "frames",
+            "sequenced",
+            "seq_lost",
+            "seq_late",
+            "seq_resyncs",
+        ],
+    ),
+    (
         "alert",
         &[
             "schema_version",
@@ -382,6 +404,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "ringbuf_full",
             "pending_full",
             "events_lost",
+            "mirror_seq_lost",
             "flows",
             "pmtu",
             "pmtu_learned",
@@ -434,7 +457,7 @@ fn schema_is_pinned_and_documented() {
         rtt_alert_ns: Some(1),
         ..EngineConfig::default()
     });
-    for name in ["mixed_demo", "pfc"] {
+    for name in ["mixed_demo", "pfc", "mirror_loss"] {
         feed(&mut engine, &frames(name));
     }
     let mut log = LogDir::open(cfg(&dir), 0).expect("open");
@@ -485,7 +508,15 @@ fn schema_is_pinned_and_documented() {
     }
     assert_eq!(
         seen,
-        BTreeSet::from(["file_start", "flow", "pfc", "alert", "ecmp", "summary"])
+        BTreeSet::from([
+            "file_start",
+            "flow",
+            "pfc",
+            "mirror",
+            "alert",
+            "ecmp",
+            "summary"
+        ])
     );
     fs::remove_dir_all(&dir).expect("cleanup");
 }

@@ -322,6 +322,7 @@ fn promtool_finds_nothing_to_lint() {
         "pfc",
         "pause_8023x",
         "nak_go_back_n",
+        "mirror_loss",
     ]));
     let health = Health {
         log_records_lost: Some(1),
@@ -379,5 +380,40 @@ fn series_stay_bounded_for_a_full_flow_table() {
     assert_eq!(
         value(&text, "roce_observer_metrics_flows_omitted", ""),
         16_184.0
+    );
+}
+
+/// Mirror sessions get their own counters, and a mirrored flow names its mirror source (two
+/// switches mirroring one QP are two flows): the mirror_loss fixture.
+#[test]
+fn mirror_sessions_and_mirrored_flows() {
+    let snap = fixture_snapshot(&["mirror_loss"]);
+    let text = render(&snap, DEFAULT_TOP_FLOWS, &Health::default());
+    let session = r#"encap="erspan2",outer_src="198.51.100.1",outer_dst="198.51.100.2",id="session 7",iface="if0",direction="capture""#;
+    assert_eq!(value(&text, "roce_mirror_frames_total", session), 8.0);
+    assert_eq!(value(&text, "roce_mirror_seq_lost_total", session), 2.0);
+    assert_eq!(value(&text, "roce_mirror_seq_late_total", session), 2.0);
+    let wrap = r#"encap="gre",outer_src="198.51.100.1",outer_dst="198.51.100.2",id="key 42",iface="if0",direction="capture""#;
+    assert_eq!(value(&text, "roce_mirror_seq_lost_total", wrap), 1.0);
+    let flow = |mirror: &str| {
+        format!(
+            r#"src="192.0.2.1",dst="192.0.2.2",qp="18",iface="if0",direction="capture",mirror="{mirror}""#
+        )
+    };
+    assert_eq!(
+        value(
+            &text,
+            "roce_flow_packets_total",
+            &flow("erspan2 198.51.100.1 session 7")
+        ),
+        5.0
+    );
+    assert_eq!(
+        value(
+            &text,
+            "roce_flow_psn_gaps_total",
+            &flow("erspan3 198.51.100.3 session 8")
+        ),
+        1.0
     );
 }

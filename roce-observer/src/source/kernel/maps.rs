@@ -5,7 +5,9 @@ use std::os::fd::AsFd as _;
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use roce_observer_common::{
-    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats, counters::COUNTER_SLOTS,
+    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    counters::COUNTER_SLOTS,
+    mirror::{MirrorKey, MirrorStats},
 };
 
 use super::{KernelSource, error::KernelError};
@@ -70,6 +72,13 @@ impl KernelSource {
                 (k, v)
             })
             .collect())
+    }
+
+    /// Every mirror session (at most MAX_MIRROR_SESSIONS entries: no batching needed).
+    pub fn read_mirrors(&self) -> Result<Vec<(MirrorKey, MirrorStats)>, KernelError> {
+        let mirrors = HashMap::<&MapData, MirrorKey, MirrorStats>::try_from(map(self, "MIRRORS")?)
+            .map_err(map_error("MIRRORS"))?;
+        Ok(mirrors.iter().flatten().collect())
     }
 
     /// Counters summed over CPUs: `[direction][counter]`, `TotalPackets` the sum of the classes.

@@ -230,6 +230,9 @@ pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()
     for (key, stats) in src.read_pfc()? {
         engine.update_pfc(&key, &stats);
     }
+    for (key, stats) in src.read_mirrors()? {
+        engine.update_mirror(&key, &stats);
+    }
     let counters = src.read_counters()?;
     for (dir, block) in [Direction::Ingress, Direction::Egress]
         .into_iter()
