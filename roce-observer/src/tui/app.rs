@@ -14,10 +14,22 @@ pub enum Tab {
     Ecmp,
     Alerts,
     Nic,
+    Steps,
+    Paths,
+    Storm,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [Tab::Flows, Tab::Pfc, Tab::Ecmp, Tab::Alerts, Tab::Nic];
+    pub const ALL: [Tab; 8] = [
+        Tab::Flows,
+        Tab::Pfc,
+        Tab::Ecmp,
+        Tab::Alerts,
+        Tab::Nic,
+        Tab::Steps,
+        Tab::Paths,
+        Tab::Storm,
+    ];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -26,6 +38,9 @@ impl Tab {
             Tab::Ecmp => "ECMP",
             Tab::Alerts => "Alerts",
             Tab::Nic => "NIC",
+            Tab::Steps => "Steps",
+            Tab::Paths => "Paths",
+            Tab::Storm => "Storm",
         }
     }
 
@@ -192,6 +207,17 @@ impl App {
             Tab::Ecmp => self.snapshot.ecmp.entropy.len(),
             Tab::Alerts => self.snapshot.alerts.len(),
             Tab::Nic => nic_rows(&self.snapshot).len(),
+            Tab::Steps => self
+                .snapshot
+                .steps
+                .as_ref()
+                .map_or(0, |s| s.stragglers.len()),
+            Tab::Paths => self.snapshot.paths.len(),
+            Tab::Storm => self
+                .snapshot
+                .pfc_origin
+                .as_ref()
+                .map_or(0, |o| o.sources.len()),
         }
     }
 

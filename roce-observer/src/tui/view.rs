@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{engine::snapshot::QpOwner, format, source::qp_owner::owner_of};
 
-const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
+pub(super) const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
 /// Problems carry this symbol as well as a colour, so they stand out without colour too
 /// (NO_COLOR, `--color never`, monochrome terminals): before each count that is a problem, and
@@ -60,6 +60,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Tab::Ecmp => draw_ecmp(frame, app, body),
         Tab::Alerts => draw_alerts(frame, app, body),
         Tab::Nic => draw_nic(frame, app, body),
+        Tab::Steps => super::diagnosis::draw_steps(frame, app, body),
+        Tab::Paths => super::diagnosis::draw_paths(frame, app, body),
+        Tab::Storm => super::diagnosis::draw_storm(frame, app, body),
     }
     if detail_height > 0 {
         draw_detail(frame, app, detail);
@@ -212,7 +215,7 @@ fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
     );
 }
 
-fn table_state(selected: usize) -> TableState {
+pub(super) fn table_state(selected: usize) -> TableState {
     TableState::default().with_selected(Some(selected))
 }
 
@@ -663,7 +666,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             ("s sort", 1),
             ("/ filter", 1),
             ("enter detail", 2),
-            ("tab/1-5 views", 2),
+            ("tab/1-8 views", 2),
             ("j/k move", 3),
             ("p pause", 3),
             ("m merge", 3),
@@ -699,7 +702,7 @@ fn draw_help(frame: &mut Frame) {
         Line::from("a count, and in the first column a flow with gaps, retx, NAKs,"),
         Line::from("CNPs, CE marks or an alert; sort \"problems\" lists them first."),
         Line::from(""),
-        Line::from("q/Esc quit   tab, 1-5 switch view   j/k or arrows move"),
+        Line::from("q/Esc quit   tab, 1-8 switch view   j/k or arrows move"),
         Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),
         Line::from("/ filter by address, QP or interface (esc clears)"),
         Line::from("m one row per QP: observation points merged, largest counts"),
