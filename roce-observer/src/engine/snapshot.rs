@@ -503,6 +503,15 @@ pub struct PauseSource {
     pub paused_fraction: f64,
     /// This source had a storm of its own.
     pub storm: bool,
+    /// Who paused it: the index in `sources` of the source whose pause it followed, by the
+    /// chain rules of docs/metrics.md; `None` for a root (nothing in the window explains it).
+    pub paused_by: Option<usize>,
+    /// What ties it to `paused_by`: "shared_flow" (a flow seen at both interfaces, same
+    /// priority or link-level PAUSE) or "same_port" (the same MAC and interface, another
+    /// priority).
+    pub evidence: Option<&'static str>,
+    /// Its first XOFF after that of `paused_by`, milliseconds.
+    pub hop_ms: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -512,9 +521,15 @@ pub struct PfcOrigin {
     pub storm_onset_ts: u64,
     pub window_start_ts: u64,
     pub window_end_ts: u64,
-    /// The source whose first XOFF in the window came first.
+    /// The origin candidate: the root whose chain reaches the most sources (ties: the first
+    /// XOFF), which is the first source unless the first pause spread nowhere.
     pub origin: PfcRef,
-    /// From the origin's first XOFF to the last source's, milliseconds.
+    /// Its index in `sources`.
+    pub origin_index: usize,
+    /// Sources its chain reaches (itself not counted), and the longest chain from it in hops.
+    pub reached: usize,
+    pub hops: usize,
+    /// From the first source's first XOFF to the last source's, milliseconds.
     pub spread_ms: f64,
     /// Every source that paused in the window, by first XOFF.
     pub sources: Vec<PauseSource>,

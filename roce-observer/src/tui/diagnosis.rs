@@ -269,12 +269,19 @@ pub fn draw_storm(frame: &mut Frame, app: &App, area: Rect) {
         Layout::vertical([Constraint::Length(3), Constraint::Min(3)]).areas(area);
     frame.render_widget(
         Paragraph::new(vec![
-            Line::from(format!("origin {}", source_label(&o.origin))),
             Line::from(format!(
-                "onset {}   spread {:.2} ms over {} sources   window {:.0} ms",
+                "origin #{} {}: reached {} in {} hop{}",
+                o.origin_index + 1,
+                source_label(&o.origin),
+                o.reached,
+                o.hops,
+                if o.hops == 1 { "" } else { "s" }
+            )),
+            Line::from(format!(
+                "onset {}   {} sources within {:.2} ms   window {:.0} ms",
                 format::clock(o.storm_onset_ts),
-                o.spread_ms,
                 o.sources.len(),
+                o.spread_ms,
                 o.window_end_ts.saturating_sub(o.window_start_ts) as f64 / 1e6
             )),
         ])
@@ -290,7 +297,15 @@ pub fn draw_storm(frame: &mut Frame, app: &App, area: Rect) {
     let mut xoff = Column::new("first XOFF", 0);
     let mut fraction = Column::new("paused", 0);
     let mut storm = Column::new("storm", 2);
+    let mut by = Column::new("paused by", 0);
     for (i, s) in o.sources.iter().enumerate() {
+        by.push(
+            match (s.paused_by, s.evidence, s.hop_ms) {
+                (Some(p), Some(ev), Some(ms)) => format!("#{} +{ms:.2} ms {ev}", p + 1),
+                _ => "root".into(),
+            },
+            plain,
+        );
         order.push((i + 1).to_string(), plain);
         source.push(s.source.src_mac.clone(), plain);
         point.push(
@@ -309,13 +324,15 @@ pub fn draw_storm(frame: &mut Frame, app: &App, area: Rect) {
         );
     }
     let (header, rows, widths) = columns::table(
-        vec![order, source, point, prio, xoff, fraction, storm],
+        vec![order, source, point, prio, xoff, fraction, by, storm],
         table.width,
     );
     frame.render_stateful_widget(
         Table::new(rows, widths)
             .header(header)
-            .block(titled(" pause sources by first XOFF in the window ".into()))
+            .block(titled(
+                " pause sources by first XOFF, and who paused whom ".into(),
+            ))
             .row_highlight_style(HIGHLIGHT),
         table,
         &mut table_state(app.selected),

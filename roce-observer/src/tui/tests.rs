@@ -520,8 +520,9 @@ fn qp_owners_label_flows_and_filter_by_process() {
 
 /// Synthetic traffic through the engine for the diagnosis views, at three observation points:
 /// 20 training steps of 100 ms on leaf1 (four flows communicating 20 ms, QP 0x100 5 ms late
-/// with CE marks and CNPs); one flow seen on leaf1 and spine1 with four PSNs lost between them;
-/// a PFC storm that starts on leaf1 and spreads to spine1 (20 ms later) and leaf2 (45 ms).
+/// with CE marks and CNPs); one flow seen on leaf1 and spine1 with four PSNs lost between them,
+/// one on spine1 and leaf2 without loss; a PFC storm that starts on leaf1 and spreads along
+/// those flows to spine1 (20 ms later) and leaf2 (45 ms).
 fn diagnosis_snapshot() -> crate::engine::snapshot::Snapshot {
     use roce_observer_common::{
         frames::{RoceFrame, pfc_frame},
@@ -580,6 +581,19 @@ fn diagnosis_snapshot() -> crate::engine::snapshot::Snapshot {
         if !lost.contains(&p) {
             frames.push((t + 3 * US, 2, f));
         }
+    }
+    // A flow through spine1 and leaf2: the storm's second hop follows it.
+    for k in 0..10u32 {
+        let f = RoceFrame {
+            src_ip: host(60),
+            dst_ip: host(61),
+            tos: (26 << 2) | 2,
+            ..RoceFrame::new(0x0a, 0x34, k)
+        }
+        .build();
+        let t = T0 + 30 * MS + u64::from(k) * 100 * US;
+        frames.push((t, 2, f.clone()));
+        frames.push((t + 2 * US, 3, f));
     }
     // The storm: 0xffff quanta refreshed every 300 us.
     for k in 0..1000u64 {
@@ -647,6 +661,7 @@ fn storm_view_80x24() {
     let app = diagnosis_app(Tab::Storm);
     let o = app.snapshot.pfc_origin.as_ref().expect("a storm");
     assert_eq!(o.origin.iface, "leaf1");
+    assert_eq!((o.reached, o.hops), (2, 2));
     insta::assert_snapshot!(render_at(&app, 80, 24));
 }
 
