@@ -16,6 +16,9 @@ use super::{
 /// Frames kept per source (the latest).
 pub const MAX_FRAMES: usize = 4096;
 
+/// One source's frames: (time, requested pause in ns; 0 = XON), oldest first.
+type Frames = VecDeque<(u64, u64)>;
+
 /// Frame times and requested pause (ns; 0 = XON) per source.
 #[derive(Clone, Debug, Default)]
 pub struct PauseLog {
@@ -64,7 +67,7 @@ fn paused_within(frames: &VecDeque<(u64, u64)>, from: u64, to: u64) -> u64 {
 /// PAUSE, which stops every priority), or `b` is `a`'s device on the same port pausing
 /// another priority (a shared buffer).
 fn hop_evidence(
-    a: (&PfcKey, &VecDeque<(u64, u64)>, u64),
+    a: (&PfcKey, &Frames, u64),
     b: (&PfcKey, u64),
     window: u64,
     shared: &HashSet<(u32, u32)>,
@@ -124,7 +127,7 @@ impl Engine {
             onset.saturating_sub(2 * window),
             onset.saturating_add(window),
         );
-        let mut found: Vec<(&PfcKey, &VecDeque<(u64, u64)>, PauseSource)> = self
+        let mut found: Vec<(&PfcKey, &Frames, PauseSource)> = self
             .pauses
             .frames
             .iter()
