@@ -395,6 +395,30 @@ pub struct ModelledView {
     pub collisions: Vec<Collision>,
     /// New source ports for colliding elephants, and the model's view after (ecmp_advice.rs).
     pub advice: Option<EcmpAdvice>,
+    /// QPs per connection that spread the colliding elephants, and the model's view after
+    /// (ecmp_advice.rs).
+    pub qp_advice: Option<QpAdvice>,
+}
+
+/// One connection (host pair) of the QP-count prescription.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct QpCount {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    /// Its elephant bytes, and the QPs on its elephant 5-tuples now.
+    pub bytes: u64,
+    pub qps_now: u64,
+    /// QPs to split those bytes over, and the source ports the model gave them.
+    pub qps: u32,
+    pub udp_src_ports: Vec<u16>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct QpAdvice {
+    pub connections: Vec<QpCount>,
+    pub bytes_per_path_after: Vec<u64>,
+    pub imbalance_after: f64,
+    pub jain_after: f64,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]

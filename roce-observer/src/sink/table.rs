@@ -339,6 +339,26 @@ pub fn render(s: &Snapshot) -> String {
                     );
                 }
             }
+            if let Some(q) = &mdl.qp_advice {
+                let counts: Vec<String> = q
+                    .connections
+                    .iter()
+                    .take(5)
+                    .map(|c| {
+                        format!(
+                            "{} > {} {} QPs (now {})",
+                            c.src_ip, c.dst_ip, c.qps, c.qps_now
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
+                    mdl.imbalance,
+                    q.imbalance_after,
+                    counts.join(", ")
+                );
+            }
         }
         for p in e.entropy.iter().take(5) {
             let _ = writeln!(
