@@ -5,9 +5,10 @@
 //! (docs/metrics.md, "Where was it lost").
 //!
 //! Fed per accounted request packet (the capture path). Bounded: a flow gets a PSN ring
-//! ([`RING`] PSNs, one bit per point) once a second point sees it, for at most [`MAX_FLOWS`]
-//! flows; a PSN is judged when it leaves the ring (or, for the ones still in it, at the
-//! snapshot), so points may see a PSN up to [`RING`] PSNs apart.
+//! ([`RING`] PSNs, one bit per point) once a second point sees it (or at its first packet when
+//! the capture declares several interfaces), for at most [`MAX_FLOWS`] flows; a PSN is judged
+//! when it leaves the ring (or, for the ones still in it, at the snapshot), so points may see a
+//! PSN up to [`RING`] PSNs apart.
 
 use std::collections::HashMap;
 
@@ -195,6 +196,12 @@ pub struct PathLoss {
     flows: HashMap<Path, PathFlow, FastHash>,
     /// Paths seen at a second point after [`MAX_FLOWS`] had rings.
     pub untracked_flows: u64,
+    /// The input declared several observation points (pcapng interfaces, or the kernel's
+    /// interfaces): a flow gets its ring at its first packet, so that a point whose packets
+    /// come later in the file (a batch of another interface) is compared with everything the
+    /// first point saw. Otherwise a ring starts at the second point, as memory is kept for
+    /// flows seen at several points only.
+    pub several_points: bool,
 }
 
 impl PathLoss {
@@ -205,6 +212,13 @@ impl PathLoss {
         }
         let path = (key.src_ip, key.dst_ip, key.dst_qp);
         let point = (key.ifindex, key.direction);
+        if self.several_points
+            && self.flows.len() < MAX_FLOWS
+            && !self.flows.contains_key(&path)
+            && !self.seen_at.contains_key(&path)
+        {
+            self.flows.insert(path, PathFlow::default());
+        }
         let flow = match self.flows.get_mut(&path) {
             Some(f) => f,
             None => match self.seen_at.get(&path) {
