@@ -202,6 +202,11 @@ pub struct PathLoss {
     /// first point saw. Otherwise a ring starts at the second point, as memory is kept for
     /// flows seen at several points only.
     pub several_points: bool,
+    /// The first point any packet was seen at, until a packet comes from another (then
+    /// `None` with `seen_two` set): an input with one point (a pcap, a pcapng with one
+    /// interface) costs one comparison per packet here.
+    only_point: Option<Point>,
+    seen_two: bool,
 }
 
 impl PathLoss {
@@ -210,8 +215,21 @@ impl PathLoss {
         if opcode::psn_space(pkt.opcode) != PsnSpace::Request {
             return;
         }
-        let path = (key.src_ip, key.dst_ip, key.dst_qp);
         let point = (key.ifindex, key.direction);
+        if !self.several_points && !self.seen_two {
+            match self.only_point {
+                Some(p) if p != point => {
+                    self.seen_two = true;
+                    self.only_point = None;
+                }
+                Some(_) => return,
+                None => {
+                    self.only_point = Some(point);
+                    return;
+                }
+            }
+        }
+        let path = (key.src_ip, key.dst_ip, key.dst_qp);
         if self.several_points
             && self.flows.len() < MAX_FLOWS
             && !self.flows.contains_key(&path)
