@@ -20,7 +20,11 @@ use crate::{
     engine::{Engine, snapshot::Snapshot},
     fail_on::{GateFailed, Judge},
     sink::outputs::Outputs,
-    source::{LiveSource, SourceState, hw::NicWatch},
+    source::{
+        LiveSource, SourceState,
+        hw::NicWatch,
+        qp_owner::{OwnerBook, label_flows},
+    },
     tui::{self, Action, App, TerminalGuard},
 };
 
@@ -63,9 +67,9 @@ pub struct Schedule {
     pub duration: Option<Duration>,
     /// The host's RDMA NIC counters, attached to every snapshot (`nic` in the JSON).
     pub nic: Option<NicWatch>,
-    /// Read the host's QP owners over RDMA netlink for every snapshot (`qp_owners`), keeping
-    /// those of this device only when given.
-    pub qp_owners: Option<Option<String>>,
+    /// The host's QP owners, read over RDMA netlink for every snapshot and every
+    /// [`OWNER_POLL`] between them (`qp_owners`, and each flow's `owner`).
+    pub owners: Option<OwnerBook>,
     /// `run --fail-on`: judged on the final report always, and on every interval report too
     /// when [`Gate::each_interval`] is set (the kernel source).
     pub gate: Gate,
@@ -90,6 +94,10 @@ pub struct Ended {
     pub tripped: Option<GateFailed>,
 }
 
+/// How often QP owners are read between reports: a QP that lives this long (a short perftest
+/// run, a job that fails at start) is still caught and its flows labelled.
+pub const OWNER_POLL: Duration = Duration::from_millis(200);
+
 impl Schedule {
     /// The engine's snapshot at `now`, with the NIC counters read now.
     fn snapshot(&mut self, engine: &Engine, now: u64) -> Snapshot {
@@ -97,12 +105,11 @@ impl Schedule {
         if let Some(nic) = self.nic.as_mut() {
             snap.nic = nic.sample();
         }
-        if let Some(device) = &self.qp_owners {
+        if let Some(book) = self.owners.as_mut() {
             // A host whose RDMA netlink cannot be read (no RDMA core) simply has no owners.
-            snap.qp_owners = crate::source::qp_owner::read_owners().unwrap_or_default();
-            if let Some(d) = device {
-                snap.qp_owners.retain(|o| &o.device == d);
-            }
+            let _ = book.refresh();
+            snap.qp_owners = book.owners();
+            label_flows(&snap.qp_owners, &mut snap.flows);
         }
         snap
     }
@@ -160,6 +167,7 @@ pub async fn run_live<S: LiveSource>(
     }
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(schedule.interval);
+    let mut owner_tick = tokio::time::interval(OWNER_POLL.min(schedule.interval));
     let deadline = schedule.duration.map(|d| Instant::now() + d);
     // Set once the source has ended and its last state is on screen.
     let mut ended = false;
@@ -183,6 +191,11 @@ pub async fn run_live<S: LiveSource>(
                         break;
                     }
                     ui.draw()?;
+                }
+            }
+            _ = owner_tick.tick(), if schedule.owners.is_some() && !ended => {
+                if let Some(book) = schedule.owners.as_mut() {
+                    let _ = book.refresh();
                 }
             }
             _ = tick.tick(), if !ended => {
@@ -342,7 +355,7 @@ mod tests {
             interval: Duration::from_millis(1),
             duration: None,
             nic: None,
-            qp_owners: None,
+            owners: None,
             gate,
         };
         let ended = rt
@@ -467,7 +480,7 @@ mod tests {
                 interval: Duration::from_millis(1),
                 duration: None,
                 nic: None,
-                qp_owners: None,
+                owners: None,
                 gate: Gate::default(),
             },
             std::future::pending(),

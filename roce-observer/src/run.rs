@@ -19,6 +19,7 @@ use crate::{
         capture::{CaptureSource, Pace},
         hw::{DeviceChoice, NicWatch},
         kernel::{KernelOptions, KernelSource},
+        qp_owner::OwnerBook,
     },
 };
 
@@ -138,15 +139,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         true,
     )?;
     // QP owners where there are RDMA devices to own QPs (the NIC counters found some).
-    let qp_owners = nic.is_some().then(|| match &args.rdma_dev {
-        Some(DeviceChoice::Only(name)) => Some(name.clone()),
-        _ => None,
+    let owners = nic.is_some().then(|| {
+        OwnerBook::new(match &args.rdma_dev {
+            Some(DeviceChoice::Only(name)) => Some(name.clone()),
+            _ => None,
+        })
     });
     let schedule = Schedule {
         interval,
         duration,
         nic,
-        qp_owners,
+        owners,
         gate: Gate {
             judge: fail_on::Judge::new(args.fail_on.clone()),
             // A capture ends by itself and is judged then; the interfaces are watched until

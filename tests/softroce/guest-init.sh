@@ -15,6 +15,7 @@
 #   EXTRA_READY="attached" optional: start perftest as soon as extra.err/out matches it
 #                         (EXTRA_WAIT is then the upper bound)
 #   PERFTEST_TIMEOUT=600  hard limit for the perftest process
+#   SHIFT_QPN=1           server: a loopback perftest first, so its QP numbers differ from the client's
 # Everything the VM produces is written back into the share; the last file is
 # status.env (PERFTEST_RC=..., ...). The VM then powers off (qemu runs with
 # -no-reboot and panic=1, and the harness wraps qemu in a hard timeout too).
@@ -115,6 +116,33 @@ $RDMA link show >$OUT/rdma-link.txt 2>&1
 snap_counters() {
 	for f in $PORT/hw_counters/*; do echo "${f##*/}=$(cat "$f")"; done >"$1"
 }
+
+# Wait until TCP port $1 listens, at most $3 tenths of a second, or until process $2 exits.
+wait_listening() {
+	i=0
+	until netstat -ltn 2>/dev/null | grep -q ":$1 "; do
+		sleep 0.1; i=$((i + 1))
+		[ $i -ge "$3" ] && break
+		kill -0 "$2" 2>/dev/null || break
+	done
+}
+
+# Shift the server's QP numbers: a loopback perftest (its two QPs created and destroyed; rxe
+# numbers QPs cyclically and loopback never reaches eth0) before the counters are read, so the
+# server's perftest QP is not number 17 like the client's and the observer's owner check can
+# tell the local QP (lqpn) from the remote one (rqpn). SHIFT_QPN=0 skips it.
+if [ "$ROLE" = server ] && [ "${SHIFT_QPN:-1}" = 1 ]; then
+	LB=/usr/bin/ib_write_bw
+	status "T_SHIFT_START=$(cut -d' ' -f1 /proc/uptime)"
+	timeout 60 $LB -d rxe0 -x "$GID_IDX" -p 18600 -n 5 -s 64 >/tmp/shift-server.out 2>&1 &
+	LB_PID=$!
+	wait_listening 18600 $LB_PID 300
+	timeout 60 $LB -d rxe0 -x "$GID_IDX" -p 18600 -n 5 -s 64 "$MY_IP" >/tmp/shift-client.out 2>&1
+	wait $LB_PID
+	status "QPN_SHIFT_RC=$?"
+	status "T_SHIFT_END=$(cut -d' ' -f1 /proc/uptime)"
+	cat /tmp/shift-server.out /tmp/shift-client.out >>/tmp/init.log
+fi
 snap_counters $OUT/counters_before.txt
 
 # ---- rendezvous: the server listens on the perftest port, then says "ready" ----
@@ -177,12 +205,7 @@ status "T_PERF_START=$(cut -d' ' -f1 /proc/uptime)"
 if [ "$ROLE" = server ]; then
 	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS >$OUT/perftest.out 2>&1 &
 	PERF_PID=$!
-	i=0
-	until netstat -ltn 2>/dev/null | grep -q ":$PERF_PORT "; do
-		sleep 0.1; i=$((i + 1))
-		[ $i -ge 600 ] && break
-		kill -0 $PERF_PID 2>/dev/null || break
-	done
+	wait_listening "$PERF_PORT" $PERF_PID 600
 	# one-shot "ready" answer for the client (busybox nc as a server)
 	(echo ready | nc -l -p "$READY_PORT" >/dev/null 2>&1) &
 	READY_PID=$!
@@ -190,7 +213,24 @@ if [ "$ROLE" = server ]; then
 	PERF_RC=$?
 	kill $READY_PID 2>/dev/null
 else
-	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS "$PEER_IP" >$OUT/perftest.out 2>&1
+	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS "$PEER_IP" >$OUT/perftest.out 2>&1 &
+	PERF_PID=$!
+	# Ground truth for the observer's QP owners, independent of it: the perftest process as
+	# /proc names it, and iproute2's `rdma resource show qp` once perftest's QP is connected
+	# (a user QP, one with a pid, whose rqpn is set: 0 before RTR; the kernel's GSI QP has
+	# none). Polled while perftest runs; costs no extra VM time.
+	i=0
+	while kill -0 $PERF_PID 2>/dev/null && [ $i -lt 600 ]; do
+		if $RDMA -j resource show qp >/tmp/rdma-qp.json 2>>/tmp/init.log &&
+			grep -q '"pid"' /tmp/rdma-qp.json && grep -q '"rqpn":[1-9]' /tmp/rdma-qp.json; then
+			cp /tmp/rdma-qp.json $OUT/rdma-qp.json
+			status "PERF_PIDOF=$(pidof "$PERFTEST")"
+			status "PERF_COMM=$(cat /proc/"$(pidof "$PERFTEST")"/comm 2>/dev/null)"
+			break
+		fi
+		sleep 0.1; i=$((i + 1))
+	done
+	wait $PERF_PID
 	PERF_RC=$?
 fi
 status "T_PERF_END=$(cut -d' ' -f1 /proc/uptime)"

@@ -82,6 +82,7 @@ impl Engine {
                     first_ts: s.first_ns,
                     last_ts: s.last_ns,
                     rate_bps: rate,
+                    owner: None,
                 }
             })
             .collect();

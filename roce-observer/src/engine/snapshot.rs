@@ -72,6 +72,9 @@ pub struct QpOwner {
     pub pid: Option<u32>,
     /// /proc/PID/comm, or the kernel module's name for kernel QPs.
     pub comm: String,
+    /// The QP was destroyed since it was read (kept so that its flows stay labelled).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
 }
 
 /// One NIC counter: its value, and its change over the interval.
@@ -213,6 +216,10 @@ pub struct FlowSnapshot {
     pub last_ts: u64,
     /// bits/s over the reporting interval.
     pub rate_bps: f64,
+    /// The local QP this flow goes into or comes out of, and its process (live runs on a host
+    /// with RDMA devices; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<QpOwner>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]

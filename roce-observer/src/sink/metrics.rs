@@ -8,6 +8,8 @@
 //! - aggregates per observation point (interface + direction), per host pair (at most
 //!   [`MAX_HOST_PAIRS`], most bytes first, counters only) and per NAK class;
 //! - PFC per (interface, direction, priority), summed over the sending MACs;
+//! - QP owners as one info series per flow that has series; NIC counters per device, port
+//!   and counter (the device's own counter list);
 //! - the observer's own health.
 //!
 //! Latency is a classic histogram with buckets from 1 us to 100 ms (`LATENCY_BUCKETS_NS`), so
@@ -323,9 +325,67 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
         .collect();
     reg.register("roce_naks", "NAKs by class, all flows", ConstFamily(naks));
 
+    register_owners(&mut reg, &chosen);
+    register_nic(&mut reg, snap);
     register_pfc(&mut reg, snap);
     register_summary(&mut reg, snap, chosen.len(), health);
     reg
+}
+
+/// Who owns the flows that have series: one info series per such flow (its flow labels plus
+/// the owner's), so owners never multiply the counter series and a pid that changes replaces
+/// one series. Join it with `* on(src, dst, qp, iface, direction) group_left(comm, pid)`.
+fn register_owners(reg: &mut Registry, chosen: &[&FlowSnapshot]) {
+    let info = chosen
+        .iter()
+        .filter_map(|f| {
+            let o = f.owner.as_ref()?;
+            let mut l = flow_labels(f);
+            l.push(("comm", o.comm.clone()));
+            l.push(("pid", o.pid.map_or(String::new(), |p| p.to_string())));
+            l.push(("device", o.device.clone()));
+            l.push(("port", o.port.map_or(String::new(), |p| p.to_string())));
+            l.push(("local_qp", o.lqpn.to_string()));
+            Some((l, ConstGauge::new(1)))
+        })
+        .collect();
+    reg.register(
+        "roce_flow_owner_info",
+        "The local QP of a flow with series and its process (RDMA netlink; 1 per flow)",
+        ConstFamily(info),
+    );
+}
+
+/// The RDMA NIC counters (hw_counters, counters, and the netdev's pause counters), per device,
+/// port and counter: bounded by the devices' counter lists. The total as read is a counter
+/// (rate() it); the rate over the last reporting interval is a gauge.
+fn register_nic(reg: &mut Registry, snap: &Snapshot) {
+    let mut totals = Vec::new();
+    let mut rates = Vec::new();
+    for p in &snap.nic {
+        for (source, counters) in [("rdma", &p.rdma), ("pause", &p.pause)] {
+            for (name, c) in counters {
+                let labels: Labels = vec![
+                    ("device", p.device.clone()),
+                    ("port", p.port.to_string()),
+                    ("source", source.to_string()),
+                    ("counter", name.clone()),
+                ];
+                totals.push((labels.clone(), ConstCounter::new(c.total)));
+                rates.push((labels, ConstGauge::new(c.per_s)));
+            }
+        }
+    }
+    reg.register(
+        "roce_nic_stat",
+        "RDMA NIC counter as read (source rdma: hw_counters and counters; pause: ethtool -S)",
+        ConstFamily(totals),
+    );
+    reg.register(
+        "roce_nic_stat_rate",
+        "Change of the NIC counter per second over the last reporting interval",
+        ConstFamily(rates),
+    );
 }
 
 fn register_pfc(reg: &mut Registry, snap: &Snapshot) {
@@ -525,4 +585,4 @@ pub fn write_textfile(path: &std::path::Path, text: &str) -> std::io::Result<()>
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::{
-    engine::snapshot::{FlowSnapshot, RttSummary, Snapshot, StepsSnapshot},
+    engine::snapshot::{FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot},
     format::{self, shorten as fit},
 };
 
@@ -79,6 +79,89 @@ fn flow_row(out: &mut String, f: &FlowSnapshot) {
             &rtt(&f.rtt_ns),
         ],
     );
+}
+
+/// The owners of the flows listed above (live runs on a host with RDMA devices): process,
+/// device and port, the local QP with its state and the NIC's SQ/RQ PSNs.
+fn owners(out: &mut String, flows: &[&FlowSnapshot]) {
+    let owned: Vec<(&FlowSnapshot, &QpOwner)> = flows
+        .iter()
+        .filter_map(|f| Some((*f, f.owner.as_ref()?)))
+        .collect();
+    if owned.is_empty() {
+        return;
+    }
+    let line = |out: &mut String, c: [&str; 8]| {
+        let _ = writeln!(
+            out,
+            "{:<29} {:>8} {:<7} {:<24} {:<12} {:>8} {:<5} {:>17}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+        );
+    };
+    let _ = writeln!(out);
+    line(
+        out,
+        [
+            "QP OWNER: SRC > DST",
+            "QP",
+            "DIR",
+            "PROCESS",
+            "DEVICE/PORT",
+            "LOCAL QP",
+            "STATE",
+            "NIC SQ/RQ PSN",
+        ],
+    );
+    let opt = |v: Option<u32>| v.map_or("-".into(), |v| v.to_string());
+    for (f, o) in owned {
+        let process = match o.pid {
+            Some(pid) => format!("{}/{pid}", o.comm),
+            None => o.comm.clone(),
+        };
+        line(
+            out,
+            [
+                &fit(&format!("{} > {}", f.src_ip, f.dst_ip), 29),
+                &format::qp(f.dst_qp),
+                f.direction,
+                &fit(&process, 24),
+                &fit(&format!("{}/{}", o.device, opt(o.port)), 12),
+                &format::qp(o.lqpn),
+                if o.gone {
+                    "gone"
+                } else {
+                    o.state.unwrap_or("?")
+                },
+                &format!("{}/{}", opt(o.sq_psn), opt(o.rq_psn)),
+            ],
+        );
+    }
+}
+
+/// The RDMA NIC counters of the interval (live runs on a host with RDMA devices): the key RoCE
+/// counters, the others that changed, and the pause counters that are not zero.
+fn nic(out: &mut String, s: &Snapshot) {
+    let rows = crate::source::hw::nic_rows(s);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<22} {:<32} {:>14} {:>12}  MEANING",
+        "NIC PORT", "COUNTER", "TOTAL", "PER S"
+    );
+    for r in rows {
+        let line = format!(
+            "{:<22} {:<32} {:>14} {:>12.1}  {}",
+            fit(&r.port, 22),
+            fit(r.name, 32),
+            r.counter.total,
+            r.counter.per_s,
+            fit(r.meaning, 33)
+        );
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
 }
 
 /// Word-wrap `text` to `width` columns, each line prefixed with `indent`.
@@ -195,6 +278,8 @@ pub fn render(s: &Snapshot) -> String {
             flows.len() - MAX_FLOW_ROWS
         );
     }
+    owners(&mut out, &flows[..flows.len().min(MAX_FLOW_ROWS)]);
+    nic(&mut out, s);
 
     if !s.pfc.is_empty() {
         let _ = writeln!(out);
@@ -470,5 +555,47 @@ mod tests {
             ],
         );
         assert_eq!(out.trim_end_matches('\n').chars().count(), 119, "{out}");
+    }
+
+    /// On a host with an RDMA device the table gains the owners of the listed flows and the
+    /// NIC counters, within 120 columns; elsewhere neither section.
+    #[test]
+    fn owners_and_nic_sections() {
+        use crate::sink::metrics::tests::{fixture_snapshot, with_host};
+        let bare = render(&fixture_snapshot(&["rc_send_write_read"]));
+        assert!(!bare.contains("QP OWNER") && !bare.contains("NIC PORT"));
+        let snap = with_host(fixture_snapshot(&["rc_send_write_read"]));
+        let out = render(&snap);
+        let f = &snap.flows[0];
+        let owner_line = out
+            .lines()
+            .skip_while(|l| !l.starts_with("QP OWNER"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("owners section in\n{out}"));
+        for want in [
+            format::qp(f.dst_qp).as_str(),
+            f.direction,
+            "ib_write_bw/4242",
+            "rxe0/1",
+            "RTS",
+            "70/90",
+        ] {
+            assert!(owner_line.contains(want), "{want} in {owner_line}");
+        }
+        let nic: Vec<&str> = out
+            .lines()
+            .skip_while(|l| !l.starts_with("NIC PORT"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        // The key counter first (with its meaning), then the one that changed, then pause.
+        assert_eq!(nic.len(), 3, "{out}");
+        assert!(nic[0].contains("out_of_seq_request") && nic[0].contains("2.0"));
+        assert!(nic[1].contains("sent_pkts") && nic[1].contains("150.0"));
+        assert!(nic[2].contains("rx_pause_ctrl_phy"));
+        for l in out.lines() {
+            assert!(l.chars().count() <= 120, "{l}");
+        }
+        assert!(!nic[1].ends_with(' '), "{:?}", nic[1]);
     }
 }

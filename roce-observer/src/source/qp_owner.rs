@@ -8,8 +8,13 @@
 //! a dump of RDMA_NLDEV_CMD_RES_QP_GET per device (it needs the device index) returns
 //! RES_QP { RES_QP_ENTRY { LQPN, RQPN, SQ_PSN, RQ_PSN, STATE, PID | KERN_NAME, PORT_INDEX } ... }.
 
-use std::{io, os::fd::AsRawFd};
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    io,
+    os::fd::AsRawFd,
+};
 
+use crate::engine::snapshot::FlowSnapshot;
 pub use crate::engine::snapshot::QpOwner;
 
 /// NETLINK_RDMA, and the RDMA_NL_NLDEV client's message type: (client << 10) | command.
@@ -138,8 +143,9 @@ pub fn parse_device(payload: &[u8]) -> Option<(u32, String)> {
     Some((index?, name?))
 }
 
-/// The QPs of an RDMA_NLDEV_CMD_RES_QP_GET reply. `comm` names a process by pid.
-pub fn parse_qps(payload: &[u8], comm: &dyn Fn(u32) -> String) -> Vec<QpOwner> {
+/// The QPs of an RDMA_NLDEV_CMD_RES_QP_GET reply. The kernel names the module of a kernel QP;
+/// a process is named by pid only (its `comm` is left empty: [`OwnerBook`] reads it).
+pub fn parse_qps(payload: &[u8]) -> Vec<QpOwner> {
     let mut device = String::new();
     let mut out = Vec::new();
     for (kind, p) in attrs(payload) {
@@ -167,9 +173,6 @@ pub fn parse_qps(payload: &[u8], comm: &dyn Fn(u32) -> String) -> Vec<QpOwner> {
                     }
                     let Some(lqpn) = lqpn else { continue };
                     qp.lqpn = lqpn;
-                    if let Some(pid) = qp.pid {
-                        qp.comm = comm(pid);
-                    }
                     out.push(qp);
                 }
             }
@@ -248,7 +251,8 @@ impl Socket {
     }
 }
 
-/// Every QP on the host's RDMA devices (an empty list on a host without any).
+/// Every QP on the host's RDMA devices (an empty list on a host without any), processes named
+/// by pid only.
 pub fn read_owners() -> io::Result<Vec<QpOwner>> {
     let sock = Socket::open()?;
     let mut devices = Vec::new();
@@ -258,22 +262,153 @@ pub fn read_owners() -> io::Result<Vec<QpOwner>> {
     let mut out = Vec::new();
     for (seq, (index, _)) in (2u32..).zip(&devices) {
         sock.dump(&request(CMD_RES_QP_GET, seq, Some(*index)), |p| {
-            out.extend(parse_qps(p, &proc_comm));
+            out.extend(parse_qps(p));
         })?;
     }
     Ok(out)
 }
 
-/// The owner of a flow with destination QP `dst_qp` seen in `direction`: traffic into a local
-/// QP carries it as destination QP (ingress), traffic out of one carries its remote QP
-/// (egress); a capture may hold either, local QPs first.
-pub fn owner_of<'a>(owners: &'a [QpOwner], dst_qp: u32, direction: &str) -> Option<&'a QpOwner> {
-    let local = || owners.iter().find(|o| o.lqpn == dst_qp);
-    let remote = || owners.iter().find(|o| o.rqpn == Some(dst_qp));
-    match direction {
-        "ingress" => local(),
-        "egress" => remote(),
-        _ => local().or_else(remote),
+/// The rule that names a flow's owner, over maps by local and remote QP number (so a host
+/// with thousands of QPs and flows costs one pass over each). Traffic into a local QP carries
+/// it as destination QP (ingress); traffic out of one carries its remote QP (egress), and then
+/// the flow's `peer_qp` (its source QP, learned from the answers) says which local QP sent it
+/// when several talk to remote QPs of that number (every rxe host numbers its first QPs alike).
+/// A capture may hold either direction: local QPs first. Among QPs of one number, those still
+/// alive come first (`owners` lists them in that order, see [`OwnerBook`]).
+struct Index<'a> {
+    local: HashMap<u32, Vec<&'a QpOwner>>,
+    remote: HashMap<u32, Vec<&'a QpOwner>>,
+}
+
+impl<'a> Index<'a> {
+    fn new(owners: &'a [QpOwner]) -> Index<'a> {
+        let mut ix = Index {
+            local: HashMap::new(),
+            remote: HashMap::new(),
+        };
+        for o in owners {
+            ix.local.entry(o.lqpn).or_default().push(o);
+            if let Some(r) = o.rqpn {
+                ix.remote.entry(r).or_default().push(o);
+            }
+        }
+        ix
+    }
+
+    fn owner(&self, dst_qp: u32, peer_qp: Option<u32>, direction: &str) -> Option<&'a QpOwner> {
+        let local = || self.local.get(&dst_qp).and_then(|v| v.first().copied());
+        let remote = || {
+            let v = self.remote.get(&dst_qp)?;
+            v.iter()
+                .copied()
+                .find(|o| peer_qp.is_none_or(|p| p == o.lqpn))
+        };
+        match direction {
+            "ingress" => local(),
+            "egress" => remote(),
+            _ => local().or_else(remote),
+        }
+    }
+}
+
+/// The owner of one flow (destination QP, source QP when known, direction): see [`Index`].
+pub fn owner_of<'a>(
+    owners: &'a [QpOwner],
+    dst_qp: u32,
+    peer_qp: Option<u32>,
+    direction: &str,
+) -> Option<&'a QpOwner> {
+    Index::new(owners).owner(dst_qp, peer_qp, direction)
+}
+
+/// Set every flow's `owner` from the host's QPs.
+pub fn label_flows(owners: &[QpOwner], flows: &mut [FlowSnapshot]) {
+    if owners.is_empty() {
+        return;
+    }
+    let ix = Index::new(owners);
+    for f in flows {
+        f.owner = ix.owner(f.dst_qp, f.peer_qp, f.direction).cloned();
+    }
+}
+
+/// At most this many destroyed QPs are remembered.
+const GONE_KEPT: usize = 4096;
+
+/// The QPs read so far: those alive at the last read and the most recent [`GONE_KEPT`] that
+/// were destroyed since (marked `gone`), so the flows of a process that ended (a crashed
+/// training job, a perftest run shorter than the report interval) stay labelled with it.
+#[derive(Debug)]
+pub struct OwnerBook {
+    /// Keep this device's QPs only.
+    device: Option<String>,
+    live: Vec<QpOwner>,
+    /// Most recently gone first.
+    gone: VecDeque<QpOwner>,
+    /// The command of each pid that owns a live QP, read once: a host with thousands of QPs
+    /// would otherwise read /proc thousands of times per poll.
+    comms: HashMap<u32, String>,
+    comm_of: fn(u32) -> String,
+}
+
+impl OwnerBook {
+    pub fn new(device: Option<String>) -> OwnerBook {
+        OwnerBook::naming(device, proc_comm)
+    }
+
+    /// A book that names processes with `comm_of` (tests).
+    fn naming(device: Option<String>, comm_of: fn(u32) -> String) -> OwnerBook {
+        OwnerBook {
+            device,
+            live: Vec::new(),
+            gone: VecDeque::new(),
+            comms: HashMap::new(),
+            comm_of,
+        }
+    }
+
+    /// Read the host's QPs now. A host whose RDMA netlink cannot be read (no RDMA core)
+    /// simply has no owners: the error is returned and the book stays as it was.
+    pub fn refresh(&mut self) -> io::Result<()> {
+        self.update(read_owners()?);
+        Ok(())
+    }
+
+    /// The QPs alive now are `now`: those of the last read that are missing went away.
+    pub fn update(&mut self, mut now: Vec<QpOwner>) {
+        if let Some(d) = &self.device {
+            now.retain(|o| &o.device == d);
+        }
+        // A pid whose QPs are all gone may name another process next time.
+        let pids: HashSet<u32> = now.iter().filter_map(|o| o.pid).collect();
+        self.comms.retain(|pid, _| pids.contains(pid));
+        for o in &mut now {
+            if let Some(pid) = o.pid {
+                let comm_of = self.comm_of;
+                o.comm = self
+                    .comms
+                    .entry(pid)
+                    .or_insert_with(|| comm_of(pid))
+                    .clone();
+            }
+        }
+        let alive: HashSet<(&str, u32)> = now.iter().map(|o| (o.device.as_str(), o.lqpn)).collect();
+        // A QP number used again belongs to the new QP.
+        self.gone
+            .retain(|g| !alive.contains(&(g.device.as_str(), g.lqpn)));
+        for mut old in std::mem::take(&mut self.live) {
+            if !alive.contains(&(old.device.as_str(), old.lqpn)) {
+                old.gone = true;
+                self.gone.push_front(old);
+            }
+        }
+        self.gone.truncate(GONE_KEPT);
+        self.live = now;
+    }
+
+    /// Every QP known: alive first, then gone (most recent first).
+    pub fn owners(&self) -> Vec<QpOwner> {
+        self.live.iter().chain(&self.gone).cloned().collect()
     }
 }
 
@@ -340,9 +475,7 @@ mod tests {
         let mut reply = qp_reply();
         reply.extend(message(NLMSG_DONE, &[0; 4]));
         let mut owners = Vec::new();
-        let end = messages(&reply, |p| {
-            owners.extend(parse_qps(p, &|pid| format!("proc{pid}")))
-        });
+        let end = messages(&reply, |p| owners.extend(parse_qps(p)));
         assert_eq!(end, Part::Done);
         assert_eq!(
             owners[0],
@@ -355,25 +488,89 @@ mod tests {
                 rq_psn: Some(100),
                 state: Some("RTS"),
                 pid: Some(4242),
-                comm: "proc4242".into(),
+                comm: String::new(),
+                gone: false,
             }
         );
         assert_eq!(owners[1].comm, "ib_core");
         assert_eq!((owners[1].pid, owners[1].rqpn), (None, None));
         // Into the local QP 0x11 (ingress), out of it towards 0x12 (egress).
         assert_eq!(
-            owner_of(&owners, 0x11, "ingress").map(|o| o.lqpn),
+            owner_of(&owners, 0x11, None, "ingress").map(|o| o.lqpn),
             Some(0x11)
         );
         assert_eq!(
-            owner_of(&owners, 0x12, "egress").map(|o| o.lqpn),
+            owner_of(&owners, 0x12, None, "egress").map(|o| o.lqpn),
             Some(0x11)
         );
-        assert!(owner_of(&owners, 0x12, "ingress").is_none());
+        assert!(owner_of(&owners, 0x12, None, "ingress").is_none());
         assert_eq!(
-            owner_of(&owners, 0x12, "capture").map(|o| o.lqpn),
+            owner_of(&owners, 0x12, None, "capture").map(|o| o.lqpn),
             Some(0x11)
         );
+    }
+
+    fn qp(lqpn: u32, rqpn: u32, pid: u32) -> QpOwner {
+        QpOwner {
+            device: "rxe0".into(),
+            lqpn,
+            rqpn: Some(rqpn),
+            pid: Some(pid),
+            ..QpOwner::default()
+        }
+    }
+
+    /// Two local QPs talking to remote QPs of the same number (two peers that number their QPs
+    /// alike): the flow's source QP (`peer_qp`) says which one sends; unknown, the first.
+    #[test]
+    fn egress_flows_pick_the_local_qp_by_their_source_qp() {
+        let owners = [qp(0x11, 0x11, 1), qp(0x12, 0x11, 2)];
+        let pid = |peer| owner_of(&owners, 0x11, peer, "egress").and_then(|o| o.pid);
+        assert_eq!(pid(Some(0x12)), Some(2));
+        assert_eq!(pid(Some(0x11)), Some(1));
+        assert_eq!(pid(None), Some(1));
+        // A source QP that is none of them: no label rather than a wrong one.
+        assert_eq!(pid(Some(0x99)), None);
+    }
+
+    /// QPs destroyed since the last read stay, marked gone, after the live ones; a QP number
+    /// used again belongs to the new QP; a device filter keeps that device only.
+    #[test]
+    fn the_book_remembers_gone_qps_and_lets_new_ones_win() {
+        let mut book = OwnerBook::naming(Some("rxe0".into()), |pid| format!("proc{pid}"));
+        let mut other = qp(0x30, 0x31, 9);
+        other.device = "mlx5_0".into();
+        book.update(vec![qp(0x11, 0x12, 1), qp(0x13, 0x14, 2), other]);
+        assert_eq!(book.owners().len(), 2);
+        book.update(vec![qp(0x13, 0x14, 2)]);
+        let o = book.owners();
+        assert_eq!(
+            o.iter().map(|o| (o.lqpn, o.gone)).collect::<Vec<_>>(),
+            [(0x13, false), (0x11, true)]
+        );
+        assert_eq!(o[0].comm, "proc2");
+        // Gone, its flows still have an owner.
+        assert_eq!(
+            owner_of(&o, 0x11, None, "ingress").and_then(|o| o.pid),
+            Some(1)
+        );
+        // 0x11 again, another process: the new one, and only once.
+        book.update(vec![qp(0x11, 0x15, 3)]);
+        let o = book.owners();
+        assert_eq!(
+            o.iter()
+                .map(|o| (o.lqpn, o.pid, o.gone))
+                .collect::<Vec<_>>(),
+            [(0x11, Some(3), false), (0x13, Some(2), true)]
+        );
+        for _ in 0..GONE_KEPT + 10 {
+            book.update(Vec::new());
+        }
+        assert_eq!(book.owners().len(), 2);
+        let mut many = OwnerBook::naming(None, |_| String::new());
+        many.update((0..GONE_KEPT as u32 + 5).map(|n| qp(n, n, n)).collect());
+        many.update(Vec::new());
+        assert_eq!(many.owners().len(), GONE_KEPT);
     }
 
     #[test]
@@ -403,7 +600,7 @@ mod tests {
         );
         let mut owners = Vec::new();
         let payload = &reply[16..];
-        owners.extend(parse_qps(&payload[..payload.len() - 6], &|_| String::new()));
+        owners.extend(parse_qps(&payload[..payload.len() - 6]));
         assert!(owners.len() <= 2);
     }
 

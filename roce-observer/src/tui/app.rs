@@ -5,7 +5,7 @@ use std::{collections::HashSet, net::IpAddr};
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 use super::history::History;
-use crate::engine::snapshot::{FlowSnapshot, QpOwner, Snapshot};
+use crate::engine::snapshot::{FlowSnapshot, Snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tab {
@@ -275,9 +275,7 @@ impl App {
             .collect();
         let needle = self.filter.to_lowercase();
         let mut order: Vec<usize> = (0..flows.len())
-            .filter(|i| {
-                needle.is_empty() || matches_filter(&flows[*i], &self.snapshot.qp_owners, &needle)
-            })
+            .filter(|i| needle.is_empty() || matches_filter(&flows[*i], &needle))
             .collect();
         let key = self.sort;
         order.sort_by(|a, b| {
@@ -416,7 +414,7 @@ impl App {
 
 /// Whether `needle` (lower case) is part of the flow's addresses, QPs (hex as shown, or
 /// decimal), interface, or owning process (command or pid).
-fn matches_filter(f: &FlowSnapshot, owners: &[QpOwner], needle: &str) -> bool {
+fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
     let mut fields = vec![
         f.src_ip.to_string(),
         f.dst_ip.to_string(),
@@ -428,7 +426,7 @@ fn matches_filter(f: &FlowSnapshot, owners: &[QpOwner], needle: &str) -> bool {
         fields.push(crate::format::qp(peer));
         fields.push(peer.to_string());
     }
-    if let Some(o) = crate::source::qp_owner::owner_of(owners, f.dst_qp, f.direction) {
+    if let Some(o) = &f.owner {
         fields.push(o.comm.clone());
         fields.extend(o.pid.map(|p| p.to_string()));
     }
@@ -468,6 +466,9 @@ pub fn merge_points(flows: &[FlowSnapshot]) -> Vec<FlowSnapshot> {
                     m.rtt_ns = f.rtt_ns.clone();
                 }
                 m.peer_qp = m.peer_qp.or(f.peer_qp);
+                if m.owner.is_none() {
+                    m.owner = f.owner.clone();
+                }
                 m.first_ts = m.first_ts.min(f.first_ts);
                 m.last_ts = m.last_ts.max(f.last_ts);
             }
@@ -477,57 +478,4 @@ pub fn merge_points(flows: &[FlowSnapshot]) -> Vec<FlowSnapshot> {
     out
 }
 
-/// One line of the NIC view.
-pub struct NicRow<'a> {
-    /// "mlx5_0/1 (ens1f0)".
-    pub port: String,
-    pub name: &'a str,
-    pub counter: &'a crate::engine::snapshot::NicCounter,
-    /// What the counter means, for the key RoCE counters; "ethtool" for pause counters.
-    pub meaning: &'static str,
-}
-
-/// The NIC view's rows: per port, the key RoCE counters first (in the order a person reads
-/// them), then every other counter that changed in the interval, then the pause counters that
-/// changed or are not zero.
-pub fn nic_rows(snap: &Snapshot) -> Vec<NicRow<'_>> {
-    use crate::source::hw::KEY_COUNTERS;
-    let mut rows = Vec::new();
-    for p in &snap.nic {
-        let port = match &p.netdev {
-            Some(nd) => format!("{}/{} ({nd})", p.device, p.port),
-            None => format!("{}/{}", p.device, p.port),
-        };
-        for (name, meaning) in KEY_COUNTERS {
-            if let Some((name, counter)) = p.rdma.get_key_value(*name) {
-                rows.push(NicRow {
-                    port: port.clone(),
-                    name,
-                    counter,
-                    meaning,
-                });
-            }
-        }
-        for (name, counter) in &p.rdma {
-            if counter.delta > 0 && !KEY_COUNTERS.iter().any(|(k, _)| k == name) {
-                rows.push(NicRow {
-                    port: port.clone(),
-                    name,
-                    counter,
-                    meaning: "",
-                });
-            }
-        }
-        for (name, counter) in &p.pause {
-            if counter.total > 0 {
-                rows.push(NicRow {
-                    port: port.clone(),
-                    name,
-                    counter,
-                    meaning: "ethtool -S",
-                });
-            }
-        }
-    }
-    rows
-}
+pub use crate::source::hw::{NicRow, nic_rows};

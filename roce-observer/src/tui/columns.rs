@@ -12,7 +12,8 @@ use ratatui::{
 
 /// Space between two columns (ratatui's default column spacing).
 const SPACING: usize = 1;
-/// What a fill column claims when columns are fitted (it then takes whatever is left).
+/// What a fill column claims by default when columns are fitted (it then takes whatever is
+/// left).
 const FILL_MIN: usize = 24;
 
 /// One column of a table: its title, its cells (text and style), and how important it is.
@@ -23,6 +24,8 @@ pub struct Column {
     /// Takes the room left over, and is the one cut at the edge when even the columns that are
     /// never dropped do not fit (free text, such as an alert's reason).
     pub fill: bool,
+    /// What the fill column claims when columns are fitted.
+    fill_min: usize,
     pub cells: Vec<(String, Style)>,
 }
 
@@ -32,12 +35,20 @@ impl Column {
             title,
             rank,
             fill: false,
+            fill_min: FILL_MIN,
             cells: Vec::new(),
         }
     }
 
     pub fn fill(mut self) -> Column {
         self.fill = true;
+        self
+    }
+
+    /// A fill column that claims only `min` characters (its text is shown in full elsewhere).
+    pub fn fill_at_least(mut self, min: usize) -> Column {
+        self.fill = true;
+        self.fill_min = min;
         self
     }
 
@@ -62,7 +73,7 @@ pub fn fit(columns: &[Column], width: u16) -> Vec<usize> {
         .iter()
         .map(|c| {
             let w = if c.fill {
-                c.width().min(FILL_MIN)
+                c.width().min(c.fill_min)
             } else {
                 c.width()
             };

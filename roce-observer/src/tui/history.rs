@@ -48,6 +48,18 @@ impl Series {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Sample by sample the larger of this series and `other`, aligned at the newest sample
+    /// (every series is pushed at the same reports; a shorter one started later).
+    fn max_with(&mut self, other: &Series) {
+        while self.0.len() < other.0.len() {
+            self.0.push_front(0);
+        }
+        let offset = self.0.len() - other.0.len();
+        for (mine, theirs) in self.0.iter_mut().skip(offset).zip(&other.0) {
+            *mine = (*mine).max(*theirs);
+        }
+    }
 }
 
 /// A flow's identity across snapshots (as the snapshot names it).
@@ -92,6 +104,19 @@ impl FlowHistory {
     }
 }
 
+impl FlowHistory {
+    /// The series of one flow seen at several points, as the merged row counts it (`m`): per
+    /// interval the largest any point saw, since the points count the same packets (summing
+    /// would show twice the throughput of one flow seen at both ends of a link).
+    fn max_with(&mut self, other: &FlowHistory) {
+        self.rate_bps.max_with(&other.rate_bps);
+        self.ce.max_with(&other.ce);
+        self.cnp.max_with(&other.cnp);
+        self.retransmits.max_with(&other.retransmits);
+        self.p99_ns.max_with(&other.p99_ns);
+    }
+}
+
 /// Everything the charts draw.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct History {
@@ -133,6 +158,27 @@ impl History {
     }
 }
 
+impl History {
+    /// The history of a row: its own, or for a merged row (one per source, destination and QP)
+    /// the points' histories combined as [`FlowHistory::max_with`] says.
+    pub fn of(&self, f: &FlowSnapshot, merged: bool) -> Option<std::borrow::Cow<'_, FlowHistory>> {
+        use std::borrow::Cow;
+        if !merged {
+            return self.flows.get(&flow_id(f)).map(Cow::Borrowed);
+        }
+        let mut out: Option<FlowHistory> = None;
+        for (id, h) in &self.flows {
+            if (id.0, id.1, id.2) == (f.src_ip, f.dst_ip, f.dst_qp) {
+                match out.as_mut() {
+                    Some(o) => o.max_with(h),
+                    None => out = Some(h.clone()),
+                }
+            }
+        }
+        out.map(Cow::Owned)
+    }
+}
+
 /// `values` as a line of block characters, scaled to their maximum (a text sparkline for
 /// table cells and header lines; the detail pane uses ratatui's Sparkline).
 pub fn bars(values: &[u64]) -> String {
@@ -167,6 +213,25 @@ mod tests {
             s.last(3),
             [DEPTH as u64 + 7, DEPTH as u64 + 8, DEPTH as u64 + 9]
         );
+    }
+
+    /// A merged row's series are the points' series, per interval the largest, aligned at
+    /// the newest sample; a single row's are its own.
+    #[test]
+    fn merged_rows_combine_the_points_histories() {
+        let series = |v: &[u64]| {
+            let mut s = Series::default();
+            for x in v {
+                s.push(*x);
+            }
+            s
+        };
+        let mut a = series(&[5, 1, 7]);
+        a.max_with(&series(&[3, 9]));
+        assert_eq!(a.last(DEPTH), [5, 3, 9]);
+        let mut b = series(&[4]);
+        b.max_with(&series(&[1, 2, 3]));
+        assert_eq!(b.last(DEPTH), [1, 2, 4]);
     }
 
     #[test]

@@ -437,6 +437,55 @@ fn merge_key_shows_one_row_per_qp() {
     assert_eq!(app.flows().len(), 2 * one.flows.len());
 }
 
+/// A merged row has charts too: per interval the largest any of its points saw (the points
+/// count the same packets), drawn in the detail pane.
+#[test]
+fn merged_rows_have_their_history_in_the_detail_pane() {
+    // Every flow seen at a second point that saw half its throughput.
+    let snaps: Vec<_> = interval_snapshots("mixed_demo", 6)
+        .into_iter()
+        .map(|mut s| {
+            s.flows = s
+                .flows
+                .iter()
+                .flat_map(|f| {
+                    let mut other = f.clone();
+                    other.iface = "veth1".into();
+                    other.rate_bps = f.rate_bps / 2.0;
+                    [f.clone(), other]
+                })
+                .collect();
+            s
+        })
+        .collect();
+    let mut app = App::new("veth0, veth1".into(), snaps[0].clone());
+    for s in &snaps[1..] {
+        app.update(Action::Snapshot(Box::new(s.clone())));
+    }
+    app.update(Action::ToggleMerge);
+    app.update(Action::ToggleDetail);
+    let row = app.selected_flow().expect("a row").clone();
+    assert!(row.iface.contains('+'), "{row:?}");
+    let own = snaps
+        .last()
+        .expect("snapshots")
+        .flows
+        .iter()
+        .find(|f| (f.src_ip, f.dst_ip, f.dst_qp) == (row.src_ip, row.dst_ip, row.dst_qp))
+        .expect("the row's first point")
+        .clone();
+    let merged = app.history.of(&row, true).expect("a merged history");
+    let first = app.history.of(&own, false).expect("the point's history");
+    assert_eq!(merged.rate_bps, first.rate_bps);
+    assert_eq!(merged.ce, first.ce);
+    assert!(app.history.of(&row, false).is_none());
+    let screen = render_at(&app, 100, 30);
+    assert!(
+        screen.contains("rate ") && screen.contains("CE/CNP ") && screen.contains("p99 "),
+        "{screen}"
+    );
+}
+
 /// The NIC view: key RoCE counters first with their meaning, then other counters that changed,
 /// then pause counters; rates from a fake sysfs tree read twice.
 #[test]
@@ -496,7 +545,9 @@ fn qp_owners_label_flows_and_filter_by_process() {
         state: Some("RTS"),
         pid: Some(4242),
         comm: "ib_write_bw".into(),
+        gone: false,
     }];
+    crate::source::qp_owner::label_flows(&snap.qp_owners, &mut snap.flows);
     let mut app = App::new("capture".into(), snap);
     let screen = render_at(&app, 200, 20);
     assert!(screen.contains("ib_write_bw/4242"), "{screen}");

@@ -11,9 +11,9 @@ use ratatui::{
 use super::{
     app::{App, Tab, nak_total},
     columns::{self, Column},
-    history::{DEPTH, FlowHistory, bars, flow_id, pfc_id},
+    history::{DEPTH, FlowHistory, bars, pfc_id},
 };
-use crate::{engine::snapshot::QpOwner, format, source::qp_owner::owner_of};
+use crate::{engine::snapshot::QpOwner, format};
 
 pub(super) const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
@@ -276,11 +276,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         ce.push(marked(f.ecn_ce, f.ecn_ce.to_string()), warn(f.ecn_ce));
         p50.push(format::ns(f.rtt_ns.p50), plain);
         p99.push(format::ns(f.rtt_ns.p99), plain);
-        process.push(
-            owner_of(&app.snapshot.qp_owners, f.dst_qp, f.direction)
-                .map_or(String::new(), owner_label),
-            plain,
-        );
+        process.push(f.owner.as_ref().map_or(String::new(), owner_label), plain);
     }
     let mut all = vec![
         mark, flow, qp, peer, seen, pkts, rate, gaps, retx, nak, cnp, ce, p50, p99,
@@ -369,8 +365,8 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let [charts, area] = Layout::vertical([Constraint::Length(4), Constraint::Min(0)]).areas(inner);
-    if let Some(h) = app.history.flows.get(&flow_id(f)) {
-        draw_charts(frame, h, charts);
+    if let Some(h) = app.history.of(f, app.merged) {
+        draw_charts(frame, &h, charts);
     }
     let opcodes = f
         .opcodes
@@ -428,7 +424,7 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
         Line::from(format!("opcodes: {opcodes}")),
     ];
     let mut lines = lines;
-    if let Some(o) = owner_of(&app.snapshot.qp_owners, f.dst_qp, f.direction) {
+    if let Some(o) = &f.owner {
         let psn = |p: Option<u32>| p.map_or("-".into(), |v| v.to_string());
         lines.insert(
             1,
@@ -438,7 +434,11 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
                 o.device,
                 o.port.map_or("-".into(), |p| p.to_string()),
                 format::qp(o.lqpn),
-                o.state.unwrap_or("?"),
+                if o.gone {
+                    "gone"
+                } else {
+                    o.state.unwrap_or("?")
+                },
                 psn(o.sq_psn),
                 psn(o.rq_psn),
             )),
@@ -560,7 +560,9 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     let mut kind = Column::new("kind", 0);
     let mut count = Column::new("count", 1);
     let mut subject = Column::new("subject", 0);
-    let mut reason = Column::new("reason", 0).fill();
+    // The selected alert's reason is shown in full below the table: the column claims little,
+    // so that kind, count and subject fit at 80 columns.
+    let mut reason = Column::new("reason", 0).fill_at_least(12);
     for a in &app.snapshot.alerts {
         kind.push(a.kind.into(), plain);
         count.push(a.count.to_string(), plain);

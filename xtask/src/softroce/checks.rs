@@ -33,7 +33,7 @@ impl Check {
     }
 }
 
-pub(super) struct Checks(Vec<Check>);
+pub(super) struct Checks(pub(super) Vec<Check>);
 impl Checks {
     pub(super) fn eq<T: PartialEq + std::fmt::Display>(
         &mut self,

@@ -15,7 +15,8 @@
 //! With `--observer PATH`, roce-observer runs in the client VM (XDP ingress + TC egress on
 //! eth0) during perftest; its flow records are checked against `PATH analyze` on the capture of
 //! the same run, and analyze's against the per-flow wire records computed here from tshark
-//! (`observer_checks`, `wire_flows`; tests/softroce/README.md, "Observer checks").
+//! (`observer_checks`, `wire_flows`; tests/softroce/README.md, "Observer checks"); every flow
+//! record must name perftest's process and QP as its owner (`owners`).
 //!
 //! Results: `target/softroce/results/<scenario>/{cap.pcap, summary.json, vm-client/, vm-server/}`
 //! and `target/softroce/results/summary.json`.
@@ -30,6 +31,7 @@ mod host;
 pub(crate) mod image;
 mod observer;
 mod outputs;
+mod owners;
 mod report;
 mod scenarios;
 #[cfg(test)]

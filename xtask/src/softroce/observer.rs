@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::SoftRoceOpts;
 use super::checks::Checks;
 use super::outputs::read_kv;
+use super::owners::owner_checks;
 use super::scenarios::{CLIENT_IP, Scenario};
 use super::wire::Dir;
 use super::wire_flows::{FlowKey, WireFlow, flow_label};
@@ -151,6 +152,7 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
         return (Vec::new(), Value::Null);
     };
     let lossy = sc.loss.is_some();
+    let owners = owner_checks(ck, sc, inp.cdir, &doc);
 
     // summary of the kernel path
     let s = &doc["summary"];
@@ -345,6 +347,7 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
             "map_full": s["map_full"], "by_direction": bd,
         },
         "flows": figures,
+        "owners": owners,
     });
     (rows, json)
 }

@@ -196,3 +196,76 @@ fn dropped_bytes_exact_bounded_and_refused() {
     );
     assert_eq!(d.bad, vec!["RC_SEND_ONLY 0 < 1".to_string()]);
 }
+
+/// `rdma -j resource show qp` as the client VM printed it (iproute2 6.1): the user QP with its
+/// pid and command; the kernel's GSI QP (no pid, no rqpn) is not a user QP.
+#[test]
+fn guest_qps_are_the_user_qps_of_rdma_json() {
+    let out = r#"[{"ifindex":0,"ifname":"rxe0","port":1,"lqpn":17,"rqpn":18,"type":"RC","state":"RTS","rq-psn":5,"sq-psn":7,"path-mig-state":"MIGRATED","pdn":1,"pid":268,"comm":"ib_read_bw"},{"ifindex":0,"ifname":"rxe0","port":1,"lqpn":1,"type":"GSI","state":"RTS","sq-psn":0,"comm":"ib_core"}]"#;
+    assert_eq!(
+        super::owners::guest_qps(out),
+        [super::owners::GuestQp {
+            pid: 268,
+            comm: "ib_read_bw".into(),
+            lqpn: 17,
+            rqpn: 18,
+            state: "RTS".into(),
+        }]
+    );
+    assert!(super::owners::guest_qps("").is_empty());
+}
+
+/// The owner check passes only when every flow names perftest's process and QP: a flow
+/// without an owner, or with another pid or QP, fails it.
+#[test]
+fn owner_checks_fail_on_missing_or_wrong_labels() {
+    use serde_json::json;
+    let dir = std::env::temp_dir().join(format!("softroce-owners-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("mkdir");
+    fs::write(
+        dir.join("status.env"),
+        "PERF_PIDOF=268\nPERF_COMM=ib_read_bw\n",
+    )
+    .expect("write");
+    fs::write(
+        dir.join("rdma-qp.json"),
+        r#"[{"ifname":"rxe0","port":1,"lqpn":17,"rqpn":18,"state":"RTS","pid":268,"comm":"ib_read_bw"}]"#,
+    )
+    .expect("write");
+    let sc = super::scenarios::scenarios()
+        .into_iter()
+        .find(|s| s.name == "read_bw_mtu1500")
+        .expect("scenario");
+    let owner = |pid: u64| {
+        json!({"device": "rxe0", "port": 1, "lqpn": 17, "rqpn": 18, "sq_psn": 5,
+               "rq_psn": 7, "state": "RTS", "pid": pid, "comm": "ib_read_bw", "gone": true})
+    };
+    let flow = |src: &str, dst: &str, qp: u32, dir: &str, owner: serde_json::Value| json!({"src_ip": src, "dst_ip": dst, "dst_qp": qp, "direction": dir, "owner": owner});
+    let failed = |flows: Vec<serde_json::Value>| {
+        let mut ck = super::checks::Checks(Vec::new());
+        super::owners::owner_checks(&mut ck, &sc, &dir, &json!({ "flows": flows }));
+        ck.0.iter().filter(|c| !c.ok).count()
+    };
+    // Into QP 17 (ingress), out of it to the server's QP 18 (egress).
+    let good = vec![
+        flow(SERVER_IP, CLIENT_IP, 17, "ingress", owner(268)),
+        flow(CLIENT_IP, SERVER_IP, 18, "egress", owner(268)),
+    ];
+    assert_eq!(failed(good.clone()), 0);
+    let mut missing = good.clone();
+    missing[0]["owner"] = serde_json::Value::Null;
+    assert_eq!(failed(missing), 1);
+    let mut wrong_pid = good.clone();
+    wrong_pid[1]["owner"]["pid"] = json!(999);
+    assert_eq!(failed(wrong_pid), 1);
+    let mut wrong_qp = good.clone();
+    wrong_qp[1]["owner"]["rqpn"] = json!(17);
+    assert_eq!(failed(wrong_qp), 1);
+    let mut no_psn = good;
+    no_psn[0]["owner"]["sq_psn"] = serde_json::Value::Null;
+    assert_eq!(failed(no_psn), 1);
+    // No ground truth (rdma never saw perftest's QP): the run fails too.
+    fs::remove_file(dir.join("rdma-qp.json")).expect("rm");
+    assert_eq!(failed(Vec::new()), 1);
+    let _ = fs::remove_dir_all(&dir);
+}

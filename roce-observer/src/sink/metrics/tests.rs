@@ -3,7 +3,7 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::engine::{Engine, EngineConfig};
 
-fn fixture_snapshot(names: &[&str]) -> Snapshot {
+pub(crate) fn fixture_snapshot(names: &[&str]) -> Snapshot {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
     let mut engine = Engine::new(EngineConfig::default());
     for name in names {
@@ -15,6 +15,94 @@ fn fixture_snapshot(names: &[&str]) -> Snapshot {
         );
     }
     engine.snapshot(0)
+}
+
+/// What a live run on a host with an RDMA device adds: one QP owned by a process (the first
+/// flow goes into it) and one port's counters (every renderer reads them).
+pub(crate) fn with_host(mut snap: Snapshot) -> Snapshot {
+    use crate::engine::snapshot::{NicCounter, NicPortSnapshot, QpOwner};
+    let into = snap.flows[0].dst_qp;
+    snap.qp_owners = vec![QpOwner {
+        device: "rxe0".into(),
+        port: Some(1),
+        lqpn: into,
+        rqpn: Some(0x1234),
+        sq_psn: Some(70),
+        rq_psn: Some(90),
+        state: Some("RTS"),
+        pid: Some(4242),
+        comm: "ib_write_bw".into(),
+        gone: false,
+    }];
+    crate::source::qp_owner::label_flows(&snap.qp_owners, &mut snap.flows);
+    let c = |total, delta| NicCounter {
+        total,
+        delta,
+        per_s: delta as f64 / 2.0,
+    };
+    snap.nic = vec![NicPortSnapshot {
+        device: "rxe0".into(),
+        port: 1,
+        netdev: Some("eth0".into()),
+        interval_s: 2.0,
+        rdma: [
+            ("out_of_seq_request".to_string(), c(12, 4)),
+            ("sent_pkts".to_string(), c(900, 300)),
+        ]
+        .into(),
+        pause: [("rx_pause_ctrl_phy".to_string(), c(5, 0))].into(),
+    }];
+    snap
+}
+
+/// Owners: one info series per flow with series that has an owner, with the flow's labels;
+/// NIC counters: total and rate per device, port and counter.
+#[test]
+fn owners_and_nic_counters_have_series() {
+    let snap = with_host(fixture_snapshot(&["rc_send_write_read"]));
+    let f = &snap.flows[0];
+    let text = render(&snap, DEFAULT_TOP_FLOWS, &Health::default());
+    let info: Vec<_> = samples(&text)
+        .into_iter()
+        .filter(|(n, _, _)| n == "roce_flow_owner_info")
+        .collect();
+    assert_eq!(info.len(), 1, "{text}");
+    let labels = &info[0].1;
+    for want in [
+        format!("qp=\"{}\"", f.dst_qp),
+        format!("direction=\"{}\"", f.direction),
+        "comm=\"ib_write_bw\"".into(),
+        "pid=\"4242\"".into(),
+        "device=\"rxe0\"".into(),
+        format!("local_qp=\"{}\"", f.dst_qp),
+    ] {
+        assert!(labels.contains(&want), "{want} in {labels}");
+    }
+    let l =
+        |c: &str, src: &str| format!("device=\"rxe0\",port=\"1\",source=\"{src}\",counter=\"{c}\"");
+    assert_eq!(
+        value(&text, "roce_nic_stat_total", &l("sent_pkts", "rdma")),
+        900.0
+    );
+    assert_eq!(
+        value(&text, "roce_nic_stat_rate", &l("sent_pkts", "rdma")),
+        150.0
+    );
+    assert_eq!(
+        value(
+            &text,
+            "roce_nic_stat_total",
+            &l("rx_pause_ctrl_phy", "pause")
+        ),
+        5.0
+    );
+    // Without a host: no such series.
+    let bare = render(
+        &fixture_snapshot(&["rc_send_write_read"]),
+        DEFAULT_TOP_FLOWS,
+        &Health::default(),
+    );
+    assert!(!bare.contains("roce_flow_owner_info{") && !bare.contains("roce_nic_stat_total{"));
 }
 
 /// `name{labels} value` lines as (name, labels, value).
@@ -229,7 +317,12 @@ fn promtool_finds_nothing_to_lint() {
         eprintln!("promtool not installed: lint checked by the Prometheus scrape test only");
         return;
     };
-    let snap = fixture_snapshot(&["mixed_demo", "pfc", "pause_8023x", "nak_go_back_n"]);
+    let snap = with_host(fixture_snapshot(&[
+        "mixed_demo",
+        "pfc",
+        "pause_8023x",
+        "nak_go_back_n",
+    ]));
     let health = Health {
         log_records_lost: Some(1),
         log_records_written: Some(2),
