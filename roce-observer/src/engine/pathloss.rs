@@ -231,7 +231,9 @@ impl PathLoss {
         }
         let path = (key.src_ip, key.dst_ip, key.dst_qp);
         if self.several_points
-            && self.flows.len() < MAX_FLOWS
+            // Half the rings at most go to flows before a second point saw them: flows that
+            // cross one point only must not take every ring from those that cross two.
+            && self.flows.len() < MAX_FLOWS / 2
             && !self.flows.contains_key(&path)
             && !self.seen_at.contains_key(&path)
         {
@@ -285,7 +287,8 @@ impl Engine {
             direction: Direction::from_u8(p.1).name(),
         };
         let mut out = Vec::new();
-        for ((src, dst, qp), f) in self.paths.flows() {
+        // A flow seen at one point (a ring started at its first packet) has no pair to judge.
+        for ((src, dst, qp), f) in self.paths.flows().filter(|(_, f)| f.points.len() >= 2) {
             for ((a, b), c) in f.counts() {
                 let (up, down) = (&f.points[a as usize], &f.points[b as usize]);
                 if c.both + c.missing == 0 {

@@ -164,3 +164,25 @@ fn without_declared_points_the_ring_starts_at_the_second_point() {
     assert_eq!(lost.missing_psns, [50]);
     assert_eq!(lost.both, 98, "PSN 0 came before the second point");
 }
+
+/// Flows that cross one point only cannot take the rings of the flows that cross two: after
+/// more single-point flows than there are rings, a flow seen at both points is still judged.
+#[test]
+fn single_point_flows_leave_rings_for_flows_seen_at_two_points() {
+    let mut e = Engine::new(EngineConfig::default());
+    e.set_iface_name(UP, "up");
+    e.set_iface_name(DOWN, "down");
+    for qp in 0..MAX_FLOWS as u32 + 100 {
+        let f = RoceFrame::new(0x0a, 0x1000 + qp, 1).build();
+        e.ingest_frame(T0 + u64::from(qp), &f, f.len() as u32, UP);
+    }
+    for psn in 0..20u32 {
+        send(&mut e, UP, psn, 1_000_000 + u64::from(psn) * 1000);
+        if psn != 7 {
+            send(&mut e, DOWN, psn, 1_000_000 + u64::from(psn) * 1000 + 500);
+        }
+    }
+    let snap = e.snapshot(T0 + 1_000_000_000);
+    assert_eq!(pair(&snap.paths, "up", "down").missing_psns, [7]);
+    assert_eq!(snap.paths.len(), 2, "only the flow seen at two points has pairs");
+}
