@@ -184,5 +184,9 @@ fn single_point_flows_leave_rings_for_flows_seen_at_two_points() {
     }
     let snap = e.snapshot(T0 + 1_000_000_000);
     assert_eq!(pair(&snap.paths, "up", "down").missing_psns, [7]);
-    assert_eq!(snap.paths.len(), 2, "only the flow seen at two points has pairs");
+    assert_eq!(
+        snap.paths.len(),
+        2,
+        "only the flow seen at two points has pairs"
+    );
 }
