@@ -180,7 +180,10 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let mut out = stdout.lock();
     // The first failed interval write stops reading; it is returned once the reader is done.
     let mut failed: Option<OutputError> = None;
+    // Interval reports are the base of the final report's rates (the rates it prints).
+    let mut gate = fail_on::Judge::new(args.fail_on.clone());
     let report = |mut snap: Snapshot| {
+        gate.note(&snap);
         if failed.is_none()
             && let Err(e) = outputs.interval(&mut snap, &mut out)
         {
@@ -215,6 +218,6 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     }
     let mut snap = engine.snapshot(engine.last_ts());
     outputs.finish(&mut snap, &mut BufWriter::new(out))?;
-    fail_on::judge(&args.fail_on, &snap)?;
+    gate.judge(&snap)?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `analyze --fail-on EXPR`: a CI gate over the final snapshot. An expression is one metric, one
+//! `analyze --fail-on EXPR` and `run --fail-on EXPR`: a CI gate over a snapshot (analyze: the
+//! final one; run: see [`crate::live::Gate`]). An expression is one metric, one
 //! comparison and one number with an optional unit: `psn_gaps>0`, `cnp_rate>1000/s`,
 //! `pause_fraction>1%`, `rtt_p99>50us`, `stragglers>0` (docs/analyze.md lists every metric).
 //! Parsed by clap (a bad expression is a usage error that lists what is allowed), judged on the
@@ -57,24 +58,41 @@ fn xoff_frames(s: &Snapshot) -> f64 {
     s.pfc.iter().map(|p| p.pause_frames).sum::<u64>() as f64
 }
 
-/// `count` per second of the reporting interval; no value for an empty interval.
-fn per_second(s: &Snapshot, count: f64) -> Option<f64> {
-    (s.summary.interval_s > 0.0).then(|| count / s.summary.interval_s)
-}
-
 fn rtt(s: &Snapshot, q: fn(&RttSummary) -> Option<u64>) -> Option<f64> {
     q(&s.latency.overall).map(|v| v as f64)
+}
+
+/// How a metric's value is read from a snapshot.
+#[derive(Clone, Copy)]
+enum Value {
+    /// Read as is.
+    Of(fn(&Snapshot) -> Option<f64>),
+    /// A count (a total since the start) per second: its growth since the previous judged
+    /// report over the time since then, or over the report's interval for the first.
+    PerSecond(fn(&Snapshot) -> f64),
 }
 
 /// One metric: its name in expressions, its kind (the units it takes), its value.
 struct Metric {
     name: &'static str,
     kind: Kind,
-    value: fn(&Snapshot) -> Option<f64>,
+    value: Value,
 }
 
 const fn metric(name: &'static str, kind: Kind, value: fn(&Snapshot) -> Option<f64>) -> Metric {
-    Metric { name, kind, value }
+    Metric {
+        name,
+        kind,
+        value: Value::Of(value),
+    }
+}
+
+const fn rate(name: &'static str, count: fn(&Snapshot) -> f64) -> Metric {
+    Metric {
+        name,
+        kind: Kind::Rate,
+        value: Value::PerSecond(count),
+    }
 }
 
 /// Every metric an expression may name. Keep docs/analyze.md in step (a test checks the names).
@@ -94,22 +112,12 @@ const METRICS: &[Metric] = &[
     metric("cnp", Kind::Count, |s| Some(flow_sum(s, |f| f.cnp))),
     metric("ecn_ce", Kind::Count, |s| Some(flow_sum(s, |f| f.ecn_ce))),
     metric("pause_frames", Kind::Count, |s| Some(xoff_frames(s))),
-    metric("psn_gap_rate", Kind::Rate, |s| {
-        per_second(s, flow_sum(s, |f| f.psn_gaps))
-    }),
-    metric("retransmit_rate", Kind::Rate, |s| {
-        per_second(s, flow_sum(s, |f| f.retransmits))
-    }),
-    metric("nak_rate", Kind::Rate, |s| {
-        per_second(s, flow_sum(s, |f| f.naks.total()))
-    }),
-    metric("cnp_rate", Kind::Rate, |s| {
-        per_second(s, flow_sum(s, |f| f.cnp))
-    }),
-    metric("ecn_ce_rate", Kind::Rate, |s| {
-        per_second(s, flow_sum(s, |f| f.ecn_ce))
-    }),
-    metric("pause_rate", Kind::Rate, |s| per_second(s, xoff_frames(s))),
+    rate("psn_gap_rate", |s| flow_sum(s, |f| f.psn_gaps)),
+    rate("retransmit_rate", |s| flow_sum(s, |f| f.retransmits)),
+    rate("nak_rate", |s| flow_sum(s, |f| f.naks.total())),
+    rate("cnp_rate", |s| flow_sum(s, |f| f.cnp)),
+    rate("ecn_ce_rate", |s| flow_sum(s, |f| f.ecn_ce)),
+    rate("pause_rate", xoff_frames),
     metric("pause_fraction", Kind::Fraction, |s| {
         Some(s.pfc.iter().map(|p| p.paused_fraction).fold(0.0, f64::max))
     }),
@@ -282,17 +290,114 @@ impl fmt::Display for Triggered {
     }
 }
 
+/// A report's end and the counts of the rate metrics of each expression then.
+#[derive(Clone, Debug, PartialEq)]
+struct Seen {
+    end_ts: u64,
+    counts: Vec<f64>,
+}
+
 impl FailOn {
-    /// The condition on `snap`; a metric without a value (no latency samples, no steps, an
-    /// empty interval for a rate) never holds.
-    pub fn check(&self, snap: &Snapshot) -> Option<Triggered> {
-        let m = &METRICS[self.metric];
-        let value = (m.value)(snap)?;
+    /// The metric's value on `snap`; for a rate, over the time since `since` (the end of an
+    /// earlier report and the count then), else over the report's interval.
+    fn value(&self, snap: &Snapshot, since: Option<(u64, f64)>) -> Option<f64> {
+        match METRICS[self.metric].value {
+            Value::Of(f) => f(snap),
+            Value::PerSecond(count) => {
+                let n = count(snap);
+                let (dt_ns, grown) = match since {
+                    Some((t0, n0)) => (
+                        snap.summary.interval_end_ts.saturating_sub(t0),
+                        // A flow table that dropped flows can shrink a total: no negative rate.
+                        (n - n0).max(0.0),
+                    ),
+                    None => ((snap.summary.interval_s * 1e9) as u64, n),
+                };
+                (dt_ns > 0).then(|| grown / (dt_ns as f64 / 1e9))
+            }
+        }
+    }
+
+    /// The count a rate metric grows from (0 for other metrics).
+    fn count(&self, snap: &Snapshot) -> f64 {
+        match METRICS[self.metric].value {
+            Value::Of(_) => 0.0,
+            Value::PerSecond(count) => count(snap),
+        }
+    }
+
+    fn check_since(&self, snap: &Snapshot, since: Option<(u64, f64)>) -> Option<Triggered> {
+        let value = self.value(snap, since)?;
         self.op.holds(value, self.threshold).then(|| Triggered {
             expr: self.text.clone(),
-            metric: m.name,
+            metric: METRICS[self.metric].name,
             value,
         })
+    }
+
+    /// The condition on `snap` alone (rates over its interval); a metric without a value (no
+    /// latency samples, no steps, an empty interval for a rate) never holds.
+    pub fn check(&self, snap: &Snapshot) -> Option<Triggered> {
+        self.check_since(snap, None)
+    }
+}
+
+/// Judges the expressions on the successive reports of one command. Counts in a report are
+/// totals since the start, so a rate is the growth of its count since the latest earlier report
+/// seen (judged, or only [noted](Judge::note)) over the time since then; with no earlier report,
+/// the count over the report's interval (for `analyze` without `--report-every`, the capture).
+#[derive(Clone, Debug, Default)]
+pub struct Judge {
+    exprs: Vec<FailOn>,
+    /// The latest report seen, and the latest one that ended before it (a final report can end
+    /// where the last interval report did: its rates then go back to the one before).
+    latest: Option<Seen>,
+    before: Option<Seen>,
+}
+
+impl Judge {
+    pub fn new(exprs: Vec<FailOn>) -> Judge {
+        Judge {
+            exprs,
+            ..Judge::default()
+        }
+    }
+
+    /// Remember `snap` as the base of later rates, without judging it.
+    pub fn note(&mut self, snap: &Snapshot) {
+        let seen = Seen {
+            end_ts: snap.summary.interval_end_ts,
+            counts: self.exprs.iter().map(|e| e.count(snap)).collect(),
+        };
+        match &self.latest {
+            Some(l) if l.end_ts >= seen.end_ts => self.latest = Some(seen),
+            _ => self.before = self.latest.replace(seen),
+        }
+    }
+
+    /// Judge every expression on `snap` (and note it); an error listing those that held, if any.
+    pub fn judge(&mut self, snap: &Snapshot) -> Result<(), GateFailed> {
+        let end = snap.summary.interval_end_ts;
+        let base = [&self.latest, &self.before]
+            .into_iter()
+            .flatten()
+            .find(|s| s.end_ts < end)
+            .cloned();
+        let held: Vec<Triggered> = self
+            .exprs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| {
+                let since = base.as_ref().map(|b| (b.end_ts, b.counts[i]));
+                e.check_since(snap, since)
+            })
+            .collect();
+        self.note(snap);
+        if held.is_empty() {
+            Ok(())
+        } else {
+            Err(GateFailed(held))
+        }
     }
 }
 
@@ -303,16 +408,6 @@ pub struct GateFailed(pub Vec<Triggered>);
 
 /// Exit status of a tripped gate (1 stays for errors such as an unreadable capture).
 pub const EXIT_GATE: u8 = 3;
-
-/// Judge every expression; an error listing those that held, if any.
-pub fn judge(exprs: &[FailOn], snap: &Snapshot) -> Result<(), GateFailed> {
-    let held: Vec<Triggered> = exprs.iter().filter_map(|e| e.check(snap)).collect();
-    if held.is_empty() {
-        Ok(())
-    } else {
-        Err(GateFailed(held))
-    }
-}
 
 /// Metric names, for the docs test.
 #[cfg(test)]

@@ -72,6 +72,20 @@ pub fn qp(q: u32) -> String {
     format!("0x{q:06x}")
 }
 
+/// A timestamp (ns since the epoch) as the UTC time of day with milliseconds, 13:05:42.123:
+/// captures carry their own times, so the date is left to the report's header.
+pub fn clock(ts_ns: u64) -> String {
+    let ms = ts_ns / 1_000_000;
+    let s = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        (s / 3600) % 24,
+        (s / 60) % 60,
+        s % 60,
+        ms % 1000
+    )
+}
+
 /// Shorten `s` to `w` characters, keeping both ends (addresses differ at either end).
 pub fn shorten(s: &str, w: usize) -> String {
     let n = s.chars().count();
@@ -87,6 +101,16 @@ pub fn shorten(s: &str, w: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clock_is_the_utc_time_of_day() {
+        // 2023-11-14T22:13:20.000Z, plus 1.234567 s.
+        assert_eq!(
+            clock(1_700_000_000_000_000_000 + 1_234_567_000),
+            "22:13:21.234"
+        );
+        assert_eq!(clock(0), "00:00:00.000");
+    }
 
     #[test]
     fn rates_scale_at_each_thousand() {

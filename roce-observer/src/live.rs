@@ -18,6 +18,7 @@ use tokio::{
 
 use crate::{
     engine::{Engine, snapshot::Snapshot},
+    fail_on::{GateFailed, Judge},
     sink::outputs::Outputs,
     source::{
         LiveSource, SourceState,
@@ -69,6 +70,28 @@ pub struct Schedule {
     /// The host's QP owners, read over RDMA netlink for every snapshot and every
     /// [`OWNER_POLL`] between them (`qp_owners`, and each flow's `owner`).
     pub owners: Option<OwnerBook>,
+    /// `run --fail-on`: judged on the final report always, and on every interval report too
+    /// when [`Gate::each_interval`] is set (the kernel source).
+    pub gate: Gate,
+}
+
+/// The `--fail-on` expressions of a live run and when they are judged.
+#[derive(Clone, Debug, Default)]
+pub struct Gate {
+    pub judge: Judge,
+    /// Judge every interval report, and end the run at the first that trips (a kernel run has
+    /// no end of its own); otherwise only the final report is judged (a capture has one).
+    pub each_interval: bool,
+}
+
+/// How a live run ended.
+#[derive(Debug)]
+pub struct Ended {
+    /// The source's warnings.
+    pub warnings: Vec<String>,
+    /// The `--fail-on` conditions that held: on the interval report that ended the run, or
+    /// on the final report.
+    pub tripped: Option<GateFailed>,
 }
 
 /// How often QP owners are read between reports: a QP that lives this long (a short perftest
@@ -113,8 +136,10 @@ async fn next_key(ui: &mut Option<Ui>) -> Option<Action> {
     }
 }
 
-/// Run until `stop` completes, the duration is over, the user quits the UI, or the source ends;
-/// then stop the source and write the final report. Returns the source's warnings.
+/// Run until `stop` completes, the duration is over, the user quits the UI, the source ends, or
+/// an interval report trips the gate (see [`Gate`]); then stop the source (detaching the
+/// kernel programs) and write the final report. Returns the source's warnings and the verdict
+/// of the gate.
 ///
 /// When the source ends (a capture was read to its end) under the UI, the final state stays on
 /// screen, marked as ended, until the user quits; without a UI the run ends with the input.
@@ -126,7 +151,7 @@ pub async fn run_live<S: LiveSource>(
     mut schedule: Schedule,
     stop: impl Future<Output = ()>,
     stdout: &mut dyn Write,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Ended> {
     let events = match src.ready_fd() {
         // SAFETY: the fd belongs to `src`, which is borrowed for the whole function and so
         // outlives `events`; `Fd` always returns that same fd.
@@ -146,6 +171,7 @@ pub async fn run_live<S: LiveSource>(
     let deadline = schedule.duration.map(|d| Instant::now() + d);
     // Set once the source has ended and its last state is on screen.
     let mut ended = false;
+    let mut tripped: Option<GateFailed> = None;
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -177,6 +203,14 @@ pub async fn run_live<S: LiveSource>(
                 let now = src.now_ns();
                 let mut snap = schedule.snapshot(engine, now);
                 outputs.interval(&mut snap, stdout)?;
+                if schedule.gate.each_interval {
+                    tripped = schedule.gate.judge.judge(&snap).err();
+                } else {
+                    schedule.gate.judge.note(&snap);
+                }
+                if tripped.is_some() {
+                    break;
+                }
                 if let Some(ui) = ui.as_mut() {
                     ui.app.update(Action::Snapshot(Box::new(snap)));
                     ui.draw()?;
@@ -206,7 +240,9 @@ pub async fn run_live<S: LiveSource>(
     refreshed?;
     let mut snap = schedule.snapshot(engine, src.now_ns());
     outputs.finish(&mut snap, stdout)?;
-    Ok(warnings)
+    // The interval that ended the run is the reason; else the final report is judged.
+    let tripped = tripped.or_else(|| schedule.gate.judge.judge(&snap).err());
+    Ok(Ended { warnings, tripped })
 }
 
 /// The source has ended: put its last state on screen, marked as ended. Returns false when
@@ -303,6 +339,11 @@ mod tests {
     }
 
     fn run(src: &mut Scripted, plan: OutputPlan) -> (String, Vec<String>) {
+        let (stdout, ended) = run_gated(src, plan, Gate::default());
+        (stdout, ended.warnings)
+    }
+
+    fn run_gated(src: &mut Scripted, plan: OutputPlan, gate: Gate) -> (String, Ended) {
         let mut engine = Engine::new(EngineConfig::default());
         let outputs = Outputs::open(plan).expect("outputs open");
         let mut stdout = Vec::new();
@@ -315,8 +356,9 @@ mod tests {
             duration: None,
             nic: None,
             owners: None,
+            gate,
         };
-        let warnings = rt
+        let ended = rt
             .block_on(run_live(
                 src,
                 &mut engine,
@@ -327,7 +369,7 @@ mod tests {
                 &mut stdout,
             ))
             .expect("live run");
-        (String::from_utf8(stdout).expect("utf-8"), warnings)
+        (String::from_utf8(stdout).expect("utf-8"), ended)
     }
 
     #[test]
@@ -439,6 +481,7 @@ mod tests {
                 duration: None,
                 nic: None,
                 owners: None,
+                gate: Gate::default(),
             },
             std::future::pending(),
             &mut stdout,
@@ -456,6 +499,68 @@ mod tests {
         assert_eq!(counts(&got), counts(&want));
         let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("one JSON document");
         assert_eq!(doc["summary"]["total_packets"], want.summary.total_packets);
+    }
+
+    fn three_intervals() -> Scripted {
+        Scripted {
+            steps: vec![
+                (2 * SEC, vec![flow(0x11, 10, 10_000, 2 * SEC)]),
+                (3 * SEC, vec![flow(0x22, 5, 500, 3 * SEC)]),
+                (4 * SEC, vec![flow(0x33, 5, 500, 4 * SEC)]),
+            ],
+            next: 0,
+            now: 0,
+            stopped: false,
+        }
+    }
+
+    fn run_judged(src: &mut Scripted, expr: &str, each_interval: bool) -> (String, Ended) {
+        let plan = OutputPlan {
+            json: false,
+            interval_tables: IntervalTables::Plain,
+            log_dir: None,
+            prom_file: None,
+            metrics: None,
+            metrics_top_flows: 10,
+        };
+        let gate = Gate {
+            judge: Judge::new(vec![expr.parse().expect("expression")]),
+            each_interval,
+        };
+        run_gated(src, plan, gate)
+    }
+
+    /// The kernel source's gate: the first interval report where the condition holds ends the
+    /// run (source stopped, final report printed), and that interval's value is the reason.
+    #[test]
+    fn a_gate_judged_each_interval_ends_the_run_at_the_first_that_trips() {
+        let mut src = three_intervals();
+        let (stdout, ended) = run_judged(&mut src, "flows>=2", true);
+        let tripped = ended.tripped.expect("the gate tripped");
+        assert_eq!(
+            tripped.to_string(),
+            "--fail-on: flows>=2 (flows = 2)",
+            "judged on the second interval"
+        );
+        assert!(src.stopped);
+        // Two interval tables, then the final report (which drains the source once more).
+        assert_eq!(stdout.matches("SRC > DST").count(), 3, "{stdout}");
+        let (_, ended) = run_judged(&mut three_intervals(), "flows>=4", true);
+        assert!(ended.tripped.is_none());
+    }
+
+    /// A capture's gate: interval reports are not judged; the final report is.
+    #[test]
+    fn a_gate_judged_at_the_end_only_sees_the_final_report() {
+        let mut src = three_intervals();
+        let (stdout, ended) = run_judged(&mut src, "flows>=2", false);
+        assert_eq!(
+            ended.tripped.expect("the gate tripped").to_string(),
+            "--fail-on: flows>=2 (flows = 3)"
+        );
+        assert_eq!(stdout.matches("SRC > DST").count(), 4, "{stdout}");
+        let (_, ended) = run_judged(&mut three_intervals(), "flows<2", false);
+        assert!(ended.tripped.is_none());
     }
 
     #[test]

@@ -13,7 +13,7 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("roce-observer: {err:#}");
-            // A tripped `analyze --fail-on` gate is a verdict, not an error: its own status.
+            // A tripped `--fail-on` gate (analyze, run) is a verdict, not an error: its own status.
             if err.is::<roce_observer::fail_on::GateFailed>() {
                 std::process::ExitCode::from(roce_observer::fail_on::EXIT_GATE)
             } else {

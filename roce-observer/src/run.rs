@@ -11,7 +11,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::{
     cli::{EngineArgs, MetricsArgs, OutputArgs},
     engine::Engine,
-    live::{Schedule, Ui, run_live},
+    fail_on::{self, FailOn},
+    live::{Gate, Schedule, Ui, run_live},
     sink::outputs::{IntervalTables, OutputPlan, Outputs},
     source::{
         LiveSource,
@@ -91,6 +92,13 @@ pub struct RunArgs {
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: XdpModeArg,
+    /// Exit with status 3 and a one-line reason when EXPR holds (repeatable; any one that holds
+    /// fails; the metrics of `analyze --fail-on`, docs/analyze.md). With --capture it is judged
+    /// on the final report, when the capture ends. On interfaces it is judged on every interval
+    /// report: the first that trips ends the run (programs detached, final report printed);
+    /// it is judged on the final report too (Ctrl-C, --duration).
+    #[arg(long = "fail-on", value_name = "EXPR", value_parser = fail_on::parse)]
+    pub fail_on: Vec<FailOn>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -142,6 +150,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         duration,
         nic,
         owners,
+        gate: Gate {
+            judge: fail_on::Judge::new(args.fail_on.clone()),
+            // A capture ends by itself and is judged then; the interfaces are watched until
+            // stopped, so each interval is a verdict.
+            each_interval: args.capture.is_none(),
+        },
     };
     let cfg = args.engine.engine_config()?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -210,7 +224,7 @@ impl<F: Future<Output = ()>> Live<F> {
             .use_tui
             .then(|| Ui::start(title, &engine, src.now_ns()));
         let mut stdout = std::io::stdout().lock();
-        let warnings = run_live(
+        let ended = run_live(
             src,
             &mut engine,
             self.outputs,
@@ -220,10 +234,13 @@ impl<F: Future<Output = ()>> Live<F> {
             &mut stdout,
         )
         .await?;
-        for warning in warnings {
+        for warning in ended.warnings {
             eprintln!("roce-observer: {warning}");
         }
-        Ok(())
+        match ended.tripped {
+            Some(gate) => Err(gate.into()),
+            None => Ok(()),
+        }
     }
 }
 

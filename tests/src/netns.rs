@@ -182,6 +182,40 @@ impl Observer {
         Ok(self.child.wait()?)
     }
 
+    /// Wait up to `limit` for the observer to end by itself (e.g. a tripped `--fail-on`): its
+    /// exit status, stdout and stderr. Stdout is drained meanwhile, so a large report cannot
+    /// block it.
+    pub fn wait_output(
+        mut self,
+        limit: Duration,
+    ) -> anyhow::Result<(std::process::ExitStatus, String, String)> {
+        let mut stdout = self.stdout.take().context("stdout")?;
+        let reader = std::thread::spawn(move || {
+            let mut out = String::new();
+            stdout.read_to_string(&mut out).map(|_| out)
+        });
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait()? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                // Drop kills it (the reader then sees the pipe close).
+                bail!(
+                    "roce-observer did not end by itself within {limit:?}:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let out = reader
+            .join()
+            .map_err(|_| anyhow::anyhow!("stdout reader panicked"))??;
+        // The stderr reader ends with the pipe; give it a moment to store the last lines.
+        std::thread::sleep(Duration::from_millis(100));
+        Ok((status, out, self.log()))
+    }
+
     pub fn log(&self) -> String {
         self.stderr_log
             .lock()

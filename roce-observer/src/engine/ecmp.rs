@@ -223,6 +223,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
             tuples_per_path: count,
             collisions,
             advice: None,
+            qp_advice: None,
         }
     });
 

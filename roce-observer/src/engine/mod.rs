@@ -195,6 +195,9 @@ impl Engine {
 
     pub fn set_iface_name(&mut self, ifindex: u32, name: &str) {
         self.iface_names.insert(ifindex, name.to_string());
+        // A capture that declares several interfaces (pcapng) may hold one flow at several
+        // points, written in any order (dumpcap writes each interface's packets in batches).
+        self.paths.several_points = self.iface_names.len() >= 2;
     }
 
     /// Attach the capture's own counts (shown in the summary).

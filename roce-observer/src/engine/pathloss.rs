@@ -5,9 +5,10 @@
 //! (docs/metrics.md, "Where was it lost").
 //!
 //! Fed per accounted request packet (the capture path). Bounded: a flow gets a PSN ring
-//! ([`RING`] PSNs, one bit per point) once a second point sees it, for at most [`MAX_FLOWS`]
-//! flows; a PSN is judged when it leaves the ring (or, for the ones still in it, at the
-//! snapshot), so points may see a PSN up to [`RING`] PSNs apart.
+//! ([`RING`] PSNs, one bit per point) once a second point sees it (or at its first packet when
+//! the capture declares several interfaces), for at most [`MAX_FLOWS`] flows; a PSN is judged
+//! when it leaves the ring (or, for the ones still in it, at the snapshot), so points may see a
+//! PSN up to [`RING`] PSNs apart.
 
 use std::collections::HashMap;
 
@@ -197,6 +198,17 @@ pub struct PathLoss {
     flows: HashMap<Path, PathFlow, FastHash>,
     /// Paths seen at a second point after [`MAX_FLOWS`] had rings.
     pub untracked_flows: u64,
+    /// The input declared several observation points (pcapng interfaces, or the kernel's
+    /// interfaces): a flow gets its ring at its first packet, so that a point whose packets
+    /// come later in the file (a batch of another interface) is compared with everything the
+    /// first point saw. Otherwise a ring starts at the second point, as memory is kept for
+    /// flows seen at several points only.
+    pub several_points: bool,
+    /// The first point any packet was seen at, until a packet comes from another (then
+    /// `None` with `seen_two` set): an input with one point (a pcap, a pcapng with one
+    /// interface) costs one comparison per packet here.
+    only_point: Option<Point>,
+    seen_two: bool,
 }
 
 impl PathLoss {
@@ -205,7 +217,6 @@ impl PathLoss {
         if opcode::psn_space(pkt.opcode) != PsnSpace::Request {
             return;
         }
-        let path = (key.src_ip, key.dst_ip, key.dst_qp);
         let point = (
             key.ifindex,
             key.direction,
@@ -213,6 +224,29 @@ impl PathLoss {
             key.outer_src,
             key.mirror_id,
         );
+        if !self.several_points && !self.seen_two {
+            match self.only_point {
+                Some(p) if p != point => {
+                    self.seen_two = true;
+                    self.only_point = None;
+                }
+                Some(_) => return,
+                None => {
+                    self.only_point = Some(point);
+                    return;
+                }
+            }
+        }
+        let path = (key.src_ip, key.dst_ip, key.dst_qp);
+        if self.several_points
+            // Half the rings at most go to flows before a second point saw them: flows that
+            // cross one point only must not take every ring from those that cross two.
+            && self.flows.len() < MAX_FLOWS / 2
+            && !self.flows.contains_key(&path)
+            && !self.seen_at.contains_key(&path)
+        {
+            self.flows.insert(path, PathFlow::default());
+        }
         let flow = match self.flows.get_mut(&path) {
             Some(f) => f,
             None => match self.seen_at.get(&path) {
@@ -262,7 +296,8 @@ impl Engine {
             mirror: MirrorSource::new(p.2, p.3, p.4),
         };
         let mut out = Vec::new();
-        for ((src, dst, qp), f) in self.paths.flows() {
+        // A flow seen at one point (a ring started at its first packet) has no pair to judge.
+        for ((src, dst, qp), f) in self.paths.flows().filter(|(_, f)| f.points.len() >= 2) {
             for ((a, b), c) in f.counts() {
                 let (up, down) = (&f.points[a as usize], &f.points[b as usize]);
                 if c.both + c.missing == 0 {

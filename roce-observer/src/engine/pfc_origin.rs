@@ -4,7 +4,7 @@
 //! (docs/metrics.md, "PFC storm origin"). Fed with every PFC/PAUSE class frame (both paths:
 //! capture frames and ring-buffer events); bounded to [`MAX_FRAMES`] frames per source.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use roce_observer_common::{Direction, PfcKey, pfc::PRIORITY_LINK};
 
@@ -15,6 +15,9 @@ use super::{
 
 /// Frames kept per source (the latest).
 pub const MAX_FRAMES: usize = 4096;
+
+/// One source's frames: (time, requested pause in ns; 0 = XON), oldest first.
+type Frames = VecDeque<(u64, u64)>;
 
 /// Frame times and requested pause (ns; 0 = XON) per source.
 #[derive(Clone, Debug, Default)]
@@ -58,7 +61,58 @@ fn paused_within(frames: &VecDeque<(u64, u64)>, from: u64, to: u64) -> u64 {
     total + open.map(|(s, e)| clip(s, e)).unwrap_or(0)
 }
 
+/// Why source `b` follows source `a` in the chain (docs/metrics.md, "Who paused whom"): `a`
+/// paused first and was pausing in the storm window before `b`'s first XOFF, and either the
+/// two sit on one path (a flow seen at both interfaces) with the same priority (or link-level
+/// PAUSE, which stops every priority), or `b` is `a`'s device on the same port pausing
+/// another priority (a shared buffer).
+fn hop_evidence(
+    a: (&PfcKey, &Frames, u64),
+    b: (&PfcKey, u64),
+    window: u64,
+    shared: &HashSet<(u32, u32)>,
+) -> Option<&'static str> {
+    let ((ka, frames_a, first_a), (kb, first_b)) = (a, b);
+    if first_a >= first_b || paused_within(frames_a, first_b.saturating_sub(window), first_b) == 0 {
+        return None;
+    }
+    let same_prio =
+        ka.priority == kb.priority || ka.priority == PRIORITY_LINK || kb.priority == PRIORITY_LINK;
+    if ka.ifindex != kb.ifindex && same_prio && shared.contains(&(ka.ifindex, kb.ifindex)) {
+        Some("shared_flow")
+    } else if ka.ifindex == kb.ifindex && ka.src_mac == kb.src_mac && ka.priority != kb.priority {
+        Some("same_port")
+    } else {
+        None
+    }
+}
+
 impl Engine {
+    /// Ordered pairs of the `ifaces` that see one flow (source IP, destination IP, QP), in
+    /// either direction: the interfaces of one path.
+    fn shared_flow_ifaces(&self, ifaces: &HashSet<u32>) -> HashSet<(u32, u32)> {
+        let mut seen: HashMap<([u8; 16], [u8; 16], u32), Vec<u32>> = HashMap::new();
+        for (k, e) in self.flows.iter() {
+            if e.stats.packets > 0 && ifaces.contains(&k.ifindex) {
+                let at = seen.entry((k.src_ip, k.dst_ip, k.dst_qp)).or_default();
+                if !at.contains(&k.ifindex) {
+                    at.push(k.ifindex);
+                }
+            }
+        }
+        let mut pairs = HashSet::new();
+        for at in seen.values() {
+            for &x in at {
+                for &y in at {
+                    if x != y {
+                        pairs.insert((x, y));
+                    }
+                }
+            }
+        }
+        pairs
+    }
+
     /// The storm origin view, or `None` when no storm was detected.
     pub(super) fn pfc_origin(&self) -> Option<PfcOrigin> {
         let onset = self
@@ -73,7 +127,7 @@ impl Engine {
             onset.saturating_sub(2 * window),
             onset.saturating_add(window),
         );
-        let mut sources: Vec<PauseSource> = self
+        let mut found: Vec<(&PfcKey, &Frames, PauseSource)> = self
             .pauses
             .frames
             .iter()
@@ -83,7 +137,7 @@ impl Engine {
                     .find(|(t, ns)| *t >= from && *t < to && *ns > 0)?
                     .0;
                 let paused = paused_within(frames, from, to);
-                Some(PauseSource {
+                let source = PauseSource {
                     source: PfcRef {
                         iface: self.iface_name(k.ifindex),
                         direction: Direction::from_u8(k.direction).name(),
@@ -93,17 +147,66 @@ impl Engine {
                     first_xoff_ts: first,
                     paused_fraction: paused as f64 / (to - from).max(1) as f64,
                     storm: self.pfc.get(k).is_some_and(|e| e.timeline.storms > 0),
-                })
+                    paused_by: None,
+                    evidence: None,
+                    hop_ms: None,
+                };
+                Some((k, frames, source))
             })
             .collect();
-        sources.sort_by(|a, b| (a.first_xoff_ts, &a.source).cmp(&(b.first_xoff_ts, &b.source)));
+        found.sort_by(|(_, _, a), (_, _, b)| {
+            (a.first_xoff_ts, &a.source).cmp(&(b.first_xoff_ts, &b.source))
+        });
+        let ifaces: HashSet<u32> = found.iter().map(|(k, _, _)| k.ifindex).collect();
+        let shared = self.shared_flow_ifaces(&ifaces);
+        // Each source's cause: the latest earlier source that explains it.
+        for j in 0..found.len() {
+            let (kb, first_b) = (found[j].0, found[j].2.first_xoff_ts);
+            let cause = (0..j).rev().find_map(|i| {
+                let (ka, fa, sa) = &found[i];
+                hop_evidence((ka, fa, sa.first_xoff_ts), (kb, first_b), window, &shared)
+                    .map(|ev| (i, ev, sa.first_xoff_ts))
+            });
+            if let Some((i, ev, first_a)) = cause {
+                let b = &mut found[j].2;
+                b.paused_by = Some(i);
+                b.evidence = Some(ev);
+                b.hop_ms = Some((first_b - first_a) as f64 / 1e6);
+            }
+        }
+        let sources: Vec<PauseSource> = found.into_iter().map(|(_, _, s)| s).collect();
+        // Depth of every source below its root (causes come first in `sources`).
+        let mut root = vec![0usize; sources.len()];
+        let mut depth = vec![0usize; sources.len()];
+        for (j, s) in sources.iter().enumerate() {
+            (root[j], depth[j]) = match s.paused_by {
+                Some(i) => (root[i], depth[i] + 1),
+                None => (j, 0),
+            };
+        }
+        let reach = |r: usize| {
+            (0..sources.len())
+                .filter(|&j| root[j] == r && j != r)
+                .count()
+        };
+        let origin_index = (0..sources.len())
+            .filter(|&j| root[j] == j)
+            // Most reached first; on ties the earlier (smaller index) wins.
+            .min_by_key(|&r| (std::cmp::Reverse(reach(r)), r))?;
         let first = sources.first()?;
         let last = sources.last()?;
         Some(PfcOrigin {
             storm_onset_ts: onset,
             window_start_ts: from,
             window_end_ts: to,
-            origin: first.source.clone(),
+            origin: sources[origin_index].source.clone(),
+            origin_index,
+            reached: reach(origin_index),
+            hops: (0..sources.len())
+                .filter(|&j| root[j] == origin_index)
+                .map(|j| depth[j])
+                .max()
+                .unwrap_or(0),
             spread_ms: (last.first_xoff_ts - first.first_xoff_ts) as f64 / 1e6,
             sources,
         })
@@ -112,7 +215,7 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use roce_observer_common::frames::pfc_frame;
+    use roce_observer_common::frames::{RoceFrame, pfc_frame};
 
     use crate::engine::{Engine, EngineConfig};
 
@@ -160,6 +263,124 @@ mod tests {
         assert!(o.sources[0].paused_fraction > o.sources[1].paused_fraction);
         assert!(o.sources[1].paused_fraction > o.sources[2].paused_fraction);
         assert!(o.sources[2].paused_fraction > 0.0);
+    }
+
+    /// RDMA WRITE data of QP `qp` from 192.0.2.`src` to 192.0.2.`dst`, seen on `ifindex`.
+    fn data(e: &mut Engine, ifindex: u32, src: u8, dst: u8, qp: u32, t: u64) {
+        let f = RoceFrame {
+            src_ip: [192, 0, 2, src],
+            dst_ip: [192, 0, 2, dst],
+            tos: (26 << 2) | 2,
+            ..RoceFrame::new(0x0a, qp, 1)
+        }
+        .build();
+        e.ingest_frame(T0 + t, &f, f.len() as u32, ifindex);
+    }
+
+    fn pfc_prio(e: &mut Engine, mac_last: u8, ifindex: u32, t: u64, prio: u8) {
+        let mut quanta = [0u16; 8];
+        quanta[prio as usize] = 0xffff;
+        let f = pfc_frame(mac_last, 1 << prio, quanta);
+        e.ingest_frame(T0 + t, &f, f.len() as u32, ifindex);
+    }
+
+    /// Four switch ports on two paths: flow 1 crosses leaf1 and spine1, flow 2 spine1 and
+    /// leaf2; a fifth port (other) carries neither. leaf1 pauses priority 3 first; spine1
+    /// follows on priority 3 (shared flow), then on priority 4 from the same MAC and port
+    /// (same port); leaf2 follows spine1 on priority 3. other pauses between them but shares
+    /// no flow: a root of its own. A port that stopped pausing a window before does not cause.
+    #[test]
+    fn who_paused_whom_follows_flows_and_priorities() {
+        let mut e = Engine::new(EngineConfig {
+            storm_window_ns: 100 * MS,
+            ..EngineConfig::default()
+        });
+        for (i, name) in [
+            (1, "leaf1"),
+            (2, "spine1"),
+            (3, "leaf2"),
+            (4, "other"),
+            (5, "old"),
+        ] {
+            e.set_iface_name(i, name);
+        }
+        data(&mut e, 1, 1, 2, 0x10, 0);
+        data(&mut e, 2, 1, 2, 0x10, 1000);
+        data(&mut e, 2, 3, 4, 0x20, 2000);
+        data(&mut e, 3, 3, 4, 0x20, 3000);
+        data(&mut e, 4, 5, 6, 0x30, 4000);
+        // "old" shares flow 2 with leaf2 but paused once, 300 ms before the storm.
+        data(&mut e, 5, 3, 4, 0x20, 5000);
+        pfc_prio(&mut e, 5, 5, 200 * MS, 3);
+        for k in 0..1000u64 {
+            let t = 500 * MS + k * 300_000;
+            pfc_prio(&mut e, 1, 1, t, 3);
+            if t >= 510 * MS {
+                pfc_prio(&mut e, 9, 4, t + 500, 3);
+            }
+            if t >= 520 * MS {
+                pfc_prio(&mut e, 2, 2, t + 1000, 3);
+            }
+            if t >= 530 * MS {
+                pfc_prio(&mut e, 2, 2, t + 1500, 4);
+            }
+            if t >= 545 * MS {
+                pfc_prio(&mut e, 3, 3, t + 2000, 3);
+            }
+        }
+        let o = e.snapshot(T0 + 900 * MS).pfc_origin.expect("a storm");
+        let row = |s: &crate::engine::snapshot::PauseSource| {
+            (
+                s.source.iface.clone(),
+                s.source.priority,
+                s.paused_by.map(|i| o.sources[i].source.iface.clone()),
+                s.evidence,
+            )
+        };
+        let got: Vec<_> = o.sources.iter().map(row).collect();
+        let want = [
+            ("leaf1", 3, None, None),
+            ("other", 3, None, None),
+            ("spine1", 3, Some("leaf1"), Some("shared_flow")),
+            ("spine1", 4, Some("spine1"), Some("same_port")),
+            ("leaf2", 3, Some("spine1"), Some("shared_flow")),
+        ]
+        .map(|(i, p, by, ev)| (i.to_string(), Some(p), by.map(String::from), ev));
+        assert_eq!(got, want);
+        // leaf2 follows spine1's priority-3 source (index 2), not its priority-4 one.
+        assert_eq!(o.sources[4].paused_by, Some(2));
+        assert_eq!(o.origin.iface, "leaf1");
+        assert_eq!((o.origin_index, o.reached, o.hops), (0, 3, 2));
+        // spine1's first XOFF at 520.101 ms (the first refresh past 520 ms, + 1 us), leaf2's
+        // at 545.002 ms.
+        let hop = o.sources[4].hop_ms.expect("a hop");
+        assert!((hop - 24.901).abs() < 1e-9, "{hop}");
+    }
+
+    /// The first source to pause is not the origin when its pause spread nowhere and a later
+    /// one's did.
+    #[test]
+    fn the_origin_is_the_root_that_reaches_most() {
+        let mut e = Engine::new(EngineConfig {
+            storm_window_ns: 100 * MS,
+            ..EngineConfig::default()
+        });
+        data(&mut e, 2, 1, 2, 0x10, 0);
+        data(&mut e, 3, 1, 2, 0x10, 1000);
+        for k in 0..1000u64 {
+            let t = 500 * MS + k * 300_000;
+            pfc_prio(&mut e, 1, 1, t, 3);
+            if t >= 505 * MS {
+                pfc_prio(&mut e, 2, 2, t + 500, 3);
+            }
+            if t >= 515 * MS {
+                pfc_prio(&mut e, 3, 3, t + 1000, 3);
+            }
+        }
+        let o = e.snapshot(T0 + 900 * MS).pfc_origin.expect("a storm");
+        assert_eq!(o.sources[0].source.src_mac, "02:00:00:00:01:01");
+        assert_eq!(o.origin.src_mac, "02:00:00:00:01:02");
+        assert_eq!((o.origin_index, o.reached, o.hops), (1, 1, 1));
     }
 
     #[test]

@@ -208,6 +208,7 @@ impl Engine {
         );
         if let Some(m) = ecmp.modelled.as_mut() {
             m.advice = ecmp_advice::advise(m, self.cfg.roce_port);
+            m.qp_advice = ecmp_advice::qp_counts(m, self.cfg.roce_port);
         }
 
         let ringbuf_full = total(Counter::RingbufFull);

@@ -510,6 +510,30 @@ pub struct ModelledView {
     pub collisions: Vec<Collision>,
     /// New source ports for colliding elephants, and the model's view after (ecmp_advice.rs).
     pub advice: Option<EcmpAdvice>,
+    /// QPs per connection that spread the colliding elephants, and the model's view after
+    /// (ecmp_advice.rs).
+    pub qp_advice: Option<QpAdvice>,
+}
+
+/// One connection (host pair) of the QP-count prescription.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct QpCount {
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    /// Its elephant bytes, and the QPs on its elephant 5-tuples now.
+    pub bytes: u64,
+    pub qps_now: u64,
+    /// QPs to split those bytes over, and the source ports the model gave them.
+    pub qps: u32,
+    pub udp_src_ports: Vec<u16>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct QpAdvice {
+    pub connections: Vec<QpCount>,
+    pub bytes_per_path_after: Vec<u64>,
+    pub imbalance_after: f64,
+    pub jain_after: f64,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -618,6 +642,15 @@ pub struct PauseSource {
     pub paused_fraction: f64,
     /// This source had a storm of its own.
     pub storm: bool,
+    /// Who paused it: the index in `sources` of the source whose pause it followed, by the
+    /// chain rules of docs/metrics.md; `None` for a root (nothing in the window explains it).
+    pub paused_by: Option<usize>,
+    /// What ties it to `paused_by`: "shared_flow" (a flow seen at both interfaces, same
+    /// priority or link-level PAUSE) or "same_port" (the same MAC and interface, another
+    /// priority).
+    pub evidence: Option<&'static str>,
+    /// Its first XOFF after that of `paused_by`, milliseconds.
+    pub hop_ms: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -627,9 +660,15 @@ pub struct PfcOrigin {
     pub storm_onset_ts: u64,
     pub window_start_ts: u64,
     pub window_end_ts: u64,
-    /// The source whose first XOFF in the window came first.
+    /// The origin candidate: the root whose chain reaches the most sources (ties: the first
+    /// XOFF), which is the first source unless the first pause spread nowhere.
     pub origin: PfcRef,
-    /// From the origin's first XOFF to the last source's, milliseconds.
+    /// Its index in `sources`.
+    pub origin_index: usize,
+    /// Sources its chain reaches (itself not counted), and the longest chain from it in hops.
+    pub reached: usize,
+    pub hops: usize,
+    /// From the first source's first XOFF to the last source's, milliseconds.
     pub spread_ms: f64,
     /// Every source that paused in the window, by first XOFF.
     pub sources: Vec<PauseSource>,

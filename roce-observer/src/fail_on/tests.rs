@@ -5,6 +5,18 @@ use crate::engine::{Engine, EngineConfig};
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
+/// A CNP from 192.0.2.2 to QP 0x11 of 192.0.2.1 at `t`.
+fn cnp(e: &mut Engine, t: u64) {
+    let f = RoceFrame {
+        src_ip: [192, 0, 2, 2],
+        dst_ip: [192, 0, 2, 1],
+        tos: 48 << 2,
+        ..RoceFrame::new(OP_CNP, 0x11, 0)
+    }
+    .build();
+    e.ingest_frame(t, &f, f.len() as u32, 0);
+}
+
 /// One second of capture: SENDs with PSNs 1, 2, 5 (one gap, two missing), 1 again
 /// (a retransmission) and two CNPs back.
 fn snapshot() -> Snapshot {
@@ -19,14 +31,7 @@ fn snapshot() -> Snapshot {
         e.ingest_frame(T0 + i as u64 * 1000, &f, f.len() as u32, 0);
     }
     for i in 0..2u64 {
-        let f = RoceFrame {
-            src_ip: [192, 0, 2, 2],
-            dst_ip: [192, 0, 2, 1],
-            tos: 48 << 2,
-            ..RoceFrame::new(OP_CNP, 0x11, 0)
-        }
-        .build();
-        e.ingest_frame(T0 + 500_000_000 + i, &f, f.len() as u32, 0);
+        cnp(&mut e, T0 + 500_000_000 + i);
     }
     e.snapshot(T0 + 1_000_000_000)
 }
@@ -120,13 +125,15 @@ fn the_reason_is_one_line_naming_each_condition_and_value() {
         .iter()
         .map(|e| e.parse().expect(e))
         .collect();
-    let err = judge(&exprs, &s).expect_err("two conditions hold");
+    let err = Judge::new(exprs.clone())
+        .judge(&s)
+        .expect_err("two conditions hold");
     let line = err.to_string();
     assert_eq!(
         line,
         "--fail-on: psn_gaps>0 (psn_gaps = 1); cnp_rate>1/s (cnp_rate = 2)"
     );
-    assert!(judge(&exprs[2..], &s).is_ok());
+    assert!(Judge::new(exprs[2..].to_vec()).judge(&s).is_ok());
 }
 
 #[test]
@@ -138,4 +145,43 @@ fn every_metric_is_documented() {
             "docs/analyze.md lacks `{name}`"
         );
     }
+}
+
+/// Counts in successive reports are totals: a rate is the growth since the previous report over
+/// the time since then, and a report that ends where the previous one did goes back one more.
+#[test]
+fn rates_over_successive_reports_cover_the_time_since_the_previous_one() {
+    let mut e = Engine::new(EngineConfig::default());
+    const SEC: u64 = 1_000_000_000;
+    // 10 CNPs in the first second, 2 in the next two.
+    for i in 0..10 {
+        cnp(&mut e, T0 + i * 1000);
+    }
+    cnp(&mut e, T0 + SEC + 5);
+    cnp(&mut e, T0 + 2 * SEC + 5);
+    let mut judge = Judge::new(vec!["cnp_rate>1/s".parse().expect("expr")]);
+    // The first report, from an engine that saw only the first second.
+    let first = {
+        let mut e1 = Engine::new(EngineConfig::default());
+        for i in 0..10 {
+            cnp(&mut e1, T0 + i * 1000);
+        }
+        e1.snapshot(T0 + SEC)
+    };
+    let err = judge
+        .judge(&first)
+        .expect_err("10 CNPs in the first second");
+    assert_eq!(err.0[0].value, 10.0, "over the first report's interval");
+    let last = e.snapshot(T0 + 3 * SEC);
+    assert_eq!(last.flows.iter().map(|f| f.cnp).sum::<u64>(), 12);
+    // 2 more CNPs over the 2 s since the first report: 1/s, which does not exceed 1/s.
+    assert!(judge.judge(&last).is_ok());
+    // The same end again (a final report after the last interval report): still 1/s.
+    assert!(judge.judge(&last).is_ok());
+    let mut strict = Judge::new(vec!["cnp_rate>=1/s".parse().expect("expr")]);
+    strict.note(&first);
+    let held = strict.judge(&last).expect_err("1/s >= 1/s");
+    assert_eq!(held.0[0].value, 1.0);
+    let held = strict.judge(&last).expect_err("the same report again");
+    assert_eq!(held.0[0].value, 1.0);
 }

@@ -350,18 +350,26 @@ pub fn render(s: &Snapshot) -> String {
         let prio = |p: Option<u8>| p.map(|v| v.to_string()).unwrap_or_else(|| "link".into());
         let _ = writeln!(
             out,
-            "pfc storm origin: {}/{} {} prio {}; {} sources paused within {:.1} ms:",
+            "pfc storm origin: #{} {}/{} {} prio {}, {} more paused after it (chain of {} hops); {} sources paused within {:.1} ms:",
+            o.origin_index + 1,
             o.origin.iface,
             o.origin.direction,
             o.origin.src_mac,
             prio(o.origin.priority),
+            o.reached,
+            o.hops,
             o.sources.len(),
             o.spread_ms
         );
-        for src in o.sources.iter().take(8) {
+        for (i, src) in o.sources.iter().enumerate().take(8) {
+            let by = match (src.paused_by, src.evidence) {
+                (Some(p), Some(ev)) => format!("  after #{} ({ev})", p + 1),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "  +{:>9.3} ms  {:<16} {:<17} prio {:>4}  paused {:>6.2}%{}",
+                "  #{:<2} +{:>9.3} ms  {:<16} {:<17} prio {:>4}  paused {:>6.2}%{}{by}",
+                i + 1,
                 (src.first_xoff_ts - o.sources[0].first_xoff_ts) as f64 / 1e6,
                 fit(
                     &format!("{}/{}", src.source.iface, src.source.direction),
@@ -454,6 +462,26 @@ pub fn render(s: &Snapshot) -> String {
                         format::bytes(c.bytes)
                     );
                 }
+            }
+            if let Some(q) = &mdl.qp_advice {
+                let counts: Vec<String> = q
+                    .connections
+                    .iter()
+                    .take(5)
+                    .map(|c| {
+                        format!(
+                            "{} > {} {} QPs (now {})",
+                            c.src_ip, c.dst_ip, c.qps, c.qps_now
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
+                    mdl.imbalance,
+                    q.imbalance_after,
+                    counts.join(", ")
+                );
             }
         }
         for p in e.entropy.iter().take(5) {

@@ -16,16 +16,22 @@ pub enum Tab {
     Nic,
     /// Switch-mirror sessions: frames and mirror-path loss.
     Mirror,
+    Steps,
+    Paths,
+    Storm,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 6] = [
+    pub const ALL: [Tab; 9] = [
         Tab::Flows,
         Tab::Pfc,
         Tab::Ecmp,
         Tab::Alerts,
         Tab::Nic,
         Tab::Mirror,
+        Tab::Steps,
+        Tab::Paths,
+        Tab::Storm,
     ];
 
     pub fn title(self) -> &'static str {
@@ -36,6 +42,9 @@ impl Tab {
             Tab::Alerts => "Alerts",
             Tab::Nic => "NIC",
             Tab::Mirror => "Mirrors",
+            Tab::Steps => "Steps",
+            Tab::Paths => "Paths",
+            Tab::Storm => "Storm",
         }
     }
 
@@ -210,6 +219,17 @@ impl App {
             Tab::Alerts => self.snapshot.alerts.len(),
             Tab::Nic => nic_rows(&self.snapshot).len(),
             Tab::Mirror => self.snapshot.mirror.len(),
+            Tab::Steps => self
+                .snapshot
+                .steps
+                .as_ref()
+                .map_or(0, |s| s.stragglers.len()),
+            Tab::Paths => self.snapshot.paths.len(),
+            Tab::Storm => self
+                .snapshot
+                .pfc_origin
+                .as_ref()
+                .map_or(0, |o| o.sources.len()),
         }
     }
 

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod columns;
+pub mod diagnosis;
 pub mod history;
 pub mod view;
 
@@ -47,6 +48,9 @@ pub fn action_for_key(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> 
         KeyCode::Char('4') => Action::SelectTab(Tab::Alerts),
         KeyCode::Char('5') => Action::SelectTab(Tab::Nic),
         KeyCode::Char('6') => Action::SelectTab(Tab::Mirror),
+        KeyCode::Char('7') => Action::SelectTab(Tab::Steps),
+        KeyCode::Char('8') => Action::SelectTab(Tab::Paths),
+        KeyCode::Char('9') => Action::SelectTab(Tab::Storm),
         _ => return None,
     })
 }

@@ -73,7 +73,7 @@ fn navigation_and_sorting() {
     assert_eq!(app.tab, Tab::Pfc);
     app.update(Action::PrevTab);
     app.update(Action::PrevTab);
-    assert_eq!(app.tab, Tab::Mirror);
+    assert_eq!(app.tab, *Tab::ALL.last().expect("tabs"), "wraps around");
     app.update(Action::Quit);
     assert!(app.quit);
 }
@@ -587,4 +587,171 @@ fn qp_owners_label_flows_and_filter_by_process() {
             && screen.contains("NIC SQ PSN 7 RQ PSN 9"),
         "{screen}"
     );
+}
+
+/// Synthetic traffic through the engine for the diagnosis views, at three observation points:
+/// 20 training steps of 100 ms on leaf1 (four flows communicating 20 ms, QP 0x100 5 ms late
+/// with CE marks and CNPs); one flow seen on leaf1 and spine1 with four PSNs lost between them,
+/// one on spine1 and leaf2 without loss; a PFC storm that starts on leaf1 and spreads along
+/// those flows to spine1 (20 ms later) and leaf2 (45 ms).
+fn diagnosis_snapshot() -> crate::engine::snapshot::Snapshot {
+    use roce_observer_common::{
+        frames::{RoceFrame, pfc_frame},
+        opcode::OP_CNP,
+    };
+    const T0: u64 = 1_700_000_000_000_000_000;
+    const MS: u64 = 1_000_000;
+    const US: u64 = 1_000;
+    let host = |n: u8| [192, 0, 2, n];
+    let mut frames: Vec<(u64, u32, Vec<u8>)> = Vec::new();
+    let mut psn = [0u32; 4];
+    for step in 0..20u64 {
+        let start = T0 + step * 100 * MS;
+        for f in 0..4u8 {
+            let late = if f == 0 { 5 * MS } else { 0 };
+            // A fixed per-flow offset, so that the flows do not end in lock step.
+            let mut t = start + u64::from(f) * 150 * US;
+            while t < start + 20 * MS + late {
+                let ce = f == 0 && t > start + 20 * MS;
+                let data = RoceFrame {
+                    src_ip: host(f + 1),
+                    dst_ip: host(f + 2),
+                    tos: (26 << 2) | if ce { 3 } else { 2 },
+                    payload: 1024,
+                    ..RoceFrame::new(0x0a, 0x100 + u32::from(f), psn[f as usize])
+                };
+                frames.push((t, 1, data.build()));
+                if ce && psn[f as usize].is_multiple_of(8) {
+                    let cnp = RoceFrame {
+                        src_ip: host(f + 2),
+                        dst_ip: host(f + 1),
+                        tos: 48 << 2,
+                        ..RoceFrame::new(OP_CNP, 0x200, 0)
+                    };
+                    frames.push((t + 5 * US, 1, cnp.build()));
+                }
+                psn[f as usize] += 1;
+                t += 200 * US;
+            }
+        }
+    }
+    // Path loss: PSNs 1000..1400 sent past leaf1 (TC egress in a kernel run, interface 1 of a
+    // pcapng capture here) and spine1; four never reach spine1.
+    let lost = [1010u32, 1200, 1201, 1202];
+    for (k, p) in (1000u32..1400).enumerate() {
+        let t = T0 + 10 * MS + k as u64 * 50 * US;
+        let f = RoceFrame {
+            src_ip: host(50),
+            dst_ip: host(51),
+            tos: (26 << 2) | 2,
+            payload: 256,
+            ..RoceFrame::new(0x0a, 0x12, p)
+        }
+        .build();
+        frames.push((t, 1, f.clone()));
+        if !lost.contains(&p) {
+            frames.push((t + 3 * US, 2, f));
+        }
+    }
+    // A flow through spine1 and leaf2: the storm's second hop follows it.
+    for k in 0..10u32 {
+        let f = RoceFrame {
+            src_ip: host(60),
+            dst_ip: host(61),
+            tos: (26 << 2) | 2,
+            ..RoceFrame::new(0x0a, 0x34, k)
+        }
+        .build();
+        let t = T0 + 30 * MS + u64::from(k) * 100 * US;
+        frames.push((t, 2, f.clone()));
+        frames.push((t + 2 * US, 3, f));
+    }
+    // The storm: 0xffff quanta refreshed every 300 us.
+    for k in 0..1000u64 {
+        let t = T0 + 500 * MS + k * 300 * US;
+        frames.push((t, 1, pfc_frame(1, 0x08, [0xffff; 8])));
+        if t >= T0 + 520 * MS {
+            frames.push((t + US, 2, pfc_frame(2, 0x08, [0xffff; 8])));
+        }
+        if t >= T0 + 545 * MS && k % 2 == 0 {
+            frames.push((t + 2 * US, 3, pfc_frame(3, 0x08, [0xffff; 8])));
+        }
+    }
+    frames.sort_by_key(|f| (f.0, f.1));
+    let mut engine = Engine::new(EngineConfig {
+        storm_window_ns: 100 * MS,
+        ..EngineConfig::default()
+    });
+    for (i, name) in [(1, "leaf1"), (2, "spine1"), (3, "leaf2")] {
+        engine.set_iface_name(i, name);
+    }
+    for (t, iface, f) in &frames {
+        engine.ingest_frame(*t, f, f.len() as u32, *iface);
+    }
+    engine.snapshot(T0 + 2000 * MS)
+}
+
+fn diagnosis_app(tab: Tab) -> App {
+    let snap = diagnosis_snapshot();
+    let mut app = App::new("capture diagnosis.pcapng".into(), snap);
+    app.update(Action::SelectTab(tab));
+    app
+}
+
+#[test]
+fn steps_view_80x24() {
+    let app = diagnosis_app(Tab::Steps);
+    let st = app.snapshot.steps.as_ref().expect("steps detected");
+    assert!((st.period_ms - 100.0).abs() < 1.0, "{}", st.period_ms);
+    assert_eq!(st.stragglers.first().map(|g| g.dst_qp), Some(0x100));
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("0x000100"), "{screen}");
+    insta::assert_snapshot!(screen);
+}
+
+#[test]
+fn steps_view_200x50() {
+    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Steps), 200, 50));
+}
+
+#[test]
+fn paths_view_80x24() {
+    let app = diagnosis_app(Tab::Paths);
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("1010 1200 1201 1202"), "{screen}");
+    insta::assert_snapshot!(screen);
+}
+
+#[test]
+fn paths_view_200x50() {
+    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Paths), 200, 50));
+}
+
+#[test]
+fn storm_view_80x24() {
+    let app = diagnosis_app(Tab::Storm);
+    let o = app.snapshot.pfc_origin.as_ref().expect("a storm");
+    assert_eq!(o.origin.iface, "leaf1");
+    assert_eq!((o.reached, o.hops), (2, 2));
+    insta::assert_snapshot!(render_at(&app, 80, 24));
+}
+
+#[test]
+fn storm_view_200x50() {
+    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Storm), 200, 50));
+}
+
+/// Without steps, paths or a storm, each view says why it is empty.
+#[test]
+fn diagnosis_views_without_data_say_why() {
+    let mut app = App::new("test".into(), fixture_snapshot("psn_gap"));
+    for (tab, needle) in [
+        (Tab::Steps, "No training steps"),
+        (Tab::Paths, "two observation points"),
+        (Tab::Storm, "No PFC storm"),
+    ] {
+        app.update(Action::SelectTab(tab));
+        let screen = render_at(&app, 80, 24);
+        assert!(screen.contains(needle), "{screen}");
+    }
 }

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{engine::snapshot::QpOwner, format};
 
-const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
+pub(super) const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
 /// Problems carry this symbol as well as a colour, so they stand out without colour too
 /// (NO_COLOR, `--color never`, monochrome terminals): before each count that is a problem, and
@@ -61,6 +61,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         Tab::Alerts => draw_alerts(frame, app, body),
         Tab::Nic => draw_nic(frame, app, body),
         Tab::Mirror => draw_mirror(frame, app, body),
+        Tab::Steps => super::diagnosis::draw_steps(frame, app, body),
+        Tab::Paths => super::diagnosis::draw_paths(frame, app, body),
+        Tab::Storm => super::diagnosis::draw_storm(frame, app, body),
     }
     if detail_height > 0 {
         draw_detail(frame, app, detail);
@@ -200,10 +203,31 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
-    let titles = Tab::ALL
+    let full: Vec<String> = Tab::ALL
         .iter()
         .enumerate()
-        .map(|(i, t)| format!("{} {}", i + 1, t.title()));
+        .map(|(i, t)| format!("{} {}", i + 1, t.title()))
+        .collect();
+    // Each tab takes its title plus one space of padding on each side, and a divider between
+    // two tabs. When the full titles do not fit, the other tabs show only their key: a cut
+    // title would read as a different view.
+    let width: usize = full.iter().map(|t| t.chars().count() + 3).sum::<usize>() - 1;
+    let titles: Vec<String> = if width <= usize::from(area.width) {
+        full
+    } else {
+        Tab::ALL
+            .iter()
+            .zip(full)
+            .enumerate()
+            .map(|(i, (t, title))| {
+                if *t == app.tab {
+                    title
+                } else {
+                    (i + 1).to_string()
+                }
+            })
+            .collect()
+    };
     let selected = Tab::ALL.iter().position(|t| *t == app.tab);
     frame.render_widget(
         Tabs::new(titles)
@@ -213,7 +237,7 @@ fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
     );
 }
 
-fn table_state(selected: usize) -> TableState {
+pub(super) fn table_state(selected: usize) -> TableState {
     TableState::default().with_selected(Some(selected))
 }
 
@@ -733,7 +757,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             ("s sort", 1),
             ("/ filter", 1),
             ("enter detail", 2),
-            ("tab/1-6 views", 2),
+            ("tab/1-9 views", 2),
             ("j/k move", 3),
             ("p pause", 3),
             ("m merge", 3),
@@ -770,7 +794,7 @@ fn draw_help(frame: &mut Frame) {
         Line::from("a count, and in the first column a flow with gaps, retx, NAKs,"),
         Line::from("CNPs, CE marks or an alert; sort \"problems\" lists them first."),
         Line::from(""),
-        Line::from("q/Esc quit   tab, 1-6 switch view   j/k or arrows move"),
+        Line::from("q/Esc quit   tab, 1-9 switch view   j/k or arrows move"),
         Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),
         Line::from("/ filter by address, QP or interface (esc clears)"),
         Line::from("m one row per QP: observation points merged, largest counts"),

@@ -16,7 +16,10 @@ use std::collections::{BTreeMap, HashMap};
 use roce_observer_common::FlowKey;
 
 use super::{BIN_NS, Signal, Steps};
-use crate::engine::snapshot::{StepSpan, StepsSnapshot, Straggler, StragglerEvidence, show_ip};
+use crate::engine::{
+    flows::FastHash,
+    snapshot::{StepSpan, StepsSnapshot, Straggler, StragglerEvidence, show_ip},
+};
 
 /// Fewer steps than this on the grid: not reported.
 pub const MIN_STEPS: usize = 5;
@@ -390,7 +393,9 @@ fn stragglers(
 ) -> Vec<Straggler> {
     let flows: Vec<(&FlowKey, &super::FlowActivity)> = steps.flows().collect();
     // Per step: (flow, its last data time in the step).
-    let mut ends: BTreeMap<i64, HashMap<usize, u64>> = BTreeMap::new();
+    // foldhash, not SipHash: these maps take an entry per flow and step (a third of the
+    // analysis's instructions with the default hasher).
+    let mut ends: BTreeMap<i64, HashMap<usize, u64, FastHash>> = BTreeMap::new();
     let first = spans.first().map(|s| s.1).unwrap_or(0);
     for (fi, (_, act)) in flows.iter().enumerate() {
         let (mut inside, mut total) = (0u64, 0u64);
@@ -414,7 +419,7 @@ fn stragglers(
             *e = (*e).max(end);
         }
     }
-    let mut tally: HashMap<usize, Tally> = HashMap::new();
+    let mut tally: HashMap<usize, Tally, FastHash> = HashMap::default();
     for (&k, step) in &ends {
         if step.len() < 2 {
             continue;

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::engine::snapshot::{
     AlertSnapshot, EcmpSnapshot, FlowId, FlowSnapshot, LatencySnapshot, MirrorSnapshot,
-    MirrorSource, PfcSnapshot, Snapshot, Summary,
+    MirrorSource, PathPair, PfcOrigin, PfcSnapshot, Snapshot, StepsSnapshot, Summary,
 };
 
 /// Version of the log line schema; changes are additive only (docs/log-schema.md).
@@ -160,6 +160,16 @@ struct EcmpLine<'a> {
     ecmp: &'a EcmpSnapshot,
 }
 
+/// The causes of the document (training steps, path loss, PFC storm origin) on one line.
+#[derive(Serialize)]
+struct DiagnosisLine<'a> {
+    #[serde(flatten)]
+    head: Head,
+    steps: &'a Option<StepsSnapshot>,
+    paths: &'a [PathPair],
+    pfc_origin: &'a Option<PfcOrigin>,
+}
+
 /// The log's own health, carried on every summary line.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct LogHealth {
@@ -213,7 +223,11 @@ pub struct Baseline {
     pfc: HashMap<PfcId, (u64, u64, u64)>,
     alerts: HashMap<AlertId, u64>,
     mirrors: HashMap<MirrorId, (u64, u64)>,
+    /// The causes last written, to write them again only when they changed.
+    diagnosis: Diagnosis,
 }
+
+type Diagnosis = (Option<StepsSnapshot>, Vec<PathPair>, Option<PfcOrigin>);
 
 /// One batch of lines, ready to write, and the baseline it leaves behind once written.
 pub struct Batch {
@@ -317,6 +331,24 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
         };
         push_line(&mut text, &mut records, &line);
     }
+    // Causes: when there are any, in full batches and whenever they changed.
+    let found = snap.steps.is_some() || !snap.paths.is_empty() || snap.pfc_origin.is_some();
+    let (b_steps, b_paths, b_origin) = &base.diagnosis;
+    let changed = *b_steps != snap.steps || *b_paths != snap.paths || *b_origin != snap.pfc_origin;
+    if found && (full || changed) {
+        let line = DiagnosisLine {
+            head: head("diagnosis"),
+            steps: &snap.steps,
+            paths: &snap.paths,
+            pfc_origin: &snap.pfc_origin,
+        };
+        push_line(&mut text, &mut records, &line);
+    }
+    next.diagnosis = (
+        snap.steps.clone(),
+        snap.paths.clone(),
+        snap.pfc_origin.clone(),
+    );
     // The summary line counts itself and this batch among the written records only once the
     // batch is written; it reports the health as of the batch's start.
     let mut summary = snap.summary.clone();

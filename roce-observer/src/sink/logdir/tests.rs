@@ -386,6 +386,18 @@ const PINNED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "diagnosis",
+        &[
+            "schema_version",
+            "kind",
+            "ts",
+            "full",
+            "steps",
+            "paths",
+            "pfc_origin",
+        ],
+    ),
+    (
         "summary",
         &[
             "schema_version",
@@ -515,8 +527,68 @@ fn schema_is_pinned_and_documented() {
             "mirror",
             "alert",
             "ecmp",
+            "diagnosis",
             "summary"
         ])
     );
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// One flow seen at two interfaces, PSN 5 lost between them: the causes go to the log in a
+/// `diagnosis` line in the first (full) batch, not again while they stay the same, and again
+/// when they change. Its fields are pinned and documented like the others.
+#[test]
+fn causes_are_logged_when_found_and_when_they_change() {
+    use roce_observer_common::frames::RoceFrame;
+    let dir = rotate::tests::tempdir("diagnosis");
+    let mut engine = Engine::new(EngineConfig::default());
+    engine.set_iface_name(1, "up");
+    engine.set_iface_name(2, "down");
+    let send = |e: &mut Engine, psn: u32, lost: bool| {
+        let f = RoceFrame::new(0x0a, 0x12, psn).build();
+        e.ingest_frame(u64::from(psn) * 1000, &f, f.len() as u32, 1);
+        if !lost {
+            e.ingest_frame(u64::from(psn) * 1000 + 10, &f, f.len() as u32, 2);
+        }
+    };
+    for psn in 0..10 {
+        send(&mut engine, psn, psn == 5);
+    }
+    let mut log = LogDir::open(cfg(&dir), 1).expect("open");
+    log.write(&engine.snapshot(20_000), 100);
+    log.write(&engine.snapshot(20_000), 200);
+    send(&mut engine, 10, true);
+    send(&mut engine, 11, false);
+    log.write(&engine.snapshot(30_000), 300);
+    let got = lines(&dir.join(LIVE_NAME));
+    let diag: Vec<&Value> = got.iter().filter(|l| l["kind"] == "diagnosis").collect();
+    let at: Vec<u64> = diag.iter().filter_map(|l| l["ts"].as_u64()).collect();
+    assert_eq!(at, [100, 300], "{got:?}");
+    let lost = |l: &Value| {
+        l["paths"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["upstream"]["iface"] == "up"))
+            .map(|p| p["missing_psns"].clone())
+    };
+    assert_eq!(lost(diag[0]), Some(serde_json::json!([5])));
+    assert_eq!(lost(diag[1]), Some(serde_json::json!([5, 10])));
+    assert_eq!(diag[0]["steps"], Value::Null);
+    let (_, pinned) = PINNED
+        .iter()
+        .find(|(k, _)| *k == "diagnosis")
+        .expect("pinned");
+    let keys: Vec<&str> = diag[0]
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let doc =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/log-schema.md"))
+            .expect("docs/log-schema.md");
+    for key in keys {
+        assert!(pinned.contains(&key), "unpinned field {key}");
+        assert!(doc.contains(&format!("`{key}`")), "{key} undocumented");
+    }
     fs::remove_dir_all(&dir).expect("cleanup");
 }

@@ -1,0 +1,168 @@
+//! Where was it lost, on real interfaces: frames sent into a veth pair (a1 -> b1) are forwarded
+//! by a tc ingress action on b1 to a second pair (a2 -> b2), and a tc u32 filter on b1's
+//! ingress takes four chosen PSNs out of the path on the way (redirected into a third pair that
+//! leads nowhere: this kernel has `mirred` but not the `gact` drop action), after the capture
+//! point (packet taps on b1 see a frame before tc ingress runs). `dumpcap` captures b1 and b2 into one pcapng (two interfaces), and
+//! `analyze` must name exactly the dropped PSNs for the pair b1 -> b2 and nothing the other way.
+//! The kernel path of `run` keeps no per-PSN state (`paths: []`), so captures are the
+//! observation points here, as a user would take them.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{netns::VethNs, observer_bin, require_root};
+use roce_observer_common::frames::RoceFrame;
+use roce_observer_tools::{sh, write_pcap};
+
+/// PSNs of the flow, and the ones dropped between b1 and b2.
+const PSNS: std::ops::Range<u32> = 0..300;
+const DROPPED: [u32; 4] = [17, 100, 101, 250];
+
+/// A u32 match on the BTH PSN (the low 24 bits of the BTH's third word): offsets count from the
+/// IP header, 20 bytes without options, then 8 of UDP and 8 of BTH.
+fn psn_match(psn: u32) -> [String; 6] {
+    [
+        "match",
+        "u32",
+        &format!("0x{psn:08x}"),
+        "0x00ffffff",
+        "at",
+        "36",
+    ]
+    .map(String::from)
+}
+
+#[test]
+#[ignore = "kernel test: needs root (network namespaces, tc)"]
+fn a_drop_between_two_capture_points_names_the_dropped_psns() {
+    require_root();
+    let ns = VethNs::new().expect("namespace with a veth pair");
+    let b1 = &ns.b;
+    let (a2, b2) = (format!("{}c", ns.name), format!("{}d", ns.name));
+    // The sink: where the dropped PSNs go; nothing captures its far end.
+    let (s1, s2) = (format!("{}e", ns.name), format!("{}f", ns.name));
+    for (x, y) in [(&a2, &b2), (&s1, &s2)] {
+        sh(ns
+            .exec("ip")
+            .args(["link", "add", x, "type", "veth", "peer", "name", y]))
+        .expect("veth pair");
+    }
+    for dev in [&a2, &b2, &s1, &s2] {
+        sh(ns
+            .exec("sysctl")
+            .args(["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]))
+        .expect("no IPv6 chatter");
+        sh(ns.exec("ip").args(["link", "set", dev, "up"])).expect("link up");
+    }
+    sh(ns.exec("tc").args(["qdisc", "add", "dev", b1, "ingress"])).expect("ingress qdisc");
+    for psn in DROPPED {
+        let mut tc = ns.exec("tc");
+        tc.args([
+            "filter", "add", "dev", b1, "parent", "ffff:", "prio", "1", "protocol", "ip", "u32",
+        ]);
+        sh(tc
+            .args(psn_match(psn))
+            .args(["action", "mirred", "egress", "redirect", "dev", &s1]))
+        .expect("drop filter");
+    }
+    sh(ns.exec("tc").args([
+        "filter", "add", "dev", b1, "parent", "ffff:", "prio", "2", "protocol", "all", "u32",
+        "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", &a2,
+    ]))
+    .expect("forward b1 -> a2");
+
+    let dir = std::env::temp_dir().join(format!("roce-observer-pathloss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sent = dir.join("sent.pcap");
+    let captured = dir.join("b1-b2.pcapng");
+    write_pcap(
+        &sent,
+        PSNS.map(|psn| {
+            RoceFrame {
+                tos: (26 << 2) | 2,
+                payload: 256,
+                ..RoceFrame::new(0x0a, 0x12, psn)
+            }
+            .build()
+        }),
+    )
+    .expect("write the frames to send");
+
+    let mut dumpcap = ns
+        .exec("dumpcap")
+        .args(["-i", b1, "-i", &b2, "-w"])
+        .arg(&captured)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dumpcap starts (install wireshark-common / dumpcap)");
+    // Ready when it says "Capturing on ...".
+    let stderr = dumpcap.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut said = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) if line.contains("Capturing on") => break,
+            Ok(line) => said.push(line),
+            Err(_) => {}
+        }
+        if Instant::now() > deadline {
+            let _ = dumpcap.kill();
+            panic!("dumpcap did not start capturing: {said:?}");
+        }
+    }
+    let replay = ns.replay(&sent);
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling the dumpcap this test started, by its pid (a clean stop flushes it).
+    unsafe { libc::kill(dumpcap.id() as i32, libc::SIGINT) };
+    let status = dumpcap.wait().expect("dumpcap ends");
+    replay.expect("tcpreplay");
+    assert!(status.success(), "dumpcap: {status}");
+
+    let out = Command::new(observer_bin())
+        .args(["analyze", "--json"])
+        .arg(&captured)
+        .output()
+        .expect("analyze runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let paths = doc["paths"].as_array().expect("paths");
+    let pair = |up: &str, down: &str| {
+        paths
+            .iter()
+            .find(|p| p["upstream"]["iface"] == up && p["downstream"]["iface"] == down)
+            .unwrap_or_else(|| {
+                let seen: Vec<_> = doc["flows"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|f| (&f["iface"], &f["direction"], &f["packets"], &f["psn_gaps"]))
+                    .collect();
+                panic!(
+                    "no pair {up} -> {down}: {paths:?}; flows {seen:?}; {}",
+                    doc["summary"]
+                )
+            })
+    };
+    let lost = pair(b1, &b2);
+    assert_eq!(lost["missing_psns"], serde_json::json!(DROPPED), "{lost}");
+    assert_eq!(lost["missing"], DROPPED.len());
+    assert_eq!(lost["both"], PSNS.len() - DROPPED.len());
+    assert_eq!(lost["downstream_retransmits_unseen"], 0);
+    assert_eq!(pair(&b2, b1)["missing"], 0);
+    assert_eq!(paths.len(), 2, "one flow, two points: {paths:?}");
+}
