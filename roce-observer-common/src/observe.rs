@@ -12,12 +12,12 @@
 //! overflow it.
 
 use crate::{
-    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    Counter, Event, FlowKey, FlowStats,
     account::{Outcome, RocePacket, account, learn_peer},
     headers::PfcBody,
     latency::{PendingKey, PendingValue},
     parse::{Frame, PacketView},
-    pfc::PRIORITY_LINK,
+    pfc::{PfcLinkKey, SLOT_LINK},
     psn::PsnVerdict,
 };
 
@@ -60,9 +60,11 @@ pub trait Tables {
     /// Burst rule of the `retransmit_burst` and `nak_burst` alerts: this many occurrences
     /// within this many ns on one flow (0 occurrences: never).
     fn burst_rule(&self) -> (u32, u64);
-    /// Time for flow and PFC first/last times (kernel: the coarse monotonic clock).
+    /// Packet time of frames that are not timed for latency (kernel: the coarse monotonic
+    /// clock, a few ms of resolution).
     fn coarse_ns(&self) -> u64;
-    /// Time for request timestamps and latency samples (kernel: the precise clock).
+    /// Packet time of requests and answers timed for latency (kernel: the precise monotonic
+    /// clock). One of the two clocks is read per frame, never both.
     fn precise_ns(&self) -> u64;
     /// One more `counter` in `direction`.
     fn count(&mut self, counter: Counter, direction: u8);
@@ -72,17 +74,37 @@ pub trait Tables {
     /// Remove and return the request waiting under `key`; `None` when absent or when another
     /// CPU took it first (that CPU then reports the sample).
     fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue>;
-    /// The entry of `key`, inserted when absent; `None` when the table has no room.
-    fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats>;
-    /// Emit one event for a packet seen in `direction`: a record that is all zero but for the
-    /// event time, filled in place by `fill` (one of the `Event::set_*` writers; the kernel
-    /// fills its ring-buffer slot, with no copy on the BPF stack). A lost event is counted in
-    /// `ringbuf_full`.
-    fn emit(&mut self, direction: u8, fill: impl FnOnce(&mut Event));
+    /// Account one PFC or PAUSE frame from `link`: `PfcStats::account` on every slot set in
+    /// `slots` (bit p: PFC priority p with `quanta[p]`; bit `SLOT_LINK`: a legacy PAUSE with
+    /// `quanta[0]`). False when the table has no room for `link` (nothing accounted). The
+    /// kernel keeps all slots of a link in one map entry: one lookup per frame.
+    fn pfc(&mut self, link: &PfcLinkKey, slots: u16, quanta: &[u16; 8], now: u64) -> bool;
+    /// Emit one event for a packet seen in `direction` at `ts_ns` (the packet time): a record
+    /// that is all zero but for the event time, filled in place by `fill` (one of the
+    /// `Event::set_*` writers; the kernel fills its ring-buffer slot, with no copy on the BPF
+    /// stack). A lost event is counted in `ringbuf_full`.
+    fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event));
     /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
     /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
     #[inline(always)]
     fn accounted(&mut self, _key: &FlowKey, _pkt: &RocePacket, _out: &Outcome) {}
+    /// Benchmarks only (`kernel-bench`, which times the work part by part): how much of a RoCE
+    /// packet's work to do. [`Stage::All`] everywhere else.
+    #[inline(always)]
+    fn stage(&self) -> Stage {
+        Stage::All
+    }
+}
+
+/// How far [`observe`] goes with a RoCE packet (see [`Tables::stage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Find or create the flow entry, then stop.
+    Lookup,
+    /// Also account the packet to its flow and keep its burst windows; no latency matching.
+    Account,
+    /// Everything.
+    All,
 }
 
 /// Observe one frame seen on `ifindex` in `direction` (a `Direction` as u8).
@@ -130,12 +152,14 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
 
 #[inline(always)]
 fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &RocePacket) {
-    let now = t.coarse_ns();
+    // One clock read per packet: the precise clock only for packets timed for latency.
+    let timed = pkt.wants_timestamp() || pkt.answers_request();
+    let now = if timed { t.precise_ns() } else { t.coarse_ns() };
     let stats = match flows.entry(key) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
             stats.init(now);
-            t.emit(key.direction, |ev| ev.set_new_flow(key));
+            t.emit(key.direction, now, |ev| ev.set_new_flow(key));
             stats
         }
         Entry::Full => {
@@ -143,6 +167,10 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
             return;
         }
     };
+    let stage = t.stage();
+    if stage == Stage::Lookup {
+        return;
+    }
     let mut out = account(stats, pkt, t.pmtu(), now);
     // Anomalies are counted in the flow record, never sent one event each: in a go-back-N storm
     // every packet is a retransmission. Bursts are detected here, on the flow's own windows, so
@@ -155,6 +183,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
         out.nak_burst = stats.nak_bursts.add(now, limit, window_ns);
     }
     t.accounted(key, pkt, &out);
+    if stage == Stage::Account {
+        return;
+    }
 
     // Latency (docs/metrics.md, "Latency"): timestamp requests that ask for an answer, match
     // answers to them.
@@ -171,7 +202,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
             psn: pkt.psn,
         };
         let value = PendingValue {
-            ts_ns: t.precise_ns(),
+            ts_ns: now,
             dst_qp: key.dst_qp,
             direction: key.direction,
             _pad: [0; 3],
@@ -189,10 +220,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
         let Some(request) = t.pending_take(&pending) else {
             return;
         };
-        let rtt = t.precise_ns().saturating_sub(request.ts_ns);
-        // The request's destination QP is the responder's QP (this flow's peer); the answer's
-        // destination QP is the requester's.
-        learn_peer(stats, request.dst_qp);
+        let rtt = now.saturating_sub(request.ts_ns);
         let request_flow = FlowKey {
             src_ip: key.dst_ip,
             dst_ip: key.src_ip,
@@ -201,21 +229,25 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
             direction: request.direction,
             _pad: [0; 3],
         };
-        if let Some(request_stats) = flows.get(&request_flow) {
-            learn_peer(request_stats, pkt.dst_qp);
+        // The request's destination QP is the responder's QP (this flow's peer); the answer's
+        // destination QP is the requester's. Both flows learn it on their first match; later
+        // matches of the same pair skip the second flow lookup (a cache miss per answer).
+        if stats.peer_qp() != Some(request.dst_qp) {
+            learn_peer(stats, request.dst_qp);
+            if let Some(request_stats) = flows.get(&request_flow) {
+                learn_peer(request_stats, pkt.dst_qp);
+            }
         }
-        t.emit(key.direction, |ev| {
+        t.emit(key.direction, now, |ev| {
             ev.set_latency(&request_flow, rtt, pkt.dst_qp)
         });
     }
 }
 
+/// The quanta of `slot` in a `Tables::pfc` call.
 #[inline(always)]
-fn pfc_account<T: Tables>(t: &mut T, key: &PfcKey, quanta: u16, now: u64) {
-    match t.pfc(key) {
-        Some(entry) => entry.account(quanta, now),
-        None => t.count(Counter::MapFull, key.direction),
-    }
+pub fn slot_quanta(quanta: &[u16; 8], slot: usize) -> u16 {
+    quanta[slot & 7]
 }
 
 #[inline(always)]
@@ -228,39 +260,44 @@ fn on_pfc<T: Tables>(
     body: &PfcBody,
 ) {
     let now = t.coarse_ns();
-    let mut key = PfcKey {
+    let link = PfcLinkKey {
         ifindex,
         direction,
-        priority: 0,
+        _pad: 0,
         src_mac,
     };
-    let mut quanta = [0u16; 8];
-    // A bounded loop over the eight priorities (the verifier accepts it unrolled).
-    let mut prio = 0;
-    while prio < 8 {
+    // Quanta of the enabled priorities only (no work for the others); 0 elsewhere. Built
+    // element by element: a zeroed array first would be a call to the BPF object's byte-wise
+    // memset.
+    let quanta: [u16; 8] = core::array::from_fn(|prio| {
         if class_enable & (1 << prio) != 0 {
-            key.priority = prio as u8;
-            quanta[prio] = body.quanta(prio);
-            pfc_account(t, &key, quanta[prio], now);
+            body.quanta(prio)
+        } else {
+            0
         }
-        prio += 1;
+    });
+    if !t.pfc(&link, class_enable & 0xff, &quanta, now) {
+        t.count(Counter::MapFull, direction);
     }
-    t.emit(direction, |ev| {
+    t.emit(direction, now, |ev| {
         ev.set_pfc(ifindex, direction, src_mac, class_enable, &quanta)
     });
 }
 
 #[inline(always)]
 fn on_pause<T: Tables>(t: &mut T, ifindex: u32, direction: u8, src_mac: [u8; 6], quanta: u16) {
-    let key = PfcKey {
+    let link = PfcLinkKey {
         ifindex,
         direction,
-        priority: PRIORITY_LINK,
+        _pad: 0,
         src_mac,
     };
     let now = t.coarse_ns();
-    pfc_account(t, &key, quanta, now);
-    t.emit(direction, |ev| {
+    let slot_quanta: [u16; 8] = core::array::from_fn(|i| if i == 0 { quanta } else { 0 });
+    if !t.pfc(&link, 1 << SLOT_LINK, &slot_quanta, now) {
+        t.count(Counter::MapFull, direction);
+    }
+    t.emit(direction, now, |ev| {
         ev.set_pause(ifindex, direction, src_mac, quanta)
     });
 }

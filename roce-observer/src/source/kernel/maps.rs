@@ -5,7 +5,9 @@ use std::os::fd::AsFd as _;
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use roce_observer_common::{
-    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats, counters::COUNTER_SLOTS,
+    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    counters::COUNTER_SLOTS,
+    pfc::{PfcLink, PfcLinkKey},
 };
 
 use super::{KernelSource, error::KernelError};
@@ -58,18 +60,23 @@ impl KernelSource {
         Ok(flows.iter().flatten().collect())
     }
 
+    /// One entry per (interface, direction, source MAC, priority) that saw a frame: the
+    /// kernel keeps all priorities of a link in one entry (`PfcLink`).
     pub fn read_pfc(&self) -> Result<Vec<(PfcKey, PfcStats)>, KernelError> {
-        let pfc = HashMap::<&MapData, PfcKey, PfcStats>::try_from(map(self, "PFC")?)
+        let pfc = HashMap::<&MapData, PfcLinkKey, PfcLink>::try_from(map(self, "PFC")?)
             .map_err(map_error("PFC"))?;
-        Ok(pfc
-            .iter()
-            .flatten()
-            .map(|(k, mut v)| {
+        let mut out = Vec::new();
+        for (link, entry) in pfc.iter().flatten() {
+            for (slot, mut v) in entry.slots.into_iter().enumerate() {
+                if v.pause_frames + v.xon_frames == 0 {
+                    continue;
+                }
                 v.first_ns = self.to_epoch_ns(v.first_ns);
                 v.last_ns = self.to_epoch_ns(v.last_ns);
-                (k, v)
-            })
-            .collect())
+                out.push((link.priority_key(slot), v));
+            }
+        }
+        Ok(out)
     }
 
     /// Counters summed over CPUs: `[direction][counter]`, `TotalPackets` the sum of the classes.
