@@ -121,7 +121,8 @@ enum Counted {
 
 /// Apply `pkt` to `stats`. `pmtu` sizes READ reservations; `now_ns` is the packet time.
 ///
-/// Plain reads and writes first, atomic adds last (see [`touch`]). A data packet makes two
+/// Plain reads and writes first, atomic adds last (see [`touch`]; PSN anomalies and NAKs are
+/// counted where they are found, see `count_psn`). A data packet makes two
 /// atomic adds (`bytes`, its opcode count), an ECT-marked ACK too; only Not-ECT or CE
 /// marks, NAKs, CNPs and PSN anomalies add more. `packets`, `ecn_ect` and `acks` follow from
 /// the kept counters ([`FlowStats::packets`]).
@@ -143,7 +144,6 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
     note_sport(stats, pkt.udp_sport);
 
     let transport = opcode::transport(pkt.opcode);
-    let mut nak = None;
     // Every packet is counted in exactly one of these (FlowStats::packets sums them).
     let counted = if transport == opcode::TRANSPORT_CNP {
         out.cnp = true;
@@ -160,6 +160,7 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
                     1
                 };
                 out.psn = stats.psn.request(pkt.psn, span);
+                count_psn(stats, out.psn, false);
             }
             PsnSpace::ReadResponse => {
                 let op = opcode::operation(pkt.opcode);
@@ -167,10 +168,13 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
                     || op == opcode::RDMA_READ_RESPONSE_LAST;
                 out.psn = stats.psn.read_response(pkt.psn, continues);
                 out.response = true;
+                count_psn(stats, out.psn, true);
             }
             PsnSpace::Ack => {
-                nak = nak_class(pkt.syndrome);
-                out.nak = nak.is_some();
+                if let Some(class) = nak_class(pkt.syndrome) {
+                    add(&mut stats.naks[class], 1);
+                    out.nak = true;
+                }
             }
             PsnSpace::None => {}
         }
@@ -187,24 +191,24 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
         3 => add(&mut stats.ecn_ce, 1),
         _ => {}
     }
-    if let Some(class) = nak {
-        add(&mut stats.naks[class], 1);
-    }
-    match out.psn {
+    out
+}
+
+/// Count a PSN anomaly. Called where the verdict is made, not after the other adds: carried
+/// to the end of `account`, the verdict's payload and the flow pointer shared a register on
+/// paths the 5.10 verifier cannot tell apart, and it refused the program ("pointer arithmetic
+/// with <<= operator prohibited").
+#[inline(always)]
+fn count_psn(stats: &mut FlowStats, verdict: PsnVerdict, response: bool) {
+    match verdict {
         PsnVerdict::InOrder => {}
         PsnVerdict::Gap { missing, .. } => {
             add(&mut stats.psn_gaps, 1);
             add(&mut stats.psn_missing, missing as u64);
         }
-        PsnVerdict::Retransmit { .. } => {
-            if out.response {
-                add(&mut stats.resp_retransmits, 1);
-            } else {
-                add(&mut stats.req_retransmits, 1);
-            }
-        }
+        PsnVerdict::Retransmit { .. } if response => add(&mut stats.resp_retransmits, 1),
+        PsnVerdict::Retransmit { .. } => add(&mut stats.req_retransmits, 1),
     }
-    out
 }
 
 #[inline(always)]
