@@ -125,13 +125,16 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
             pkt,
         } => {
             t.count(Counter::RocePackets, direction);
+            // `_pad: [0, 0, 0]`, not `[0; 3]`: the repeat form became a call to the BPF
+            // object's byte-wise memset on every RoCE packet (llvm-objdump), the literal three
+            // stores.
             let key = FlowKey {
                 src_ip,
                 dst_ip,
                 dst_qp: pkt.dst_qp,
                 ifindex,
                 direction,
-                _pad: [0; 3],
+                _pad: [0, 0, 0],
             };
             on_roce(flows, t, &key, &pkt);
         }
@@ -206,7 +209,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
             ts_ns: t.precise_ns(),
             dst_qp: key.dst_qp,
             direction: key.direction,
-            _pad: [0; 3],
+            _pad: [0, 0, 0],
         };
         if t.pending_insert(&pending, &value) == Stored::Full {
             t.count(Counter::PendingFull, key.direction);
@@ -229,7 +232,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, key: &FlowKey, pkt: &R
             dst_qp: request.dst_qp,
             ifindex: key.ifindex,
             direction: request.direction,
-            _pad: [0; 3],
+            _pad: [0, 0, 0],
         };
         // The request's destination QP is the responder's QP (this flow's peer); the answer's
         // destination QP is the requester's. Both flows learn it on their first match; later
