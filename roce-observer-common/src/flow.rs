@@ -1,7 +1,11 @@
 //! Flow key and per-flow statistics: the value type of the kernel's flow map and of the
 //! user-space flow table alike.
 
-use crate::{MAX_SPORTS, assert_size, psn::PsnState};
+use crate::{
+    MAX_SPORTS, assert_size,
+    opcode::{self, PsnSpace},
+    psn::PsnState,
+};
 
 /// Where a packet was observed.
 #[repr(u8)]
@@ -162,15 +166,22 @@ impl BurstWindow {
 /// Laid out hot first: every field a data packet touches, but for its opcode count, sits in
 /// the first 64 bytes; the next 64 hold what a loss storm touches (PSN anomalies and the
 /// retransmission burst window); `opcodes` follows (64 bytes per eight opcodes), then what only
-/// ACKs, NAKs, CNPs or latency matches touch.
+/// NAKs, CNPs, Not-ECT or CE packets or latency matches touch.
+///
+/// Counters that follow from others are not kept (each one kept is an atomic add per packet in
+/// the kernel): [`FlowStats::packets`], [`FlowStats::ecn_ect`] and [`FlowStats::acks`]
+/// compute them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowStats {
-    pub packets: u64,
     pub bytes: u64,
-    /// Last packet time (kernel: coarse monotonic clock; captures: capture time), ns.
+    /// Last packet time (kernel: monotonic clock; captures: capture time), ns.
     pub last_ns: u64,
-    pub ecn_ect: u64,
+    /// Packets sent Not-ECT (ECN field 0). RoCE with DCQCN marks its data ECT, so the common
+    /// packet adds nothing here.
+    pub ecn_not_ect: u64,
+    /// First packet time, ns (same clock as `last_ns`).
+    pub first_ns: u64,
     pub psn: PsnState,
     /// Distinct UDP source ports, 0 = empty slot (port 0 is not a valid RoCE source port).
     pub udp_sports: [u16; MAX_SPORTS],
@@ -190,7 +201,6 @@ pub struct FlowStats {
     pub retransmit_bursts: BurstWindow,
     /// Packets per operation (opcode bits 4-0) of the flow's transport (`transport`).
     pub opcodes: [u64; 32],
-    pub acks: u64,
     pub ecn_ce: u64,
     pub cnp: u64,
     /// Non-CNP packets whose transport differs from `transport`.
@@ -198,14 +208,12 @@ pub struct FlowStats {
     pub naks: [u64; NAK_CLASSES],
     /// Packets whose UDP source port did not fit in `udp_sports`.
     pub udp_sport_overflow: u64,
-    /// First packet time, ns (same clock as `last_ns`).
-    pub first_ns: u64,
     pub nak_bursts: BurstWindow,
     /// The requester/responder QP on the other side, once learned from a latency match.
     pub peer_qp: u32,
     pub _pad: [u8; 4],
 }
-assert_size!(FlowStats, 520);
+assert_size!(FlowStats, 504);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
@@ -215,10 +223,10 @@ const _: () = assert!(core::mem::offset_of!(FlowStats, opcodes) == 128);
 impl FlowStats {
     pub const fn zeroed() -> FlowStats {
         FlowStats {
-            packets: 0,
             bytes: 0,
             last_ns: 0,
-            ecn_ect: 0,
+            ecn_not_ect: 0,
+            first_ns: 0,
             psn: PsnState::zeroed(),
             udp_sports: [0; MAX_SPORTS],
             transport: TRANSPORT_UNSET,
@@ -231,13 +239,11 @@ impl FlowStats {
             resp_retransmits: 0,
             retransmit_bursts: BurstWindow::zeroed(),
             opcodes: [0; 32],
-            acks: 0,
             ecn_ce: 0,
             cnp: 0,
             other_transport: 0,
             naks: [0; NAK_CLASSES],
             udp_sport_overflow: 0,
-            first_ns: 0,
             nak_bursts: BurstWindow::zeroed(),
             peer_qp: 0,
             _pad: [0; 4],
@@ -250,6 +256,35 @@ impl FlowStats {
         self.transport = TRANSPORT_UNSET;
         self.pcp = PCP_UNTAGGED;
         self.first_ns = now_ns;
+    }
+
+    /// Every packet of the flow: each one is counted in exactly one of `cnp`,
+    /// `other_transport` and `opcodes` (account.rs).
+    pub fn packets(&self) -> u64 {
+        let opcodes: u64 = self.opcodes.iter().sum();
+        opcodes + self.cnp + self.other_transport
+    }
+
+    /// Packets marked ECT(0) or ECT(1): neither Not-ECT nor CE. (Saturating: a map read
+    /// racing with the kernel's updates may see `ecn_not_ect` ahead of the opcode counts.)
+    pub fn ecn_ect(&self) -> u64 {
+        self.packets()
+            .saturating_sub(self.ecn_not_ect)
+            .saturating_sub(self.ecn_ce)
+    }
+
+    /// Positive acknowledgements: the flow's ACKNOWLEDGE and ATOMIC_ACKNOWLEDGE packets that
+    /// were not NAKs (`opcodes` counts both kinds, `naks` the NAKs).
+    pub fn acks(&self) -> u64 {
+        let mut answers = 0;
+        for op in [opcode::ACKNOWLEDGE, opcode::ATOMIC_ACKNOWLEDGE] {
+            let full = (self.transport << 5) | op;
+            if self.transport != TRANSPORT_UNSET && opcode::psn_space(full) == PsnSpace::Ack {
+                answers += self.opcodes[op as usize];
+            }
+        }
+        let naks: u64 = self.naks.iter().sum();
+        answers.saturating_sub(naks)
     }
 
     pub fn peer_qp(&self) -> Option<u32> {

@@ -66,6 +66,10 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PfcStats {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for super::pfc::PfcLinkKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::pfc::PfcLink {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::Event {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::latency::PendingKey {}

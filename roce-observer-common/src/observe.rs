@@ -14,13 +14,13 @@
 //! overflow it.
 
 use crate::{
-    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    Counter, Event, FlowKey, FlowStats,
     account::{Outcome, RocePacket, account, learn_peer},
     headers::PfcBody,
     latency::{PendingKey, PendingValue},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
     parse::{Frame, PacketView},
-    pfc::PRIORITY_LINK,
+    pfc::{PfcLinkKey, SLOT_LINK},
     psn::PsnVerdict,
 };
 
@@ -90,9 +90,12 @@ pub trait Tables {
     /// Burst rule of the `retransmit_burst` and `nak_burst` alerts: this many occurrences
     /// within this many ns on one flow (0 occurrences: never).
     fn burst_rule(&self) -> (u32, u64);
-    /// Time for flow and PFC first/last times (kernel: the coarse monotonic clock).
+    /// Time of a RoCE packet: flow first/last times, burst windows, new-flow events (kernel:
+    /// the coarse monotonic clock, a few ms of resolution). Read once per RoCE packet.
     fn coarse_ns(&self) -> u64;
-    /// Time for request timestamps and latency samples (kernel: the precise clock).
+    /// Request timestamps, latency samples, PFC and PAUSE frames (kernel: the precise
+    /// monotonic clock). Read only for a timestamp that is stored, a sample that is made, or
+    /// a PFC/PAUSE frame.
     fn precise_ns(&self) -> u64;
     /// One more `counter` in `direction`.
     fn count(&mut self, counter: Counter, direction: u8);
@@ -102,19 +105,39 @@ pub trait Tables {
     /// Remove and return the request waiting under `key`; `None` when absent or when another
     /// CPU took it first (that CPU then reports the sample).
     fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue>;
-    /// The entry of `key`, inserted when absent; `None` when the table has no room.
-    fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats>;
+    /// Account one PFC or PAUSE frame from `link`: `PfcStats::account` on every slot set in
+    /// `slots` (bit p: PFC priority p with `quanta[p]`; bit `SLOT_LINK`: a legacy PAUSE with
+    /// `quanta[0]`). False when the table has no room for `link` (nothing accounted). The
+    /// kernel keeps all slots of a link in one map entry: one lookup per frame.
+    fn pfc(&mut self, link: &PfcLinkKey, slots: u16, quanta: &[u16; 8], now: u64) -> bool;
     /// The mirror session of `key`, inserted when absent; `None` when the table has no room.
     fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats>;
-    /// Emit one event for a packet seen in `direction`: a record that is all zero but for the
-    /// event time, filled in place by `fill` (one of the `Event::set_*` writers; the kernel
-    /// fills its ring-buffer slot, with no copy on the BPF stack). A lost event is counted in
-    /// `ringbuf_full`.
-    fn emit(&mut self, direction: u8, fill: impl FnOnce(&mut Event));
+    /// Emit one event for a packet seen in `direction` at `ts_ns` (the packet time): a record
+    /// that is all zero but for the event time, filled in place by `fill` (one of the
+    /// `Event::set_*` writers; the kernel fills its ring-buffer slot, with no copy on the BPF
+    /// stack). A lost event is counted in `ringbuf_full`.
+    fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event));
     /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
     /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
     #[inline(always)]
     fn accounted(&mut self, _key: &FlowKey, _pkt: &RocePacket, _out: &Outcome) {}
+    /// Benchmarks only (`kernel-bench`, which times the work part by part): how much of a RoCE
+    /// packet's work to do. [`Stage::All`] everywhere else.
+    #[inline(always)]
+    fn stage(&self) -> Stage {
+        Stage::All
+    }
+}
+
+/// How far [`observe`] goes with a RoCE packet (see [`Tables::stage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Find or create the flow entry, then stop.
+    Lookup,
+    /// Also account the packet to its flow and keep its burst windows; no latency matching.
+    Account,
+    /// Everything.
+    All,
 }
 
 /// Observe one frame seen on `ifindex` in `direction` (a `Direction` as u8), working in
@@ -188,12 +211,14 @@ fn on_mirror<T: Tables>(t: &mut T, point: &mut MirrorPoint, ifindex: u32, direct
 #[inline(always)]
 fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: &RocePacket) {
     let key = &s.key;
+    // The coarse clock for the packet time; the precise one is read only for a timestamp that
+    // is stored or a sample that is made (reading it costs ~15 ns more in a VM).
     let now = t.coarse_ns();
     let stats = match flows.entry(key) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
             stats.init(now);
-            t.emit(key.direction, |ev| ev.set_new_flow(key));
+            t.emit(key.direction, now, |ev| ev.set_new_flow(key));
             stats
         }
         Entry::Full => {
@@ -201,6 +226,10 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
             return;
         }
     };
+    let stage = t.stage();
+    if stage == Stage::Lookup {
+        return;
+    }
     let mut out = account(stats, pkt, t.pmtu(), now);
     // Anomalies are counted in the flow record, never sent one event each: in a go-back-N storm
     // every packet is a retransmission. Bursts are detected here, on the flow's own windows, so
@@ -213,6 +242,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         out.nak_burst = stats.nak_bursts.add(now, limit, window_ns);
     }
     t.accounted(key, pkt, &out);
+    if stage == Stage::Account {
+        return;
+    }
 
     // Latency (docs/metrics.md, "Latency"): timestamp requests that ask for an answer, match
     // answers to them.
@@ -228,7 +260,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
             ts_ns: t.precise_ns(),
             dst_qp: key.dst_qp,
             direction: key.direction,
-            _pad: [0; 3],
+            _pad: [0, 0, 0],
         };
         if t.pending_insert(pending, &value) == Stored::Full {
             t.count(Counter::PendingFull, key.direction);
@@ -239,10 +271,8 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         let Some(request) = t.pending_take(pending) else {
             return;
         };
-        let rtt = t.precise_ns().saturating_sub(request.ts_ns);
-        // The request's destination QP is the responder's QP (this flow's peer); the answer's
-        // destination QP is the requester's.
-        learn_peer(stats, request.dst_qp);
+        let answered = t.precise_ns();
+        let rtt = answered.saturating_sub(request.ts_ns);
         // Seen at the same mirror source as the answer (the pending key includes it).
         let request_flow = &mut s.request_flow;
         *request_flow = *key;
@@ -250,21 +280,25 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         request_flow.dst_ip = key.src_ip;
         request_flow.dst_qp = request.dst_qp;
         request_flow.direction = request.direction;
-        if let Some(request_stats) = flows.get(request_flow) {
-            learn_peer(request_stats, pkt.dst_qp);
+        // The request's destination QP is the responder's QP (this flow's peer); the answer's
+        // destination QP is the requester's. Both flows learn it on their first match; later
+        // matches of the same pair skip the second flow lookup (a cache miss per answer).
+        if stats.peer_qp() != Some(request.dst_qp) {
+            learn_peer(stats, request.dst_qp);
+            if let Some(request_stats) = flows.get(request_flow) {
+                learn_peer(request_stats, pkt.dst_qp);
+            }
         }
-        t.emit(key.direction, |ev| {
+        t.emit(key.direction, answered, |ev| {
             ev.set_latency(request_flow, rtt, pkt.dst_qp)
         });
     }
 }
 
+/// The quanta of `slot` in a `Tables::pfc` call.
 #[inline(always)]
-fn pfc_account<T: Tables>(t: &mut T, key: &PfcKey, quanta: u16, now: u64) {
-    match t.pfc(key) {
-        Some(entry) => entry.account(quanta, now),
-        None => t.count(Counter::MapFull, key.direction),
-    }
+pub fn slot_quanta(quanta: &[u16; 8], slot: usize) -> u16 {
+    quanta[slot & 7]
 }
 
 #[inline(always)]
@@ -276,40 +310,49 @@ fn on_pfc<T: Tables>(
     class_enable: u16,
     body: &PfcBody,
 ) {
-    let now = t.coarse_ns();
-    let mut key = PfcKey {
+    // The precise clock: the pause timeline is built from these event times (microseconds
+    // matter), and PFC frames are rare next to data packets.
+    let now = t.precise_ns();
+    let link = PfcLinkKey {
         ifindex,
         direction,
-        priority: 0,
+        _pad: 0,
         src_mac,
     };
-    let mut quanta = [0u16; 8];
-    // A bounded loop over the eight priorities (the verifier accepts it unrolled).
-    let mut prio = 0;
-    while prio < 8 {
+    // Quanta of the enabled priorities only (no work for the others); 0 elsewhere. Built
+    // element by element: a zeroed array first would be a call to the BPF object's byte-wise
+    // memset.
+    let quanta: [u16; 8] = core::array::from_fn(|prio| {
         if class_enable & (1 << prio) != 0 {
-            key.priority = prio as u8;
-            quanta[prio] = body.quanta(prio);
-            pfc_account(t, &key, quanta[prio], now);
+            body.quanta(prio)
+        } else {
+            0
         }
-        prio += 1;
+    });
+    if !t.pfc(&link, class_enable & 0xff, &quanta, now) {
+        t.count(Counter::MapFull, direction);
     }
-    t.emit(direction, |ev| {
+    t.emit(direction, now, |ev| {
         ev.set_pfc(ifindex, direction, src_mac, class_enable, &quanta)
     });
 }
 
 #[inline(always)]
 fn on_pause<T: Tables>(t: &mut T, ifindex: u32, direction: u8, src_mac: [u8; 6], quanta: u16) {
-    let key = PfcKey {
+    let link = PfcLinkKey {
         ifindex,
         direction,
-        priority: PRIORITY_LINK,
+        _pad: 0,
         src_mac,
     };
-    let now = t.coarse_ns();
-    pfc_account(t, &key, quanta, now);
-    t.emit(direction, |ev| {
+    // The precise clock: the pause timeline is built from these event times (microseconds
+    // matter), and PFC frames are rare next to data packets.
+    let now = t.precise_ns();
+    let slot_quanta: [u16; 8] = core::array::from_fn(|i| if i == 0 { quanta } else { 0 });
+    if !t.pfc(&link, 1 << SLOT_LINK, &slot_quanta, now) {
+        t.count(Counter::MapFull, direction);
+    }
+    t.emit(direction, now, |ev| {
         ev.set_pause(ifindex, direction, src_mac, quanta)
     });
 }

@@ -46,6 +46,45 @@ impl PfcStats {
     }
 }
 
+/// The kernel's PFC map key: one entry per (interface, direction, source MAC), holding every
+/// priority ([`PfcLink`]), so that a PFC frame costs one lookup, not one per priority.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PfcLinkKey {
+    pub ifindex: u32,
+    pub direction: u8,
+    pub _pad: u8,
+    pub src_mac: [u8; 6],
+}
+assert_size!(PfcLinkKey, 12);
+
+/// Slot of a legacy 802.3x PAUSE in [`PfcLink::slots`] (0-7 are the PFC priorities).
+pub const SLOT_LINK: usize = 8;
+
+/// The kernel's PFC map value: [`PfcStats`] per priority, then the legacy PAUSE slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PfcLink {
+    pub slots: [PfcStats; 9],
+}
+assert_size!(PfcLink, 360);
+
+impl PfcLinkKey {
+    /// The per-priority key of `slot` (user space keeps one entry per priority).
+    pub const fn priority_key(&self, slot: usize) -> PfcKey {
+        PfcKey {
+            ifindex: self.ifindex,
+            direction: self.direction,
+            priority: if slot == SLOT_LINK {
+                PRIORITY_LINK
+            } else {
+                slot as u8
+            },
+            src_mac: self.src_mac,
+        }
+    }
+}
+
 /// Pause duration of `quanta` at `link_gbps`: one quantum is 512 bit times.
 pub fn quanta_to_ns(quanta: u64, link_gbps: f64) -> f64 {
     if link_gbps <= 0.0 {

@@ -6,23 +6,30 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use roce_observer_common::{
-    Counter, FlowKey, FlowStats, PfcKey, PfcStats,
+    Counter, FlowKey, FlowStats,
     counters::COUNTER_SLOTS,
     latency::{PendingKey, PendingValue},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
     observe::Scratch,
+    pfc::{PfcLink, PfcLinkKey},
 };
 
-/// FlowKey -> FlowStats (520 B). One entry per (src IP, dst IP, dst QP, interface, direction).
+/// FlowKey -> FlowStats (504 B). One entry per (src IP, dst IP, dst QP, interface, direction).
 /// One value is shared by every CPU that sees the flow: counters are atomic adds (account.rs).
 /// A plain hash (not LRU): a full table is counted (`map_full`), never silently evicts counts.
 /// Default 16384 entries (~9 MiB); the loader resizes it with --max-flows.
 #[map]
 pub static FLOWS: HashMap<FlowKey, FlowStats> = HashMap::with_max_entries(16384, 0);
 
-/// PfcKey -> PfcStats: per (interface, direction, source MAC, priority or 0xff for 802.3x).
+/// PfcLinkKey -> PfcLink: per (interface, direction, source MAC), the counters of all eight
+/// priorities and of 802.3x PAUSE in one entry, so that a PFC frame costs one lookup.
 #[map]
-pub static PFC: HashMap<PfcKey, PfcStats> = HashMap::with_max_entries(1024, 0);
+pub static PFC: HashMap<PfcLinkKey, PfcLink> = HashMap::with_max_entries(1024, 0);
+
+/// One all-zero PfcLink, never written: the source of new PFC entries (360 bytes are too many
+/// for the BPF stack).
+#[map]
+pub static ZERO_PFC: PerCpuArray<PfcLink> = PerCpuArray::with_max_entries(1, 0);
 
 /// Timestamped requests waiting for their response: PendingKey -> PendingValue. LRU, because a
 /// request whose answer is never seen (lost, or outside the capture) must age out on its own.

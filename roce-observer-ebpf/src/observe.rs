@@ -5,15 +5,17 @@
 
 use aya_ebpf::helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns};
 use roce_observer_common::{
-    Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    Counter, Event, FlowKey, FlowStats,
     latency::{PendingKey, PendingValue},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
-    observe::{Entry, Flows, Stored, Tables},
+    observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
+    pfc::PfcLinkKey,
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS, MIRRORS, PENDING, PFC, SCRATCH, ZERO_FLOW, ZERO_MIRROR, count,
+    EVENTS, EVENTS_BYTES, FLOWS, MIRRORS, PENDING, PFC, SCRATCH, ZERO_FLOW, ZERO_MIRROR, ZERO_PFC,
+    count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -38,10 +40,17 @@ static BURST_WINDOW_NS: u64 = roce_observer_common::BURST_WINDOW_NS;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
+/// Ring-buffer bytes of one event: an 8-byte record header, then the event rounded up to 8.
+const RECORD_BYTES: u64 = 8 + (core::mem::size_of::<Event>() as u64).next_multiple_of(8);
 /// 0 on kernels without `bpf_ktime_get_coarse_ns` (before 5.11); set by the loader. A constant
 /// in the frozen .rodata, so the verifier drops the branch not taken, helper call included.
 #[unsafe(no_mangle)]
 static COARSE_CLOCK: u8 = 1;
+/// Benchmarks only: how much of a RoCE packet's work to do (0 = all, 1 = flow lookup only,
+/// 2 = no latency matching; `Tables::stage`); set by the loader. Frozen .rodata like
+/// COARSE_CLOCK: with 0 the verifier drops the early exits.
+#[unsafe(no_mangle)]
+static STAGE: u8 = 0;
 
 #[inline(always)]
 fn global<T: Copy>(v: &'static T) -> T {
@@ -83,6 +92,8 @@ impl Flows for FlowMap {
             return Entry::Full;
         };
         // SAFETY: `zero` points at a live per-CPU array value of the right type.
+        // By reference: a value would be a 504-byte copy on the 512-byte BPF stack.
+        #[allow(clippy::needless_borrows_for_generic_args)]
         let inserted = FLOWS.insert(key, unsafe { &*zero }, BPF_NOEXIST);
         // Another CPU may have created it in between (EEXIST): then it is there to look up.
         match FLOWS.get_ptr_mut(key) {
@@ -138,6 +149,15 @@ impl Tables for Maps {
     }
 
     #[inline(always)]
+    fn stage(&self) -> Stage {
+        match global(&STAGE) {
+            1 => Stage::Lookup,
+            2 => Stage::Account,
+            _ => Stage::All,
+        }
+    }
+
+    #[inline(always)]
     fn count(&mut self, counter: Counter, direction: u8) {
         count(counter, direction);
     }
@@ -161,16 +181,33 @@ impl Tables for Maps {
     }
 
     #[inline(always)]
-    fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats> {
-        let entry = match PFC.get_ptr_mut(key) {
-            Some(e) => Some(e),
+    fn pfc(&mut self, link: &PfcLinkKey, slots: u16, quanta: &[u16; 8], now: u64) -> bool {
+        let entry = match PFC.get_ptr_mut(link) {
+            Some(e) => e,
             None => {
-                let _ = PFC.insert(key, &PfcStats::default(), BPF_NOEXIST);
-                PFC.get_ptr_mut(key)
+                let Some(zero) = ZERO_PFC.get_ptr(0) else {
+                    return false;
+                };
+                // SAFETY: `zero` points at a live per-CPU array value of the right type.
+                // By reference: a value would be a 360-byte copy on the BPF stack.
+                #[allow(clippy::needless_borrows_for_generic_args)]
+                let _ = PFC.insert(link, unsafe { &*zero }, BPF_NOEXIST);
+                match PFC.get_ptr_mut(link) {
+                    Some(e) => e,
+                    None => return false,
+                }
             }
         };
         // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
-        entry.map(|e| unsafe { &mut *e })
+        let entry = unsafe { &mut *entry };
+        let mut slot = 0;
+        while slot < entry.slots.len() {
+            if slots & (1 << slot) != 0 {
+                entry.slots[slot].account(slot_quanta(quanta, slot), now);
+            }
+            slot += 1;
+        }
+        true
     }
 
     #[inline(always)]
@@ -189,22 +226,28 @@ impl Tables for Maps {
     }
 
     /// Filled in place in the reserved ring-buffer slot. Submitted without waking the reader,
-    /// which drains on its report tick; once the ring is half full the submit wakes it, so a
-    /// burst of events is read early instead of lost. A wakeup per event cost microseconds
+    /// which drains on its report tick; the submit that fills the ring past half wakes it, so
+    /// a burst of events is read early instead of lost. A wakeup per event cost microseconds
     /// (issue 12: a reader that keeps up is woken on every submit).
     #[inline(always)]
-    fn emit(&mut self, direction: u8, fill: impl FnOnce(&mut Event)) {
+    fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) {
         match EVENTS.reserve::<Event>(0) {
             Some(mut entry) => {
                 let ev = entry.as_mut_ptr();
                 // SAFETY: `ev` points at a reserved, writable ring-buffer slot of
-                // size_of::<Event>(); zeroed first, so it is a valid Event before `fill`.
+                // size_of::<Event>(), 8-byte aligned; zeroed first, so it is a valid Event
+                // before `fill`.
                 unsafe {
-                    core::ptr::write_bytes(ev, 0, 1);
-                    (*ev).ts_ns = precise_now();
+                    zero_words(ev);
+                    (*ev).ts_ns = ts_ns;
                     fill(&mut *ev);
                 }
-                let wake = if EVENTS.query(BPF_RB_AVAIL_DATA) >= EVENTS_BYTES / 2 {
+                // Only the event that takes the ring past half wakes the reader: past half,
+                // a wakeup per event is an interrupt per event (irq_work, a self-IPI; a VM
+                // exit in a guest), which made a burst of PFC frames cost microseconds each.
+                let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
+                let half = EVENTS_BYTES / 2;
+                let wake = if (half..half + RECORD_BYTES).contains(&avail) {
                     BPF_RB_FORCE_WAKEUP
                 } else {
                     BPF_RB_NO_WAKEUP
@@ -213,5 +256,23 @@ impl Tables for Maps {
             }
             None => count(Counter::RingbufFull, direction),
         }
+    }
+}
+
+/// Zero `*p` with 8-byte stores. `core::ptr::write_bytes` becomes a call to the BPF object's
+/// `memset`, which stores one byte per loop iteration (five instructions a byte: 520 for an
+/// event); volatile stores stay stores, unrolled.
+///
+/// # Safety
+/// `p` is valid for writes of `T` and 8-byte aligned.
+#[inline(always)]
+unsafe fn zero_words<T>(p: *mut T) {
+    const { assert!(core::mem::size_of::<T>().is_multiple_of(8) && core::mem::align_of::<T>() >= 8) };
+    let words = p.cast::<u64>();
+    let mut i = 0;
+    while i < core::mem::size_of::<T>() / 8 {
+        // SAFETY: word i of *p, within it (the caller's contract).
+        unsafe { core::ptr::write_volatile(words.add(i), 0) };
+        i += 1;
     }
 }

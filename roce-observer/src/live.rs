@@ -324,7 +324,9 @@ mod tests {
         key.dst_qp = qp;
         let mut stats = FlowStats::zeroed();
         stats.init(SEC);
-        stats.packets = packets;
+        // packets of SEND_ONLY (transport RC, operation 4): FlowStats::packets sums opcodes.
+        stats.transport = 0;
+        stats.opcodes[4] = packets;
         stats.bytes = bytes;
         stats.last_ns = last;
         (key, stats)

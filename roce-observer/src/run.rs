@@ -263,6 +263,7 @@ async fn run_kernel<F: Future<Output = ()>>(
         },
         burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
         burst_window_ns: cfg.burst_window_ns,
+        ..KernelOptions::default()
     };
     let mut src = KernelSource::load(&opts)?;
     let mut engine = Engine::new(cfg);

@@ -22,6 +22,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
+use roce_observer_common::observe::Stage;
 
 use crate::{sh, steady_frames, write_pcap};
 
@@ -178,6 +179,21 @@ fn loaded_xdp_programs() -> impl Iterator<Item = (u32, (Duration, u64))> {
         .map(|p| (p.id(), (p.run_time(), p.run_count())))
 }
 
+/// Steady and storm passes of our programs loaded with `opts`: ((ns/pkt, runs, events) x 2).
+fn staged(opts: &KernelOptions, pcap: &Path, ns: &Netns) -> anyhow::Result<[(f64, u64, usize); 2]> {
+    let mut src = KernelSource::load(opts)?;
+    src.attach(&ns.b, aya::programs::XdpMode::Default)?;
+    let mut out = [(0.0, 0, 0); 2];
+    for pass in &mut out {
+        let before = src.program_stats(BenchProgram::Xdp)?;
+        let (_, events) = replay(&mut src, pcap, &ns.a)?;
+        let (ns_pkt, runs) = per_run(&src, BenchProgram::Xdp, before)?;
+        *pass = (ns_pkt, runs, events);
+    }
+    let _ = src.detach_all();
+    Ok(out)
+}
+
 /// Steady and storm passes of an external observer binary: ((ns/pkt, runs, duration) x 2).
 fn external_passes(
     bin: &str,
@@ -316,15 +332,25 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
 
     // The same frames, parsed but not RoCE to this observer (another RoCE port): what reading
     // the headers costs, apart from the flow accounting.
-    let mut parse_only = KernelSource::load(&KernelOptions {
-        roce_port: 1,
-        ..KernelOptions::default()
-    })?;
-    parse_only.attach(&ns.b, aya::programs::XdpMode::Default)?;
-    let (parse_took, _) = replay(&mut parse_only, pcap, &ns.a)?;
-    let (parse, parse_runs) = per_run(&parse_only, BenchProgram::Xdp, zero)?;
-    let _ = parse_only.detach_all();
-    drop(parse_only);
+    let parse = staged(
+        &KernelOptions {
+            roce_port: 1,
+            ..KernelOptions::default()
+        },
+        pcap,
+        &ns,
+    )?;
+    // The observer stopped part way (KernelOptions::stage): where the per-packet time goes.
+    let mut stopped = Vec::new();
+    for stage in [Stage::Lookup, Stage::Account] {
+        let opts = KernelOptions {
+            stage,
+            max_flows: (4 * qps).max(16384),
+            ..KernelOptions::default()
+        };
+        stopped.push(staged(&opts, pcap, &ns)?);
+    }
+    let (lookup, accounted) = (stopped[0], stopped[1]);
     let external = match std::env::var("ROCE_BENCH_OBSERVER") {
         Ok(bin) => {
             let mut src = KernelSource::load(&KernelOptions::default())?;
@@ -335,67 +361,61 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
     drop(ns);
 
     let base = (base1 + base2) / 2.0;
+    let ratio = |ns_pkt: f64| ns_pkt / base.max(1.0);
     println!();
     println!(
         "veth replay, {qps} queue pairs, {packets} packets per pass, native XDP on the receiving \
-         end (kernel BPF stats: run_time_ns / run_cnt)"
+         end (kernel BPF stats: run_time_ns / run_cnt); steady = first pass (new flows, in-order \
+         PSNs, ACKs, latency samples), storm = the same capture again (every request resent)"
     );
     println!(
-        "{:<52} {:>9} {:>7} {:>10} {:>12}",
-        "case", "ns/pkt", "ratio", "pkts/s", "events/pkt"
+        "{:<44} {:>9} {:>7} {:>9} {:>9} {:>7} {:>9}",
+        "case", "steady ns", "ratio", "events", "storm ns", "ratio", "events"
     );
     println!(
-        "{:<52} {:>9.1} {:>7} {:>10} {:>12}",
-        "do-nothing XDP (mean of the runs before and after)", base, "1.0x", "", ""
+        "{:<44} {:>9.1} {:>6.1}x {:>9} {:>9.1} {:>6.1}x {:>9}",
+        "do-nothing XDP (mean of runs before, after)", base, 1.0, "", base, 1.0, ""
     );
-    for (name, ns_pkt, runs, took, events) in [
-        (
-            "parse only (frames not RoCE to it: other UDP port)",
-            parse,
-            parse_runs,
-            parse_took,
-            0,
-        ),
-        (
-            "steady: first pass (new flows, in order, ACKs)",
-            steady,
-            steady_runs,
-            took,
-            steady_events,
-        ),
-        (
-            "storm: same capture again (every request resent)",
-            storm,
-            storm_runs,
-            storm_took,
-            storm_events,
-        ),
+    let pct = |events: usize, runs: u64| 100.0 * events as f64 / runs.max(1) as f64;
+    let observer = [
+        (steady, steady_runs, steady_events),
+        (storm, storm_runs, storm_events),
+    ];
+    for (name, [(s, sr, se), (r, rr, re)]) in [
+        ("parse only (frames on another UDP port)", parse),
+        ("+ flow lookup (stage: lookup)", lookup),
+        ("+ accounting, bursts (stage: account)", accounted),
+        ("observer (+ latency matching and samples)", observer),
     ] {
         println!(
-            "{:<52} {:>9.1} {:>6.1}x {:>10.0} {:>11.3}%",
+            "{:<44} {:>9.1} {:>6.1}x {:>8.2}% {:>9.1} {:>6.1}x {:>8.2}%",
             name,
-            ns_pkt,
-            ns_pkt / base.max(1.0),
-            runs as f64 / took.as_secs_f64().max(1e-9),
-            100.0 * events as f64 / runs.max(1) as f64
+            s,
+            ratio(s),
+            pct(se, sr),
+            r,
+            ratio(r),
+            pct(re, rr)
         );
     }
-    if let Some((bin, [(steady, sr, st), (storm, rr, rt)])) = external {
-        for (name, ns_pkt, runs, took) in [
-            ("steady, ROCE_BENCH_OBSERVER", steady, sr, st),
-            ("storm, ROCE_BENCH_OBSERVER", storm, rr, rt),
-        ] {
-            println!(
-                "{:<52} {:>9.1} {:>6.1}x {:>10.0} {:>12}",
-                name,
-                ns_pkt,
-                ns_pkt / base.max(1.0),
-                runs as f64 / took.as_secs_f64().max(1e-9),
-                "-"
-            );
-        }
+    if let Some((bin, [(steady, _, _), (storm, _, _)])) = external {
+        println!(
+            "{:<44} {:>9.1} {:>6.1}x {:>9} {:>9.1} {:>6.1}x {:>9}",
+            "ROCE_BENCH_OBSERVER (another build)",
+            steady,
+            ratio(steady),
+            "-",
+            storm,
+            ratio(storm),
+            "-"
+        );
         println!("(ROCE_BENCH_OBSERVER = {bin}, attached as a process that drains its own events)");
     }
+    println!(
+        "replay rate: steady {:.0} pkts/s, storm {:.0} pkts/s",
+        steady_runs as f64 / took.as_secs_f64().max(1e-9),
+        storm_runs as f64 / storm_took.as_secs_f64().max(1e-9)
+    );
     println!(
         "targets: steady <= 2.5x, storm <= 3x, storm events <= 1% of packets; \
          ring buffer reserve failures: {lost}"

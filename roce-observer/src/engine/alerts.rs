@@ -230,9 +230,10 @@ impl Added {
     /// Live path: from the flow's counters before and after a map read.
     pub fn between(before: &FlowStats, after: &FlowStats) -> Added {
         Added {
-            packets: after.packets.saturating_sub(before.packets),
+            packets: after.packets().saturating_sub(before.packets()),
             cnps: after.cnp.saturating_sub(before.cnp),
-            marked: (after.ecn_ect + after.ecn_ce).saturating_sub(before.ecn_ect + before.ecn_ce),
+            marked: (after.ecn_ect() + after.ecn_ce)
+                .saturating_sub(before.ecn_ect() + before.ecn_ce),
             dscp: after.dscp,
             pcp: after.pcp,
         }

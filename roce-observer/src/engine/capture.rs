@@ -6,14 +6,15 @@
 use std::collections::BTreeMap;
 
 use roce_observer_common::{
-    Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    Counter, Direction, Event, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
-    observe::{Entry, Flows, Scratch, Stored, Tables, observe},
+    observe::{Entry, Flows, Scratch, Stored, Tables, observe, slot_quanta},
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
+    pfc::{PfcLinkKey, SLOT_LINK},
 };
 
 use super::{
@@ -210,8 +211,16 @@ impl Tables for CaptureTables<'_> {
         self.pending.take(key)
     }
 
-    fn pfc(&mut self, key: &PfcKey) -> Option<&mut PfcStats> {
-        Some(&mut self.pfc.entry(*key).or_default().stats)
+    fn pfc(&mut self, link: &PfcLinkKey, slots: u16, quanta: &[u16; 8], now: u64) -> bool {
+        // One entry per priority here, as in the snapshot (the kernel keeps one per link).
+        for slot in 0..=SLOT_LINK {
+            if slots & (1 << slot) != 0 {
+                let key = link.priority_key(slot);
+                let entry = self.pfc.entry(key).or_default();
+                entry.stats.account(slot_quanta(quanta, slot), now);
+            }
+        }
+        true
     }
 
     fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats> {
@@ -223,8 +232,8 @@ impl Tables for CaptureTables<'_> {
         }
     }
 
-    fn emit(&mut self, _direction: u8, fill: impl FnOnce(&mut Event)) {
-        self.events.push(Event::filled(fill).at(self.now));
+    fn emit(&mut self, _direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) {
+        self.events.push(Event::filled(fill).at(ts_ns));
     }
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {

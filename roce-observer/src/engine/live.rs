@@ -13,7 +13,7 @@ impl Engine {
     /// and `last_ns` are expected in ns since the epoch, like event times.
     pub fn update_flow(&mut self, key: &FlowKey, stats: &FlowStats) {
         let ts = stats.last_ns;
-        if stats.packets > 0 {
+        if stats.packets() > 0 {
             self.seen(stats.first_ns);
             self.seen(ts);
         }

@@ -36,7 +36,7 @@ impl Engine {
         let mut order: Vec<(&FlowKey, &FlowEntry)> = self
             .flows
             .iter()
-            .filter(|(_, e)| e.stats.packets > 0)
+            .filter(|(_, e)| e.stats.packets() > 0)
             .collect();
         order.sort_unstable_by(|(a, _), (b, _)| {
             (a.src_ip, a.dst_ip, a.dst_qp)
@@ -62,7 +62,7 @@ impl Engine {
                     direction: Direction::from_u8(k.direction).name(),
                     mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
                     transport: flows::transport(s),
-                    packets: s.packets,
+                    packets: s.packets(),
                     bytes: s.bytes,
                     opcodes: flows::opcode_counts(s),
                     other_transport: s.other_transport,
@@ -71,11 +71,11 @@ impl Engine {
                     retransmits: s.retransmits(),
                     req_retransmits: s.req_retransmits,
                     resp_retransmits: s.resp_retransmits,
-                    acks: s.acks,
+                    acks: s.acks(),
                     naks: flows::nak_counts(s),
                     cnp: s.cnp,
                     ecn_ce: s.ecn_ce,
-                    ecn_ect: s.ecn_ect,
+                    ecn_ect: s.ecn_ect(),
                     dscp: s.dscp,
                     pcp: flows::pcp(s),
                     peer_qp: s.peer_qp(),
@@ -176,7 +176,7 @@ impl Engine {
         let ecmp_flows: Vec<FlowLoad> = self
             .flows
             .iter()
-            .filter(|(_, e)| e.stats.packets > 0)
+            .filter(|(_, e)| e.stats.packets() > 0)
             .map(|(k, e)| FlowLoad {
                 dst_qp: k.dst_qp,
                 tuple: FiveTuple {

@@ -12,7 +12,10 @@
 //! usage: kernel-bench [REPEAT] [QPS] [FLOWS]
 
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
-use roce_observer_common::frames::{Mirror, RoceFrame, mirrored, pfc_frame};
+use roce_observer_common::{
+    frames::{Mirror, RoceFrame, mirrored, pfc_frame},
+    observe::Stage,
+};
 
 /// A frame 192.0.2.1 -> 192.0.2.2 to QP 0x11, PSN 0x1000, from UDP port 49153.
 fn frame(opcode: u8, payload: usize, tos: u8) -> RoceFrame {
@@ -108,26 +111,44 @@ fn main() -> anyhow::Result<()> {
         ),
     ];
     let mut src = KernelSource::load(&KernelOptions::default())?;
+    // The same programs stopped after the flow lookup and after the accounting
+    // (KernelOptions::stage): what each part of a RoCE packet's work costs.
+    let staged = |stage| {
+        KernelSource::load(&KernelOptions {
+            stage,
+            ..KernelOptions::default()
+        })
+    };
+    let (mut lookup, mut accounted) = (staged(Stage::Lookup)?, staged(Stage::Account)?);
     println!("kernel per-packet cost, {repeat} runs per case (BPF_PROG_TEST_RUN timing)");
     println!(
-        "{:<46} {:>6} {:>9} {:>9} {:>7} {:>10} {:>10}",
-        "case", "bytes", "ours ns", "base ns", "ratio", "100G ns", "400G ns"
+        "{:<46} {:>6} {:>9} {:>9} {:>7} {:>9} {:>9} {:>10} {:>10}",
+        "case", "bytes", "ours ns", "base ns", "ratio", "lookup", "account", "100G ns", "400G ns"
     );
     for (name, f) in &cases {
         let ours = src.bench(BenchProgram::Xdp, f, repeat)?.as_nanos() as f64;
         let base = src.bench(BenchProgram::Baseline, f, repeat)?.as_nanos() as f64;
+        let upto_lookup = lookup.bench(BenchProgram::Xdp, f, repeat)?.as_nanos() as f64;
+        let upto_account = accounted.bench(BenchProgram::Xdp, f, repeat)?.as_nanos() as f64;
         let wire_bits = (f.len() + 4 + 20) as f64 * 8.0; // + FCS, preamble and gap
         println!(
-            "{:<46} {:>6} {:>9.1} {:>9.1} {:>6.1}x {:>10.1} {:>10.1}",
+            "{:<46} {:>6} {:>9.1} {:>9.1} {:>6.1}x {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
             name,
             f.len(),
             ours,
             base,
             ours / base.max(1.0),
+            upto_lookup,
+            upto_account,
             wire_bits / 100.0,
             wire_bits / 400.0
         );
     }
+    println!(
+        "(lookup, account: ns of the same programs stopped after the flow lookup, after the \
+         accounting; RoCE frames only)"
+    );
+    drop((lookup, accounted));
     mirror_cost(&mut src, repeat)?;
     let counters = src.read_counters()?;
     println!(

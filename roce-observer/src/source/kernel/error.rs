@@ -135,7 +135,14 @@ pub(super) fn program_load_error(
     features: &super::Features,
     err: ProgramError,
 ) -> KernelError {
-    if is_privilege(&err) {
+    // The verifier refuses with EACCES too: with a log and the privilege to use the verifier's
+    // trusted mode, that is a program this kernel rejected (as in `load_error`).
+    let verifier_refused = matches!(
+        &err,
+        ProgramError::LoadError { verifier_log, .. }
+            if !verifier_log.to_string().trim().is_empty()
+    );
+    if is_privilege(&err) && (!verifier_refused || !has_perfmon()) {
         return KernelError::NotPrivileged;
     }
     let ProgramError::LoadError {

@@ -8,6 +8,7 @@ use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     counters::COUNTER_SLOTS,
     mirror::{MirrorKey, MirrorStats},
+    pfc::{PfcLink, PfcLinkKey},
 };
 
 use super::{KernelSource, error::KernelError};
@@ -60,18 +61,23 @@ impl KernelSource {
         Ok(flows.iter().flatten().collect())
     }
 
+    /// One entry per (interface, direction, source MAC, priority) that saw a frame: the
+    /// kernel keeps all priorities of a link in one entry (`PfcLink`).
     pub fn read_pfc(&self) -> Result<Vec<(PfcKey, PfcStats)>, KernelError> {
-        let pfc = HashMap::<&MapData, PfcKey, PfcStats>::try_from(map(self, "PFC")?)
+        let pfc = HashMap::<&MapData, PfcLinkKey, PfcLink>::try_from(map(self, "PFC")?)
             .map_err(map_error("PFC"))?;
-        Ok(pfc
-            .iter()
-            .flatten()
-            .map(|(k, mut v)| {
+        let mut out = Vec::new();
+        for (link, entry) in pfc.iter().flatten() {
+            for (slot, mut v) in entry.slots.into_iter().enumerate() {
+                if v.pause_frames + v.xon_frames == 0 {
+                    continue;
+                }
                 v.first_ns = self.to_epoch_ns(v.first_ns);
                 v.last_ns = self.to_epoch_ns(v.last_ns);
-                (k, v)
-            })
-            .collect())
+                out.push((link.priority_key(slot), v));
+            }
+        }
+        Ok(out)
     }
 
     /// Every mirror session (at most MAX_MIRROR_SESSIONS entries: no batching needed).

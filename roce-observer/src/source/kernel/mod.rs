@@ -20,7 +20,7 @@ use aya::{
     programs::{ProgramError, SchedClassifier, Xdp, XdpMode},
 };
 
-use roce_observer_common::{Counter, Direction};
+use roce_observer_common::{Counter, Direction, observe::Stage};
 
 pub use attach::{Attachment, ifindex};
 pub use error::KernelError;
@@ -60,6 +60,9 @@ pub struct KernelOptions {
     /// `burst_window_ns`).
     pub burst_count: u32,
     pub burst_window_ns: u64,
+    /// Benchmarks only (`kernel-bench`): how much of a RoCE packet's work the programs do
+    /// (`Stage::All` for the product). A frozen global: the verifier drops the early exits.
+    pub stage: Stage,
 }
 
 impl Default for KernelOptions {
@@ -72,6 +75,7 @@ impl Default for KernelOptions {
             xdp_mode: XdpMode::Default,
             burst_count: roce_observer_common::BURST_COUNT,
             burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
+            stage: Stage::All,
         }
     }
 }
@@ -88,6 +92,15 @@ pub struct KernelSource {
     epoch_offset_ns: u64,
     /// Not yet taken by [`KernelSource::take_warnings`].
     warnings: Vec<String>,
+}
+
+/// The kernel programs' `STAGE` global (roce-observer-ebpf/src/observe.rs).
+fn stage_global(stage: Stage) -> u8 {
+    match stage {
+        Stage::Lookup => 1,
+        Stage::Account => 2,
+        Stage::All => 0,
+    }
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -131,6 +144,7 @@ impl KernelSource {
             .override_global("BURST_COUNT", &opts.burst_count, true)
             .override_global("BURST_WINDOW_NS", &opts.burst_window_ns, true)
             .override_global("COARSE_CLOCK", &u8::from(features.coarse_clock), true)
+            .override_global("STAGE", &stage_global(opts.stage), true)
             .map_max_entries("FLOWS", opts.max_flows)
             .load(EBPF_OBJECT)
             .map_err(load_error)?;
