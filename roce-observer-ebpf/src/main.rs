@@ -11,6 +11,7 @@
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 #![no_main]
 
+mod diag;
 mod maps;
 mod observe;
 mod view;

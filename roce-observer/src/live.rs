@@ -138,6 +138,8 @@ pub async fn run_live<S: LiveSource>(
     let deadline = schedule.duration.map(|d| Instant::now() + d);
     // Set once the source has ended and its last state is on screen.
     let mut ended = false;
+    // The source's log lines while the terminal UI is up, shown once it is gone.
+    let mut held_log = Vec::new();
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -161,6 +163,7 @@ pub async fn run_live<S: LiveSource>(
             }
             _ = tick.tick(), if !ended => {
                 let state = src.refresh(engine)?;
+                source_log(src, ui.is_some(), &mut held_log);
                 let now = src.now_ns();
                 let mut snap = schedule.snapshot(engine, now);
                 outputs.interval(&mut snap, stdout)?;
@@ -189,11 +192,26 @@ pub async fn run_live<S: LiveSource>(
     drop(ui);
     drop(events);
     let refreshed = src.refresh(engine);
+    source_log(src, false, &mut held_log);
     let warnings = src.stop();
     refreshed?;
     let mut snap = schedule.snapshot(engine, src.now_ns());
     outputs.finish(&mut snap, stdout)?;
     Ok(warnings)
+}
+
+/// The source's log lines (`run --kernel-log`) go to stderr, except while the terminal UI is
+/// up: writing there would tear the screen, so they wait (the last 1000) for it to close.
+fn source_log<S: LiveSource>(src: &mut S, ui_up: bool, held: &mut Vec<String>) {
+    held.extend(src.take_log());
+    if ui_up {
+        let excess = held.len().saturating_sub(1000);
+        held.drain(..excess);
+        return;
+    }
+    for line in held.drain(..) {
+        eprintln!("roce-observer: kernel: {line}");
+    }
 }
 
 /// The source has ended: put its last state on screen, marked as ended. Returns false when

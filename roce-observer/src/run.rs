@@ -90,6 +90,11 @@ pub struct RunArgs {
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: XdpModeArg,
+    /// Log rare kernel-side events to stderr (after the UI closes when it is up): the flow
+    /// table full, the event ring buffer full, the first frame of each header combination.
+    /// Off by default; off, the kernel programs carry no logging code at all.
+    #[arg(long)]
+    pub kernel_log: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -243,6 +248,7 @@ async fn run_kernel<F: Future<Output = ()>>(
         },
         burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
         burst_window_ns: cfg.burst_window_ns,
+        kernel_log: args.kernel_log,
     };
     let mut src = KernelSource::load(&opts)?;
     let mut engine = Engine::new(cfg);

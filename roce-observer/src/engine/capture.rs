@@ -131,16 +131,18 @@ impl Flows for CaptureFlows<'_> {
     fn entry(&mut self, key: &FlowKey) -> Entry<'_> {
         let full = self.table.len() >= self.max;
         match self.table.entry(*key) {
-            std::collections::hash_map::Entry::Occupied(e) => Entry::Found(&mut e.into_mut().stats),
+            std::collections::hash_map::Entry::Occupied(e) => {
+                Entry::Found(e.into_mut().stats_mut())
+            }
             std::collections::hash_map::Entry::Vacant(_) if full => Entry::Full,
             std::collections::hash_map::Entry::Vacant(e) => {
-                Entry::New(&mut e.insert(FlowEntry::new(self.now)).stats)
+                Entry::New(e.insert(FlowEntry::new(self.now)).stats_mut())
             }
         }
     }
 
     fn get(&mut self, key: &FlowKey) -> Option<&mut FlowStats> {
-        self.table.get_mut(key).map(|e| &mut e.stats)
+        self.table.get_mut(key).map(FlowEntry::stats_mut)
     }
 }
 

@@ -6,6 +6,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::IpAddr,
+    sync::Arc,
 };
 
 pub use super::snapshot::EcmpHash;
@@ -129,8 +130,8 @@ pub struct FlowLoad {
     pub tuple: FiveTuple,
     /// The flow's destination QP: a QP seen at several observation points counts once.
     pub dst_qp: u32,
-    /// "iface/direction" where the flow was observed.
-    pub point: String,
+    /// "iface/direction" where the flow was observed (shared by the flows seen there).
+    pub point: Arc<str>,
     pub bytes: u64,
     /// Distinct UDP source ports of the flow (exact up to 4).
     pub sports: Vec<u16>,
@@ -144,7 +145,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
     // Measured: per observation point.
     let mut points: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for f in flows {
-        let e = points.entry(f.point.as_str()).or_default();
+        let e = points.entry(&*f.point).or_default();
         e.0 += f.bytes;
         e.1 += 1;
     }

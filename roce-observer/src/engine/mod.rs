@@ -29,9 +29,12 @@ mod report;
 pub mod snapshot;
 pub mod steps;
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    cell::RefCell,
+    collections::{BTreeMap, HashMap},
+};
 
-use roce_observer_common::{Counter, Direction, Event, PfcKey};
+use roce_observer_common::{Counter, Direction, Event, FlowKey, PfcKey};
 
 use alerts::Alerts;
 use ecmp::EcmpHash;
@@ -137,6 +140,9 @@ pub struct Engine {
     paths: PathLoss,
     /// PFC/PAUSE frame times per source, for the storm origin.
     pauses: PauseLog,
+    /// Every flow key in snapshot order, kept between snapshots so that only new flows are
+    /// sorted in (report.rs).
+    order: RefCell<Vec<FlowKey>>,
 }
 
 /// Frame classes and error counters, one block per direction (see [`dir_index`]).
@@ -183,12 +189,19 @@ impl Engine {
             steps: Steps::default(),
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
+            order: RefCell::new(Vec::new()),
             cfg,
         }
     }
 
     pub fn set_iface_name(&mut self, ifindex: u32, name: &str) {
         self.iface_names.insert(ifindex, name.to_string());
+        // Names are part of every flow's view and of the flow order.
+        self.order.get_mut().clear();
+        for e in self.flows.values_mut() {
+            e.view.clear();
+            e.ordered.set(false);
+        }
     }
 
     /// Attach the capture's own counts (shown in the summary).
@@ -224,7 +237,7 @@ impl Engine {
     pub fn begin_interval(&mut self, now_ns: u64) {
         self.interval_start = Some(now_ns);
         for e in self.flows.values_mut() {
-            e.base_bytes = e.stats.bytes;
+            e.base_bytes = e.stats().bytes;
         }
         for e in self.pfc.values_mut() {
             e.timeline.mark(now_ns);

@@ -1,7 +1,10 @@
 //! The snapshot: what the renderers read, built from the flow table, the PFC table, the
 //! counters, the latency sketches, the ECMP views and the alerts.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use roce_observer_common::{
     Counter, Direction, FlowKey,
@@ -31,60 +34,7 @@ impl Engine {
         let interval_ns = now_ns.saturating_sub(start);
         let interval_s = interval_ns as f64 / 1e9;
 
-        // Sort references (moving whole records made sorting the biggest cost at 100k flows).
-        let mut order: Vec<(&FlowKey, &FlowEntry)> = self
-            .flows
-            .iter()
-            .filter(|(_, e)| e.stats.packets > 0)
-            .collect();
-        order.sort_unstable_by(|(a, _), (b, _)| {
-            (a.src_ip, a.dst_ip, a.dst_qp)
-                .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
-                .then_with(|| self.iface_name(a.ifindex).cmp(&self.iface_name(b.ifindex)))
-                .then(a.direction.cmp(&b.direction))
-        });
-        let flows: Vec<FlowSnapshot> = order
-            .into_iter()
-            .map(|(k, e)| {
-                let s = &e.stats;
-                let rate = if interval_ns > 0 {
-                    s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
-                } else {
-                    0.0
-                };
-                FlowSnapshot {
-                    src_ip: show_ip(k.src_ip),
-                    dst_ip: show_ip(k.dst_ip),
-                    dst_qp: k.dst_qp,
-                    iface: self.iface_name(k.ifindex),
-                    direction: Direction::from_u8(k.direction).name(),
-                    transport: flows::transport(s),
-                    packets: s.packets,
-                    bytes: s.bytes,
-                    opcodes: flows::opcode_counts(s),
-                    other_transport: s.other_transport,
-                    psn_gaps: s.psn_gaps,
-                    psn_missing: s.psn_missing,
-                    retransmits: s.retransmits(),
-                    req_retransmits: s.req_retransmits,
-                    resp_retransmits: s.resp_retransmits,
-                    acks: s.acks,
-                    naks: flows::nak_counts(s),
-                    cnp: s.cnp,
-                    ecn_ce: s.ecn_ce,
-                    ecn_ect: s.ecn_ect,
-                    dscp: s.dscp,
-                    pcp: flows::pcp(s),
-                    peer_qp: s.peer_qp(),
-                    udp_src_ports: s.udp_src_ports() as u64,
-                    udp_src_port_overflow: s.udp_sport_overflow,
-                    rtt_ns: rtt_summary(e.rtt.as_deref()),
-                    first_ts: s.first_ns,
-                    last_ts: s.last_ns,
-                    rate_bps: rate,
-                }
-            })
-            .collect();
+        let flows = self.flow_views(interval_ns, interval_s);
 
         let mut pfc: Vec<PfcSnapshot> = self
             .pfc
@@ -155,7 +105,7 @@ impl Engine {
         // Alerts, plus those judged on the whole table.
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
-        let table = self.flows.iter().map(|(k, e)| (k, &e.stats));
+        let table = self.flows.iter().map(|(k, e)| (k, e.stats()));
         alerts.extend(
             ce_without_cnp(table.clone())
                 .iter()
@@ -167,26 +117,34 @@ impl Engine {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });
 
+        // One "iface/direction" string per observation point, shared by its flows.
+        let mut points: HashMap<(u32, u8), Arc<str>> = HashMap::new();
         let ecmp_flows: Vec<FlowLoad> = self
             .flows
             .iter()
-            .filter(|(_, e)| e.stats.packets > 0)
+            .filter(|(_, e)| e.stats().packets > 0)
             .map(|(k, e)| FlowLoad {
                 dst_qp: k.dst_qp,
                 tuple: FiveTuple {
                     src: show_ip(k.src_ip),
                     dst: show_ip(k.dst_ip),
-                    sport: e.stats.udp_sports[0],
+                    sport: e.stats().udp_sports[0],
                     dport: self.cfg.roce_port,
                 },
-                point: format!(
-                    "{}/{}",
-                    self.iface_name(k.ifindex),
-                    Direction::from_u8(k.direction).name()
-                ),
-                bytes: e.stats.bytes,
+                point: points
+                    .entry((k.ifindex, k.direction))
+                    .or_insert_with(|| {
+                        format!(
+                            "{}/{}",
+                            self.iface_name(k.ifindex),
+                            Direction::from_u8(k.direction).name()
+                        )
+                        .into()
+                    })
+                    .clone(),
+                bytes: e.stats().bytes,
                 sports: e
-                    .stats
+                    .stats()
                     .udp_sports
                     .iter()
                     .copied()
@@ -235,7 +193,8 @@ impl Engine {
             latency: LatencySnapshot {
                 observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
                 overall: rtt_summary(Some(&self.rtt_overall)),
-                flows_with_samples: self.flows.values().filter(|e| e.rtt.is_some()).count() as u64,
+                flows_with_samples: self.flows.values().filter(|e| e.rtt().is_some()).count()
+                    as u64,
                 pending: self.pending.waiting() as u64,
                 relative_accuracy: sketch::ALPHA,
             },
@@ -253,6 +212,102 @@ impl Engine {
             }),
             nic: Vec::new(),
             qp_owners: Vec::new(),
+        }
+    }
+
+    /// The flows with packets in snapshot order (source, destination, QP, interface name,
+    /// direction). A flow's view is rebuilt only when the flow changed since the last snapshot
+    /// or its rate did; otherwise the last snapshot's view is shared. Only flows new since the
+    /// last snapshot are sorted in (a stable sort of a sorted run plus a few is linear).
+    fn flow_views(&self, interval_ns: u64, interval_s: f64) -> Vec<Arc<FlowSnapshot>> {
+        let mut order = self.order.borrow_mut();
+        let before = order.len();
+        for (k, e) in &self.flows {
+            if !e.ordered.replace(true) {
+                order.push(*k);
+            }
+        }
+        if order.len() != before {
+            let cmp = |a: &FlowKey, b: &FlowKey| {
+                (a.src_ip, a.dst_ip, a.dst_qp)
+                    .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
+                    .then_with(|| self.iface_order(a.ifindex, b.ifindex))
+                    .then(a.direction.cmp(&b.direction))
+            };
+            if before == 0 {
+                order.sort_unstable_by(cmp);
+            } else {
+                order.sort_by(cmp);
+            }
+        }
+        let mut out = Vec::with_capacity(order.len());
+        for k in order.iter() {
+            let Some(e) = self.flows.get(k) else {
+                continue;
+            };
+            let s = e.stats();
+            if s.packets == 0 {
+                continue;
+            }
+            let rate = if interval_ns > 0 {
+                s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
+            } else {
+                0.0
+            };
+            let view = match e.view.take() {
+                Some(v) if v.rate_bps.to_bits() == rate.to_bits() => v,
+                Some(v) => Arc::new(FlowSnapshot {
+                    rate_bps: rate,
+                    ..(*v).clone()
+                }),
+                None => Arc::new(self.flow_view(k, e, rate)),
+            };
+            e.view.set(Arc::clone(&view));
+            out.push(view);
+        }
+        out
+    }
+
+    /// Interface names in order, without building them for known interfaces.
+    fn iface_order(&self, a: u32, b: u32) -> std::cmp::Ordering {
+        match (self.iface_names.get(&a), self.iface_names.get(&b)) {
+            (Some(x), Some(y)) => x.cmp(y),
+            _ => self.iface_name(a).cmp(&self.iface_name(b)),
+        }
+    }
+
+    fn flow_view(&self, k: &FlowKey, e: &FlowEntry, rate_bps: f64) -> FlowSnapshot {
+        let s = e.stats();
+        FlowSnapshot {
+            src_ip: show_ip(k.src_ip),
+            dst_ip: show_ip(k.dst_ip),
+            dst_qp: k.dst_qp,
+            iface: self.iface_name(k.ifindex),
+            direction: Direction::from_u8(k.direction).name(),
+            transport: flows::transport(s),
+            packets: s.packets,
+            bytes: s.bytes,
+            opcodes: flows::opcode_counts(s),
+            other_transport: s.other_transport,
+            psn_gaps: s.psn_gaps,
+            psn_missing: s.psn_missing,
+            retransmits: s.retransmits(),
+            req_retransmits: s.req_retransmits,
+            resp_retransmits: s.resp_retransmits,
+            acks: s.acks,
+            naks: flows::nak_counts(s),
+            cnp: s.cnp,
+            ecn_ce: s.ecn_ce,
+            ecn_ect: s.ecn_ect,
+            dscp: s.dscp,
+            pcp: flows::pcp(s),
+            peer_qp: s.peer_qp(),
+            udp_src_ports: s.udp_src_ports() as u64,
+            udp_src_port_overflow: s.udp_sport_overflow,
+            rtt_ns: rtt_summary(e.rtt()),
+            first_ts: s.first_ns,
+            last_ts: s.last_ns,
+            rate_bps,
         }
     }
 

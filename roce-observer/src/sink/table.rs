@@ -183,7 +183,7 @@ pub fn render(s: &Snapshot) -> String {
 
     let _ = writeln!(out);
     flow_line(&mut out, FLOW_HEADER);
-    let mut flows: Vec<&FlowSnapshot> = s.flows.iter().collect();
+    let mut flows: Vec<&FlowSnapshot> = s.flows.iter().map(|f| &**f).collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
     for f in flows.iter().take(MAX_FLOW_ROWS) {
         flow_row(&mut out, f);

@@ -8,6 +8,7 @@
 pub mod attach;
 mod batch;
 pub mod error;
+pub mod kernel_log;
 pub mod maps;
 pub mod probe;
 pub mod test_run;
@@ -60,6 +61,9 @@ pub struct KernelOptions {
     /// `burst_window_ns`).
     pub burst_count: u32,
     pub burst_window_ns: u64,
+    /// Kernel-side diagnostics through aya-log (`run --kernel-log`; kernel_log.rs). Off, the
+    /// verifier removes their code.
+    pub kernel_log: bool,
 }
 
 impl Default for KernelOptions {
@@ -72,6 +76,7 @@ impl Default for KernelOptions {
             xdp_mode: XdpMode::Default,
             burst_count: roce_observer_common::BURST_COUNT,
             burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
+            kernel_log: false,
         }
     }
 }
@@ -88,6 +93,16 @@ pub struct KernelSource {
     epoch_offset_ns: u64,
     /// Not yet taken by [`KernelSource::take_warnings`].
     warnings: Vec<String>,
+    /// The reader of the programs' aya-log records (empty unless `kernel_log`).
+    kernel_log: kernel_log::Reader,
+    /// The flow table as last read (maps.rs), kept to reuse the memory.
+    flow_buffers: FlowBuffers,
+}
+
+#[derive(Default)]
+struct FlowBuffers {
+    keys: Vec<roce_observer_common::FlowKey>,
+    values: Vec<roce_observer_common::FlowStats>,
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -131,6 +146,8 @@ impl KernelSource {
             .override_global("BURST_COUNT", &opts.burst_count, true)
             .override_global("BURST_WINDOW_NS", &opts.burst_window_ns, true)
             .override_global("COARSE_CLOCK", &u8::from(features.coarse_clock), true)
+            .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
+            .override_global(aya_log::LEVEL, &kernel_log::level(opts.kernel_log), true)
             .map_max_entries("FLOWS", opts.max_flows)
             .load(EBPF_OBJECT)
             .map_err(load_error)?;
@@ -160,6 +177,8 @@ impl KernelSource {
                 source,
             },
         })?;
+        // Read even when off (it then stays empty): the tests check exactly that.
+        let kernel_log = kernel_log::Reader::start(&mut ebpf)?;
         let epoch_offset_ns =
             clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
         Ok(KernelSource {
@@ -170,6 +189,8 @@ impl KernelSource {
             attachments: Vec::new(),
             epoch_offset_ns,
             warnings: Vec::new(),
+            kernel_log,
+            flow_buffers: FlowBuffers::default(),
         })
     }
 
@@ -205,6 +226,21 @@ impl KernelSource {
         warnings
     }
 
+    /// Kernel log lines (`kernel_log`) read since the last call, oldest first.
+    pub fn take_kernel_log(&mut self) -> Vec<String> {
+        self.kernel_log.take()
+    }
+
+    /// Size of the loaded XDP program after the verifier (bytes of BPF instructions): what
+    /// `kernel_log` off removes shows here.
+    pub fn xdp_translated_bytes(&self) -> Option<u32> {
+        self.ebpf
+            .program(self.xdp_program)?
+            .info()
+            .ok()?
+            .size_translated()
+    }
+
     /// File descriptor of the ring buffer, for readiness polling.
     pub fn events_fd(&self) -> RawFd {
         self.events.as_raw_fd()
@@ -224,8 +260,9 @@ impl Drop for KernelSource {
 /// Copy the kernel's events and maps into the engine (map values are absolute).
 pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()> {
     src.drain_events(|ev| engine.ingest_event(ev));
-    for (key, stats) in src.read_flows()? {
-        engine.update_flow(&key, &stats);
+    let (keys, values) = src.read_flows_buffered()?;
+    for (key, stats) in keys.iter().zip(values) {
+        engine.update_flow(key, stats);
     }
     for (key, stats) in src.read_pfc()? {
         engine.update_pfc(&key, &stats);
@@ -259,6 +296,10 @@ impl LiveSource for KernelSource {
 
     fn stop(&mut self) -> Vec<String> {
         self.detach_all()
+    }
+
+    fn take_log(&mut self) -> Vec<String> {
+        self.take_kernel_log()
     }
 }
 
