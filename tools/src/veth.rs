@@ -249,25 +249,6 @@ fn live_tick(
     engine: &mut roce_observer::engine::Engine,
     outputs: &mut roce_observer::sink::outputs::Outputs,
 ) -> anyhow::Result<Tick> {
-    if std::env::var_os("ROCE_BENCH_SPLIT").is_some() {
-        let c = cpu_time();
-        src.read_flows_buffered()?;
-        let r = cpu_time().saturating_sub(c);
-        let now = roce_observer::sink::logdir::now_ns();
-        let c = cpu_time();
-        let snap = engine.snapshot(now);
-        let s = cpu_time().saturating_sub(c);
-        let c = cpu_time();
-        let t = roce_observer::sink::metrics::render(&snap, 100, &Default::default());
-        let m = cpu_time().saturating_sub(c);
-        eprintln!(
-            "split: map read {:?} snapshot {:?} metrics {:?} ({} B)",
-            r,
-            s,
-            m,
-            t.len()
-        );
-    }
     let c0 = cpu_time();
     roce_observer::source::kernel::refresh(src, engine)?;
     let c1 = cpu_time();
@@ -300,7 +281,11 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
             outputs::{IntervalTables, OutputPlan, Outputs},
         },
     };
-    const TICKS: u32 = 3;
+    // ROCE_BENCH_TICKS: more ticks per case (for a profiler).
+    let ticks: u32 = std::env::var("ROCE_BENCH_TICKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let dir = std::env::temp_dir().join(format!("roce-user-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let pcap = dir.join("flows.pcap");
@@ -332,7 +317,7 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
         let first = live_tick(&mut src, &mut engine, &mut outputs)?;
         println!();
         println!(
-            "user space, {} flows in the kernel map: report ticks of `run --no-tui --log-dir D --prom-file F` (map read, snapshot, log batch, metrics file), CPU time of this process, {TICKS} ticks per case",
+            "user space, {} flows in the kernel map: report ticks of `run --no-tui --log-dir D --prom-file F` (map read, snapshot, log batch, metrics file), CPU time of this process, {ticks} ticks per case",
             first.flows
         );
         println!(
@@ -365,7 +350,7 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
                 whole: Duration::ZERO,
                 flows: 0,
             };
-            for _ in 0..TICKS {
+            for _ in 0..ticks {
                 if changed > 0 {
                     // Every tick the same flows move on by one PSN (a new capture per round).
                     round += 1;
@@ -376,7 +361,7 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
                 sum.read += t.read;
                 sum.whole += t.whole;
             }
-            row(name, changed, &sum, TICKS);
+            row(name, changed, &sum, ticks);
         }
         let rss1 = rss_bytes();
         let _ = src.detach_all();

@@ -30,8 +30,9 @@ pub struct FlowEntry {
     pub base_bytes: u64,
     /// The flow as the last snapshot showed it (see `report.rs`).
     pub(super) view: ViewCache,
-    /// The flow is in the engine's sorted flow order (see `report.rs`).
+    /// The flow is in the engine's sorted flow order (see `report.rs`), at `slot`.
     pub(super) ordered: Cell<bool>,
+    pub(super) slot: Cell<usize>,
 }
 
 impl Clone for FlowEntry {
@@ -42,6 +43,7 @@ impl Clone for FlowEntry {
             base_bytes: self.base_bytes,
             view: ViewCache::default(),
             ordered: Cell::new(false),
+            slot: Cell::new(0),
         }
     }
 }
@@ -56,6 +58,7 @@ impl FlowEntry {
             base_bytes: 0,
             view: ViewCache::default(),
             ordered: Cell::new(false),
+            slot: Cell::new(0),
         }
     }
 

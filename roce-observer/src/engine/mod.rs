@@ -140,6 +140,8 @@ pub struct Engine {
     paths: PathLoss,
     /// PFC/PAUSE frame times per source, for the storm origin.
     pauses: PauseLog,
+    /// Tells engines apart (a kernel source skips map entries it already gave this engine).
+    id: u64,
     /// Every flow key in snapshot order, kept between snapshots so that only new flows are
     /// sorted in (report.rs).
     order: RefCell<Vec<FlowKey>>,
@@ -190,6 +192,10 @@ impl Engine {
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
             order: RefCell::new(Vec::new()),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
             cfg,
         }
     }
@@ -207,6 +213,11 @@ impl Engine {
     /// Attach the capture's own counts (shown in the summary).
     pub fn set_capture_summary(&mut self, c: CaptureSummary) {
         self.capture = Some(c);
+    }
+
+    /// This engine's identity among the engines of the process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Frames counted so far, all directions.

@@ -7,7 +7,7 @@ use std::{
 };
 
 use roce_observer_common::{
-    Counter, Direction, FlowKey,
+    Counter, Direction, FlowKey, FlowStats,
     pfc::{PRIORITY_LINK, quanta_to_ns},
 };
 
@@ -27,6 +27,27 @@ use super::{
     steps,
 };
 
+/// What [`Engine::flow_pass`] gathers for the snapshot.
+struct FlowPass<'a> {
+    flows: Vec<Arc<FlowSnapshot>>,
+    /// Flows with a count a table alert is judged on (the alerts' functions filter further).
+    troubled: Vec<(&'a FlowKey, &'a FlowStats)>,
+    ecmp: Vec<FlowLoad>,
+    with_samples: u64,
+}
+
+/// A flow on which `ce_without_cnp`, `flow_problems` or `bursts` may raise an alert.
+fn may_alert(s: &FlowStats) -> bool {
+    s.psn_gaps > 0
+        || s.req_retransmits > 0
+        || s.resp_retransmits > 0
+        || s.naks.iter().any(|n| *n > 0)
+        || s.ecn_ce > 0
+        || s.cnp > 0
+        || s.retransmit_bursts.bursts > 0
+        || s.nak_bursts.bursts > 0
+}
+
 impl Engine {
     /// Everything the renderers show, as of `now_ns` (the end of the reporting interval).
     pub fn snapshot(&self, now_ns: u64) -> Snapshot {
@@ -34,7 +55,8 @@ impl Engine {
         let interval_ns = now_ns.saturating_sub(start);
         let interval_s = interval_ns as f64 / 1e9;
 
-        let flows = self.flow_views(interval_ns, interval_s);
+        let pass = self.flow_pass(interval_ns, interval_s);
+        let flows = pass.flows;
 
         let mut pfc: Vec<PfcSnapshot> = self
             .pfc
@@ -105,7 +127,7 @@ impl Engine {
         // Alerts, plus those judged on the whole table.
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
-        let table = self.flows.iter().map(|(k, e)| (k, e.stats()));
+        let table = pass.troubled.iter().copied();
         alerts.extend(
             ce_without_cnp(table.clone())
                 .iter()
@@ -117,43 +139,8 @@ impl Engine {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });
 
-        // One "iface/direction" string per observation point, shared by its flows.
-        let mut points: HashMap<(u32, u8), Arc<str>> = HashMap::new();
-        let ecmp_flows: Vec<FlowLoad> = self
-            .flows
-            .iter()
-            .filter(|(_, e)| e.stats().packets > 0)
-            .map(|(k, e)| FlowLoad {
-                dst_qp: k.dst_qp,
-                tuple: FiveTuple {
-                    src: show_ip(k.src_ip),
-                    dst: show_ip(k.dst_ip),
-                    sport: e.stats().udp_sports[0],
-                    dport: self.cfg.roce_port,
-                },
-                point: points
-                    .entry((k.ifindex, k.direction))
-                    .or_insert_with(|| {
-                        format!(
-                            "{}/{}",
-                            self.iface_name(k.ifindex),
-                            Direction::from_u8(k.direction).name()
-                        )
-                        .into()
-                    })
-                    .clone(),
-                bytes: e.stats().bytes,
-                sports: e
-                    .stats()
-                    .udp_sports
-                    .iter()
-                    .copied()
-                    .filter(|p| *p != 0)
-                    .collect(),
-            })
-            .collect();
         let mut ecmp = ecmp::compute(
-            &ecmp_flows,
+            &pass.ecmp,
             self.cfg.ecmp_hash,
             self.cfg.ecmp_paths,
             self.cfg.ecmp_seed,
@@ -215,11 +202,16 @@ impl Engine {
         }
     }
 
-    /// The flows with packets in snapshot order (source, destination, QP, interface name,
-    /// direction). A flow's view is rebuilt only when the flow changed since the last snapshot
-    /// or its rate did; otherwise the last snapshot's view is shared. Only flows new since the
-    /// last snapshot are sorted in (a stable sort of a sorted run plus a few is linear).
-    fn flow_views(&self, interval_ns: u64, interval_s: f64) -> Vec<Arc<FlowSnapshot>> {
+    /// Everything the snapshot needs from each flow, in one pass over the table (each pass
+    /// over 100,000 flows is a cache miss per flow): the flows with packets in snapshot order
+    /// (source, destination, QP, interface name, direction), the flows that may raise a
+    /// table alert, the ECMP loads, the flows with latency samples.
+    ///
+    /// A flow's view is rebuilt only when the flow changed since the last snapshot or its rate
+    /// did; otherwise the last snapshot's view is shared. Only flows new since the last
+    /// snapshot are sorted in (a stable sort of a sorted run plus a few is linear); each flow
+    /// keeps its place in the order (`slot`), so the pass walks the table in memory order.
+    fn flow_pass(&self, interval_ns: u64, interval_s: f64) -> FlowPass<'_> {
         let mut order = self.order.borrow_mut();
         let before = order.len();
         for (k, e) in &self.flows {
@@ -239,33 +231,80 @@ impl Engine {
             } else {
                 order.sort_by(cmp);
             }
+            for (slot, k) in order.iter().enumerate() {
+                if let Some(e) = self.flows.get(k) {
+                    e.slot.set(slot);
+                }
+            }
         }
-        let mut out = Vec::with_capacity(order.len());
-        for k in order.iter() {
-            let Some(e) = self.flows.get(k) else {
-                continue;
-            };
+        let mut views: Vec<Option<Arc<FlowSnapshot>>> = vec![None; order.len()];
+        let mut pass = FlowPass {
+            flows: Vec::new(),
+            troubled: Vec::new(),
+            ecmp: Vec::with_capacity(self.flows.len()),
+            with_samples: 0,
+        };
+        // One "iface/direction" string per observation point, shared by its flows.
+        let mut points: HashMap<(u32, u8), Arc<str>> = HashMap::new();
+        let mut rebuild: Vec<(usize, &FlowKey, &FlowEntry, f64)> = Vec::new();
+        for (k, e) in &self.flows {
             let s = e.stats();
+            pass.with_samples += u64::from(e.rtt().is_some());
+            if may_alert(s) {
+                pass.troubled.push((k, s));
+            }
             if s.packets == 0 {
                 continue;
             }
+            pass.ecmp.push(FlowLoad {
+                dst_qp: k.dst_qp,
+                tuple: FiveTuple {
+                    src: show_ip(k.src_ip),
+                    dst: show_ip(k.dst_ip),
+                    sport: s.udp_sports[0],
+                    dport: self.cfg.roce_port,
+                },
+                point: points
+                    .entry((k.ifindex, k.direction))
+                    .or_insert_with(|| {
+                        format!(
+                            "{}/{}",
+                            self.iface_name(k.ifindex),
+                            Direction::from_u8(k.direction).name()
+                        )
+                        .into()
+                    })
+                    .clone(),
+                bytes: s.bytes,
+                sports: s.udp_sports,
+            });
             let rate = if interval_ns > 0 {
                 s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
             } else {
                 0.0
             };
-            let view = match e.view.take() {
-                Some(v) if v.rate_bps.to_bits() == rate.to_bits() => v,
-                Some(v) => Arc::new(FlowSnapshot {
-                    rate_bps: rate,
-                    ..(*v).clone()
-                }),
-                None => Arc::new(self.flow_view(k, e, rate)),
-            };
-            e.view.set(Arc::clone(&view));
-            out.push(view);
+            match e.view.take() {
+                Some(v) if v.rate_bps.to_bits() == rate.to_bits() => {
+                    e.view.set(Arc::clone(&v));
+                    if let Some(place) = views.get_mut(e.slot.get()) {
+                        *place = Some(v);
+                    }
+                }
+                _ => rebuild.push((e.slot.get(), k, e, rate)),
+            }
         }
-        out
+        // Built in snapshot order, so that they lie in memory in the order every renderer
+        // reads them (a pass over scattered views was a cache miss per flow).
+        rebuild.sort_unstable_by_key(|(slot, ..)| *slot);
+        for (slot, k, e, rate) in rebuild {
+            let view = Arc::new(self.flow_view(k, e, rate));
+            e.view.set(Arc::clone(&view));
+            if let Some(place) = views.get_mut(slot) {
+                *place = Some(view);
+            }
+        }
+        pass.flows = views.into_iter().flatten().collect();
+        pass
     }
 
     /// Interface names in order, without building them for known interfaces.

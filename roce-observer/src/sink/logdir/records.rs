@@ -16,11 +16,8 @@ use std::{
 
 use serde::Serialize;
 
-use crate::engine::{
-    flows::FastHash,
-    snapshot::{
-        AlertSnapshot, EcmpSnapshot, FlowSnapshot, LatencySnapshot, PfcSnapshot, Snapshot, Summary,
-    },
+use crate::engine::snapshot::{
+    AlertSnapshot, EcmpSnapshot, FlowSnapshot, LatencySnapshot, PfcSnapshot, Snapshot, Summary,
 };
 
 /// Version of the log line schema; changes are additive only (docs/log-schema.md).
@@ -204,11 +201,11 @@ fn alert_id(a: &AlertSnapshot) -> AlertId {
 pub struct Baseline {
     ts: u64,
     flows: HashMap<FlowId, FlowDelta>,
-    /// The flow views of the last written snapshot, by address. The engine hands out the same
-    /// view again for a flow that did not change, so a view found here has a zero delta: most
-    /// flows of a large table are passed over without building their id (issue 12: a table of
-    /// 100,000 flows, a few changing). Holding the views keeps their addresses from reuse.
-    views: HashSet<usize, FastHash>,
+    /// The flow views of the last written snapshot. The engine hands out the same view again
+    /// for a flow that did not change, so a view found here has a zero delta: most flows of a
+    /// large table are passed over without building their id (issue 12: a table of 100,000
+    /// flows, a few changing). Looked for at the same index only: the engine keeps its order,
+    /// and a flow missed (the order moved: new flows) takes the path by id, exact as well.
     held: Vec<Arc<FlowSnapshot>>,
     pfc: HashMap<PfcId, (u64, u64, u64)>,
     alerts: HashMap<AlertId, u64>,
@@ -234,15 +231,17 @@ impl Baseline {
             self.flows.retain(|id, _| only.contains(id));
         }
         self.flows.extend(next.flows);
-        self.views = next.views.iter().map(view_address).collect();
         self.held = next.views;
         self.pfc = next.pfc;
         self.alerts = next.alerts;
     }
 }
 
-fn view_address(v: &Arc<FlowSnapshot>) -> usize {
-    Arc::as_ptr(v) as usize
+impl Baseline {
+    /// `flow`, at index `i` of its snapshot, is the view at `i` of the last written snapshot.
+    fn written(&self, i: usize, flow: &Arc<FlowSnapshot>) -> bool {
+        self.held.get(i).is_some_and(|h| Arc::ptr_eq(h, flow))
+    }
 }
 
 /// One batch of lines, ready to write, and the baseline it leaves behind once written.
@@ -281,8 +280,8 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
         ts,
         full,
     };
-    for flow in &snap.flows {
-        let (delta, changed) = if base.views.contains(&view_address(flow)) {
+    for (i, flow) in snap.flows.iter().enumerate() {
+        let (delta, changed) = if base.written(i, flow) {
             found += 1;
             (FlowDelta::default(), None)
         } else {

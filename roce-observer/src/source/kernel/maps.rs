@@ -38,13 +38,21 @@ impl KernelSource {
     /// the read itself (issue 12). One batched lookup per 4096 entries where the kernel has
     /// them (5.6), else two syscalls per entry.
     pub fn read_flows_buffered(&mut self) -> Result<(&[FlowKey], &[FlowStats]), KernelError> {
+        // The previous read no longer is what `refresh` handed its engine.
+        self.flow_buffers.engine = None;
+        self.read_flow_table()?;
+        Ok((&self.flow_buffers.keys, &self.flow_buffers.values))
+    }
+
+    /// The flow table into `flow_buffers.keys` and `values`, times converted.
+    pub(super) fn read_flow_table(&mut self) -> Result<(), KernelError> {
         let map = self.ebpf.map("FLOWS").ok_or(KernelError::Map {
             map: "FLOWS",
             source: MapError::InvalidName {
                 name: "FLOWS".into(),
             },
         })?;
-        let FlowBuffers { keys, values } = &mut self.flow_buffers;
+        let FlowBuffers { keys, values, .. } = &mut self.flow_buffers;
         let batched = match map {
             aya::maps::Map::HashMap(data) => {
                 super::batch::lookup_all_into(data.fd().as_fd(), keys, values).is_ok()
@@ -75,7 +83,7 @@ impl KernelSource {
                 w.start_ns = epoch(w.start_ns);
             }
         }
-        Ok((keys, values))
+        Ok(())
     }
 
     pub fn read_pfc(&self) -> Result<Vec<(PfcKey, PfcStats)>, KernelError> {

@@ -99,10 +99,18 @@ pub struct KernelSource {
     flow_buffers: FlowBuffers,
 }
 
+/// The flow table as read last and the time before. The kernel walks its hash table in bucket
+/// order, so an entry usually sits at the same index in both: an entry equal to the one at its
+/// index the time before was handed to the same engine then, and is not again (most of a large
+/// table, most ticks; a sequential compare instead of a hash lookup per flow).
 #[derive(Default)]
 struct FlowBuffers {
     keys: Vec<roce_observer_common::FlowKey>,
     values: Vec<roce_observer_common::FlowStats>,
+    prev_keys: Vec<roce_observer_common::FlowKey>,
+    prev_values: Vec<roce_observer_common::FlowStats>,
+    /// The engine `refresh` handed all of `keys` and `values` to (None after any other read).
+    engine: Option<u64>,
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -260,10 +268,21 @@ impl Drop for KernelSource {
 /// Copy the kernel's events and maps into the engine (map values are absolute).
 pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()> {
     src.drain_events(|ev| engine.ingest_event(ev));
-    let (keys, values) = src.read_flows_buffered()?;
-    for (key, stats) in keys.iter().zip(values) {
-        engine.update_flow(key, stats);
+    let b = &mut src.flow_buffers;
+    let same_engine = b.engine.take() == Some(engine.id());
+    // The last read, all handed to `engine`, becomes the previous one.
+    std::mem::swap(&mut b.keys, &mut b.prev_keys);
+    std::mem::swap(&mut b.values, &mut b.prev_values);
+    src.read_flow_table()?;
+    let b = &mut src.flow_buffers;
+    for (i, (key, stats)) in b.keys.iter().zip(&b.values).enumerate() {
+        let unchanged =
+            same_engine && b.prev_keys.get(i) == Some(key) && b.prev_values.get(i) == Some(stats);
+        if !unchanged {
+            engine.update_flow(key, stats);
+        }
     }
+    b.engine = Some(engine.id());
     for (key, stats) in src.read_pfc()? {
         engine.update_pfc(&key, &stats);
     }
