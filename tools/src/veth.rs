@@ -254,11 +254,22 @@ fn live_tick(
     let c1 = cpu_time();
     let now = roce_observer::sink::logdir::now_ns();
     let mut snap = engine.snapshot(now);
+    let c_snap = cpu_time();
     outputs.interval(&mut snap, &mut std::io::sink())?;
+    let c_out = cpu_time();
     engine.begin_interval(now);
     let flows = snap.flows.len();
     drop(snap);
     let c2 = cpu_time();
+    if std::env::var_os("ROCE_BENCH_SPLIT").is_some() {
+        eprintln!(
+            "split: read {:?} snapshot {:?} outputs {:?} interval+drop {:?}",
+            c1.saturating_sub(c0),
+            c_snap.saturating_sub(c1),
+            c_out.saturating_sub(c_snap),
+            c2.saturating_sub(c_out)
+        );
+    }
     Ok(Tick {
         read: c1.saturating_sub(c0),
         whole: c2.saturating_sub(c0),
@@ -271,7 +282,8 @@ fn live_tick(
 /// with nothing changed, with 2% of the flows changed and with every flow changed since the
 /// last tick (the changes replayed between ticks, outside the timing). Prints CPU ms per tick,
 /// the share of a core at a 1 s interval, the tick's ratio to its own map read (the floor: what
-/// any reader pays to copy the map out), and user memory per flow.
+/// any reader pays to copy the map out), and user memory per flow. `ROCE_BENCH_SPLIT=1` also
+/// prints each tick's CPU time split into map read, snapshot, outputs and interval start.
 pub fn user_space(flows: u32) -> anyhow::Result<()> {
     use roce_observer::{
         engine::{Engine, EngineConfig},

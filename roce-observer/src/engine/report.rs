@@ -17,7 +17,7 @@ use super::{
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
     ecmp_advice,
-    flows::{self, FlowEntry},
+    flows::{self, FastHash, FlowEntry},
     latency::{rtt_summary, sketch},
     show_mac,
     snapshot::{
@@ -245,7 +245,7 @@ impl Engine {
             with_samples: 0,
         };
         // One "iface/direction" string per observation point, shared by its flows.
-        let mut points: HashMap<(u32, u8), Arc<str>> = HashMap::new();
+        let mut points: HashMap<(u32, u8), Arc<str>, FastHash> = HashMap::default();
         let mut rebuild: Vec<(usize, &FlowKey, &FlowEntry, f64)> = Vec::new();
         for (k, e) in &self.flows {
             let s = e.stats();
