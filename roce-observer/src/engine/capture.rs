@@ -30,6 +30,9 @@ impl Engine {
     /// Capture path: one captured frame. `ts_ns` = capture time (ns since the epoch),
     /// `orig_len` = length on the wire, `ifindex` = capture interface (0 for pcap).
     pub fn ingest_frame(&mut self, ts_ns: u64, data: &[u8], orig_len: u32, ifindex: u32) {
+        // Frames change flows through the shared observation code, not flow by flow: the
+        // next snapshot looks at every flow.
+        self.shown.get_mut().valid = false;
         self.seen(ts_ns);
         let mut events = std::mem::take(&mut self.event_buf);
         let mut tables = CaptureTables {

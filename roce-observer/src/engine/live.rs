@@ -33,6 +33,7 @@ impl Engine {
                 added
             }
         };
+        self.dirty.get_mut().push(*key);
         self.alerts.classes(key, added, ts, &self.cfg);
     }
 

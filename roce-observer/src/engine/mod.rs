@@ -142,9 +142,11 @@ pub struct Engine {
     pauses: PauseLog,
     /// Tells engines apart (a kernel source skips map entries it already gave this engine).
     id: u64,
-    /// Every flow key in snapshot order, kept between snapshots so that only new flows are
-    /// sorted in (report.rs).
-    order: RefCell<Vec<FlowKey>>,
+    /// The last snapshot's per-flow results, kept so that the next one redoes only the flows
+    /// that changed (report.rs).
+    shown: RefCell<report::Shown>,
+    /// Flows changed since the last snapshot (kernel path: `update_flow`, latency samples).
+    dirty: RefCell<Vec<FlowKey>>,
 }
 
 /// Frame classes and error counters, one block per direction (see [`dir_index`]).
@@ -191,7 +193,8 @@ impl Engine {
             steps: Steps::default(),
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
-            order: RefCell::new(Vec::new()),
+            shown: RefCell::default(),
+            dirty: RefCell::default(),
             id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -203,7 +206,7 @@ impl Engine {
     pub fn set_iface_name(&mut self, ifindex: u32, name: &str) {
         self.iface_names.insert(ifindex, name.to_string());
         // Names are part of every flow's view and of the flow order.
-        self.order.get_mut().clear();
+        *self.shown.get_mut() = report::Shown::default();
         for e in self.flows.values_mut() {
             e.view.clear();
             e.ordered.set(false);

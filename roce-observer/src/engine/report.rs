@@ -2,7 +2,7 @@
 //! counters, the latency sketches, the ECMP views and the alerts.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::Arc,
 };
 
@@ -26,6 +26,24 @@ use super::{
     },
     steps,
 };
+
+/// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
+#[derive(Default)]
+pub(super) struct Shown {
+    /// Every flow key, in snapshot order.
+    keys: Vec<FlowKey>,
+    views: Vec<Option<Arc<FlowSnapshot>>>,
+    loads: Vec<Option<FlowLoad>>,
+    /// Whether the flow has latency samples.
+    sampled: Vec<bool>,
+    /// Flows that may raise a table alert (counts only grow: once in, they stay).
+    alerting: BTreeSet<usize>,
+    /// Flows whose last view had a rate other than zero.
+    rated: Vec<usize>,
+    /// The results stand for every flow as of the last snapshot, apart from `dirty` ones.
+    pub(super) valid: bool,
+    last_interval_empty: bool,
+}
 
 /// What [`Engine::flow_pass`] gathers for the snapshot.
 struct FlowPass<'a> {
@@ -180,8 +198,7 @@ impl Engine {
             latency: LatencySnapshot {
                 observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
                 overall: rtt_summary(Some(&self.rtt_overall)),
-                flows_with_samples: self.flows.values().filter(|e| e.rtt().is_some()).count()
-                    as u64,
+                flows_with_samples: pass.with_samples,
                 pending: self.pending.waiting() as u64,
                 relative_accuracy: sketch::ALPHA,
             },
@@ -202,24 +219,29 @@ impl Engine {
         }
     }
 
-    /// Everything the snapshot needs from each flow, in one pass over the table (each pass
-    /// over 100,000 flows is a cache miss per flow): the flows with packets in snapshot order
-    /// (source, destination, QP, interface name, direction), the flows that may raise a
-    /// table alert, the ECMP loads, the flows with latency samples.
+    /// Everything the snapshot needs from each flow: the flows with packets in snapshot order
+    /// (source, destination, QP, interface name, direction), the flows that may raise a table
+    /// alert, the ECMP loads, the number of flows with latency samples.
     ///
-    /// A flow's view is rebuilt only when the flow changed since the last snapshot or its rate
-    /// did; otherwise the last snapshot's view is shared. Only flows new since the last
-    /// snapshot are sorted in (a stable sort of a sorted run plus a few is linear); each flow
-    /// keeps its place in the order (`slot`), so the pass walks the table in memory order.
+    /// Kept in `shown` between snapshots, by each flow's place in the order (`slot`). A full
+    /// pass over the table (each pass over 100,000 flows is a cache miss per flow) only when
+    /// flows were added, frames were fed (the capture path changes flows wherever the shared
+    /// observation does), names changed, or an interval was empty; otherwise only the flows
+    /// noted in `dirty` and those whose last rate was not zero (it becomes zero, or moves with
+    /// the interval) are redone. A flow's view is rebuilt only when the flow changed or its
+    /// rate did; otherwise the last snapshot's view is shared.
     fn flow_pass(&self, interval_ns: u64, interval_s: f64) -> FlowPass<'_> {
-        let mut order = self.order.borrow_mut();
-        let before = order.len();
-        for (k, e) in &self.flows {
-            if !e.ordered.replace(true) {
-                order.push(*k);
+        let mut shown = self.shown.borrow_mut();
+        let dirty = std::mem::take(&mut *self.dirty.borrow_mut());
+        let grown = shown.keys.len() != self.flows.len();
+        if grown {
+            // Flows are never removed: the new ones are those not yet in the order.
+            let before = shown.keys.len();
+            for (k, e) in &self.flows {
+                if !e.ordered.replace(true) {
+                    shown.keys.push(*k);
+                }
             }
-        }
-        if order.len() != before {
             let cmp = |a: &FlowKey, b: &FlowKey| {
                 (a.src_ip, a.dst_ip, a.dst_qp)
                     .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
@@ -227,44 +249,63 @@ impl Engine {
                     .then(a.direction.cmp(&b.direction))
             };
             if before == 0 {
-                order.sort_unstable_by(cmp);
+                shown.keys.sort_unstable_by(cmp);
             } else {
-                order.sort_by(cmp);
+                shown.keys.sort_by(cmp);
             }
-            for (slot, k) in order.iter().enumerate() {
+            for (slot, k) in shown.keys.iter().enumerate() {
                 if let Some(e) = self.flows.get(k) {
                     e.slot.set(slot);
                 }
             }
         }
-        let mut views: Vec<Option<Arc<FlowSnapshot>>> = vec![None; order.len()];
-        let mut pass = FlowPass {
-            flows: Vec::new(),
-            troubled: Vec::new(),
-            ecmp: Vec::with_capacity(self.flows.len()),
-            with_samples: 0,
+        let full = grown || !shown.valid || interval_ns == 0 || shown.last_interval_empty;
+        shown.last_interval_empty = interval_ns == 0;
+        let n = shown.keys.len();
+        let mut redo: Vec<(usize, &FlowKey, &FlowEntry)> = if full {
+            shown.views = vec![None; n];
+            shown.loads = vec![None; n];
+            shown.sampled = vec![false; n];
+            shown.alerting.clear();
+            shown.rated.clear();
+            self.flows
+                .iter()
+                .map(|(k, e)| (e.slot.get(), k, e))
+                .collect()
+        } else {
+            let rated = std::mem::take(&mut shown.rated);
+            dirty
+                .iter()
+                .filter_map(|k| self.flows.get_key_value(k))
+                .map(|(k, e)| (e.slot.get(), k, e))
+                .chain(rated.into_iter().filter_map(|slot| {
+                    let (k, e) = self.flows.get_key_value(shown.keys.get(slot)?)?;
+                    Some((slot, k, e))
+                }))
+                .collect()
         };
-        // One "iface/direction" string per observation point, shared by its flows.
+        shown.valid = true;
+        // In snapshot order, so that rebuilt views lie in memory in the order every renderer
+        // reads them (a pass over scattered views was a cache miss per flow).
+        redo.sort_unstable_by_key(|(slot, ..)| *slot);
+        redo.dedup_by_key(|(slot, ..)| *slot);
         let mut points: HashMap<(u32, u8), Arc<str>, FastHash> = HashMap::default();
-        let mut rebuild: Vec<(usize, &FlowKey, &FlowEntry, f64)> = Vec::new();
-        for (k, e) in &self.flows {
+        for (slot, k, e) in redo {
+            if slot >= n {
+                continue;
+            }
             let s = e.stats();
-            pass.with_samples += u64::from(e.rtt().is_some());
+            shown.sampled[slot] = e.rtt().is_some();
             if may_alert(s) {
-                pass.troubled.push((k, s));
+                shown.alerting.insert(slot);
             }
             if s.packets == 0 {
                 continue;
             }
-            pass.ecmp.push(FlowLoad {
-                dst_qp: k.dst_qp,
-                tuple: FiveTuple {
-                    src: show_ip(k.src_ip),
-                    dst: show_ip(k.dst_ip),
-                    sport: s.udp_sports[0],
-                    dport: self.cfg.roce_port,
-                },
-                point: points
+            // One "iface/direction" string per observation point, shared by its flows.
+            let point = match shown.loads[slot].take() {
+                Some(l) => l.point,
+                None => points
                     .entry((k.ifindex, k.direction))
                     .or_insert_with(|| {
                         format!(
@@ -275,6 +316,16 @@ impl Engine {
                         .into()
                     })
                     .clone(),
+            };
+            shown.loads[slot] = Some(FlowLoad {
+                dst_qp: k.dst_qp,
+                tuple: FiveTuple {
+                    src: show_ip(k.src_ip),
+                    dst: show_ip(k.dst_ip),
+                    sport: s.udp_sports[0],
+                    dport: self.cfg.roce_port,
+                },
+                point,
                 bytes: s.bytes,
                 sports: s.udp_sports,
             });
@@ -283,28 +334,27 @@ impl Engine {
             } else {
                 0.0
             };
-            match e.view.take() {
-                Some(v) if v.rate_bps.to_bits() == rate.to_bits() => {
-                    e.view.set(Arc::clone(&v));
-                    if let Some(place) = views.get_mut(e.slot.get()) {
-                        *place = Some(v);
-                    }
-                }
-                _ => rebuild.push((e.slot.get(), k, e, rate)),
-            }
-        }
-        // Built in snapshot order, so that they lie in memory in the order every renderer
-        // reads them (a pass over scattered views was a cache miss per flow).
-        rebuild.sort_unstable_by_key(|(slot, ..)| *slot);
-        for (slot, k, e, rate) in rebuild {
-            let view = Arc::new(self.flow_view(k, e, rate));
+            let view = match e.view.take() {
+                Some(v) if v.rate_bps.to_bits() == rate.to_bits() => v,
+                _ => Arc::new(self.flow_view(k, e, rate)),
+            };
             e.view.set(Arc::clone(&view));
-            if let Some(place) = views.get_mut(slot) {
-                *place = Some(view);
+            shown.views[slot] = Some(view);
+            if rate != 0.0 {
+                shown.rated.push(slot);
             }
         }
-        pass.flows = views.into_iter().flatten().collect();
-        pass
+        FlowPass {
+            flows: shown.views.iter().flatten().cloned().collect(),
+            troubled: shown
+                .alerting
+                .iter()
+                .filter_map(|slot| self.flows.get_key_value(shown.keys.get(*slot)?))
+                .map(|(k, e)| (k, e.stats()))
+                .collect(),
+            ecmp: shown.loads.iter().flatten().cloned().collect(),
+            with_samples: shown.sampled.iter().filter(|s| **s).count() as u64,
+        }
     }
 
     /// Interface names in order, without building them for known interfaces.

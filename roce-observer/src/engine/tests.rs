@@ -523,9 +523,19 @@ fn unchanged_flows_keep_their_view_and_changed_ones_are_rebuilt() {
     assert_eq!(view(&sampled, 0x11).rtt_ns.count, 1);
     assert_eq!(view(&next, 0x11).rtt_ns.count, 0);
 
+    // b loses packets (a PSN gap: a table alert) while a stays as it was.
+    e.begin_interval(T0 + 4 * SEC);
+    let mut gap = stats(30, T0 + 5 * SEC);
+    gap.psn_gaps = 1;
+    gap.psn_missing = 2;
+    e.update_flow(&b, &gap);
+    let sampled = e.snapshot(T0 + 5 * SEC);
+    assert!(sampled.alerts.iter().any(|al| al.kind == "packet_loss"));
+    assert_eq!(sampled.latency.flows_with_samples, 1);
+
     // Renaming the interface drops every view: the same snapshot, built from scratch.
     e.set_iface_name(3, "veth0");
-    let fresh = e.snapshot(T0 + 4 * SEC);
+    let fresh = e.snapshot(T0 + 5 * SEC);
     assert!(!Arc::ptr_eq(&view(&sampled, 0x22), &view(&fresh, 0x22)));
     assert_eq!(sampled, fresh);
     assert_eq!(
