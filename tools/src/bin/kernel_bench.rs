@@ -6,8 +6,12 @@
 //! `QPS` queue pairs (default 1000; 0 skips it), timed by the kernel's BPF statistics.
 //! Numbers, not assertions: these machines are shared and noisy.
 //!
+//! After the test-run table: `run --kernel-log` off vs on, the same frames through both, and the
+//! programs' size after the verifier (off, the logging code is removed).
+//!
 //! Last, user space at scale (tools/src/veth.rs): `FLOWS` flows (default 100,000; 0 skips it)
-//! read from the kernel's map and turned into a snapshot per report tick, CPU time and memory.
+//! in the kernel's map, report ticks as the live loop runs them with a log directory and a
+//! metrics file, with nothing, 2% and every flow changed: CPU time per tick and memory per flow.
 //!
 //! usage: kernel-bench [REPEAT] [QPS] [FLOWS]
 
