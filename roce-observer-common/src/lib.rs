@@ -16,6 +16,7 @@ pub mod account;
 pub mod counters;
 pub mod event;
 pub mod flow;
+pub mod frame_kind;
 /// Test frames (feature `frames`; user space only, needs `alloc`).
 #[cfg(any(test, feature = "frames"))]
 pub mod frames;

@@ -11,6 +11,7 @@
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 #![no_main]
 
+mod diag;
 mod maps;
 mod observe;
 mod view;
@@ -43,6 +44,7 @@ fn xdp(ctx: &XdpContext, view: view::XdpView) -> u32 {
     // SAFETY: reading a field of the context the kernel passed in.
     let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
     observe::observe(&view, ifindex, Direction::Ingress as u8);
+    diag::flush();
     xdp_action::XDP_PASS
 }
 
@@ -51,6 +53,7 @@ pub fn roce_observer_tc(ctx: TcContext) -> i32 {
     // SAFETY: reading a field of the context the kernel passed in.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
     observe::observe(&view::TcView::new(&ctx), ifindex, Direction::Egress as u8);
+    diag::flush();
     // PIPE: let the next filter or the default action decide, as if we were not here.
     TC_ACT_PIPE
 }

@@ -100,7 +100,10 @@ impl Flows for FlowMap {
             // SAFETY (both arms): a map value pointer from a successful lookup, as above.
             Some(stats) if inserted.is_ok() => Entry::New(unsafe { &mut *stats }),
             Some(stats) => Entry::Found(unsafe { &mut *stats }),
-            None => Entry::Full,
+            None => {
+                crate::diag::flow_table_full(key);
+                Entry::Full
+            }
         }
     }
 
@@ -121,7 +124,9 @@ impl Tables for Maps {
             roce: global(&ROCE_PORT),
             vxlan: global(&VXLAN_PORT),
         };
-        parse_mirrored(p, ports, point)
+        let frame = parse_mirrored(p, ports, point);
+        crate::diag::frame(&frame);
+        frame
     }
 
     #[inline(always)]
@@ -254,7 +259,10 @@ impl Tables for Maps {
                 };
                 entry.submit(wake);
             }
-            None => count(Counter::RingbufFull, direction),
+            None => {
+                count(Counter::RingbufFull, direction);
+                crate::diag::ring_buffer_full();
+            }
         }
     }
 }

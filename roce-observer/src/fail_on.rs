@@ -51,7 +51,7 @@ impl Kind {
 
 /// Sum of a per-flow count over every flow.
 fn flow_sum(s: &Snapshot, f: fn(&FlowSnapshot) -> u64) -> f64 {
-    s.flows.iter().map(f).sum::<u64>() as f64
+    s.flows.iter().map(|flow| f(flow)).sum::<u64>() as f64
 }
 
 fn xoff_frames(s: &Snapshot) -> f64 {

@@ -172,6 +172,8 @@ pub async fn run_live<S: LiveSource>(
     // Set once the source has ended and its last state is on screen.
     let mut ended = false;
     let mut tripped: Option<GateFailed> = None;
+    // The source's log lines while the terminal UI is up, shown once it is gone.
+    let mut held_log = Vec::new();
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -200,6 +202,7 @@ pub async fn run_live<S: LiveSource>(
             }
             _ = tick.tick(), if !ended => {
                 let state = src.refresh(engine)?;
+                source_log(src, ui.is_some(), &mut held_log);
                 let now = src.now_ns();
                 let mut snap = schedule.snapshot(engine, now);
                 outputs.interval(&mut snap, stdout)?;
@@ -236,6 +239,7 @@ pub async fn run_live<S: LiveSource>(
     drop(ui);
     drop(events);
     let refreshed = src.refresh(engine);
+    source_log(src, false, &mut held_log);
     let warnings = src.stop();
     refreshed?;
     let mut snap = schedule.snapshot(engine, src.now_ns());
@@ -243,6 +247,20 @@ pub async fn run_live<S: LiveSource>(
     // The interval that ended the run is the reason; else the final report is judged.
     let tripped = tripped.or_else(|| schedule.gate.judge.judge(&snap).err());
     Ok(Ended { warnings, tripped })
+}
+
+/// The source's log lines (`run --kernel-log`) go to stderr, except while the terminal UI is
+/// up: writing there would tear the screen, so they wait (the last 1000) for it to close.
+fn source_log<S: LiveSource>(src: &mut S, ui_up: bool, held: &mut Vec<String>) {
+    held.extend(src.take_log());
+    if ui_up {
+        let excess = held.len().saturating_sub(1000);
+        held.drain(..excess);
+        return;
+    }
+    for line in held.drain(..) {
+        eprintln!("roce-observer: kernel: {line}");
+    }
 }
 
 /// The source has ended: put its last state on screen, marked as ended. Returns false when

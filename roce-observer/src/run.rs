@@ -99,6 +99,11 @@ pub struct RunArgs {
     /// it is judged on the final report too (Ctrl-C, --duration).
     #[arg(long = "fail-on", value_name = "EXPR", value_parser = fail_on::parse)]
     pub fail_on: Vec<FailOn>,
+    /// Log rare kernel-side events to stderr (after the UI closes when it is up): the flow
+    /// table full, the event ring buffer full, the first frame of each header combination.
+    /// Off by default; off, the kernel programs carry no logging code at all.
+    #[arg(long)]
+    pub kernel_log: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -263,6 +268,7 @@ async fn run_kernel<F: Future<Output = ()>>(
         },
         burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
         burst_window_ns: cfg.burst_window_ns,
+        kernel_log: args.kernel_log,
         ..KernelOptions::default()
     };
     let mut src = KernelSource::load(&opts)?;

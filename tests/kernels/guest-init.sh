@@ -66,7 +66,7 @@ for run in $RUNS; do
 		ifaces="$ifaces${ifaces:+,}a$i,b$i"
 		i=$((i + 1))
 	done
-	$OBSERVER run -i "$ifaces" --no-tui --json --pmtu "$pmtu" >$out.json 2>>$out.err &
+	$OBSERVER run -i "$ifaces" --no-tui --json --pmtu "$pmtu" $RUN_ARGS >$out.json 2>>$out.err &
 	pid=$!
 	# Loading under TCG takes tens of seconds (the verifier runs emulated): up to 300 s.
 	t=0

@@ -97,7 +97,7 @@ fn erspan_frames_are_unwrapped_in_the_kernel() {
     require_root();
     let pcap = integration_tests::fixtures_dir().join("erspan.pcap");
     let frames = read_frames(&pcap).expect("erspan fixture reads");
-    let src = KernelSource::load(&KernelOptions::default()).expect("BPF programs load");
+    let mut src = KernelSource::load(&KernelOptions::default()).expect("BPF programs load");
     for frame in &frames {
         assert_eq!(src.test_run_xdp(frame).expect("test run"), XDP_PASS);
     }
@@ -151,4 +151,59 @@ fn vxlan_port_is_configurable() {
     // (ERSPAN II around VXLAN) stay non-RoCE.
     assert_eq!(counters[Counter::RocePackets as usize], 3);
     assert_eq!(counters[Counter::NonRoce as usize], 6);
+}
+
+/// `run --kernel-log` (issue 12): with it, new flows past a tiny flow table are logged, and the
+/// first frame of its header combination; without it the same frames log nothing, and the
+/// verifier has removed the logging code (a smaller translated program).
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn kernel_log_tells_of_a_full_flow_table_only_when_on() {
+    use roce_observer_common::frames::RoceFrame;
+    require_root();
+    let mut sizes = Vec::new();
+    for on in [false, true] {
+        let mut src = KernelSource::load(&KernelOptions {
+            max_flows: 2,
+            kernel_log: on,
+            ..KernelOptions::default()
+        })
+        .expect("BPF programs load (run as root)");
+        for qp in 0..4 {
+            let frame = RoceFrame::new(0x04, 0x100 + qp, 1).build();
+            assert_eq!(src.test_run_xdp(&frame).expect("test run"), XDP_PASS);
+        }
+        let full = src.read_counters().expect("counters")[0]
+            [roce_observer_common::Counter::MapFull as usize];
+        assert_eq!(full, 2, "two of four flows do not fit");
+        let lines = src.take_kernel_log();
+        if on {
+            // Occurrences 1 and 2 on the CPU that ran them (powers of two are logged).
+            let full: Vec<&String> = lines
+                .iter()
+                .filter(|l| {
+                    l.starts_with("flow table full: ::ffff:192.0.2.1 -> ::ffff:192.0.2.2 QP")
+                })
+                .collect();
+            assert_eq!(full.len(), 2, "{lines:?}");
+            assert!(
+                full[0].contains("QP 258 not tracked (occurrence 1"),
+                "{lines:?}"
+            );
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l
+                        == "first frame of its kind on a CPU: RoCE IPv4 untagged RC (kind 32)"),
+                "{lines:?}"
+            );
+        } else {
+            assert_eq!(lines, Vec::<String>::new());
+        }
+        sizes.push(src.xdp_translated_bytes().expect("program info"));
+    }
+    assert!(
+        sizes[0] < sizes[1],
+        "off, the verifier removes the logging code: {sizes:?} bytes"
+    );
 }

@@ -234,13 +234,87 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
+/// One SEND_ONLY request of 16 bytes on each of the first `qps` queue pairs of
+/// `steady_frames(_, _, 16)`, with PSN `round`: the same flows, counters moved on in order (no
+/// gap, no retransmission, so no alert).
+fn next_requests(qps: u32, round: u32) -> impl Iterator<Item = Vec<u8>> {
+    use roce_observer_common::frames::RoceFrame;
+    (0..qps).map(move |qp| {
+        RoceFrame {
+            payload: 16,
+            tos: 0x6a,
+            udp_sport: 49152 + (qp % 1024) as u16,
+            ..RoceFrame::new(0x04, 0x100 + qp, round)
+        }
+        .build()
+    })
+}
+
+/// CPU time of one report tick of the live loop, split into the map read and the whole tick.
+struct Tick {
+    read: Duration,
+    whole: Duration,
+    flows: usize,
+}
+
+/// What the live loop does every report interval with `run --no-tui --log-dir D --prom-file F`:
+/// read the maps, take the snapshot, write the log batch and the metrics file, start the next
+/// interval.
+fn live_tick(
+    src: &mut KernelSource,
+    engine: &mut roce_observer::engine::Engine,
+    outputs: &mut roce_observer::sink::outputs::Outputs,
+) -> anyhow::Result<Tick> {
+    let c0 = cpu_time();
+    roce_observer::source::kernel::refresh(src, engine)?;
+    let c1 = cpu_time();
+    let now = roce_observer::sink::logdir::now_ns();
+    let mut snap = engine.snapshot(now);
+    let c_snap = cpu_time();
+    outputs.interval(&mut snap, &mut std::io::sink())?;
+    let c_out = cpu_time();
+    engine.begin_interval(now);
+    let flows = snap.flows.len();
+    drop(snap);
+    let c2 = cpu_time();
+    if std::env::var_os("ROCE_BENCH_SPLIT").is_some() {
+        eprintln!(
+            "split: read {:?} snapshot {:?} outputs {:?} interval+drop {:?}",
+            c1.saturating_sub(c0),
+            c_snap.saturating_sub(c1),
+            c_out.saturating_sub(c_snap),
+            c2.saturating_sub(c_out)
+        );
+    }
+    Ok(Tick {
+        read: c1.saturating_sub(c0),
+        whole: c2.saturating_sub(c0),
+        flows,
+    })
+}
+
 /// User space at scale: `flows` flows in the kernel's map (one request each, replayed on the
-/// veth), read and turned into a snapshot as the live loop does on every report tick.
+/// veth), then report ticks as the live loop runs them with a log directory and a metrics file:
+/// with nothing changed, with 2% of the flows changed and with every flow changed since the
+/// last tick (the changes replayed between ticks, outside the timing). Prints CPU ms per tick,
+/// the share of a core at a 1 s interval, the tick's ratio to its own map read (the floor: what
+/// any reader pays to copy the map out), and user memory per flow. `ROCE_BENCH_SPLIT=1` also
+/// prints each tick's CPU time split into map read, snapshot, outputs and interval start.
 pub fn user_space(flows: u32) -> anyhow::Result<()> {
     use roce_observer::{
         engine::{Engine, EngineConfig},
-        source::kernel::refresh,
+        sink::{
+            logdir::LogDirConfig,
+            metrics::DEFAULT_TOP_FLOWS,
+            outputs::{IntervalTables, OutputPlan, Outputs},
+        },
     };
+    // ROCE_BENCH_TICKS: more ticks per case (for a profiler).
+    let ticks: u32 = std::env::var("ROCE_BENCH_TICKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(2);
     let dir = std::env::temp_dir().join(format!("roce-user-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let pcap = dir.join("flows.pcap");
@@ -253,33 +327,82 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
         })?;
         src.attach(&ns.b, aya::programs::XdpMode::Default)?;
         replay(&mut src, &pcap, &ns.a)?;
-        let mut engine = Engine::new(EngineConfig::default());
         let rss0 = rss_bytes();
-        let cpu0 = cpu_time();
-        refresh(&mut src, &mut engine)?;
-        let first = cpu_time().saturating_sub(cpu0);
-        let rss1 = rss_bytes();
-        let ticks = 5u32;
-        let mut seen = 0;
-        let cpu0 = cpu_time();
-        for _ in 0..ticks {
-            refresh(&mut src, &mut engine)?;
-            let snap = engine.snapshot(engine.last_ts());
-            seen = snap.flows.len();
-            engine.begin_interval(engine.last_ts());
-        }
-        let per_tick = cpu_time().saturating_sub(cpu0) / ticks;
-        let _ = src.detach_all();
+        let mut engine = Engine::new(EngineConfig::default());
+        let mut outputs = Outputs::open(OutputPlan {
+            json: false,
+            interval_tables: IntervalTables::Off,
+            log_dir: Some(LogDirConfig {
+                dir: dir.join("logs"),
+                max_bytes: 1 << 30,
+                max_files: 2,
+                max_age_ns: 0,
+                full_every_ns: 0,
+            }),
+            prom_file: Some(dir.join("roce.prom")),
+            metrics: None,
+            metrics_top_flows: DEFAULT_TOP_FLOWS,
+        })?;
+        let first = live_tick(&mut src, &mut engine, &mut outputs)?;
         println!();
         println!(
-            "user space, {seen} flows in the kernel map (live loop: map read + snapshot per tick)"
+            "user space, {} flows in the kernel map: report ticks of `run --no-tui --log-dir D --prom-file F` (map read, snapshot, log batch, metrics file), CPU time of this process; per case {ticks} ticks, the first (the change of case: every rate moves) apart, the mean of the others",
+            first.flows
         );
         println!(
-            "first read {:.1} ms; per tick {:.1} ms = {:.1}% of a core at a 1 s interval (target <= 10% at 100,000 flows); engine memory {:.0} bytes per flow",
-            first.as_secs_f64() * 1e3,
-            per_tick.as_secs_f64() * 1e3,
-            per_tick.as_secs_f64() * 100.0,
-            rss1.saturating_sub(rss0) as f64 / f64::from(seen.max(1) as u32)
+            "{:<30} {:>8} {:>9} {:>9} {:>10} {:>12} {:>10}",
+            "case", "changed", "read ms", "tick ms", "tick/read", "% core @1 s", "1st ms"
+        );
+        let row = |name: &str, changed: u32, t: &Tick, n: u32, first: Option<Duration>| {
+            let (read, whole) = (t.read / n, t.whole / n);
+            println!(
+                "{:<30} {:>8} {:>9.1} {:>9.1} {:>9.1}x {:>11.1}% {:>10}",
+                name,
+                changed,
+                read.as_secs_f64() * 1e3,
+                whole.as_secs_f64() * 1e3,
+                whole.as_secs_f64() / read.as_secs_f64().max(1e-9),
+                whole.as_secs_f64() * 100.0,
+                first.map_or("-".into(), |f| format!("{:.1}", f.as_secs_f64() * 1e3))
+            );
+        };
+        row("first tick (every flow new)", flows, &first, 1, None);
+        let mut round = 0;
+        let few = (flows / 50).max(1);
+        let cases = [
+            ("nothing changed", 0),
+            ("every flow changed", flows),
+            ("2% of the flows changed", few),
+        ];
+        for (name, changed) in cases {
+            let mut sum = Tick {
+                read: Duration::ZERO,
+                whole: Duration::ZERO,
+                flows: 0,
+            };
+            let mut first = None;
+            for n in 0..ticks {
+                if changed > 0 {
+                    // Every tick the same flows move on by one PSN (a new capture per round).
+                    round += 1;
+                    write_pcap(&pcap, next_requests(changed, round))?;
+                    replay(&mut src, &pcap, &ns.a)?;
+                }
+                let t = live_tick(&mut src, &mut engine, &mut outputs)?;
+                if n == 0 {
+                    first = Some(t.whole);
+                } else {
+                    sum.read += t.read;
+                    sum.whole += t.whole;
+                }
+            }
+            row(name, changed, &sum, ticks - 1, first);
+        }
+        let rss1 = rss_bytes();
+        let _ = src.detach_all();
+        println!(
+            "user memory {:.0} bytes per flow (RSS growth over the ticks: engine, cached flow views, log baseline); target: <= 10% of a core at 100,000 flows",
+            rss1.saturating_sub(rss0) as f64 / f64::from(flows.max(1))
         );
         Ok(())
     };

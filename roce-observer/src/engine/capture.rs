@@ -31,6 +31,9 @@ impl Engine {
     /// Capture path: one captured frame. `ts_ns` = capture time (ns since the epoch),
     /// `orig_len` = length on the wire, `ifindex` = capture interface (0 for pcap).
     pub fn ingest_frame(&mut self, ts_ns: u64, data: &[u8], orig_len: u32, ifindex: u32) {
+        // Frames change flows through the shared observation code, not flow by flow: the
+        // next snapshot looks at every flow.
+        self.shown.get_mut().valid = false;
         self.seen(ts_ns);
         let mut events = std::mem::take(&mut self.event_buf);
         let mut tables = CaptureTables {
@@ -135,16 +138,18 @@ impl Flows for CaptureFlows<'_> {
     fn entry(&mut self, key: &FlowKey) -> Entry<'_> {
         let full = self.table.len() >= self.max;
         match self.table.entry(*key) {
-            std::collections::hash_map::Entry::Occupied(e) => Entry::Found(&mut e.into_mut().stats),
+            std::collections::hash_map::Entry::Occupied(e) => {
+                Entry::Found(e.into_mut().stats_mut())
+            }
             std::collections::hash_map::Entry::Vacant(_) if full => Entry::Full,
             std::collections::hash_map::Entry::Vacant(e) => {
-                Entry::New(&mut e.insert(FlowEntry::new(self.now)).stats)
+                Entry::New(e.insert(FlowEntry::new(self.now)).stats_mut())
             }
         }
     }
 
     fn get(&mut self, key: &FlowKey) -> Option<&mut FlowStats> {
-        self.table.get_mut(key).map(|e| &mut e.stats)
+        self.table.get_mut(key).map(FlowEntry::stats_mut)
     }
 }
 

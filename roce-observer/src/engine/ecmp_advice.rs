@@ -192,7 +192,7 @@ mod tests {
             dst_qp: u32::from(src) << 16 | u32::from(sport),
             point: "pcap/capture".into(),
             bytes,
-            sports: vec![sport],
+            sports: [sport, 0, 0, 0],
         }
     }
 

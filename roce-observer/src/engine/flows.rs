@@ -2,7 +2,7 @@
 //! `account` in the capture path or copied from the kernel's map in the live path), plus the
 //! state only user space keeps: the latency sketch and the interval baseline.
 
-use std::collections::HashMap;
+use std::{cell::Cell, collections::HashMap, sync::Arc};
 
 use roce_observer_common::{
     FlowKey, FlowStats,
@@ -12,18 +12,40 @@ use roce_observer_common::{
 
 use super::{
     latency::sketch::Sketch,
-    snapshot::{NakCounts, OpcodeCounts},
+    snapshot::{FlowSnapshot, NakCounts, OpcodeCounts},
 };
 // The address form of the snapshot; re-exported where the flow table's users look for it.
 pub use super::snapshot::{show_ip, store_ip};
 
-#[derive(Clone, Debug)]
+/// One flow. `stats` and `rtt` change only through [`FlowEntry::stats_mut`] and
+/// [`FlowEntry::add_rtt_sample`], which drop the flow's cached view: the snapshot rebuilds a
+/// flow only when one of them changed (or its rate did), so a report over 100,000 flows of
+/// which a few changed costs little more than the few.
+#[derive(Debug)]
 pub struct FlowEntry {
-    pub stats: FlowStats,
+    stats: FlowStats,
     /// Latency samples of requests sent on this flow (boxed: most flows have none).
-    pub rtt: Option<Box<Sketch>>,
+    rtt: Option<Box<Sketch>>,
     /// `stats.bytes` at the start of the reporting interval.
     pub base_bytes: u64,
+    /// The flow as the last snapshot showed it (see `report.rs`).
+    pub(super) view: ViewCache,
+    /// The flow is in the engine's sorted flow order (see `report.rs`), at `slot`.
+    pub(super) ordered: Cell<bool>,
+    pub(super) slot: Cell<usize>,
+}
+
+impl Clone for FlowEntry {
+    fn clone(&self) -> FlowEntry {
+        FlowEntry {
+            stats: self.stats,
+            rtt: self.rtt.clone(),
+            base_bytes: self.base_bytes,
+            view: ViewCache::default(),
+            ordered: Cell::new(false),
+            slot: Cell::new(0),
+        }
+    }
 }
 
 impl FlowEntry {
@@ -34,7 +56,57 @@ impl FlowEntry {
             stats,
             rtt: None,
             base_bytes: 0,
+            view: ViewCache::default(),
+            ordered: Cell::new(false),
+            slot: Cell::new(0),
         }
+    }
+
+    pub fn stats(&self) -> &FlowStats {
+        &self.stats
+    }
+
+    /// The counters, to change them: the cached view is dropped.
+    pub fn stats_mut(&mut self) -> &mut FlowStats {
+        self.view.clear();
+        &mut self.stats
+    }
+
+    pub fn rtt(&self) -> Option<&Sketch> {
+        self.rtt.as_deref()
+    }
+
+    pub fn add_rtt_sample(&mut self, ns: u64) {
+        self.view.clear();
+        self.rtt.get_or_insert_with(Default::default).insert(ns);
+    }
+}
+
+/// The last snapshot's view of a flow, shared with that snapshot (a `Cell`: the snapshot is
+/// built from `&Engine`).
+#[derive(Default)]
+pub struct ViewCache(Cell<Option<Arc<FlowSnapshot>>>);
+
+impl ViewCache {
+    pub fn clear(&self) {
+        self.0.set(None);
+    }
+
+    pub fn take(&self) -> Option<Arc<FlowSnapshot>> {
+        self.0.take()
+    }
+
+    pub fn set(&self, view: Arc<FlowSnapshot>) {
+        self.0.set(Some(view));
+    }
+}
+
+impl std::fmt::Debug for ViewCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let view = self.0.take();
+        let cached = view.is_some();
+        self.0.set(view);
+        write!(f, "ViewCache({})", if cached { "cached" } else { "empty" })
     }
 }
 

@@ -61,7 +61,8 @@ impl Engine {
             self.flows.insert(*flow, FlowEntry::new(ts));
         }
         if let Some(e) = self.flows.get_mut(flow) {
-            e.rtt.get_or_insert_with(Default::default).insert(ns);
+            e.add_rtt_sample(ns);
+            self.dirty.get_mut().push(*flow);
         }
         self.rtt_overall.insert(ns);
         if let Some(threshold) = self.cfg.rtt_alert_ns {

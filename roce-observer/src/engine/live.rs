@@ -19,10 +19,10 @@ impl Engine {
         }
         let added = match self.flows.get_mut(key) {
             // Unchanged since the last read (most flows, most ticks): nothing to judge.
-            Some(e) if e.stats == *stats => return,
+            Some(e) if e.stats() == stats => return,
             Some(e) => {
-                let added = Added::between(&e.stats, stats);
-                e.stats = *stats;
+                let added = Added::between(e.stats(), stats);
+                *e.stats_mut() = *stats;
                 added
             }
             None => {
@@ -30,12 +30,13 @@ impl Engine {
                     return;
                 }
                 let mut e = FlowEntry::new(stats.first_ns);
-                let added = Added::between(&e.stats, stats);
-                e.stats = *stats;
+                let added = Added::between(e.stats(), stats);
+                *e.stats_mut() = *stats;
                 self.flows.insert(*key, e);
                 added
             }
         };
+        self.dirty.get_mut().push(*key);
         self.alerts.classes(key, added, ts, &self.cfg);
     }
 

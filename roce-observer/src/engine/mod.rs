@@ -29,10 +29,13 @@ mod report;
 pub mod snapshot;
 pub mod steps;
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    cell::RefCell,
+    collections::{BTreeMap, HashMap},
+};
 
 use roce_observer_common::{
-    Counter, Direction, Event, PfcKey,
+    Counter, Direction, Event, FlowKey, PfcKey,
     mirror::{MirrorKey, MirrorStats},
 };
 
@@ -142,6 +145,13 @@ pub struct Engine {
     paths: PathLoss,
     /// PFC/PAUSE frame times per source, for the storm origin.
     pauses: PauseLog,
+    /// Tells engines apart (a kernel source skips map entries it already gave this engine).
+    id: u64,
+    /// The last snapshot's per-flow results, kept so that the next one redoes only the flows
+    /// that changed (report.rs).
+    shown: RefCell<report::Shown>,
+    /// Flows changed since the last snapshot (kernel path: `update_flow`, latency samples).
+    dirty: RefCell<Vec<FlowKey>>,
 }
 
 /// Frame classes and error counters, one block per direction (see [`dir_index`]).
@@ -189,6 +199,12 @@ impl Engine {
             steps: Steps::default(),
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
+            shown: RefCell::default(),
+            dirty: RefCell::default(),
+            id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
             cfg,
         }
     }
@@ -198,11 +214,22 @@ impl Engine {
         // A capture that declares several interfaces (pcapng) may hold one flow at several
         // points, written in any order (dumpcap writes each interface's packets in batches).
         self.paths.several_points = self.iface_names.len() >= 2;
+        // Names are part of every flow's view and of the flow order.
+        *self.shown.get_mut() = report::Shown::default();
+        for e in self.flows.values_mut() {
+            e.view.clear();
+            e.ordered.set(false);
+        }
     }
 
     /// Attach the capture's own counts (shown in the summary).
     pub fn set_capture_summary(&mut self, c: CaptureSummary) {
         self.capture = Some(c);
+    }
+
+    /// This engine's identity among the engines of the process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Frames counted so far, all directions.
@@ -233,7 +260,7 @@ impl Engine {
     pub fn begin_interval(&mut self, now_ns: u64) {
         self.interval_start = Some(now_ns);
         for e in self.flows.values_mut() {
-            e.base_bytes = e.stats.bytes;
+            e.base_bytes = e.stats().bytes;
         }
         for e in self.pfc.values_mut() {
             e.timeline.mark(now_ns);

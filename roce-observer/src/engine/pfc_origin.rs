@@ -93,7 +93,7 @@ impl Engine {
     fn shared_flow_ifaces(&self, ifaces: &HashSet<u32>) -> HashSet<(u32, u32)> {
         let mut seen: HashMap<([u8; 16], [u8; 16], u32), Vec<u32>> = HashMap::new();
         for (k, e) in self.flows.iter() {
-            if e.stats.packets() > 0 && ifaces.contains(&k.ifindex) {
+            if e.stats().packets() > 0 && ifaces.contains(&k.ifindex) {
                 let at = seen.entry((k.src_ip, k.dst_ip, k.dst_qp)).or_default();
                 if !at.contains(&k.ifindex) {
                     at.push(k.ifindex);

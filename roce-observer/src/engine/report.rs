@@ -1,10 +1,13 @@
 //! The snapshot: what the renderers read, built from the flow table, the PFC table, the
 //! counters, the latency sketches, the ECMP views and the alerts.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
+};
 
 use roce_observer_common::{
-    Counter, Direction, FlowKey,
+    Counter, Direction, FlowKey, FlowStats,
     mirror::SEQ_SEEN,
     pfc::{PRIORITY_LINK, quanta_to_ns},
 };
@@ -15,7 +18,7 @@ use super::{
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
     ecmp_advice,
-    flows::{self, FlowEntry},
+    flows::{self, FastHash, FlowEntry},
     latency::{rtt_summary, sketch},
     show_mac,
     snapshot::{
@@ -25,6 +28,45 @@ use super::{
     steps,
 };
 
+/// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
+#[derive(Default)]
+pub(super) struct Shown {
+    /// Every flow key, in snapshot order.
+    keys: Vec<FlowKey>,
+    views: Vec<Option<Arc<FlowSnapshot>>>,
+    loads: Vec<Option<FlowLoad>>,
+    /// Whether the flow has latency samples.
+    sampled: Vec<bool>,
+    /// Flows that may raise a table alert (counts only grow: once in, they stay).
+    alerting: BTreeSet<usize>,
+    /// Flows whose last view had a rate other than zero.
+    rated: Vec<usize>,
+    /// The results stand for every flow as of the last snapshot, apart from `dirty` ones.
+    pub(super) valid: bool,
+    last_interval_empty: bool,
+}
+
+/// What [`Engine::flow_pass`] gathers for the snapshot.
+struct FlowPass<'a> {
+    flows: Vec<Arc<FlowSnapshot>>,
+    /// Flows with a count a table alert is judged on (the alerts' functions filter further).
+    troubled: Vec<(&'a FlowKey, &'a FlowStats)>,
+    ecmp: Vec<FlowLoad>,
+    with_samples: u64,
+}
+
+/// A flow on which `ce_without_cnp`, `flow_problems` or `bursts` may raise an alert.
+fn may_alert(s: &FlowStats) -> bool {
+    s.psn_gaps > 0
+        || s.req_retransmits > 0
+        || s.resp_retransmits > 0
+        || s.naks.iter().any(|n| *n > 0)
+        || s.ecn_ce > 0
+        || s.cnp > 0
+        || s.retransmit_bursts.bursts > 0
+        || s.nak_bursts.bursts > 0
+}
+
 impl Engine {
     /// Everything the renderers show, as of `now_ns` (the end of the reporting interval).
     pub fn snapshot(&self, now_ns: u64) -> Snapshot {
@@ -32,63 +74,8 @@ impl Engine {
         let interval_ns = now_ns.saturating_sub(start);
         let interval_s = interval_ns as f64 / 1e9;
 
-        // Sort references (moving whole records made sorting the biggest cost at 100k flows).
-        let mut order: Vec<(&FlowKey, &FlowEntry)> = self
-            .flows
-            .iter()
-            .filter(|(_, e)| e.stats.packets() > 0)
-            .collect();
-        order.sort_unstable_by(|(a, _), (b, _)| {
-            (a.src_ip, a.dst_ip, a.dst_qp)
-                .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
-                .then_with(|| self.iface_name(a.ifindex).cmp(&self.iface_name(b.ifindex)))
-                .then(a.direction.cmp(&b.direction))
-                .then((a.encap, a.outer_src, a.mirror_id).cmp(&(b.encap, b.outer_src, b.mirror_id)))
-        });
-        let flows: Vec<FlowSnapshot> = order
-            .into_iter()
-            .map(|(k, e)| {
-                let s = &e.stats;
-                let rate = if interval_ns > 0 {
-                    s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
-                } else {
-                    0.0
-                };
-                FlowSnapshot {
-                    src_ip: show_ip(k.src_ip),
-                    dst_ip: show_ip(k.dst_ip),
-                    dst_qp: k.dst_qp,
-                    iface: self.iface_name(k.ifindex),
-                    direction: Direction::from_u8(k.direction).name(),
-                    mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
-                    transport: flows::transport(s),
-                    packets: s.packets(),
-                    bytes: s.bytes,
-                    opcodes: flows::opcode_counts(s),
-                    other_transport: s.other_transport,
-                    psn_gaps: s.psn_gaps,
-                    psn_missing: s.psn_missing,
-                    retransmits: s.retransmits(),
-                    req_retransmits: s.req_retransmits,
-                    resp_retransmits: s.resp_retransmits,
-                    acks: s.acks(),
-                    naks: flows::nak_counts(s),
-                    cnp: s.cnp,
-                    ecn_ce: s.ecn_ce,
-                    ecn_ect: s.ecn_ect(),
-                    dscp: s.dscp,
-                    pcp: flows::pcp(s),
-                    peer_qp: s.peer_qp(),
-                    udp_src_ports: s.udp_src_ports() as u64,
-                    udp_src_port_overflow: s.udp_sport_overflow,
-                    rtt_ns: rtt_summary(e.rtt.as_deref()),
-                    first_ts: s.first_ns,
-                    last_ts: s.last_ns,
-                    rate_bps: rate,
-                    owner: None,
-                }
-            })
-            .collect();
+        let pass = self.flow_pass(interval_ns, interval_s);
+        let flows = pass.flows;
 
         let mut pfc: Vec<PfcSnapshot> = self
             .pfc
@@ -161,7 +148,7 @@ impl Engine {
         // Alerts, plus those judged on the whole table.
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
-        let table = self.flows.iter().map(|(k, e)| (k, &e.stats));
+        let table = pass.troubled.iter().copied();
         alerts.extend(
             ce_without_cnp(table.clone())
                 .iter()
@@ -173,35 +160,8 @@ impl Engine {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });
 
-        let ecmp_flows: Vec<FlowLoad> = self
-            .flows
-            .iter()
-            .filter(|(_, e)| e.stats.packets() > 0)
-            .map(|(k, e)| FlowLoad {
-                dst_qp: k.dst_qp,
-                tuple: FiveTuple {
-                    src: show_ip(k.src_ip),
-                    dst: show_ip(k.dst_ip),
-                    sport: e.stats.udp_sports[0],
-                    dport: self.cfg.roce_port,
-                },
-                point: format!(
-                    "{}/{}",
-                    self.iface_name(k.ifindex),
-                    Direction::from_u8(k.direction).name()
-                ),
-                bytes: e.stats.bytes,
-                sports: e
-                    .stats
-                    .udp_sports
-                    .iter()
-                    .copied()
-                    .filter(|p| *p != 0)
-                    .collect(),
-            })
-            .collect();
         let mut ecmp = ecmp::compute(
-            &ecmp_flows,
+            &pass.ecmp,
             self.cfg.ecmp_hash,
             self.cfg.ecmp_paths,
             self.cfg.ecmp_seed,
@@ -243,7 +203,7 @@ impl Engine {
             latency: LatencySnapshot {
                 observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
                 overall: rtt_summary(Some(&self.rtt_overall)),
-                flows_with_samples: self.flows.values().filter(|e| e.rtt.is_some()).count() as u64,
+                flows_with_samples: pass.with_samples,
                 pending: self.pending.waiting() as u64,
                 relative_accuracy: sketch::ALPHA,
             },
@@ -262,6 +222,194 @@ impl Engine {
             }),
             nic: Vec::new(),
             qp_owners: Vec::new(),
+        }
+    }
+
+    /// Everything the snapshot needs from each flow: the flows with packets in snapshot order
+    /// (source, destination, QP, interface name, direction), the flows that may raise a table
+    /// alert, the ECMP loads, the number of flows with latency samples.
+    ///
+    /// Kept in `shown` between snapshots, by each flow's place in the order (`slot`). A full
+    /// pass over the table (each pass over 100,000 flows is a cache miss per flow) only when
+    /// flows were added, frames were fed (the capture path changes flows wherever the shared
+    /// observation does), names changed, or an interval was empty; otherwise only the flows
+    /// noted in `dirty` and those whose last rate was not zero (it becomes zero, or moves with
+    /// the interval) are redone. A flow's view is rebuilt only when the flow changed or its
+    /// rate did; otherwise the last snapshot's view is shared.
+    fn flow_pass(&self, interval_ns: u64, interval_s: f64) -> FlowPass<'_> {
+        let mut shown = self.shown.borrow_mut();
+        let dirty = std::mem::take(&mut *self.dirty.borrow_mut());
+        let grown = shown.keys.len() != self.flows.len();
+        if grown {
+            // Flows are never removed: the new ones are those not yet in the order.
+            let before = shown.keys.len();
+            for (k, e) in &self.flows {
+                if !e.ordered.replace(true) {
+                    shown.keys.push(*k);
+                }
+            }
+            let cmp = |a: &FlowKey, b: &FlowKey| {
+                (a.src_ip, a.dst_ip, a.dst_qp)
+                    .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
+                    .then_with(|| self.iface_order(a.ifindex, b.ifindex))
+                    .then(a.direction.cmp(&b.direction))
+                    .then((a.encap, a.outer_src, a.mirror_id).cmp(&(
+                        b.encap,
+                        b.outer_src,
+                        b.mirror_id,
+                    )))
+            };
+            if before == 0 {
+                shown.keys.sort_unstable_by(cmp);
+            } else {
+                shown.keys.sort_by(cmp);
+            }
+            for (slot, k) in shown.keys.iter().enumerate() {
+                if let Some(e) = self.flows.get(k) {
+                    e.slot.set(slot);
+                }
+            }
+        }
+        let full = grown || !shown.valid || interval_ns == 0 || shown.last_interval_empty;
+        shown.last_interval_empty = interval_ns == 0;
+        let n = shown.keys.len();
+        let mut redo: Vec<(usize, &FlowKey, &FlowEntry)> = if full {
+            shown.views = vec![None; n];
+            shown.loads = vec![None; n];
+            shown.sampled = vec![false; n];
+            shown.alerting.clear();
+            shown.rated.clear();
+            self.flows
+                .iter()
+                .map(|(k, e)| (e.slot.get(), k, e))
+                .collect()
+        } else {
+            let rated = std::mem::take(&mut shown.rated);
+            dirty
+                .iter()
+                .filter_map(|k| self.flows.get_key_value(k))
+                .map(|(k, e)| (e.slot.get(), k, e))
+                .chain(rated.into_iter().filter_map(|slot| {
+                    let (k, e) = self.flows.get_key_value(shown.keys.get(slot)?)?;
+                    Some((slot, k, e))
+                }))
+                .collect()
+        };
+        shown.valid = true;
+        // In snapshot order, so that rebuilt views lie in memory in the order every renderer
+        // reads them (a pass over scattered views was a cache miss per flow).
+        redo.sort_unstable_by_key(|(slot, ..)| *slot);
+        redo.dedup_by_key(|(slot, ..)| *slot);
+        let mut points: HashMap<(u32, u8), Arc<str>, FastHash> = HashMap::default();
+        for (slot, k, e) in redo {
+            if slot >= n {
+                continue;
+            }
+            let s = e.stats();
+            shown.sampled[slot] = e.rtt().is_some();
+            if may_alert(s) {
+                shown.alerting.insert(slot);
+            }
+            if s.packets() == 0 {
+                continue;
+            }
+            // One "iface/direction" string per observation point, shared by its flows.
+            let point = match shown.loads[slot].take() {
+                Some(l) => l.point,
+                None => points
+                    .entry((k.ifindex, k.direction))
+                    .or_insert_with(|| {
+                        format!(
+                            "{}/{}",
+                            self.iface_name(k.ifindex),
+                            Direction::from_u8(k.direction).name()
+                        )
+                        .into()
+                    })
+                    .clone(),
+            };
+            shown.loads[slot] = Some(FlowLoad {
+                dst_qp: k.dst_qp,
+                tuple: FiveTuple {
+                    src: show_ip(k.src_ip),
+                    dst: show_ip(k.dst_ip),
+                    sport: s.udp_sports[0],
+                    dport: self.cfg.roce_port,
+                },
+                point,
+                bytes: s.bytes,
+                sports: s.udp_sports,
+            });
+            let rate = if interval_ns > 0 {
+                s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
+            } else {
+                0.0
+            };
+            let view = match e.view.take() {
+                Some(v) if v.rate_bps.to_bits() == rate.to_bits() => v,
+                _ => Arc::new(self.flow_view(k, e, rate)),
+            };
+            e.view.set(Arc::clone(&view));
+            shown.views[slot] = Some(view);
+            if rate != 0.0 {
+                shown.rated.push(slot);
+            }
+        }
+        FlowPass {
+            flows: shown.views.iter().flatten().cloned().collect(),
+            troubled: shown
+                .alerting
+                .iter()
+                .filter_map(|slot| self.flows.get_key_value(shown.keys.get(*slot)?))
+                .map(|(k, e)| (k, e.stats()))
+                .collect(),
+            ecmp: shown.loads.iter().flatten().cloned().collect(),
+            with_samples: shown.sampled.iter().filter(|s| **s).count() as u64,
+        }
+    }
+
+    /// Interface names in order, without building them for known interfaces.
+    fn iface_order(&self, a: u32, b: u32) -> std::cmp::Ordering {
+        match (self.iface_names.get(&a), self.iface_names.get(&b)) {
+            (Some(x), Some(y)) => x.cmp(y),
+            _ => self.iface_name(a).cmp(&self.iface_name(b)),
+        }
+    }
+
+    fn flow_view(&self, k: &FlowKey, e: &FlowEntry, rate_bps: f64) -> FlowSnapshot {
+        let s = e.stats();
+        FlowSnapshot {
+            src_ip: show_ip(k.src_ip),
+            dst_ip: show_ip(k.dst_ip),
+            dst_qp: k.dst_qp,
+            iface: self.iface_name(k.ifindex),
+            direction: Direction::from_u8(k.direction).name(),
+            mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
+            transport: flows::transport(s),
+            packets: s.packets(),
+            bytes: s.bytes,
+            opcodes: flows::opcode_counts(s),
+            other_transport: s.other_transport,
+            psn_gaps: s.psn_gaps,
+            psn_missing: s.psn_missing,
+            retransmits: s.retransmits(),
+            req_retransmits: s.req_retransmits,
+            resp_retransmits: s.resp_retransmits,
+            acks: s.acks(),
+            naks: flows::nak_counts(s),
+            cnp: s.cnp,
+            ecn_ce: s.ecn_ce,
+            ecn_ect: s.ecn_ect(),
+            dscp: s.dscp,
+            pcp: flows::pcp(s),
+            peer_qp: s.peer_qp(),
+            udp_src_ports: s.udp_src_ports() as u64,
+            udp_src_port_overflow: s.udp_sport_overflow,
+            rtt_ns: rtt_summary(e.rtt()),
+            first_ts: s.first_ns,
+            last_ts: s.last_ns,
+            rate_bps,
+            owner: None,
         }
     }
 

@@ -5,6 +5,7 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv6Addr},
+    sync::Arc,
 };
 
 use roce_observer_common::flow::{NAK_CLASSES, nak};
@@ -33,7 +34,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Snapshot {
     pub schema_version: u32,
-    pub flows: Vec<FlowSnapshot>,
+    /// Shared with the engine, which rebuilds a flow's entry only when the flow changed.
+    pub flows: Vec<Arc<FlowSnapshot>>,
     pub pfc: Vec<PfcSnapshot>,
     /// Switch-mirror sessions: frames and mirror-path loss per session.
     pub mirror: Vec<MirrorSnapshot>,

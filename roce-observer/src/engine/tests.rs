@@ -368,9 +368,9 @@ fn kernel_path_replaces_values_and_takes_events() {
     let mut live = Engine::new(EngineConfig::default());
     live.set_iface_name(0, "if0");
     for (k, v) in &cap.flows {
-        live.update_flow(k, &v.stats);
+        live.update_flow(k, v.stats());
         // Twice: values replace, never add.
-        live.update_flow(k, &v.stats);
+        live.update_flow(k, v.stats());
     }
     let req_key = *cap
         .flows
@@ -458,4 +458,87 @@ fn tables_are_bounded() {
     assert_eq!(s.summary.map_full, 2);
     assert_eq!(s.summary.pending_full, 1);
     assert_eq!(s.summary.roce_packets, 5);
+}
+
+/// Issue 12: between two snapshots an unchanged flow keeps its view (the same shared record,
+/// identical content), a flow whose counters or latency samples changed is rebuilt, and the
+/// incremental snapshot equals one built from scratch.
+#[test]
+fn unchanged_flows_keep_their_view_and_changed_ones_are_rebuilt() {
+    use std::sync::Arc;
+
+    use roce_observer_common::{FlowKey, FlowStats};
+    const SEC: u64 = 1_000_000_000;
+    let key = |qp: u32| {
+        let mut k = FlowKey::zeroed();
+        k.src_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 1]);
+        k.dst_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 2]);
+        k.dst_qp = qp;
+        k.ifindex = 3;
+        k
+    };
+    let stats = |packets: u64, last: u64| {
+        let mut s = FlowStats::zeroed();
+        s.init(T0);
+        s.transport = 0;
+        s.opcodes[4] = packets;
+        s.bytes = packets * 100;
+        s.last_ns = last;
+        s
+    };
+    let (a, b) = (key(0x11), key(0x22));
+    let mut e = Engine::new(EngineConfig::default());
+    e.set_iface_name(3, "veth0");
+    e.update_flow(&a, &stats(10, T0 + SEC));
+    e.update_flow(&b, &stats(20, T0 + SEC));
+    // The first interval's rates are not zero; the next snapshot has both at zero.
+    e.snapshot(T0 + SEC);
+    e.begin_interval(T0 + SEC);
+    let quiet = e.snapshot(T0 + 2 * SEC);
+    e.begin_interval(T0 + 2 * SEC);
+    let view = |s: &Snapshot, qp: u32| -> Arc<FlowSnapshot> {
+        Arc::clone(
+            s.flows
+                .iter()
+                .find(|f| f.dst_qp == qp)
+                .expect("flow present"),
+        )
+    };
+    assert_eq!(view(&quiet, 0x11).rate_bps, 0.0);
+
+    // b sends 5 more packets; a is unchanged.
+    e.update_flow(&b, &stats(25, T0 + 3 * SEC));
+    let next = e.snapshot(T0 + 3 * SEC);
+    assert!(Arc::ptr_eq(&view(&quiet, 0x11), &view(&next, 0x11)));
+    let (before, after) = (view(&quiet, 0x22), view(&next, 0x22));
+    assert!(!Arc::ptr_eq(&before, &after));
+    assert_eq!((before.packets, after.packets), (20, 25));
+    assert_eq!(after.rate_bps, 500.0 * 8.0);
+    assert_eq!(after.opcodes.0, vec![("RC_SEND_ONLY".to_string(), 25)]);
+    // A latency sample changes a's view, though not its counters.
+    e.begin_interval(T0 + 3 * SEC);
+    e.ingest_event(&Event::latency(&a, 5_000, 0x12).at(T0 + 3 * SEC));
+    let sampled = e.snapshot(T0 + 4 * SEC);
+    assert_eq!(view(&sampled, 0x11).rtt_ns.count, 1);
+    assert_eq!(view(&next, 0x11).rtt_ns.count, 0);
+
+    // b loses packets (a PSN gap: a table alert) while a stays as it was.
+    e.begin_interval(T0 + 4 * SEC);
+    let mut gap = stats(30, T0 + 5 * SEC);
+    gap.psn_gaps = 1;
+    gap.psn_missing = 2;
+    e.update_flow(&b, &gap);
+    let sampled = e.snapshot(T0 + 5 * SEC);
+    assert!(sampled.alerts.iter().any(|al| al.kind == "packet_loss"));
+    assert_eq!(sampled.latency.flows_with_samples, 1);
+
+    // Renaming the interface drops every view: the same snapshot, built from scratch.
+    e.set_iface_name(3, "veth0");
+    let fresh = e.snapshot(T0 + 5 * SEC);
+    assert!(!Arc::ptr_eq(&view(&sampled, 0x22), &view(&fresh, 0x22)));
+    assert_eq!(sampled, fresh);
+    assert_eq!(
+        serde_json::to_string(&sampled).expect("serializes"),
+        serde_json::to_string(&fresh).expect("serializes")
+    );
 }

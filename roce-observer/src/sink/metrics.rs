@@ -18,7 +18,11 @@
 
 pub mod server;
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+    sync::Arc,
+};
 
 use prometheus_client::{
     encoding::{EncodeMetric, MetricEncoder, NoLabelSet},
@@ -28,7 +32,10 @@ use prometheus_client::{
 
 use roce_observer_common::flow::{NAK_CLASSES, nak};
 
-use crate::engine::snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, RttSummary, Snapshot};
+use crate::engine::{
+    flows::FastHash,
+    snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, RttSummary, Snapshot},
+};
 
 /// Host pairs exported, most bytes first.
 pub const MAX_HOST_PAIRS: usize = 256;
@@ -114,23 +121,37 @@ fn trouble(f: &FlowSnapshot) -> u64 {
 }
 
 /// The flows that get their own series: top `k` by bytes, then up to `k` more with problems.
-pub fn select_flows(flows: &[FlowSnapshot], k: usize) -> Vec<&FlowSnapshot> {
-    let mut by_bytes: Vec<usize> = (0..flows.len()).collect();
-    by_bytes.sort_by(|&a, &b| flows[b].bytes.cmp(&flows[a].bytes).then(a.cmp(&b)));
+pub fn select_flows(flows: &[Arc<FlowSnapshot>], k: usize) -> Vec<&FlowSnapshot> {
+    use std::cmp::Reverse;
+    // Only which flows are the top k matters, not their order: a selection, not a sort of
+    // every flow (the order, most bytes then index, is total, so the set is the same). On keys
+    // copied out in one pass: comparing through the flows was a cache miss per comparison.
+    let mut by_bytes: Vec<(Reverse<u64>, usize)> = flows
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (Reverse(f.bytes), i))
+        .collect();
+    if k < by_bytes.len() {
+        by_bytes.select_nth_unstable(k);
+        by_bytes.truncate(k);
+    }
     let mut chosen = vec![false; flows.len()];
-    for &i in by_bytes.iter().take(k) {
+    for &(_, i) in &by_bytes {
         chosen[i] = true;
     }
-    let mut troubled: Vec<usize> = (0..flows.len())
-        .filter(|&i| !chosen[i] && trouble(&flows[i]) > 0)
+    let mut troubled: Vec<(Reverse<u64>, usize)> = flows
+        .iter()
+        .enumerate()
+        .filter(|(i, f)| !chosen[*i] && trouble(f) > 0)
+        .map(|(i, f)| (Reverse(trouble(f)), i))
         .collect();
-    troubled.sort_by(|&a, &b| trouble(&flows[b]).cmp(&trouble(&flows[a])).then(a.cmp(&b)));
-    for &i in troubled.iter().take(k) {
+    troubled.sort_unstable();
+    for &(_, i) in troubled.iter().take(k) {
         chosen[i] = true;
     }
     (0..flows.len())
         .filter(|&i| chosen[i])
-        .map(|i| &flows[i])
+        .map(|i| &*flows[i])
         .collect()
 }
 
@@ -314,25 +335,27 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
         .collect();
     reg.register("roce_flow_acks", "ACKs, per flow", ConstFamily(acks));
 
-    let mut points: BTreeMap<(String, &str), Totals> = BTreeMap::new();
-    let mut pairs: BTreeMap<(String, String), Totals> = BTreeMap::new();
+    // Grouped by borrowed names and by address, named once per group below: naming every
+    // flow's group cost more than the rest of a render at 100,000 flows.
+    let mut points: BTreeMap<(&str, &str), Totals> = BTreeMap::new();
+    let mut pairs: HashMap<(IpAddr, IpAddr), Totals, FastHash> = HashMap::default();
     let mut nak_sum = [0u64; NAK_CLASSES];
     for f in &snap.flows {
         points
-            .entry((f.iface.clone(), f.direction))
+            .entry((f.iface.as_str(), f.direction))
             .or_default()
             .add(f);
-        pairs
-            .entry((f.src_ip.to_string(), f.dst_ip.to_string()))
-            .or_default()
-            .add(f);
+        pairs.entry((f.src_ip, f.dst_ip)).or_default().add(f);
         for (sum, (_, v)) in nak_sum.iter_mut().zip(f.naks.by_class()) {
             *sum += v;
         }
     }
     let points: Vec<(Labels, Totals)> = points
         .into_iter()
-        .map(|((iface, dir), t)| (vec![("iface", iface), ("direction", dir.to_string())], t))
+        .map(|((iface, dir), t)| {
+            let labels = vec![("iface", iface.to_string()), ("direction", dir.to_string())];
+            (labels, t)
+        })
         .collect();
     let flows_per_point = points
         .iter()
@@ -350,7 +373,10 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
         "Flows in the table, per observation point",
         ConstFamily(flows_per_point),
     );
-    let mut pairs: Vec<((String, String), Totals)> = pairs.into_iter().collect();
+    let mut pairs: Vec<((String, String), Totals)> = pairs
+        .into_iter()
+        .map(|((src, dst), t)| ((src.to_string(), dst.to_string()), t))
+        .collect();
     pairs.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then_with(|| a.0.cmp(&b.0)));
     pairs.truncate(MAX_HOST_PAIRS);
     let pairs: Vec<(Labels, Totals)> = pairs

@@ -271,19 +271,31 @@ pub fn render(s: &Snapshot) -> String {
 
     let _ = writeln!(out);
     flow_line(&mut out, FLOW_HEADER);
-    let mut flows: Vec<&FlowSnapshot> = s.flows.iter().collect();
-    flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
-    for f in flows.iter().take(MAX_FLOW_ROWS) {
-        flow_row(&mut out, f);
+    // The rows shown: most bytes first, ties in snapshot order. Selected, then only they are
+    // sorted: sorting every flow for 50 rows was measurable at 100,000 flows.
+    let mut rows: Vec<(std::cmp::Reverse<u64>, usize)> = s
+        .flows
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (std::cmp::Reverse(f.bytes), i))
+        .collect();
+    if rows.len() > MAX_FLOW_ROWS {
+        rows.select_nth_unstable(MAX_FLOW_ROWS);
+        rows.truncate(MAX_FLOW_ROWS);
     }
-    if flows.len() > MAX_FLOW_ROWS {
+    rows.sort_unstable();
+    for (_, i) in &rows {
+        flow_row(&mut out, &s.flows[*i]);
+    }
+    if s.flows.len() > MAX_FLOW_ROWS {
         let _ = writeln!(
             out,
             "... {} more flows (use --json for all)",
-            flows.len() - MAX_FLOW_ROWS
+            s.flows.len() - MAX_FLOW_ROWS
         );
     }
-    owners(&mut out, &flows[..flows.len().min(MAX_FLOW_ROWS)]);
+    let listed: Vec<&FlowSnapshot> = rows.iter().map(|(_, i)| &*s.flows[*i]).collect();
+    owners(&mut out, &listed);
     nic(&mut out, s);
 
     if !s.mirror.is_empty() {

@@ -43,4 +43,10 @@ pub trait LiveSource {
     /// Stop observing (a kernel source detaches). Returns warnings for the user, e.g. about
     /// something that could not be cleaned up.
     fn stop(&mut self) -> Vec<String>;
+
+    /// Diagnostic lines from the source itself since the last call (the kernel programs'
+    /// log with `run --kernel-log`); none by default.
+    fn take_log(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }

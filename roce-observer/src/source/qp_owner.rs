@@ -16,6 +16,7 @@ use std::{
 
 use crate::engine::snapshot::FlowSnapshot;
 pub use crate::engine::snapshot::QpOwner;
+use std::sync::Arc;
 
 /// NETLINK_RDMA, and the RDMA_NL_NLDEV client's message type: (client << 10) | command.
 const NETLINK_RDMA: libc::c_int = 20;
@@ -321,14 +322,18 @@ pub fn owner_of<'a>(
     Index::new(owners).owner(dst_qp, peer_qp, direction)
 }
 
-/// Set every flow's `owner` from the host's QPs.
-pub fn label_flows(owners: &[QpOwner], flows: &mut [FlowSnapshot]) {
+/// Set every flow's `owner` from the host's QPs. A view whose owner is already right is left
+/// as it is (the engine shares unchanged views between snapshots); one that changes is copied.
+pub fn label_flows(owners: &[QpOwner], flows: &mut [Arc<FlowSnapshot>]) {
     if owners.is_empty() {
         return;
     }
     let ix = Index::new(owners);
     for f in flows {
-        f.owner = ix.owner(f.dst_qp, f.peer_qp, f.direction).cloned();
+        let owner = ix.owner(f.dst_qp, f.peer_qp, f.direction);
+        if f.owner.as_ref() != owner {
+            Arc::make_mut(f).owner = owner.cloned();
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! UI state and its transitions. Pure: no terminal, no I/O, so it is unit-tested directly.
 
-use std::{collections::HashSet, net::IpAddr};
+use std::{collections::HashSet, net::IpAddr, sync::Arc};
 
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
@@ -171,7 +171,7 @@ pub struct App {
     /// One row per QP: each flow's observation points merged (`m`).
     pub merged: bool,
     /// The merged rows while `merged` is on.
-    merged_flows: Vec<FlowSnapshot>,
+    merged_flows: Vec<Arc<FlowSnapshot>>,
     /// Flow indices of [`App::flows`] in display order (those the filter lets through).
     pub order: Vec<usize>,
     /// Per flow of [`App::flows`]: whether it has a problem (see [`App::is_problem`]).
@@ -239,7 +239,7 @@ impl App {
         } else {
             Vec::new()
         };
-        let flows: &[FlowSnapshot] = if self.merged {
+        let flows: &[Arc<FlowSnapshot>] = if self.merged {
             &self.merged_flows
         } else {
             &self.snapshot.flows
@@ -321,7 +321,7 @@ impl App {
     }
 
     /// The flow rows: the snapshot's, or one per QP when merged.
-    pub fn flows(&self) -> &[FlowSnapshot] {
+    pub fn flows(&self) -> &[Arc<FlowSnapshot>] {
         if self.merged {
             &self.merged_flows
         } else {
@@ -334,6 +334,7 @@ impl App {
         self.order
             .get(self.selected)
             .and_then(|i| self.flows().get(*i))
+            .map(|f| &**f)
     }
 
     pub fn update(&mut self, action: Action) {
@@ -453,12 +454,14 @@ fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
 /// One row per (source, destination, QP): a flow seen at several observation points (both ends
 /// of a link, ingress and egress) becomes one row whose counters are the largest any point saw
 /// (the same packets counted twice are not added), its interface the points joined with '+'.
-pub fn merge_points(flows: &[FlowSnapshot]) -> Vec<FlowSnapshot> {
-    let mut out: Vec<FlowSnapshot> = Vec::new();
+pub fn merge_points(flows: &[Arc<FlowSnapshot>]) -> Vec<Arc<FlowSnapshot>> {
+    let mut out: Vec<Arc<FlowSnapshot>> = Vec::new();
     // The snapshot lists a flow's points next to each other (sorted by src, dst, QP first).
     for f in flows {
         match out.last_mut() {
             Some(m) if (m.src_ip, m.dst_ip, m.dst_qp) == (f.src_ip, f.dst_ip, f.dst_qp) => {
+                // The first point's row is the snapshot's, shared: merged into a copy.
+                let m = Arc::make_mut(m);
                 m.iface = format!("{}+{}", m.iface, f.iface);
                 if m.direction != f.direction {
                     m.direction = "all";

@@ -130,7 +130,7 @@ impl History {
     pub fn record(&mut self, snap: &Snapshot) {
         self.total_bps
             .push(snap.flows.iter().map(|f| f.rate_bps.max(0.0) as u64).sum());
-        let mut order: Vec<&FlowSnapshot> = snap.flows.iter().collect();
+        let mut order: Vec<&FlowSnapshot> = snap.flows.iter().map(|f| &**f).collect();
         if order.len() > MAX_FLOWS {
             order.sort_by_key(|f| std::cmp::Reverse(f.bytes));
             order.truncate(MAX_FLOWS);

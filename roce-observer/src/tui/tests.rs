@@ -1,6 +1,8 @@
 //! UI tests: state transitions, and snapshot tests of the views on ratatui's TestBackend with
 //! a deterministic snapshot (a fixture capture analysed with capture timestamps).
 
+use std::sync::Arc;
+
 use ratatui::{Terminal, backend::TestBackend};
 
 use super::{Action, App, Tab, view};
@@ -469,10 +471,10 @@ fn merged_rows_have_their_history_in_the_detail_pane() {
                 .flows
                 .iter()
                 .flat_map(|f| {
-                    let mut other = f.clone();
+                    let mut other = (**f).clone();
                     other.iface = "veth1".into();
                     other.rate_bps = f.rate_bps / 2.0;
-                    [f.clone(), other]
+                    [f.clone(), Arc::new(other)]
                 })
                 .collect();
             s

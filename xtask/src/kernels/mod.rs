@@ -222,6 +222,9 @@ fn run_kernel(
     }
     // Each forced start costs as much as a run (tens of seconds under TCG): --full only.
     let forced = if opts.full { k.forced } else { &[] };
+    // `run --kernel-log` (aya-log in the programs) must load on every kernel too, and the
+    // default without it: the oldest and newest kernels run with it, 6.1 without.
+    let kernel_log = k.name != "6.1";
     let mut list = Vec::new();
     for run in runs {
         let names: Vec<&str> = run.iter().map(|f| f.0.as_str()).collect();
@@ -233,9 +236,10 @@ fn run_kernel(
     fs::write(
         share.join("config.env"),
         format!(
-            "RUNS=\"{}\"\nOBSERVER=/share/bin/roce-observer\nFORCED=\"{}\"\n",
+            "RUNS=\"{}\"\nOBSERVER=/share/bin/roce-observer\nFORCED=\"{}\"\nRUN_ARGS=\"{}\"\n",
             list.join(" "),
-            forced.iter().map(|f| f.0).collect::<Vec<_>>().join(" ")
+            forced.iter().map(|f| f.0).collect::<Vec<_>>().join(" "),
+            if kernel_log { "--kernel-log" } else { "" }
         ),
     )?;
 
@@ -265,7 +269,17 @@ fn run_kernel(
     let mut checked = 0;
     for (n, run) in runs.iter().enumerate() {
         checked += 2 * run.len();
-        failures.extend(check_run(k, &out.join(format!("run{n}")), run));
+        let base = out.join(format!("run{n}"));
+        failures.extend(check_run(k, &base, run));
+        if kernel_log {
+            checked += 1;
+            let err = fs::read_to_string(base.with_extension("err")).unwrap_or_default();
+            if !err.contains("roce-observer: kernel: first frame of its kind") {
+                failures.push(format!(
+                    "run{n} with --kernel-log: no kernel log line on stderr: {err}"
+                ));
+            }
+        }
     }
     for (n, (feature, says)) in forced.iter().enumerate() {
         checked += 1;

@@ -263,7 +263,7 @@ impl LogDir {
         match ready.and_then(|()| self.append(&batch.text, ts)) {
             Ok(()) => {
                 self.health.records_written += batch.records;
-                self.baseline = batch.next;
+                self.baseline.advance(batch.next);
                 if full {
                     self.last_full_ts = Some(ts);
                 }

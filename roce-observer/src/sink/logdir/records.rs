@@ -10,7 +10,10 @@
 //! next written batch carries the changes of both, so summing `delta` over the files that exist
 //! still gives the totals.
 
-use std::collections::HashMap;
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use serde::Serialize;
 
@@ -220,6 +223,12 @@ fn alert_id(a: &AlertSnapshot) -> AlertId {
 pub struct Baseline {
     ts: u64,
     flows: HashMap<FlowId, FlowDelta>,
+    /// The flow views of the last written snapshot. The engine hands out the same view again
+    /// for a flow that did not change, so a view found here has a zero delta: most flows of a
+    /// large table are passed over without building their id (issue 12: a table of 100,000
+    /// flows, a few changing). Looked for at the same index only: the engine keeps its order,
+    /// and a flow missed (the order moved: new flows) takes the path by id, exact as well.
+    held: Vec<Arc<FlowSnapshot>>,
     pfc: HashMap<PfcId, (u64, u64, u64)>,
     alerts: HashMap<AlertId, u64>,
     mirrors: HashMap<MirrorId, (u64, u64)>,
@@ -229,11 +238,48 @@ pub struct Baseline {
 
 type Diagnosis = (Option<StepsSnapshot>, Vec<PathPair>, Option<PfcOrigin>);
 
+/// The baseline a batch leaves behind once it is written, as changes to the current one.
+pub struct NextBaseline {
+    ts: u64,
+    /// Flows whose totals differ from the baseline's (new flows among them).
+    flows: Vec<(FlowId, FlowDelta)>,
+    /// Every flow of the snapshot, when some flow of the baseline is no longer in it.
+    only: Option<HashSet<FlowId>>,
+    views: Vec<Arc<FlowSnapshot>>,
+    pfc: HashMap<PfcId, (u64, u64, u64)>,
+    alerts: HashMap<AlertId, u64>,
+    mirrors: HashMap<MirrorId, (u64, u64)>,
+    diagnosis: Diagnosis,
+}
+
+impl Baseline {
+    /// The batch was written: its totals are the base of the next deltas.
+    pub fn advance(&mut self, next: NextBaseline) {
+        self.ts = next.ts;
+        if let Some(only) = next.only {
+            self.flows.retain(|id, _| only.contains(id));
+        }
+        self.flows.extend(next.flows);
+        self.held = next.views;
+        self.pfc = next.pfc;
+        self.alerts = next.alerts;
+        self.mirrors = next.mirrors;
+        self.diagnosis = next.diagnosis;
+    }
+}
+
+impl Baseline {
+    /// `flow`, at index `i` of its snapshot, is the view at `i` of the last written snapshot.
+    fn written(&self, i: usize, flow: &Arc<FlowSnapshot>) -> bool {
+        self.held.get(i).is_some_and(|h| Arc::ptr_eq(h, flow))
+    }
+}
+
 /// One batch of lines, ready to write, and the baseline it leaves behind once written.
 pub struct Batch {
     pub text: Vec<u8>,
     pub records: u64,
-    pub next: Baseline,
+    pub next: NextBaseline,
 }
 
 fn push_line<T: Serialize>(out: &mut Vec<u8>, records: &mut u64, line: &T) {
@@ -248,20 +294,37 @@ fn push_line<T: Serialize>(out: &mut Vec<u8>, records: &mut u64, line: &T) {
 pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHealth) -> Batch {
     let mut text = Vec::new();
     let mut records = 0;
-    let mut next = Baseline {
+    let mut next = NextBaseline {
         ts,
-        ..Baseline::default()
+        flows: Vec::new(),
+        only: None,
+        views: snap.flows.clone(),
+        pfc: HashMap::new(),
+        alerts: HashMap::new(),
+        mirrors: HashMap::new(),
+        diagnosis: Diagnosis::default(),
     };
+    // Flows of the snapshot found in the baseline: fewer than the baseline holds means some
+    // left it.
+    let mut found = 0;
     let head = |kind| Head {
         schema_version: LOG_SCHEMA_VERSION,
         kind,
         ts,
         full,
     };
-    for flow in &snap.flows {
-        let id = flow_id(flow);
-        let totals = FlowDelta::totals(flow);
-        let delta = FlowDelta::since(totals, base.flows.get(&id).copied().unwrap_or_default());
+    for (i, flow) in snap.flows.iter().enumerate() {
+        let (delta, changed) = if base.written(i, flow) {
+            found += 1;
+            (FlowDelta::default(), None)
+        } else {
+            let id = flow_id(flow);
+            let totals = FlowDelta::totals(flow);
+            let before = base.flows.get(&id).copied();
+            found += usize::from(before.is_some());
+            let delta = FlowDelta::since(totals, before.unwrap_or_default());
+            (delta, (before != Some(totals)).then_some((id, totals)))
+        };
         if full || !delta.is_zero() {
             let line = FlowLine {
                 head: head("flow"),
@@ -271,7 +334,10 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
             };
             push_line(&mut text, &mut records, &line);
         }
-        next.flows.insert(id, totals);
+        next.flows.extend(changed);
+    }
+    if found < base.flows.len() {
+        next.only = Some(snap.flows.iter().map(|f| flow_id(f)).collect());
     }
     for pfc in &snap.pfc {
         let id = pfc_id(pfc);

@@ -222,7 +222,7 @@ fn families_carry_the_snapshot_values() {
 #[test]
 fn per_flow_series_are_bounded_to_top_flows_plus_problem_flows() {
     let base = fixture_snapshot(&["rc_send_write_read"]);
-    let template = base.flows[0].clone();
+    let template = FlowSnapshot::clone(&base.flows[0]);
     let mut snap = base.clone();
     snap.flows = (0..5000u32)
         .map(|i| {
@@ -232,7 +232,7 @@ fn per_flow_series_are_bounded_to_top_flows_plus_problem_flows() {
             f.psn_gaps = 0;
             f.retransmits = u64::from(i % 1000 == 7);
             f.naks = crate::engine::snapshot::NakCounts::default();
-            f
+            std::sync::Arc::new(f)
         })
         .collect();
     snap.summary.flows = 5000;
@@ -358,8 +358,8 @@ fn series_stay_bounded_for_a_full_flow_table() {
         .flows
         .iter()
         .find(|f| f.rtt_ns.count > 0)
-        .expect("a flow with samples")
-        .clone();
+        .map(|f| (**f).clone())
+        .expect("a flow with samples");
     let mut snap = base.clone();
     snap.flows = (0..16_384u32)
         .map(|i| {
@@ -369,7 +369,7 @@ fn series_stay_bounded_for_a_full_flow_table() {
             f.bytes = u64::from(i);
             f.psn_gaps = 1;
             f.direction = if i % 2 == 0 { "ingress" } else { "egress" };
-            f
+            std::sync::Arc::new(f)
         })
         .collect();
     snap.summary.flows = 16_384;

@@ -11,7 +11,7 @@ use roce_observer_common::{
     pfc::{PfcLink, PfcLinkKey},
 };
 
-use super::{KernelSource, error::KernelError};
+use super::{FlowBuffers, KernelSource, error::KernelError};
 
 fn map<'a>(src: &'a KernelSource, name: &'static str) -> Result<&'a aya::maps::Map, KernelError> {
     src.ebpf.map(name).ok_or(KernelError::Map {
@@ -30,35 +30,63 @@ impl KernelSource {
         monotonic_ns.saturating_add(self.epoch_offset_ns)
     }
 
-    /// Every flow entry, with times turned into ns since the epoch. One batched lookup per
-    /// 4096 entries where the kernel has them (5.6), else two syscalls per entry.
-    pub fn read_flows(&self) -> Result<Vec<(FlowKey, FlowStats)>, KernelError> {
-        let mut flows = self.read_flow_map()?;
-        for (_, v) in &mut flows {
-            v.first_ns = self.to_epoch_ns(v.first_ns);
-            v.last_ns = self.to_epoch_ns(v.last_ns);
-            for w in [&mut v.retransmit_bursts, &mut v.nak_bursts] {
-                if w.bursts > 0 {
-                    w.first_burst_ns = self.to_epoch_ns(w.first_burst_ns);
-                    w.last_burst_ns = self.to_epoch_ns(w.last_burst_ns);
-                }
-                w.start_ns = self.to_epoch_ns(w.start_ns);
-            }
-        }
-        Ok(flows)
+    /// Every flow entry, with times turned into ns since the epoch.
+    pub fn read_flows(&mut self) -> Result<Vec<(FlowKey, FlowStats)>, KernelError> {
+        let (keys, values) = self.read_flows_buffered()?;
+        Ok(keys.iter().copied().zip(values.iter().copied()).collect())
     }
 
-    fn read_flow_map(&self) -> Result<Vec<(FlowKey, FlowStats)>, KernelError> {
-        let map = map(self, "FLOWS")?;
-        if let aya::maps::Map::HashMap(data) = map
-            && let Ok(all) = super::batch::lookup_all(data.fd().as_fd())
-        {
-            return Ok(all);
+    /// [`KernelSource::read_flows`] into buffers the source keeps: a table of 100,000 flows
+    /// is 50 MB, and allocating and faulting that in afresh every report tick cost more than
+    /// the read itself (issue 12). One batched lookup per 4096 entries where the kernel has
+    /// them (5.6), else two syscalls per entry.
+    pub fn read_flows_buffered(&mut self) -> Result<(&[FlowKey], &[FlowStats]), KernelError> {
+        // The previous read no longer is what `refresh` handed its engine.
+        self.flow_buffers.engine = None;
+        self.read_flow_table()?;
+        Ok((&self.flow_buffers.keys, &self.flow_buffers.values))
+    }
+
+    /// The flow table into `flow_buffers.keys` and `values`, times converted.
+    pub(super) fn read_flow_table(&mut self) -> Result<(), KernelError> {
+        let map = self.ebpf.map("FLOWS").ok_or(KernelError::Map {
+            map: "FLOWS",
+            source: MapError::InvalidName {
+                name: "FLOWS".into(),
+            },
+        })?;
+        let FlowBuffers { keys, values, .. } = &mut self.flow_buffers;
+        let batched = match map {
+            aya::maps::Map::HashMap(data) => {
+                super::batch::lookup_all_into(data.fd().as_fd(), keys, values).is_ok()
+            }
+            _ => false,
+        };
+        if !batched {
+            let flows = HashMap::<&MapData, FlowKey, FlowStats>::try_from(map)
+                .map_err(map_error("FLOWS"))?;
+            keys.clear();
+            values.clear();
+            // An entry deleted between key iteration and lookup is skipped (flatten).
+            for (k, v) in flows.iter().flatten() {
+                keys.push(k);
+                values.push(v);
+            }
         }
-        let flows =
-            HashMap::<&MapData, FlowKey, FlowStats>::try_from(map).map_err(map_error("FLOWS"))?;
-        // An entry deleted between key iteration and lookup is skipped (flatten).
-        Ok(flows.iter().flatten().collect())
+        let offset = self.epoch_offset_ns;
+        let epoch = |ns: u64| ns.saturating_add(offset);
+        for v in values.iter_mut() {
+            v.first_ns = epoch(v.first_ns);
+            v.last_ns = epoch(v.last_ns);
+            for w in [&mut v.retransmit_bursts, &mut v.nak_bursts] {
+                if w.bursts > 0 {
+                    w.first_burst_ns = epoch(w.first_burst_ns);
+                    w.last_burst_ns = epoch(w.last_burst_ns);
+                }
+                w.start_ns = epoch(w.start_ns);
+            }
+        }
+        Ok(())
     }
 
     /// One entry per (interface, direction, source MAC, priority) that saw a frame: the

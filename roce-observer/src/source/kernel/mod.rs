@@ -8,6 +8,7 @@
 pub mod attach;
 mod batch;
 pub mod error;
+pub mod kernel_log;
 pub mod maps;
 pub mod probe;
 pub mod test_run;
@@ -63,6 +64,9 @@ pub struct KernelOptions {
     /// Benchmarks only (`kernel-bench`): how much of a RoCE packet's work the programs do
     /// (`Stage::All` for the product). A frozen global: the verifier drops the early exits.
     pub stage: Stage,
+    /// Kernel-side diagnostics through aya-log (`run --kernel-log`; kernel_log.rs). Off, the
+    /// verifier removes their code.
+    pub kernel_log: bool,
 }
 
 impl Default for KernelOptions {
@@ -76,6 +80,7 @@ impl Default for KernelOptions {
             burst_count: roce_observer_common::BURST_COUNT,
             burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
             stage: Stage::All,
+            kernel_log: false,
         }
     }
 }
@@ -92,6 +97,24 @@ pub struct KernelSource {
     epoch_offset_ns: u64,
     /// Not yet taken by [`KernelSource::take_warnings`].
     warnings: Vec<String>,
+    /// The reader of the programs' aya-log records (empty unless `kernel_log`).
+    kernel_log: kernel_log::Reader,
+    /// The flow table as last read (maps.rs), kept to reuse the memory.
+    flow_buffers: FlowBuffers,
+}
+
+/// The flow table as read last and the time before. The kernel walks its hash table in bucket
+/// order, so an entry usually sits at the same index in both: an entry equal to the one at its
+/// index the time before was handed to the same engine then, and is not again (most of a large
+/// table, most ticks; a sequential compare instead of a hash lookup per flow).
+#[derive(Default)]
+struct FlowBuffers {
+    keys: Vec<roce_observer_common::FlowKey>,
+    values: Vec<roce_observer_common::FlowStats>,
+    prev_keys: Vec<roce_observer_common::FlowKey>,
+    prev_values: Vec<roce_observer_common::FlowStats>,
+    /// The engine `refresh` handed all of `keys` and `values` to (None after any other read).
+    engine: Option<u64>,
 }
 
 /// The kernel programs' `STAGE` global (roce-observer-ebpf/src/observe.rs).
@@ -145,6 +168,8 @@ impl KernelSource {
             .override_global("BURST_WINDOW_NS", &opts.burst_window_ns, true)
             .override_global("COARSE_CLOCK", &u8::from(features.coarse_clock), true)
             .override_global("STAGE", &stage_global(opts.stage), true)
+            .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
+            .override_global(aya_log::LEVEL, &kernel_log::level(opts.kernel_log), true)
             .map_max_entries("FLOWS", opts.max_flows)
             .load(EBPF_OBJECT)
             .map_err(load_error)?;
@@ -174,6 +199,8 @@ impl KernelSource {
                 source,
             },
         })?;
+        // Read even when off (it then stays empty): the tests check exactly that.
+        let kernel_log = kernel_log::Reader::start(&mut ebpf)?;
         let epoch_offset_ns =
             clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
         Ok(KernelSource {
@@ -184,6 +211,8 @@ impl KernelSource {
             attachments: Vec::new(),
             epoch_offset_ns,
             warnings: Vec::new(),
+            kernel_log,
+            flow_buffers: FlowBuffers::default(),
         })
     }
 
@@ -219,6 +248,21 @@ impl KernelSource {
         warnings
     }
 
+    /// Kernel log lines (`kernel_log`) read since the last call, oldest first.
+    pub fn take_kernel_log(&mut self) -> Vec<String> {
+        self.kernel_log.take()
+    }
+
+    /// Size of the loaded XDP program after the verifier (bytes of BPF instructions): what
+    /// `kernel_log` off removes shows here.
+    pub fn xdp_translated_bytes(&self) -> Option<u32> {
+        self.ebpf
+            .program(self.xdp_program)?
+            .info()
+            .ok()?
+            .size_translated()
+    }
+
     /// File descriptor of the ring buffer, for readiness polling.
     pub fn events_fd(&self) -> RawFd {
         self.events.as_raw_fd()
@@ -238,9 +282,21 @@ impl Drop for KernelSource {
 /// Copy the kernel's events and maps into the engine (map values are absolute).
 pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()> {
     src.drain_events(|ev| engine.ingest_event(ev));
-    for (key, stats) in src.read_flows()? {
-        engine.update_flow(&key, &stats);
+    let b = &mut src.flow_buffers;
+    let same_engine = b.engine.take() == Some(engine.id());
+    // The last read, all handed to `engine`, becomes the previous one.
+    std::mem::swap(&mut b.keys, &mut b.prev_keys);
+    std::mem::swap(&mut b.values, &mut b.prev_values);
+    src.read_flow_table()?;
+    let b = &mut src.flow_buffers;
+    for (i, (key, stats)) in b.keys.iter().zip(&b.values).enumerate() {
+        let unchanged =
+            same_engine && b.prev_keys.get(i) == Some(key) && b.prev_values.get(i) == Some(stats);
+        if !unchanged {
+            engine.update_flow(key, stats);
+        }
     }
+    b.engine = Some(engine.id());
     for (key, stats) in src.read_pfc()? {
         engine.update_pfc(&key, &stats);
     }
@@ -276,6 +332,10 @@ impl LiveSource for KernelSource {
 
     fn stop(&mut self) -> Vec<String> {
         self.detach_all()
+    }
+
+    fn take_log(&mut self) -> Vec<String> {
+        self.take_kernel_log()
     }
 }
 
