@@ -317,7 +317,9 @@ pub struct FlowSnapshot {
     pub peer_qp: Option<u32>,
     pub udp_src_ports: u64,
     pub udp_src_port_overflow: u64,
-    pub rtt_ns: RttSummary,
+    /// Shared by every flow without samples (most of them): a summary is 264 bytes, and a
+    /// large table holds one view per flow, two while a report replaces them (issue 12).
+    pub rtt_ns: Arc<RttSummary>,
     /// ns since the Unix epoch (capture time, or the clock the live path converted to).
     pub first_ts: u64,
     pub last_ts: u64,
@@ -325,8 +327,9 @@ pub struct FlowSnapshot {
     pub rate_bps: f64,
     /// The local QP this flow goes into or comes out of, and its process (live runs on a host
     /// with RDMA devices; absent otherwise).
+    /// Boxed: most flows have none, and the view is kept per flow.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<QpOwner>,
+    pub owner: Option<Box<QpOwner>>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]

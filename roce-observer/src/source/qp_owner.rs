@@ -331,8 +331,8 @@ pub fn label_flows(owners: &[QpOwner], flows: &mut [Arc<FlowSnapshot>]) {
     let ix = Index::new(owners);
     for f in flows {
         let owner = ix.owner(f.dst_qp, f.peer_qp, f.direction);
-        if f.owner.as_ref() != owner {
-            Arc::make_mut(f).owner = owner.cloned();
+        if f.owner.as_deref() != owner {
+            Arc::make_mut(f).owner = owner.cloned().map(Box::new);
         }
     }
 }
