@@ -23,7 +23,7 @@ use super::{
     show_mac,
     snapshot::{
         AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
-        PfcRef, PfcSnapshot, RttSummary, SCHEMA_VERSION, Snapshot, Summary, show_ip,
+        PfcRef, PfcSnapshot, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, show_ip,
     },
     steps,
 };
@@ -417,6 +417,7 @@ impl Engine {
             last_ts: s.last_ns,
             rate_bps,
             owner: None,
+            stamp: ViewStamp::new(),
         }
     }
 
