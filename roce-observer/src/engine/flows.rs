@@ -120,7 +120,11 @@ pub type FlowTable = HashMap<FlowKey, FlowEntry, FastHash>;
 
 /// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
 pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {
-    let mut out = Vec::new();
+    // Exactly as long as needed: the view is kept per flow (issue 12).
+    let n = s.opcodes.iter().filter(|n| **n > 0).count()
+        * usize::from(s.transport != TRANSPORT_UNSET)
+        + usize::from(s.cnp > 0);
+    let mut out = Vec::with_capacity(n);
     if s.transport != TRANSPORT_UNSET {
         let t = opcode::transport_name(s.transport);
         for (op, &n) in s.opcodes.iter().enumerate() {

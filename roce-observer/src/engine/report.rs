@@ -23,7 +23,7 @@ use super::{
     show_mac,
     snapshot::{
         AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
-        PfcRef, PfcSnapshot, SCHEMA_VERSION, Snapshot, Summary, show_ip,
+        PfcRef, PfcSnapshot, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, show_ip,
     },
     steps,
 };
@@ -54,6 +54,10 @@ struct FlowPass<'a> {
     ecmp: Vec<FlowLoad>,
     with_samples: u64,
 }
+
+/// The latency summary of every flow without samples (one, shared).
+static NO_SAMPLES: std::sync::LazyLock<Arc<RttSummary>> =
+    std::sync::LazyLock::new(|| Arc::new(RttSummary::default()));
 
 /// A flow on which `ce_without_cnp`, `flow_problems` or `bursts` may raise an alert.
 fn may_alert(s: &FlowStats) -> bool {
@@ -405,11 +409,15 @@ impl Engine {
             peer_qp: s.peer_qp(),
             udp_src_ports: s.udp_src_ports() as u64,
             udp_src_port_overflow: s.udp_sport_overflow,
-            rtt_ns: rtt_summary(e.rtt()),
+            rtt_ns: match e.rtt().filter(|s| s.count() > 0) {
+                Some(s) => Arc::new(rtt_summary(Some(s))),
+                None => Arc::clone(&NO_SAMPLES),
+            },
             first_ts: s.first_ns,
             last_ts: s.last_ns,
             rate_bps,
             owner: None,
+            stamp: ViewStamp::new(),
         }
     }
 

@@ -317,7 +317,9 @@ pub struct FlowSnapshot {
     pub peer_qp: Option<u32>,
     pub udp_src_ports: u64,
     pub udp_src_port_overflow: u64,
-    pub rtt_ns: RttSummary,
+    /// Shared by every flow without samples (most of them): a summary is 264 bytes, and a
+    /// large table holds one view per flow, two while a report replaces them (issue 12).
+    pub rtt_ns: Arc<RttSummary>,
     /// ns since the Unix epoch (capture time, or the clock the live path converted to).
     pub first_ts: u64,
     pub last_ts: u64,
@@ -325,8 +327,51 @@ pub struct FlowSnapshot {
     pub rate_bps: f64,
     /// The local QP this flow goes into or comes out of, and its process (live runs on a host
     /// with RDMA devices; absent otherwise).
+    /// Boxed: most flows have none, and the view is kept per flow.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<QpOwner>,
+    pub owner: Option<Box<QpOwner>>,
+    /// Which build of the view this is (not shown, not compared).
+    #[serde(skip)]
+    pub stamp: ViewStamp,
+}
+
+/// Which build of a flow's view this is: unique in the process; a copy gets a new one, and so
+/// must a view changed in place. A reader that keeps the stamps of the views it last saw (the
+/// log directory's baseline) tells a view it already wrote from one to look at again without
+/// holding the views: holding them kept two generations of views alive while the engine
+/// replaced them, a third of the memory of a table of 100,000 flows (issue 12). Not part of
+/// the content: views that differ only in their stamps are equal.
+#[derive(Debug)]
+pub struct ViewStamp(u64);
+
+impl ViewStamp {
+    pub fn new() -> ViewStamp {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        ViewStamp(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for ViewStamp {
+    fn default() -> ViewStamp {
+        ViewStamp::new()
+    }
+}
+
+impl Clone for ViewStamp {
+    /// A copy may be changed: it is another build.
+    fn clone(&self) -> ViewStamp {
+        ViewStamp::new()
+    }
+}
+
+impl PartialEq for ViewStamp {
+    fn eq(&self, _: &ViewStamp) -> bool {
+        true
+    }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -724,5 +769,14 @@ mod tests {
         }
         assert_eq!(json.as_object().map(|o| o.len()), Some(NAK_CLASSES));
         assert_eq!(naks.total(), 21);
+    }
+
+    #[test]
+    fn a_copy_of_a_view_is_another_build_and_stamps_do_not_count_in_equality() {
+        let a = ViewStamp::new();
+        let b = a.clone();
+        assert_ne!(a.get(), b.get());
+        assert_ne!(ViewStamp::new().get(), ViewStamp::new().get());
+        assert_eq!(a, b);
     }
 }

@@ -421,7 +421,7 @@ fn register_owners(reg: &mut Registry, chosen: &[&FlowSnapshot]) {
     let info = chosen
         .iter()
         .filter_map(|f| {
-            let o = f.owner.as_ref()?;
+            let o = f.owner.as_deref()?;
             let mut l = flow_labels(f);
             l.push(("comm", o.comm.clone()));
             l.push(("pid", o.pid.map_or(String::new(), |p| p.to_string())));

@@ -91,7 +91,7 @@ fn flow_row(out: &mut String, f: &FlowSnapshot) {
 fn owners(out: &mut String, flows: &[&FlowSnapshot]) {
     let owned: Vec<(&FlowSnapshot, &QpOwner)> = flows
         .iter()
-        .filter_map(|f| Some((*f, f.owner.as_ref()?)))
+        .filter_map(|f| Some((*f, f.owner.as_deref()?)))
         .collect();
     if owned.is_empty() {
         return;

@@ -14,8 +14,8 @@ use std::{
     os::fd::AsRawFd,
 };
 
-use crate::engine::snapshot::FlowSnapshot;
 pub use crate::engine::snapshot::QpOwner;
+use crate::engine::snapshot::{FlowSnapshot, ViewStamp};
 use std::sync::Arc;
 
 /// NETLINK_RDMA, and the RDMA_NL_NLDEV client's message type: (client << 10) | command.
@@ -331,8 +331,10 @@ pub fn label_flows(owners: &[QpOwner], flows: &mut [Arc<FlowSnapshot>]) {
     let ix = Index::new(owners);
     for f in flows {
         let owner = ix.owner(f.dst_qp, f.peer_qp, f.direction);
-        if f.owner.as_ref() != owner {
-            Arc::make_mut(f).owner = owner.cloned();
+        if f.owner.as_deref() != owner {
+            let f = Arc::make_mut(f);
+            f.owner = owner.cloned().map(Box::new);
+            f.stamp = ViewStamp::new();
         }
     }
 }

@@ -308,7 +308,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         ce.push(marked(f.ecn_ce, f.ecn_ce.to_string()), warn(f.ecn_ce));
         p50.push(format::ns(f.rtt_ns.p50), plain);
         p99.push(format::ns(f.rtt_ns.p99), plain);
-        process.push(f.owner.as_ref().map_or(String::new(), owner_label), plain);
+        process.push(f.owner.as_deref().map_or(String::new(), owner_label), plain);
     }
     let mut all = vec![
         mark, flow, qp, peer, seen, pkts, rate, gaps, retx, nak, cnp, ce, p50, p99,

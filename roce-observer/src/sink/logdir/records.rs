@@ -10,10 +10,7 @@
 //! next written batch carries the changes of both, so summing `delta` over the files that exist
 //! still gives the totals.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -223,12 +220,13 @@ fn alert_id(a: &AlertSnapshot) -> AlertId {
 pub struct Baseline {
     ts: u64,
     flows: HashMap<FlowId, FlowDelta>,
-    /// The flow views of the last written snapshot. The engine hands out the same view again
-    /// for a flow that did not change, so a view found here has a zero delta: most flows of a
-    /// large table are passed over without building their id (issue 12: a table of 100,000
-    /// flows, a few changing). Looked for at the same index only: the engine keeps its order,
-    /// and a flow missed (the order moved: new flows) takes the path by id, exact as well.
-    held: Vec<Arc<FlowSnapshot>>,
+    /// The stamps of the flow views of the last written snapshot. The engine hands out the same
+    /// view again for a flow that did not change, so a view found here has a zero delta: most
+    /// flows of a large table are passed over without building their id (issue 12: a table of
+    /// 100,000 flows, a few changing). Looked for at the same index only: the engine keeps its
+    /// order, and a flow missed (the order moved: new flows) takes the path by id, exact as
+    /// well. Stamps, not the views: the engine frees a view it replaces.
+    held: Vec<u64>,
     pfc: HashMap<PfcId, (u64, u64, u64)>,
     alerts: HashMap<AlertId, u64>,
     mirrors: HashMap<MirrorId, (u64, u64)>,
@@ -245,7 +243,7 @@ pub struct NextBaseline {
     flows: Vec<(FlowId, FlowDelta)>,
     /// Every flow of the snapshot, when some flow of the baseline is no longer in it.
     only: Option<HashSet<FlowId>>,
-    views: Vec<Arc<FlowSnapshot>>,
+    views: Vec<u64>,
     pfc: HashMap<PfcId, (u64, u64, u64)>,
     alerts: HashMap<AlertId, u64>,
     mirrors: HashMap<MirrorId, (u64, u64)>,
@@ -270,8 +268,8 @@ impl Baseline {
 
 impl Baseline {
     /// `flow`, at index `i` of its snapshot, is the view at `i` of the last written snapshot.
-    fn written(&self, i: usize, flow: &Arc<FlowSnapshot>) -> bool {
-        self.held.get(i).is_some_and(|h| Arc::ptr_eq(h, flow))
+    fn written(&self, i: usize, flow: &FlowSnapshot) -> bool {
+        self.held.get(i) == Some(&flow.stamp.get())
     }
 }
 
@@ -298,7 +296,7 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
         ts,
         flows: Vec::new(),
         only: None,
-        views: snap.flows.clone(),
+        views: snap.flows.iter().map(|f| f.stamp.get()).collect(),
         pfc: HashMap::new(),
         alerts: HashMap::new(),
         mirrors: HashMap::new(),

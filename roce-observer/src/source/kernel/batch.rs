@@ -26,24 +26,26 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// Every key and value of the hash map `fd`, into `keys` and `values` (cleared first; their
-/// capacity is kept, so a reader that reuses them allocates nothing once warm), or the OS error
-/// of the first call that failed (EINVAL or ENOTSUPP on kernels or map types without batch
-/// lookups). The kernel writes straight into the vectors' spare room.
-pub fn lookup_all_into<K: Pod, V: Pod>(
+/// Every key and value of the hash map `fd`, one chunk of at most [`CHUNK`] entries at a time
+/// into `keys` and `values` (cleared before each chunk; their capacity is kept, so a reader
+/// that reuses them allocates nothing once warm, and holds one chunk rather than the whole
+/// table), each chunk handed to `each`; or the OS error of the first call that failed (EINVAL
+/// or ENOTSUPP on kernels or map types without batch lookups: then nothing was handed over).
+/// The kernel writes straight into the vectors' spare room.
+pub fn lookup_all_chunks<K: Pod, V: Pod>(
     fd: BorrowedFd<'_>,
     keys: &mut Vec<K>,
     values: &mut Vec<V>,
+    mut each: impl FnMut(&mut [K], &mut [V]),
 ) -> std::io::Result<()> {
-    keys.clear();
-    values.clear();
     // The batch token of a hash map is a bucket index (u32); room for a u64 is plenty.
     let (mut token_in, mut token_out) = (0u64, 0u64);
     let mut first = true;
     loop {
+        keys.clear();
+        values.clear();
         keys.reserve(CHUNK);
         values.reserve(CHUNK);
-        let len = keys.len();
         let mut attr = BatchAttr {
             in_batch: if first {
                 0
@@ -51,17 +53,16 @@ pub fn lookup_all_into<K: Pod, V: Pod>(
                 std::ptr::from_mut(&mut token_in) as u64
             },
             out_batch: std::ptr::from_mut(&mut token_out) as u64,
-            // SAFETY (both): `len` is within the allocation (at most its length).
-            keys: unsafe { keys.as_mut_ptr().add(len) } as u64,
-            values: unsafe { values.as_mut_ptr().add(len) } as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
             count: CHUNK as u32,
             map_fd: fd.as_raw_fd() as u32,
             ..BatchAttr::default()
         };
         // SAFETY: `attr` points at spare room for `count` keys and values of the map's sizes
-        // (K and V are the map's key and value types; both vectors reserved CHUNK more) and at
-        // two u64 tokens; the kernel writes at most `count` entries and then sets `count` to
-        // what it wrote.
+        // (K and V are the map's key and value types; both vectors reserved CHUNK) and at two
+        // u64 tokens; the kernel writes at most `count` entries and then sets `count` to what
+        // it wrote.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_bpf,
@@ -72,16 +73,21 @@ pub fn lookup_all_into<K: Pod, V: Pod>(
         };
         let err = (rc < 0).then(std::io::Error::last_os_error);
         let got = (attr.count as usize).min(CHUNK);
-        // SAFETY: the kernel initialised the `got` keys and values after `len`; K and V are
-        // Pod; the room was reserved above.
+        // SAFETY: the kernel initialised the first `got` keys and values; K and V are Pod; the
+        // room was reserved above.
         unsafe {
-            keys.set_len(len + got);
-            values.set_len(len + got);
+            keys.set_len(got);
+            values.set_len(got);
         }
         match err {
-            None => {}
+            None => each(keys, values),
             // ENOENT: the walk reached the end (the last chunk, if any, came with it).
-            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                if got > 0 {
+                    each(keys, values);
+                }
+                return Ok(());
+            }
             Some(e) => return Err(e),
         }
         token_in = token_out;

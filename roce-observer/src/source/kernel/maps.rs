@@ -32,50 +32,29 @@ impl KernelSource {
 
     /// Every flow entry, with times turned into ns since the epoch.
     pub fn read_flows(&mut self) -> Result<Vec<(FlowKey, FlowStats)>, KernelError> {
-        let (keys, values) = self.read_flows_buffered()?;
-        Ok(keys.iter().copied().zip(values.iter().copied()).collect())
+        let mut out = Vec::new();
+        self.read_flow_table(|k, v| out.push((*k, *v)))?;
+        Ok(out)
     }
 
-    /// [`KernelSource::read_flows`] into buffers the source keeps: a table of 100,000 flows
-    /// is 50 MB, and allocating and faulting that in afresh every report tick cost more than
-    /// the read itself (issue 12). One batched lookup per 4096 entries where the kernel has
-    /// them (5.6), else two syscalls per entry.
-    pub fn read_flows_buffered(&mut self) -> Result<(&[FlowKey], &[FlowStats]), KernelError> {
-        // The previous read no longer is what `refresh` handed its engine.
-        self.flow_buffers.engine = None;
-        self.read_flow_table()?;
-        Ok((&self.flow_buffers.keys, &self.flow_buffers.values))
-    }
-
-    /// The flow table into `flow_buffers.keys` and `values`, times converted.
-    pub(super) fn read_flow_table(&mut self) -> Result<(), KernelError> {
+    /// Every flow entry, in the kernel's hash order, handed to `each` with times converted.
+    /// Read through chunk buffers the source keeps: a table of 100,000 flows is 50 MB, and
+    /// allocating and faulting that in afresh every report tick cost more than the read itself,
+    /// and keeping all of it between ticks cost 570 bytes per flow (issue 12). One batched
+    /// lookup per 4096 entries where the kernel has them (5.6), else two syscalls per entry.
+    pub(super) fn read_flow_table(
+        &mut self,
+        mut each: impl FnMut(&FlowKey, &FlowStats),
+    ) -> Result<(), KernelError> {
         let map = self.ebpf.map("FLOWS").ok_or(KernelError::Map {
             map: "FLOWS",
             source: MapError::InvalidName {
                 name: "FLOWS".into(),
             },
         })?;
-        let FlowBuffers { keys, values, .. } = &mut self.flow_buffers;
-        let batched = match map {
-            aya::maps::Map::HashMap(data) => {
-                super::batch::lookup_all_into(data.fd().as_fd(), keys, values).is_ok()
-            }
-            _ => false,
-        };
-        if !batched {
-            let flows = HashMap::<&MapData, FlowKey, FlowStats>::try_from(map)
-                .map_err(map_error("FLOWS"))?;
-            keys.clear();
-            values.clear();
-            // An entry deleted between key iteration and lookup is skipped (flatten).
-            for (k, v) in flows.iter().flatten() {
-                keys.push(k);
-                values.push(v);
-            }
-        }
         let offset = self.epoch_offset_ns;
         let epoch = |ns: u64| ns.saturating_add(offset);
-        for v in values.iter_mut() {
+        let to_epoch = |v: &mut FlowStats| {
             v.first_ns = epoch(v.first_ns);
             v.last_ns = epoch(v.last_ns);
             for w in [&mut v.retransmit_bursts, &mut v.nak_bursts] {
@@ -85,6 +64,40 @@ impl KernelSource {
                 }
                 w.start_ns = epoch(w.start_ns);
             }
+        };
+        let FlowBuffers { keys, values, .. } = &mut self.flow_buffers;
+        if let aya::maps::Map::HashMap(data) = map {
+            let mut handed = false;
+            let batched =
+                super::batch::lookup_all_chunks(data.fd().as_fd(), keys, values, |ks, vs| {
+                    handed = true;
+                    for (k, v) in ks.iter().zip(vs.iter_mut()) {
+                        to_epoch(v);
+                        each(k, v);
+                    }
+                });
+            match batched {
+                Ok(()) => return Ok(()),
+                // Entries were handed over: a per-key read would hand them again.
+                Err(io_error) if handed => {
+                    return Err(KernelError::Map {
+                        map: "FLOWS",
+                        source: MapError::SyscallError(aya::sys::SyscallError {
+                            call: "bpf_map_lookup_batch",
+                            io_error,
+                        }),
+                    });
+                }
+                // The kernel has no batch lookups for this map: per key below.
+                Err(_) => {}
+            }
+        }
+        let flows =
+            HashMap::<&MapData, FlowKey, FlowStats>::try_from(map).map_err(map_error("FLOWS"))?;
+        // An entry deleted between key iteration and lookup is skipped (flatten).
+        for (k, mut v) in flows.iter().flatten() {
+            to_epoch(&mut v);
+            each(&k, &v);
         }
         Ok(())
     }

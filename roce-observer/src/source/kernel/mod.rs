@@ -99,22 +99,46 @@ pub struct KernelSource {
     warnings: Vec<String>,
     /// The reader of the programs' aya-log records (empty unless `kernel_log`).
     kernel_log: kernel_log::Reader,
-    /// The flow table as last read (maps.rs), kept to reuse the memory.
+    /// Chunk buffers of the flow table read, and fingerprints of the last read.
     flow_buffers: FlowBuffers,
 }
 
-/// The flow table as read last and the time before. The kernel walks its hash table in bucket
-/// order, so an entry usually sits at the same index in both: an entry equal to the one at its
-/// index the time before was handed to the same engine then, and is not again (most of a large
-/// table, most ticks; a sequential compare instead of a hash lookup per flow).
+/// The chunk buffers of the flow table read (maps.rs), and a fingerprint of each entry as read
+/// last. The kernel walks its hash table in bucket order, so an entry usually sits at the same
+/// index in two reads: an entry whose fingerprint equals the one at its index the time before
+/// was handed to the same engine then, and is not again (most of a large table, most ticks; a
+/// sequential compare instead of a hash lookup per flow). Eight bytes per flow where a copy of
+/// the last read cost 570 (issue 12).
 #[derive(Default)]
 struct FlowBuffers {
     keys: Vec<roce_observer_common::FlowKey>,
     values: Vec<roce_observer_common::FlowStats>,
-    prev_keys: Vec<roce_observer_common::FlowKey>,
-    prev_values: Vec<roce_observer_common::FlowStats>,
-    /// The engine `refresh` handed all of `keys` and `values` to (None after any other read).
+    /// Fingerprints of the last read, by index, and of the read under way.
+    prints: Vec<u64>,
+    next_prints: Vec<u64>,
+    /// The engine `refresh` handed every entry of `prints` to (None after any other read).
     engine: Option<u64>,
+}
+
+/// A 64-bit hash of a flow entry (key and value). Two different entries at one index with
+/// equal fingerprints (one chance in 2^64 per changed entry) would leave the engine one read
+/// behind on that flow until it changes again.
+fn fingerprint(
+    key: &roce_observer_common::FlowKey,
+    stats: &roce_observer_common::FlowStats,
+) -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = crate::engine::flows::FastHash::default().build_hasher();
+    h.write(pod_bytes(key));
+    h.write(pod_bytes(stats));
+    h.finish()
+}
+
+/// The bytes of a map key or value.
+fn pod_bytes<T: aya::Pod>(v: &T) -> &[u8] {
+    // SAFETY: Pod types of the shared ABI crate are plain data without implicit padding (their
+    // sizes are asserted there), so every byte is initialised; the slice borrows `v`.
+    unsafe { std::slice::from_raw_parts(std::ptr::from_ref(v).cast::<u8>(), size_of::<T>()) }
 }
 
 /// The kernel programs' `STAGE` global (roce-observer-ebpf/src/observe.rs).
@@ -284,18 +308,20 @@ pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()
     src.drain_events(|ev| engine.ingest_event(ev));
     let b = &mut src.flow_buffers;
     let same_engine = b.engine.take() == Some(engine.id());
-    // The last read, all handed to `engine`, becomes the previous one.
-    std::mem::swap(&mut b.keys, &mut b.prev_keys);
-    std::mem::swap(&mut b.values, &mut b.prev_values);
-    src.read_flow_table()?;
-    let b = &mut src.flow_buffers;
-    for (i, (key, stats)) in b.keys.iter().zip(&b.values).enumerate() {
-        let unchanged =
-            same_engine && b.prev_keys.get(i) == Some(key) && b.prev_values.get(i) == Some(stats);
-        if !unchanged {
+    let prints = std::mem::take(&mut b.prints);
+    let mut next = std::mem::take(&mut b.next_prints);
+    next.clear();
+    src.read_flow_table(|key, stats| {
+        let print = fingerprint(key, stats);
+        if !(same_engine && prints.get(next.len()) == Some(&print)) {
             engine.update_flow(key, stats);
         }
-    }
+        next.push(print);
+    })?;
+    let b = &mut src.flow_buffers;
+    // The read under way, all handed to `engine`, becomes the last one.
+    b.prints = next;
+    b.next_prints = prints;
     b.engine = Some(engine.id());
     for (key, stats) in src.read_pfc()? {
         engine.update_pfc(&key, &stats);
