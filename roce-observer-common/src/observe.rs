@@ -203,12 +203,7 @@ fn on_mirror<T: Tables>(t: &mut T, point: &mut MirrorPoint, ifindex: u32, direct
     point.key.ifindex = ifindex;
     point.key.direction = direction;
     match t.mirror(&point.key) {
-        Some(session) => {
-            if session.frames == 0 {
-                session.outer_dst = point.outer_dst;
-            }
-            session.count(point.seq, point.seq_present != 0)
-        }
+        Some(session) => session.count(point.seq, point.seq_present != 0),
         None => t.count(Counter::MapFull, direction),
     }
 }

@@ -447,7 +447,7 @@ impl Engine {
                     iface: self.iface_name(k.ifindex),
                     direction: Direction::from_u8(k.direction).name(),
                     source: MirrorSource::new(k.encap, k.outer_src, k.id)?,
-                    outer_dst: show_ip(m.outer_dst),
+                    outer_dst: show_ip(k.outer_dst),
                     frames: m.frames,
                     sequenced: m.flags & SEQ_SEEN != 0,
                     seq_lost: m.seq_lost,
