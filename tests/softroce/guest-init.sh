@@ -185,6 +185,7 @@ if [ "${PRE_CAPTURE:-0}" = 1 ]; then
 		until grep -q 'listening on' /tmp/tcpdump-pre.err 2>/dev/null || [ $i -ge 100 ]; do
 			sleep 0.1; i=$((i + 1))
 		done
+		status "T_PRE_CAPTURE=$(cut -d' ' -f1 /proc/uptime)"
 	else
 		log "pre-qdisc capture setup failed"; status "PRE_CAPTURE_ERROR=setup"
 	fi
@@ -204,6 +205,7 @@ if [ "$CAPTURE" = 1 ]; then
 	until grep -q 'listening on' /tmp/tcpdump.err 2>/dev/null || [ $i -ge 100 ]; do
 		sleep 0.1; i=$((i + 1))
 	done
+	status "T_CAPTURE=$(cut -d' ' -f1 /proc/uptime)"
 fi
 
 # ---- optional extra command (e.g. the observer), output into the share ----
