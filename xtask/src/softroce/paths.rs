@@ -323,5 +323,18 @@ mod unit {
             ..t.clone()
         };
         assert_eq!(failed(&doc(&[5, 9], 0), &few).len(), 1);
+        // more than 16 lost: the count is all of them, the list the first 16
+        let many: Vec<u32> = (100..120).collect();
+        let t = Truth {
+            missing: many.clone(),
+            frames_post: 90,
+            netem_dropped: Some(20),
+            ..t
+        };
+        let mut d = doc(&many[..16], 0);
+        d["paths"][0]["missing"] = json!(20);
+        assert!(failed(&d, &t).is_empty());
+        d["paths"][0]["missing_psns"] = json!(many[4..].to_vec());
+        assert_eq!(failed(&d, &t).len(), 1);
     }
 }
