@@ -369,6 +369,10 @@ pub(super) fn check_scenario(
         ),
         None => (Vec::new(), Value::Null),
     };
+    // where was it lost: the loss scenarios' capture before netem against cap.pcap after it
+    if let (Some(bin), true) = (observer.as_deref(), sc.loss.is_some()) {
+        super::paths::path_checks(&mut ck, sc, bin, cap, cdir);
+    }
 
     let name = sc.name.to_string();
     let perf = if sc.latency {

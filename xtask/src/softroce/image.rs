@@ -40,7 +40,8 @@ const GUEST_LIBS: &[&str] = &[
     "/lib/x86_64-linux-gnu/libm.so.6",
 ];
 /// Kernel modules (with their dependencies) put into the image. sch_ingress + cls_bpf are for
-/// the observer's TC egress program (clsact qdisc through netlink: 6.1 has no TCX).
+/// the observer's TC egress program (clsact qdisc through netlink: 6.1 has no TCX); dummy,
+/// cls_matchall and act_mirred for the capture point before netem (pre.pcap).
 const GUEST_MODULES: &[&str] = &[
     "virtio_pci",
     "virtio_net",
@@ -52,6 +53,9 @@ const GUEST_MODULES: &[&str] = &[
     "sch_netem",
     "sch_ingress",
     "cls_bpf",
+    "dummy",
+    "cls_matchall",
+    "act_mirred",
 ];
 const IMAGE_FORMAT: &str = "softroce-image-v2";
 

@@ -32,6 +32,7 @@ pub(crate) mod image;
 mod observer;
 mod outputs;
 mod owners;
+mod paths;
 mod report;
 mod scenarios;
 #[cfg(test)]

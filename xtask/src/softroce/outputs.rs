@@ -106,7 +106,12 @@ pub(super) fn netem_dropped(vm: &Path) -> Option<i64> {
 }
 
 pub(super) fn tcpdump_kernel_drops(vm: &Path) -> Option<u64> {
-    let s = fs::read_to_string(vm.join("tcpdump.err")).ok()?;
+    tcpdump_kernel_drops_in(vm, "tcpdump.err")
+}
+
+/// "N packets dropped by kernel" from a tcpdump's stderr kept in `vm`.
+pub(super) fn tcpdump_kernel_drops_in(vm: &Path, file: &str) -> Option<u64> {
+    let s = fs::read_to_string(vm.join(file)).ok()?;
     s.lines()
         .find(|l| l.contains("dropped by kernel"))?
         .split_whitespace()

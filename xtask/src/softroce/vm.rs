@@ -140,6 +140,9 @@ fn write_config(share: &Path, sc: &Scenario, role: &str, opts: &SoftRoceOpts) ->
         if client { sc.loss.unwrap_or("") } else { "" }
     )?;
     writeln!(c, "CAPTURE={}", if client { 1 } else { 0 })?;
+    // the loss scenarios also capture before netem (pre.pcap): the path view's two points
+    let pre = client && sc.loss.is_some();
+    writeln!(c, "PRE_CAPTURE={}", if pre { 1 } else { 0 })?;
     if let (true, Some(cmd)) = (client, opts.extra_cmd.as_deref()) {
         let cmd = cmd
             .replace("{pmtu}", &sc.expected_pmtu().to_string())
