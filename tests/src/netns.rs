@@ -111,6 +111,15 @@ impl Observer {
         Observer::start_as(ns, &[], &crate::observer_bin(), args)
     }
 
+    /// Start the observer on both ends of the pair, reporting every 0.2 s and printing the
+    /// JSON document at the end, with `extra` arguments; wait until it is attached.
+    pub fn on_both_ends(ns: &VethNs, extra: &[&str]) -> anyhow::Result<Observer> {
+        let ifaces = format!("{},{}", ns.a, ns.b);
+        let mut args = vec!["-i", ifaces.as_str(), "--json", "--interval", "0.2"];
+        args.extend_from_slice(extra);
+        Observer::start(ns, &args)
+    }
+
     /// Start `bin run ARGS` behind `wrapper` (a command that runs the rest of its arguments,
     /// e.g. setpriv dropping to a service user), and wait until it says it is attached.
     pub fn start_as(

@@ -192,22 +192,8 @@ fn run_on_interfaces_ends_at_the_first_interval_that_trips() {
     let pmtu = doc["pmtu"].as_u64().unwrap_or(4096).to_string();
     for (expr, trips) in [("psn_gaps>0", true), ("psn_gaps>1000", false)] {
         let ns = VethNs::new().expect("namespace with a veth pair");
-        let ifaces = format!("{},{}", ns.a, ns.b);
-        let observer = Observer::start(
-            &ns,
-            &[
-                "-i",
-                &ifaces,
-                "--json",
-                "--interval",
-                "0.2",
-                "--pmtu",
-                &pmtu,
-                "--fail-on",
-                expr,
-            ],
-        )
-        .expect("observer attaches");
+        let observer = Observer::on_both_ends(&ns, &["--pmtu", &pmtu, "--fail-on", expr])
+            .expect("observer attaches");
         assert!(has_xdp(&ns, &ns.a) && has_xdp(&ns, &ns.b), "attached");
         ns.replay(&pcap).expect("tcpreplay");
         if !trips {

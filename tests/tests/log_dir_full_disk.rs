@@ -70,15 +70,9 @@ fn a_full_disk_loses_lines_but_not_the_observer() {
     let logs = fs.dir.join("logs");
     let ns = VethNs::new().expect("namespace with a veth pair");
     loopback_up(&ns).expect("loopback");
-    let ifaces = format!("{},{}", ns.a, ns.b);
-    let observer = Observer::start(
+    let observer = Observer::on_both_ends(
         &ns,
         &[
-            "-i",
-            &ifaces,
-            "--json",
-            "--interval",
-            "0.2",
             "--metrics",
             "127.0.0.1:9471",
             "--log-dir",

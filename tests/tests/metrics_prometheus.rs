@@ -36,20 +36,7 @@ fn prometheus_stores_what_the_json_document_says() {
     ensure_installed().expect("Debian package `prometheus`");
     let ns = VethNs::new().expect("namespace with a veth pair");
     loopback_up(&ns).expect("loopback");
-    let ifaces = format!("{},{}", ns.a, ns.b);
-    let observer = Observer::start(
-        &ns,
-        &[
-            "-i",
-            &ifaces,
-            "--json",
-            "--interval",
-            "0.2",
-            "--metrics",
-            METRICS,
-        ],
-    )
-    .expect("observer attaches");
+    let observer = Observer::on_both_ends(&ns, &["--metrics", METRICS]).expect("observer attaches");
     let rules = integration_tests::workspace_root().join("docs/prometheus/roce-observer.rules.yml");
     let prom =
         Prometheus::start(&ns, METRICS, PROMETHEUS, Some(&rules)).expect("prometheus starts");
