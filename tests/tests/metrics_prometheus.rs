@@ -115,6 +115,12 @@ fn prometheus_stores_what_the_json_document_says() {
         wait_for(&format!("recording rule {rule}"), &|| !q(rule).is_empty());
     }
     let out = observer.stop().expect("observer stops cleanly");
+    // Once the observer is gone, a scrape that fails marks its series stale and an instant
+    // query returns nothing: read each expression's last value over the last two minutes.
+    let q = |expr: &str| {
+        let last = format!("last_over_time(({expr})[2m:1s])");
+        prom.query(&last).unwrap_or_else(|e| panic!("{last}: {e}"))
+    };
     let doc: Value = serde_json::from_str(&out).expect("run --json output parses");
     let summary = &doc["summary"];
     let flows = doc["flows"].as_array().expect("flows");
