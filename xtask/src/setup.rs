@@ -5,7 +5,8 @@
 //! - bpf-linker 0.13.0 built against Debian's LLVM 22;
 //! - test tools: tcpreplay (layer-2 replay), iproute2 (namespaces, veth), systemd
 //!   (systemd-analyze, to verify the packaged unit), prometheus (a real Prometheus server and
-//!   promtool for the metrics scrape test).
+//!   promtool for the metrics scrape test), wireshark-common (dumpcap: two capture points in one
+//!   pcapng for the path-loss test).
 
 use std::{
     path::{Path, PathBuf},
@@ -107,8 +108,16 @@ fn link_debian_toolchain() -> anyhow::Result<()> {
 /// Everything the build and the tests need. Returns the eBPF toolchain name.
 pub fn setup() -> anyhow::Result<String> {
     // systemd for `systemd-analyze verify` of the packaged unit (tests/tests/package.rs),
-    // prometheus for the metrics scrape test (tests/tests/metrics_prometheus.rs).
-    apt_install(&["iproute2", "tcpreplay", "systemd", "prometheus"])?;
+    // prometheus for the metrics scrape test (tests/tests/metrics_prometheus.rs), dumpcap for
+    // the path-loss test (tests/tests/path_loss_veth.rs; on a fresh machine the Soft-RoCE
+    // stage installed it only after that test had run and failed).
+    apt_install(&[
+        "iproute2",
+        "tcpreplay",
+        "systemd",
+        "prometheus",
+        "wireshark-common",
+    ])?;
     let toolchain = if has_rust_src("nightly") {
         "nightly".to_string()
     } else {
