@@ -12,6 +12,7 @@
 #![no_main]
 
 mod diag;
+mod floor;
 mod maps;
 mod observe;
 mod view;
@@ -62,6 +63,22 @@ pub fn roce_observer_tc(ctx: TcContext) -> i32 {
 /// `cargo xtask bench` can print our per-packet cost as a ratio to it.
 #[xdp]
 pub fn roce_observer_baseline(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
+/// Benchmark floor, never attached by the observer: an exact per-flow count in a hash map
+/// (floor.rs).
+#[xdp]
+pub fn roce_observer_floor_hash(ctx: XdpContext) -> u32 {
+    floor::hash(&ctx);
+    xdp_action::XDP_PASS
+}
+
+/// Benchmark floor, never attached by the observer: a per-flow count in an array slot
+/// (floor.rs).
+#[xdp]
+pub fn roce_observer_floor_array(ctx: XdpContext) -> u32 {
+    floor::array(&ctx);
     xdp_action::XDP_PASS
 }
 

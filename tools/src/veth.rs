@@ -194,6 +194,39 @@ fn staged(opts: &KernelOptions, pcap: &Path, ns: &Netns) -> anyhow::Result<[(f64
     Ok(out)
 }
 
+/// Steady and storm passes of a floor program (no events: 0 drained). Fails unless the floor
+/// counted every RoCE packet of both passes (a floor that skipped frames would time nothing).
+fn floor_passes(
+    program: BenchProgram,
+    pcap: &Path,
+    ns: &Netns,
+) -> anyhow::Result<[(f64, u64, usize); 2]> {
+    let mut src = KernelSource::load(&KernelOptions {
+        floor_entries: 16384,
+        ..KernelOptions::default()
+    })?;
+    let id = src.attach_baseline(program, &ns.b)?;
+    let mut out = [(0.0, 0, 0); 2];
+    for pass in &mut out {
+        let before = src.program_stats(program)?;
+        replay(&mut src, pcap, &ns.a)?;
+        let (ns_pkt, runs) = per_run(&src, program, before)?;
+        *pass = (ns_pkt, runs, 0);
+    }
+    src.detach_baseline(program, id)?;
+    let (hashed, slotted) = src.floor_counts()?;
+    let counted = if program == BenchProgram::FloorHash {
+        hashed
+    } else {
+        slotted
+    };
+    let runs = out[0].1 + out[1].1;
+    if counted == 0 || counted > runs {
+        bail!("{program:?} counted {counted} packets of {runs} frames: not timing a flow count");
+    }
+    Ok(out)
+}
+
 /// Steady and storm passes of an external observer binary: ((ns/pkt, runs, duration) x 2).
 fn external_passes(
     bin: &str,
@@ -432,10 +465,10 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
     })?;
     let zero = (Duration::ZERO, 0);
 
-    let id = src.attach_baseline(&ns.b)?;
+    let id = src.attach_baseline(BenchProgram::Baseline, &ns.b)?;
     replay(&mut src, pcap, &ns.a)?;
     let (base1, packets) = per_run(&src, BenchProgram::Baseline, zero)?;
-    src.detach_baseline(id)?;
+    src.detach_baseline(BenchProgram::Baseline, id)?;
     let after_base = src.program_stats(BenchProgram::Baseline)?;
 
     src.attach(&ns.b, aya::programs::XdpMode::Default)?;
@@ -447,11 +480,17 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
     let (storm, storm_runs) = per_run(&src, BenchProgram::Xdp, before)?;
     let lost = src.read_counters()?[0][roce_observer_common::Counter::RingbufFull as usize];
     let _ = src.detach_all();
-    let id = src.attach_baseline(&ns.b)?;
+    let id = src.attach_baseline(BenchProgram::Baseline, &ns.b)?;
     replay(&mut src, pcap, &ns.a)?;
     let (base2, _) = per_run(&src, BenchProgram::Baseline, after_base)?;
-    src.detach_baseline(id)?;
+    src.detach_baseline(BenchProgram::Baseline, id)?;
     drop(src);
+
+    // The floors: what any exact per-flow count costs on the same replay (floor.rs).
+    let mut floors = Vec::new();
+    for program in [BenchProgram::FloorHash, BenchProgram::FloorArray] {
+        floors.push(floor_passes(program, pcap, &ns)?);
+    }
 
     // The same frames, parsed but not RoCE to this observer (another RoCE port): what reading
     // the headers costs, apart from the flow accounting.
@@ -505,6 +544,8 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
         (storm, storm_runs, storm_events),
     ];
     for (name, [(s, sr, se), (r, rr, re)]) in [
+        ("floor: hash-map count (fixed offsets)", floors[0]),
+        ("floor: array-slot count (fixed offsets)", floors[1]),
         ("parse only (frames on another UDP port)", parse),
         ("+ flow lookup (stage: lookup)", lookup),
         ("+ accounting, bursts (stage: account)", accounted),

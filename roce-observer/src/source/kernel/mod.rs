@@ -47,6 +47,8 @@ const XDP_PROGRAM: &str = "roce_observer_xdp";
 const XDP_PAGE_PROGRAM: &str = "roce_observer_xdp_page";
 const TC_PROGRAM: &str = "roce_observer_tc";
 const BASELINE_PROGRAM: &str = "roce_observer_baseline";
+const FLOOR_HASH_PROGRAM: &str = "roce_observer_floor_hash";
+const FLOOR_ARRAY_PROGRAM: &str = "roce_observer_floor_array";
 
 /// Settings fixed at load time.
 #[derive(Clone, Debug)]
@@ -67,6 +69,9 @@ pub struct KernelOptions {
     /// Kernel-side diagnostics through aya-log (`run --kernel-log`; kernel_log.rs). Off, the
     /// verifier removes their code.
     pub kernel_log: bool,
+    /// Benchmarks only: entries of the floor programs' maps (a power of two; 0 = one entry,
+    /// the product never runs them). See roce-observer-ebpf/src/floor.rs.
+    pub floor_entries: u32,
 }
 
 impl Default for KernelOptions {
@@ -81,6 +86,7 @@ impl Default for KernelOptions {
             burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
             stage: Stage::All,
             kernel_log: false,
+            floor_entries: 0,
         }
     }
 }
@@ -195,6 +201,9 @@ impl KernelSource {
             .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
             .override_global(aya_log::LEVEL, &kernel_log::level(opts.kernel_log), true)
             .map_max_entries("FLOWS", opts.max_flows)
+            .override_global("FLOOR_SLOTS", &opts.floor_entries.max(1), true)
+            .map_max_entries("FLOOR_HASH", opts.floor_entries.max(1))
+            .map_max_entries("FLOOR_ARRAY", opts.floor_entries.max(1))
             .load(EBPF_OBJECT)
             .map_err(load_error)?;
         // Only the variant that fits is loaded: the other one may use what this kernel lacks.

@@ -3,7 +3,10 @@
 
 use aya::programs::{Program, TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
 
-use super::{BASELINE_PROGRAM, KernelSource, TC_PROGRAM, error::KernelError, program_mut};
+use super::{
+    BASELINE_PROGRAM, FLOOR_ARRAY_PROGRAM, FLOOR_HASH_PROGRAM, KernelSource, TC_PROGRAM,
+    error::KernelError, program_mut,
+};
 
 /// Programs `KernelSource::bench` can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,6 +15,20 @@ pub enum BenchProgram {
     Tc,
     /// An XDP program that only returns XDP_PASS.
     Baseline,
+    /// Floors (roce-observer-ebpf/src/floor.rs): an exact per-flow packet count in a hash map,
+    /// and in an array slot by a hash of the key; the least any per-flow design does.
+    FloorHash,
+    FloorArray,
+}
+
+impl BenchProgram {
+    /// Loaded only when a benchmark asks for it.
+    fn on_demand(self) -> bool {
+        matches!(
+            self,
+            BenchProgram::Baseline | BenchProgram::FloorHash | BenchProgram::FloorArray
+        )
+    }
 }
 
 /// Outcome of one test run.
@@ -65,6 +82,8 @@ impl KernelSource {
             BenchProgram::Xdp => self.xdp_program,
             BenchProgram::Tc => TC_PROGRAM,
             BenchProgram::Baseline => BASELINE_PROGRAM,
+            BenchProgram::FloorHash => FLOOR_HASH_PROGRAM,
+            BenchProgram::FloorArray => FLOOR_ARRAY_PROGRAM,
         }
     }
 
@@ -77,33 +96,72 @@ impl KernelSource {
         repeat: u32,
     ) -> Result<std::time::Duration, KernelError> {
         let name = self.program_name(program);
-        if program == BenchProgram::Baseline {
-            let prog = program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?;
-            if prog.fd().is_err() {
-                prog.load().map_err(|e| KernelError::Load(Box::new(e)))?;
-            }
+        if program.on_demand() {
+            self.load_on_demand(program)?;
         }
         run(self, name, frame, repeat).map(|r| r.duration)
     }
 }
 
 impl KernelSource {
-    /// Attach the do-nothing baseline XDP program to `iface` (benchmarks only: the veth
-    /// replay in `cargo xtask bench` compares our cost with it on the same interface).
-    /// Detach with [`KernelSource::detach_baseline`]; dropping the source detaches it too.
-    pub fn attach_baseline(&mut self, iface: &str) -> Result<XdpLinkId, KernelError> {
-        let prog = program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?;
+    fn load_on_demand(&mut self, program: BenchProgram) -> Result<&mut Xdp, KernelError> {
+        let name = self.program_name(program);
+        let prog = program_mut::<Xdp>(&mut self.ebpf, name)?;
         if prog.fd().is_err() {
             prog.load().map_err(|e| KernelError::Load(Box::new(e)))?;
         }
-        prog.attach(iface, XdpMode::Default)
+        Ok(prog)
+    }
+
+    /// Attach a benchmark program (the do-nothing baseline or a floor) to `iface`
+    /// (benchmarks only: the veth replay in `cargo xtask bench` compares our cost with them
+    /// on the same interface). Detach with [`KernelSource::detach_baseline`]; dropping the
+    /// source detaches it too.
+    pub fn attach_baseline(
+        &mut self,
+        program: BenchProgram,
+        iface: &str,
+    ) -> Result<XdpLinkId, KernelError> {
+        assert!(program.on_demand(), "{program:?} is attached with attach()");
+        self.load_on_demand(program)?
+            .attach(iface, XdpMode::Default)
             .map_err(|e| KernelError::Load(Box::new(e)))
     }
 
-    pub fn detach_baseline(&mut self, id: XdpLinkId) -> Result<(), KernelError> {
-        program_mut::<Xdp>(&mut self.ebpf, BASELINE_PROGRAM)?
+    pub fn detach_baseline(
+        &mut self,
+        program: BenchProgram,
+        id: XdpLinkId,
+    ) -> Result<(), KernelError> {
+        let name = self.program_name(program);
+        program_mut::<Xdp>(&mut self.ebpf, name)?
             .detach(id)
             .map_err(|e| KernelError::Load(Box::new(e)))
+    }
+
+    /// Packets the floor programs counted (the sum over their maps' values), to check that a
+    /// floor saw every packet it was timed on.
+    pub fn floor_counts(&self) -> Result<(u64, u64), KernelError> {
+        let map = |name: &'static str| {
+            self.ebpf
+                .map(name)
+                .ok_or_else(|| KernelError::Load(format!("no map {name}").into()))
+        };
+        let hash: aya::maps::HashMap<_, [u32; 11], u64> =
+            aya::maps::HashMap::try_from(map("FLOOR_HASH")?).map_err(|source| {
+                KernelError::Map {
+                    map: "FLOOR_HASH",
+                    source,
+                }
+            })?;
+        let array: aya::maps::Array<_, u64> = aya::maps::Array::try_from(map("FLOOR_ARRAY")?)
+            .map_err(|source| KernelError::Map {
+                map: "FLOOR_ARRAY",
+                source,
+            })?;
+        let hashed = hash.iter().filter_map(Result::ok).map(|(_, v)| v).sum();
+        let slotted = array.iter().filter_map(Result::ok).sum();
+        Ok((hashed, slotted))
     }
 
     /// Kernel BPF statistics of `program` so far: (total run time, runs). They only grow while
