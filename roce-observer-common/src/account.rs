@@ -34,6 +34,16 @@ impl RocePacket {
             && (self.ack_req || opcode::operation(self.opcode) == opcode::RDMA_READ_REQUEST)
     }
 
+    /// Packets that carry a collective's data (training steps, run.rs): requests and READ
+    /// responses, and UD. ACKs, NAKs and CNPs answer data and are not data.
+    #[inline(always)]
+    pub fn carries_data(&self) -> bool {
+        matches!(
+            opcode::psn_space(self.opcode),
+            PsnSpace::Request | PsnSpace::ReadResponse
+        ) || opcode::transport(self.opcode) == opcode::TRANSPORT_UD
+    }
+
     /// Responses that answer a timestamped request with the same PSN: ACK/NAK, atomic ACK,
     /// the first packet of a READ response.
     #[inline(always)]
