@@ -139,8 +139,12 @@ pub struct Engine {
     capture: Option<CaptureSummary>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
-    /// Byte series and per-flow activity for training steps (capture path).
+    /// Byte series and per-flow activity for training steps (capture path: per packet;
+    /// kernel path: run events and flow reads).
     steps: Steps,
+    /// Tests only: feed steps from the capture path's run events and flow records, as the
+    /// kernel path does, instead of per packet.
+    steps_from_runs: bool,
     /// Request PSNs per observation point, for flows seen at several (capture path).
     paths: PathLoss,
     /// PFC/PAUSE frame times per source, for the storm origin.
@@ -197,6 +201,7 @@ impl Engine {
             capture: None,
             event_buf: Vec::new(),
             steps: Steps::default(),
+            steps_from_runs: false,
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
             shown: RefCell::default(),
