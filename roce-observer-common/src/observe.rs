@@ -342,7 +342,9 @@ fn data_run<T: Tables>(
 fn signal_run<T: Tables>(t: &mut T, key: &FlowKey, stats: &mut FlowStats, cnp: bool, now: u64) {
     if stats.signals.ends_before(now) {
         let run = &stats.signals;
-        t.emit(key.direction, run.start_ns, |ev| ev.set_signal_run(key, run));
+        t.emit(key.direction, run.start_ns, |ev| {
+            ev.set_signal_run(key, run)
+        });
     }
     stats.signals.add(now, cnp);
 }

@@ -177,14 +177,27 @@ mod tests {
         run.add(0, 1000, true, false);
         run.add(100, 1000, false, true);
         run.add(200, 1000, true, true);
-        assert_eq!((run.ce, run.retransmits, run.bytes, run.packets), (2, 2, 3000, 3));
+        assert_eq!(
+            (run.ce, run.retransmits, run.bytes, run.packets),
+            (2, 2, 3000, 3)
+        );
         assert!(!run.sent(), "3 packets: counted, not sent");
         run.add(50, 10, false, false);
-        assert_eq!(run.end_ns, 200, "an older packet does not move the end back");
+        assert_eq!(
+            run.end_ns, 200,
+            "an older packet does not move the end back"
+        );
         assert!(run.ends_before(200 + MS + 1));
         run.add(5 * MS, 64, false, false);
         assert_eq!(
-            (run.start_ns, run.end_ns, run.bytes, run.packets, run.ce, run.retransmits),
+            (
+                run.start_ns,
+                run.end_ns,
+                run.bytes,
+                run.packets,
+                run.ce,
+                run.retransmits
+            ),
             (5 * MS, 5 * MS, 64, 1, 0, 0)
         );
         for i in 1..RUN_EVENT_MIN_PACKETS as u64 {
@@ -213,6 +226,9 @@ mod tests {
         assert!(!s.ends_before(2 * MS));
         assert!(s.ends_before(2 * MS + 1));
         s.add(3 * MS, false);
-        assert_eq!((s.start_ns, s.end_ns, s.cnp, s.naks), (3 * MS, 3 * MS, 0, 1));
+        assert_eq!(
+            (s.start_ns, s.end_ns, s.cnp, s.naks),
+            (3 * MS, 3 * MS, 0, 1)
+        );
     }
 }

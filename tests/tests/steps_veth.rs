@@ -203,19 +203,13 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
-#[test]
-#[ignore = "kernel test: needs root (BPF, network namespaces)"]
-fn run_on_a_veth_reports_the_steps_analyze_finds() {
-    require_root();
-    let ns = VethNs::new().expect("namespace with a veth pair");
-    let dir = std::env::temp_dir().join(format!("roce-observer-steps-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let captured = dir.join("captured.pcap");
-    let frames = traffic();
-
+/// One observation: tcpdump and `run -i` on the receiving end, the frames sent at their times.
+/// Returns how many frames went out more than 1 ms late, and `run`'s final document; the
+/// capture is in `captured`.
+fn observe(ns: &VethNs, frames: &[(u64, Vec<u8>)], captured: &Path) -> (usize, String) {
     let mut tcpdump = ns
         .exec("tcpdump")
-        .args(["-i", &ns.b, "--immediate-mode", "-U", "-n", "-w"])
+        .args(["-i", &ns.b, "-U", "-n", "-w"])
         .arg(&captured)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -239,41 +233,79 @@ fn run_on_a_veth_reports_the_steps_analyze_finds() {
             _ => {}
         }
     }
-    let observer = Observer::start(&ns, &["-i", &ns.b, "--json", "--interval", "0.2"])
+    let observer = Observer::start(ns, &["-i", &ns.b, "--json", "--interval", "0.2"])
         .expect("observer attaches");
     // At the traffic's own timing: the pauses between bursts are the point.
-    let late = send_timed(&ns, &frames).expect("send the frames");
-    eprintln!("frames sent more than 1 ms late: {late} of {}", frames.len());
-    // Let the receiving end finish with the last frames, and tcpdump write them.
-    std::thread::sleep(Duration::from_millis(500));
+    let late = send_timed(ns, frames).expect("send the frames");
+    eprintln!(
+        "frames sent more than 1 ms late: {late} of {}",
+        frames.len()
+    );
+    // Let the receiving end finish with the last frames, and tcpdump write them: libpcap hands
+    // over a partly filled buffer block after its 1 s timeout, and a stop before that lost the
+    // last frames. (Immediate mode, a wakeup per frame, dropped three frames in four here.)
+    std::thread::sleep(Duration::from_millis(1500));
     let out = observer.stop().expect("observer stops cleanly");
     // SAFETY: signalling the tcpdump this test started, by its pid (a clean stop flushes it).
     unsafe { libc::kill(tcpdump.id() as i32, libc::SIGINT) };
     let status = tcpdump.wait().expect("tcpdump ends");
     assert!(status.success(), "tcpdump: {status}");
 
+    (late, out)
+}
+
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn run_on_a_veth_reports_the_steps_analyze_finds() {
+    require_root();
+    let ns = VethNs::new().expect("namespace with a veth pair");
+    let dir = std::env::temp_dir().join(format!("roce-observer-steps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let captured = dir.join("captured.pcap");
+    let frames = traffic();
+
+    // The frames must go out at their times for the traffic to be what it is meant to be: an
+    // attempt with frames more than 1 ms late (the sender preempted on a busy machine) is
+    // repeated, at most three times.
+    let mut attempt = 0;
+    let (late, out) = loop {
+        attempt += 1;
+        let (late, out) = observe(&ns, &frames, &captured);
+        if late == 0 || attempt == 3 {
+            break (late, out);
+        }
+    };
     let live: Value = serde_json::from_str(&out).expect("run --json parses");
     let offline = analyze(&captured);
     let _ = std::fs::remove_dir_all(&dir);
     let (k, a) = (&live["steps"], &offline["steps"]);
-    assert!(a.is_object(), "analyze finds no steps: {}", offline["summary"]);
+    assert!(
+        a.is_object(),
+        "analyze finds no steps: {}",
+        offline["summary"]
+    );
     assert!(
         k.is_object(),
         "run -i finds no steps (analyze: {a}); summary {}",
         live["summary"]
     );
-    let context = format!("kernel path {k}\nanalyze {a}");
+    let context =
+        format!("kernel path {k}\nanalyze {a}\n{late} frames sent late in attempt {attempt}");
     eprintln!("{context}");
 
     let (kp, ap) = (f(&k["period_ms"]), f(&a["period_ms"]));
     let sent_ms = PERIOD as f64 / 1e6;
     assert!((kp - ap).abs() <= 0.005 * ap, "period\n{context}");
     for p in [kp, ap] {
-        assert!((p - sent_ms).abs() <= 0.01 * sent_ms, "period {p}\n{context}");
+        assert!(
+            (p - sent_ms).abs() <= 0.01 * sent_ms,
+            "period {p}\n{context}"
+        );
     }
     let (kc, ac) = (k["count"].as_u64(), a["count"].as_u64());
     assert!(
-        kc.zip(ac).is_some_and(|(x, y)| x.abs_diff(y) <= 1 && y + 2 >= STEPS),
+        kc.zip(ac)
+            .is_some_and(|(x, y)| x.abs_diff(y) <= 1 && y + 2 >= STEPS),
         "count\n{context}"
     );
     assert!(

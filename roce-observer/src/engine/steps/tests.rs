@@ -376,7 +376,10 @@ fn the_kernel_paths_runs_give_the_capture_paths_steps() {
     let (k, c) = (&kernel.stragglers[0], &capture.stragglers[0]);
     assert_eq!((k.src_ip, k.dst_qp), (c.src_ip, c.dst_qp));
     assert_eq!((k.late_steps, k.steps), (c.late_steps, c.steps));
-    assert!((k.mean_lag_ms - c.mean_lag_ms).abs() <= 0.1, "{k:?} vs {c:?}");
+    assert!(
+        (k.mean_lag_ms - c.mean_lag_ms).abs() <= 0.1,
+        "{k:?} vs {c:?}"
+    );
     assert_eq!(
         (k.evidence.ce, k.evidence.retransmits, k.evidence.naks),
         (c.evidence.ce, c.evidence.retransmits, c.evidence.naks)
@@ -418,15 +421,14 @@ fn the_kernel_path_finds_no_steps_in_aperiodic_traffic() {
 fn a_runs_bytes_are_spread_over_its_bins() {
     let mut got = Vec::new();
     // 2.5 ms from the middle of bin 10: a fifth, two fifths, two fifths.
-    spread_bytes(
-        10 * BIN_NS + BIN_NS / 2,
-        13 * BIN_NS,
-        1000,
-        |bin, b| got.push((bin, b)),
-    );
+    spread_bytes(10 * BIN_NS + BIN_NS / 2, 13 * BIN_NS, 1000, |bin, b| {
+        got.push((bin, b))
+    });
     assert_eq!(got, [(10, 200), (11, 400), (12, 400)]);
     got.clear();
-    spread_bytes(5 * BIN_NS + 10, 5 * BIN_NS + 20, 77, |bin, b| got.push((bin, b)));
+    spread_bytes(5 * BIN_NS + 10, 5 * BIN_NS + 20, 77, |bin, b| {
+        got.push((bin, b))
+    });
     assert_eq!(got, [(5, 77)]);
     // Out of time order: a run older than the series' first bin extends it backwards.
     let mut s = Steps::default();
