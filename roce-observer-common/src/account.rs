@@ -117,7 +117,7 @@ pub fn add(counter: &mut u64, n: u64) {
 /// with everything after it held back (a locked instruction is a full barrier on x86), so the
 /// lines a packet adds to are loaded first, in parallel with the first line's miss.
 #[inline(always)]
-fn touch(v: &u64) {
+pub(crate) fn touch(v: &u64) {
     // SAFETY: a read of a valid, aligned u64; volatile so that it is not dropped as unused.
     let _ = unsafe { core::ptr::read_volatile(v) };
 }

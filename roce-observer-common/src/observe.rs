@@ -16,7 +16,7 @@
 
 use crate::{
     Counter, Event, FlowKey, FlowStats,
-    account::{Outcome, RocePacket, account, add, learn_peer},
+    account::{Outcome, RocePacket, account, learn_peer, touch},
     headers::PfcBody,
     latency::{PendingKey, PendingValue},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
@@ -237,6 +237,11 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     if stage == Stage::Lookup {
         return;
     }
+    if data {
+        // The data run sits in the record's last cache line: start loading it now, in
+        // parallel with the accounting's lines (account::touch).
+        touch(&stats.run.end_ns);
+    }
     let mut out = account(stats, pkt, t.pmtu(), now);
     // Anomalies are counted in the flow record, never sent one event each: in a go-back-N storm
     // every packet is a retransmission. Bursts are detected here, on the flow's own windows, so
@@ -327,8 +332,10 @@ fn data_run<T: Tables>(
             let run = &stats.run;
             t.emit(key.direction, run.start_ns, |ev| ev.set_data_run(key, run));
         } else {
-            add(&mut stats.runs_unsent, 1);
-            add(&mut stats.run_bytes_unsent, stats.run.bytes);
+            // Plain adds, like the run itself (with sparse traffic this is every data packet;
+            // two CPUs finishing a run at once may lose one update).
+            stats.runs_unsent += 1;
+            stats.run_bytes_unsent += stats.run.bytes;
         }
     }
     let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
