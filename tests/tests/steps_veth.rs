@@ -210,7 +210,7 @@ fn observe(ns: &VethNs, frames: &[(u64, Vec<u8>)], captured: &Path) -> (usize, S
     let mut tcpdump = ns
         .exec("tcpdump")
         .args(["-i", &ns.b, "-U", "-n", "-w"])
-        .arg(&captured)
+        .arg(captured)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
