@@ -209,7 +209,7 @@ fn f(v: &Value) -> f64 {
 fn observe(ns: &VethNs, frames: &[(u64, Vec<u8>)], captured: &Path) -> (usize, String) {
     let mut tcpdump = ns
         .exec("tcpdump")
-        .args(["-i", &ns.b, "-U", "-n", "-w"])
+        .args(["-i", &ns.b, "-B", "65536", "-U", "-n", "-w"])
         .arg(captured)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -265,18 +265,26 @@ fn run_on_a_veth_reports_the_steps_analyze_finds() {
     let frames = traffic();
 
     // The frames must go out at their times for the traffic to be what it is meant to be: an
-    // attempt with frames more than 1 ms late (the sender preempted on a busy machine) is
-    // repeated, at most three times.
+    // attempt with more than 1% of the frames more than 1 ms late (the sender preempted on a
+    // busy machine) is repeated, at most three times.
+    // So must the reference capture hold every frame (tcpdump drops when it falls behind).
     let mut attempt = 0;
-    let (late, out) = loop {
+    let (late, live, offline) = loop {
         attempt += 1;
         let (late, out) = observe(&ns, &frames, &captured);
-        if late == 0 || attempt == 3 {
-            break (late, out);
+        let live: Value = serde_json::from_str(&out).expect("run --json parses");
+        let offline = analyze(&captured);
+        let complete = offline["summary"]["total_packets"].as_u64() == Some(frames.len() as u64);
+        // A few late frames (under 1%) leave the steps as they were meant to be.
+        if (late * 100 <= frames.len() && complete) || attempt == 3 {
+            break (late, live, offline);
         }
+        eprintln!(
+            "attempt {attempt}: {late} frames late, capture holds {} of {} frames: again",
+            offline["summary"]["total_packets"],
+            frames.len()
+        );
     };
-    let live: Value = serde_json::from_str(&out).expect("run --json parses");
-    let offline = analyze(&captured);
     let _ = std::fs::remove_dir_all(&dir);
     let (k, a) = (&live["steps"], &offline["steps"]);
     assert!(
@@ -289,8 +297,13 @@ fn run_on_a_veth_reports_the_steps_analyze_finds() {
         "run -i finds no steps (analyze: {a}); summary {}",
         live["summary"]
     );
-    let context =
-        format!("kernel path {k}\nanalyze {a}\n{late} frames sent late in attempt {attempt}");
+    let context = format!(
+        "kernel path {k}\nanalyze {a}\n{late} frames sent late in attempt {attempt}; \
+         frames: {} sent, {} seen by run, {} captured",
+        frames.len(),
+        live["summary"]["total_packets"],
+        offline["summary"]["total_packets"]
+    );
     eprintln!("{context}");
 
     let (kp, ap) = (f(&k["period_ms"]), f(&a["period_ms"]));
