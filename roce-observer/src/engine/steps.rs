@@ -106,6 +106,10 @@ pub struct Steps {
     pub untracked_flows: u64,
     /// XOFF frames: time and requested pause time (ns), any point, any priority.
     pauses: VecDeque<(u64, u64)>,
+    /// Kernel path: bytes per bin of the unsent short runs, as differences (a rate starts at
+    /// one bin and stops at another; see `add_background`), aligned with `bins`; empty until
+    /// used.
+    background: VecDeque<f64>,
 }
 
 /// `n` signal times spread evenly over `[start, end]` (a signal run gives its counts, not
@@ -268,7 +272,10 @@ impl Steps {
         let Some(activity) = self.activity(key) else {
             return;
         };
-        let (before, since) = activity.unsent_read.unwrap_or((0, stats.first_ns));
+        // After the last read's last packet (the first read: from the first packet on).
+        let (before, since) = activity
+            .unsent_read
+            .map_or((0, stats.first_ns), |(b, last)| (b, last + 1));
         activity.unsent_read = Some((stats.run_bytes_unsent, stats.last_ns));
         activity.open = open;
         activity.open_signals = signal_times(
@@ -280,7 +287,7 @@ impl Steps {
         .collect();
         let unsent = stats.run_bytes_unsent.saturating_sub(before);
         if unsent > 0 {
-            spread_bytes(since, stats.last_ns, unsent, |bin, b| self.add_bin(bin, b));
+            self.add_background(since, stats.last_ns, unsent);
         }
     }
 
@@ -296,21 +303,33 @@ impl Steps {
         self.add_bin(ts / BIN_NS, bytes);
     }
 
-    /// Add `bytes` to bin number `bin`. Bins may arrive out of time order (the kernel path's
-    /// runs arrive when they finish, not when they start): the series grows at either end,
-    /// within the window.
+    /// Add `bytes` to bin number `bin`.
     fn add_bin(&mut self, bin: u64, bytes: u64) {
+        if let Some(i) = self.slot(bin) {
+            self.bins[i] += bytes;
+        }
+    }
+
+    /// The index of bin number `bin`, the series grown to hold it. Bins may come out of time
+    /// order (the kernel path's runs arrive when they finish, not when they start): the series
+    /// grows at either end, within the window; `None` for a bin older than the window.
+    /// `background` (when used) grows and shrinks with `bins`.
+    fn slot(&mut self, bin: u64) -> Option<usize> {
         if self.bins.is_empty() {
             self.first_bin = bin;
         }
+        let with_background = !self.background.is_empty();
         if bin < self.first_bin {
             let grow = self.first_bin - bin;
             if grow as usize + self.bins.len() > WINDOW_BINS + WINDOW_BINS / 10 {
                 // Older than the window (out-of-order interfaces): not part of the series.
-                return;
+                return None;
             }
             for _ in 0..grow {
                 self.bins.push_front(0);
+                if with_background {
+                    self.background.push_front(0.0);
+                }
             }
             self.first_bin = bin;
         }
@@ -322,22 +341,61 @@ impl Steps {
                 self.bins.clear();
                 self.first_bin = bin;
                 self.bins.push_back(0);
+                if with_background {
+                    self.background.clear();
+                    self.background.push_back(0.0);
+                }
             } else {
                 self.bins.extend(std::iter::repeat_n(0, grow as usize));
+                if with_background {
+                    self.background
+                        .extend(std::iter::repeat_n(0.0, grow as usize));
+                }
             }
         }
         // Trimmed in chunks of a tenth of the window, so that forgetting old runs is rare.
         if self.bins.len() > WINDOW_BINS + WINDOW_BINS / 10 {
             let excess = self.bins.len() - WINDOW_BINS;
             self.bins.drain(..excess);
+            if with_background {
+                // The rates started in the dropped bins still hold after them.
+                let carried: f64 = self.background.drain(..excess).sum();
+                if let Some(b) = self.background.front_mut() {
+                    *b += carried;
+                }
+            }
             self.first_bin += excess as u64;
             self.forget_before(self.first_bin * BIN_NS);
         }
-        if let Some(b) = bin
-            .checked_sub(self.first_bin)
-            .and_then(|i| self.bins.get_mut(i as usize))
-        {
-            *b += bytes;
+        bin.checked_sub(self.first_bin)
+            .map(|i| i as usize)
+            .filter(|&i| i < self.bins.len())
+    }
+
+    /// `bytes` spread evenly over the bins of `[start, end]` as background (the kernel path's
+    /// unsent short runs): one rate added where it starts and removed after it ends, summed
+    /// into the series at analysis time, so a flow read costs the same whatever its span.
+    fn add_background(&mut self, start: u64, end: u64, bytes: u64) {
+        let window = WINDOW_BINS as u64 * BIN_NS;
+        let start = start.max(end.saturating_sub(window)).min(end);
+        let (first, last) = (start / BIN_NS, end / BIN_NS);
+        // The bin after the span first (it may grow the series at the end), then its first
+        // (which may grow it at the front, shifting indices: `after` is found again).
+        if self.slot(last + 1).is_none() {
+            return;
+        }
+        let Some(from) = self.slot(first) else {
+            return;
+        };
+        // First use: all zero, aligned with the bins (from here on `slot` keeps it so).
+        if self.background.len() < self.bins.len() {
+            self.background.resize(self.bins.len(), 0.0);
+        }
+        let rate = bytes as f64 / (last + 1 - first) as f64;
+        self.background[from] += rate;
+        let after = (last + 1).checked_sub(self.first_bin).map(|i| i as usize);
+        if let Some(b) = after.and_then(|i| self.background.get_mut(i)) {
+            *b -= rate;
         }
     }
 
@@ -383,7 +441,7 @@ impl Steps {
             .filter_map(FlowActivity::open_run)
             .copied()
             .collect();
-        if open.is_empty() {
+        if open.is_empty() && self.background.is_empty() {
             return (self.first_bin, std::borrow::Cow::Borrowed(&self.bins));
         }
         let mut copy = Steps {
@@ -391,6 +449,11 @@ impl Steps {
             first_bin: self.first_bin,
             ..Steps::default()
         };
+        let mut rate = 0.0;
+        for (b, d) in copy.bins.iter_mut().zip(&self.background) {
+            rate += d;
+            *b += rate.max(0.0).round() as u64;
+        }
         for r in open {
             spread_bytes(r.start, r.end, r.bytes, |bin, b| copy.add_bin(bin, b));
         }

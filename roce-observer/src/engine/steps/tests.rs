@@ -446,3 +446,44 @@ fn a_runs_bytes_are_spread_over_its_bins() {
     assert_eq!(first, (T0 + 20 * MS) / BIN_NS);
     assert_eq!((bins[0], bins[30], bins.iter().sum::<u64>()), (20, 10, 30));
 }
+
+/// Kernel path: the bytes of unsent short runs, read from flow records, enter the series as an
+/// even background between two reads of the flow (the first read: since the flow's first
+/// packet), whatever else is in the series yet.
+#[test]
+fn unsent_short_runs_are_an_even_background() {
+    let mut s = Steps::default();
+    let key = FlowKey::zeroed();
+    let mut stats = roce_observer_common::FlowStats::zeroed();
+    stats.first_ns = T0;
+    stats.last_ns = T0 + 10 * MS - 1;
+    stats.run_bytes_unsent = 1_000;
+    s.flow_read(&key, &stats);
+    // The next read: 500 more bytes over the next 5 ms.
+    stats.last_ns = T0 + 15 * MS - 1;
+    stats.run_bytes_unsent = 1_500;
+    s.flow_read(&key, &stats);
+    let (first, bins) = s.series();
+    assert_eq!(first, T0 / BIN_NS);
+    let got: Vec<u64> = bins.iter().copied().take(15).collect();
+    assert_eq!(got, [100; 15], "{bins:?}");
+    assert!(bins.iter().skip(15).all(|&b| b == 0));
+    // A run event older than the series extends it at the front, background kept aligned.
+    s.data_run(
+        &key,
+        Run {
+            start: T0 - 3 * MS,
+            end: T0 - 3 * MS,
+            bytes: 7,
+            ce: 0,
+            retransmits: 0,
+        },
+    );
+    let (first, bins) = s.series();
+    assert_eq!(first, T0 / BIN_NS - 3);
+    assert_eq!(
+        bins.iter().take(5).copied().collect::<Vec<_>>(),
+        [7, 0, 0, 100, 100]
+    );
+    assert_eq!(bins.iter().sum::<u64>(), 1_507);
+}
