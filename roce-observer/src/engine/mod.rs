@@ -154,6 +154,8 @@ pub struct Engine {
     /// The last snapshot's per-flow results, kept so that the next one redoes only the flows
     /// that changed (report.rs).
     shown: RefCell<report::Shown>,
+    /// The last steps analysis and the series' extent it saw (report.rs, `steps_snapshot`).
+    steps_cache: RefCell<Option<(u64, Option<snapshot::StepsSnapshot>)>>,
     /// Flows changed since the last snapshot (kernel path: `update_flow`, latency samples).
     dirty: RefCell<Vec<FlowKey>>,
 }
@@ -205,6 +207,7 @@ impl Engine {
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
             shown: RefCell::default(),
+            steps_cache: RefCell::default(),
             dirty: RefCell::default(),
             id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -219,8 +222,9 @@ impl Engine {
         // A capture that declares several interfaces (pcapng) may hold one flow at several
         // points, written in any order (dumpcap writes each interface's packets in batches).
         self.paths.several_points = self.iface_names.len() >= 2;
-        // Names are part of every flow's view and of the flow order.
+        // Names are part of every flow's view and of the flow order, and of stragglers.
         *self.shown.get_mut() = report::Shown::default();
+        *self.steps_cache.get_mut() = None;
         for e in self.flows.values_mut() {
             e.view.clear();
             e.ordered.set(false);

@@ -428,6 +428,20 @@ impl Steps {
         }
     }
 
+    /// How far the series reaches (the bin after its last, runs still open included) and its
+    /// length in bins: what the analysis cache compares (report.rs).
+    pub fn extent(&self) -> (u64, usize) {
+        let end = self.first_bin + self.bins.len() as u64;
+        let open = self
+            .flows
+            .values()
+            .filter_map(FlowActivity::open_run)
+            .map(|r| r.end / BIN_NS + 1)
+            .max()
+            .unwrap_or(0);
+        (end.max(open), self.bins.len())
+    }
+
     pub fn bins(&self) -> (u64, &VecDeque<u64>) {
         (self.first_bin, &self.bins)
     }

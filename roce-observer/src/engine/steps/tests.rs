@@ -487,3 +487,69 @@ fn unsent_short_runs_are_an_even_background() {
     );
     assert_eq!(bins.iter().sum::<u64>(), 1_507);
 }
+
+/// Not a test: what one analysis of a full window costs (run by hand, in release).
+#[test]
+#[ignore = "timing, by hand: cargo test --release -p roce-observer --lib full_window_analysis_cost -- --ignored --nocapture"]
+fn full_window_analysis_cost() {
+    let mut s = Steps::default();
+    let key = FlowKey::zeroed();
+    for step in 0..(WINDOW_BINS as u64 / 100) {
+        s.data_run(
+            &key,
+            Run {
+                start: T0 + step * 100 * MS,
+                end: T0 + step * 100 * MS + 30 * MS,
+                bytes: 1 << 20,
+                ce: 0,
+                retransmits: 0,
+            },
+        );
+    }
+    let t = std::time::Instant::now();
+    let got = analyse(&s, |_| (String::new(), "capture"));
+    eprintln!(
+        "{} bins: analysis {:?}, period {:?}",
+        s.bins.len(),
+        t.elapsed(),
+        got.map(|g| g.period_ms)
+    );
+}
+
+/// A live report reuses the last analysis until the series has grown by a 64th of its length.
+#[test]
+fn the_analysis_is_redone_once_the_series_has_grown_enough() {
+    let mut rng = Rng(3);
+    let c = Collective {
+        period: 50 * MS,
+        steps: 12,
+        flows: 3,
+        comm: 15 * MS,
+        jitter: 0,
+        delay: 0,
+        skip: vec![],
+        cut: 0,
+    };
+    let mut frames = c.frames(&mut rng);
+    frames.sort_by_key(|f| f.0);
+    let mut e = Engine::new(EngineConfig::default());
+    let feed = |e: &mut Engine, frames: &[Timed]| {
+        for (ts, f) in frames {
+            e.ingest_frame(*ts, f, f.len() as u32, 0);
+        }
+    };
+    // Steps 0-9 (~465 bins), then one more packet 3 ms after the last (under a 64th), then
+    // the rest.
+    let (ten, rest): (Vec<Timed>, Vec<Timed>) =
+        frames.into_iter().partition(|f| f.0 < T0 + 10 * c.period);
+    feed(&mut e, &ten);
+    let first = e.snapshot(T0).steps.expect("steps");
+    let last = ten.last().map(|f| f.0).unwrap_or(T0);
+    feed(&mut e, &[(last + 3 * MS, data(1, 2, 0x100, 9_999, false))]);
+    let again = e.snapshot(T0).steps.expect("steps");
+    assert_eq!(again, first, "reused: the window did not grow by a 64th");
+    feed(&mut e, &rest);
+    let redone = e.snapshot(T0).steps.expect("steps");
+    assert_eq!(redone.count, first.count + 2, "redone");
+    assert!(redone.window_s > first.window_s + 0.09);
+}
