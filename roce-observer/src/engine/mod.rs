@@ -231,6 +231,12 @@ impl Engine {
         }
     }
 
+    /// The next snapshot analyses the steps afresh instead of reusing the last analysis
+    /// (report.rs: reused until the series has grown by a 64th): for a final report.
+    pub fn forget_steps_analysis(&mut self) {
+        *self.steps_cache.get_mut() = None;
+    }
+
     /// Attach the capture's own counts (shown in the summary).
     pub fn set_capture_summary(&mut self, c: CaptureSummary) {
         self.capture = Some(c);
