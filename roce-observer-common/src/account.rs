@@ -44,6 +44,15 @@ impl RocePacket {
         ) || opcode::transport(self.opcode) == opcode::TRANSPORT_UD
     }
 
+    /// CNPs and NAKs: the congestion and loss signals a straggler's evidence counts
+    /// (training steps, run.rs).
+    #[inline(always)]
+    pub fn is_signal(&self) -> bool {
+        opcode::transport(self.opcode) == opcode::TRANSPORT_CNP
+            || (opcode::psn_space(self.opcode) == PsnSpace::Ack
+                && nak_class(self.syndrome).is_some())
+    }
+
     /// Responses that answer a timestamped request with the same PSN: ACK/NAK, atomic ACK,
     /// the first packet of a READ response.
     #[inline(always)]
@@ -364,5 +373,26 @@ mod tests {
         assert!(pkt(0x11, 0).answers_request());
         assert!(pkt(0x0d, 0).answers_request());
         assert!(!pkt(0x0e, 0).answers_request());
+        // Signals: CNPs and NAKs (any class), not ACKs nor data.
+        assert!(pkt(opcode::OP_CNP, 0).is_signal());
+        for syndrome in [0x60, 0x20, 0x62] {
+            assert!(
+                RocePacket {
+                    syndrome,
+                    ..pkt(0x11, 0)
+                }
+                .is_signal()
+            );
+        }
+        assert!(
+            !RocePacket {
+                syndrome: 0x1f,
+                ..pkt(0x11, 0)
+            }
+            .is_signal()
+        );
+        assert!(!pkt(0x0a, 0).is_signal() && pkt(0x0a, 0).carries_data());
+        assert!(pkt(0x64, 0).carries_data() && pkt(0x0d, 0).carries_data());
+        assert!(!pkt(0x11, 0).carries_data() && !pkt(opcode::OP_CNP, 0).carries_data());
     }
 }

@@ -91,14 +91,14 @@ pub trait Tables {
     /// Burst rule of the `retransmit_burst` and `nak_burst` alerts: this many occurrences
     /// within this many ns on one flow (0 occurrences: never).
     fn burst_rule(&self) -> (u32, u64);
-    /// Time of a RoCE packet that carries no data (ACK, NAK, CNP): flow first/last times,
-    /// burst windows, new-flow events (kernel: the coarse monotonic clock, a few ms of
+    /// Time of an ACK (a RoCE packet that is neither data nor a CNP or NAK): flow first/last
+    /// times, burst windows, new-flow events (kernel: the coarse monotonic clock, a few ms of
     /// resolution). Read once per such packet.
     fn coarse_ns(&self) -> u64;
-    /// Time of a data packet (its activity run needs sub-millisecond times; the same reading
-    /// timestamps a request), latency samples, PFC and PAUSE frames (kernel: the precise
-    /// monotonic clock). Read once per data packet, and for a sample made on an ACK or a
-    /// PFC/PAUSE frame.
+    /// Time of a data packet, CNP or NAK (their activity runs need sub-millisecond times; the
+    /// same reading timestamps a request), latency samples, PFC and PAUSE frames (kernel: the
+    /// precise monotonic clock). Read once per such packet, and for a sample made on an ACK
+    /// or a PFC/PAUSE frame.
     fn precise_ns(&self) -> u64;
     /// One more `counter` in `direction`.
     fn count(&mut self, counter: Counter, direction: u8);
@@ -214,13 +214,18 @@ fn on_mirror<T: Tables>(t: &mut T, point: &mut MirrorPoint, ifindex: u32, direct
 #[inline(always)]
 fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: &RocePacket) {
     let key = &s.key;
-    // The packet time. Data packets take the precise clock: their activity runs are cut at
-    // 1 ms gaps (run.rs), finer than the coarse clock's tick (4 ms at HZ=250); the same
-    // reading then timestamps a request, so a data packet reads one clock either way. Other
-    // packets take the coarse clock, and the precise one only for a sample that is made
-    // (reading it costs ~15 ns more in a VM).
+    // The packet time. Data packets, CNPs and NAKs take the precise clock: their activity
+    // runs are cut at 1 ms gaps (run.rs), finer than the coarse clock's tick (4 ms at
+    // HZ=250); the same reading then timestamps a request or an answer, so such a packet reads
+    // one clock either way. ACKs take the coarse clock, and the precise one only for a sample
+    // that is made (reading it costs ~15 ns more in a VM).
     let data = pkt.carries_data();
-    let now = if data { t.precise_ns() } else { t.coarse_ns() };
+    let precise = data || pkt.is_signal();
+    let now = if precise {
+        t.precise_ns()
+    } else {
+        t.coarse_ns()
+    };
     let stats = match flows.entry(key) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
@@ -290,8 +295,8 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         let Some(request) = t.pending_take(pending) else {
             return;
         };
-        // A READ response is data (`now` is precise); an ACK or NAK reads the clock here.
-        let answered = if data { now } else { t.precise_ns() };
+        // A READ response or a NAK has the precise time already; an ACK reads it here.
+        let answered = if precise { now } else { t.precise_ns() };
         let rtt = answered.saturating_sub(request.ts_ns);
         // Seen at the same mirror source as the answer (the pending key includes it).
         let request_flow = &mut s.request_flow;
