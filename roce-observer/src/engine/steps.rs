@@ -264,7 +264,7 @@ impl Steps {
     pub fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
         let open = (stats.run.packets > 0 && stats.run.sent()).then(|| run_of(&stats.run));
         let signals = stats.signals;
-        let nothing = open.is_none() && signals.cnp + signals.naks == 0;
+        let nothing = open.is_none() && (signals.cnp | signals.naks) == 0;
         if nothing && stats.run_bytes_unsent == 0 && !self.flows.contains_key(key) {
             // No data yet (a flow of ACKs, one short run so far): no entry to keep.
             return;

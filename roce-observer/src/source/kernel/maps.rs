@@ -69,7 +69,7 @@ impl KernelSource {
                 v.run.start_ns = epoch(v.run.start_ns);
                 v.run.end_ns = epoch(v.run.end_ns);
             }
-            if v.signals.cnp + v.signals.naks > 0 {
+            if (v.signals.cnp | v.signals.naks) != 0 {
                 v.signals.start_ns = epoch(v.signals.start_ns);
                 v.signals.end_ns = epoch(v.signals.end_ns);
             }
