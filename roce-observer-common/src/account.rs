@@ -34,6 +34,25 @@ impl RocePacket {
             && (self.ack_req || opcode::operation(self.opcode) == opcode::RDMA_READ_REQUEST)
     }
 
+    /// Packets that carry a collective's data (training steps, run.rs): requests and READ
+    /// responses, and UD. ACKs, NAKs and CNPs answer data and are not data.
+    #[inline(always)]
+    pub fn carries_data(&self) -> bool {
+        matches!(
+            opcode::psn_space(self.opcode),
+            PsnSpace::Request | PsnSpace::ReadResponse
+        ) || opcode::transport(self.opcode) == opcode::TRANSPORT_UD
+    }
+
+    /// CNPs and NAKs: the congestion and loss signals a straggler's evidence counts
+    /// (training steps, run.rs).
+    #[inline(always)]
+    pub fn is_signal(&self) -> bool {
+        opcode::transport(self.opcode) == opcode::TRANSPORT_CNP
+            || (opcode::psn_space(self.opcode) == PsnSpace::Ack
+                && nak_class(self.syndrome).is_some())
+    }
+
     /// Responses that answer a timestamped request with the same PSN: ACK/NAK, atomic ACK,
     /// the first packet of a READ response.
     #[inline(always)]
@@ -107,7 +126,7 @@ pub fn add(counter: &mut u64, n: u64) {
 /// with everything after it held back (a locked instruction is a full barrier on x86), so the
 /// lines a packet adds to are loaded first, in parallel with the first line's miss.
 #[inline(always)]
-fn touch(v: &u64) {
+pub(crate) fn touch(v: &u64) {
     // SAFETY: a read of a valid, aligned u64; volatile so that it is not dropped as unused.
     let _ = unsafe { core::ptr::read_volatile(v) };
 }
@@ -354,5 +373,26 @@ mod tests {
         assert!(pkt(0x11, 0).answers_request());
         assert!(pkt(0x0d, 0).answers_request());
         assert!(!pkt(0x0e, 0).answers_request());
+        // Signals: CNPs and NAKs (any class), not ACKs nor data.
+        assert!(pkt(opcode::OP_CNP, 0).is_signal());
+        for syndrome in [0x60, 0x20, 0x62] {
+            assert!(
+                RocePacket {
+                    syndrome,
+                    ..pkt(0x11, 0)
+                }
+                .is_signal()
+            );
+        }
+        assert!(
+            !RocePacket {
+                syndrome: 0x1f,
+                ..pkt(0x11, 0)
+            }
+            .is_signal()
+        );
+        assert!(!pkt(0x0a, 0).is_signal() && pkt(0x0a, 0).carries_data());
+        assert!(pkt(0x64, 0).carries_data() && pkt(0x0d, 0).carries_data());
+        assert!(!pkt(0x11, 0).carries_data() && !pkt(opcode::OP_CNP, 0).carries_data());
     }
 }

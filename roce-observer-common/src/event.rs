@@ -1,9 +1,12 @@
-//! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a latency sample), never
-//! one per data packet nor one per anomaly. Counters stay exact
+//! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a latency sample, a
+//! finished activity run), never one per data packet nor one per anomaly. Counters stay exact
 //! in the maps when the ring buffer is full; a lost event is counted in
 //! `Counter::RingbufFull`.
 
-use crate::{FlowKey, assert_size};
+use crate::{
+    FlowKey, assert_size,
+    run::{DataRun, SignalRun},
+};
 
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +22,13 @@ pub enum EventKind {
     Pause = 7,
     /// Latency sample on `flow` (the request's flow): `a` = nanoseconds, `c` = peer QP.
     Latency = 8,
+    /// A finished data run of `flow` (run.rs) starting at the event time: `a` = duration
+    /// (ns, last packet - first), `b` = frame bytes, `c` = CE-marked packets, `d` =
+    /// retransmitted packets, `quanta[0..2]` = packets (low, high 16 bits).
+    DataRun = 9,
+    /// A finished signal run of `flow` starting at the event time: `a` = duration (ns),
+    /// `c` = CNPs, `d` = NAKs.
+    SignalRun = 10,
 }
 
 impl EventKind {
@@ -28,6 +38,8 @@ impl EventKind {
             6 => EventKind::Pfc,
             7 => EventKind::Pause,
             8 => EventKind::Latency,
+            9 => EventKind::DataRun,
+            10 => EventKind::SignalRun,
             _ => return None,
         })
     }
@@ -71,6 +83,20 @@ pub enum EventBody {
     Latency {
         ns: u64,
         peer_qp: u32,
+    },
+    /// A finished data run of the event's flow, from the event time for `duration_ns`.
+    DataRun {
+        duration_ns: u64,
+        bytes: u64,
+        packets: u32,
+        ce: u32,
+        retransmits: u32,
+    },
+    /// A finished run of CNPs and NAKs on the event's flow, from the event time.
+    SignalRun {
+        duration_ns: u64,
+        cnp: u32,
+        naks: u32,
     },
 }
 
@@ -128,6 +154,35 @@ impl Event {
         self.set_flow(EventKind::Latency, request_flow, ns, 0, peer_qp, 0);
     }
 
+    /// A finished data run of `flow` (the caller sets the event time to `run.start_ns`). Read
+    /// field by field from the run (in the kernel, the flow map's value).
+    #[inline(always)]
+    pub fn set_data_run(&mut self, flow: &FlowKey, run: &DataRun) {
+        self.set_flow(
+            EventKind::DataRun,
+            flow,
+            run.end_ns.saturating_sub(run.start_ns),
+            run.bytes,
+            run.ce,
+            run.retransmits,
+        );
+        self.quanta[0] = run.packets as u16;
+        self.quanta[1] = (run.packets >> 16) as u16;
+    }
+
+    /// A finished signal run of `flow` (event time: `run.start_ns`).
+    #[inline(always)]
+    pub fn set_signal_run(&mut self, flow: &FlowKey, run: &SignalRun) {
+        self.set_flow(
+            EventKind::SignalRun,
+            flow,
+            run.end_ns.saturating_sub(run.start_ns),
+            0,
+            run.cnp,
+            run.naks,
+        );
+    }
+
     #[inline(always)]
     pub fn set_pfc(
         &mut self,
@@ -161,6 +216,14 @@ impl Event {
 
     pub fn latency(request_flow: &FlowKey, ns: u64, peer_qp: u32) -> Event {
         Event::filled(|e| e.set_latency(request_flow, ns, peer_qp))
+    }
+
+    pub fn data_run(flow: &FlowKey, run: &DataRun) -> Event {
+        Event::filled(|e| e.set_data_run(flow, run)).at(run.start_ns)
+    }
+
+    pub fn signal_run(flow: &FlowKey, run: &SignalRun) -> Event {
+        Event::filled(|e| e.set_signal_run(flow, run)).at(run.start_ns)
     }
 
     pub fn pfc(
@@ -215,6 +278,18 @@ impl Event {
                 ns: self.a,
                 peer_qp: self.c,
             },
+            EventKind::DataRun => EventBody::DataRun {
+                duration_ns: self.a,
+                bytes: self.b,
+                packets: self.quanta[0] as u32 | (self.quanta[1] as u32) << 16,
+                ce: self.c,
+                retransmits: self.d,
+            },
+            EventKind::SignalRun => EventBody::SignalRun {
+                duration_ns: self.a,
+                cnp: self.c,
+                naks: self.d,
+            },
         })
     }
 
@@ -247,6 +322,21 @@ mod tests {
         let mac = [2, 0, 0, 0, 0, 1];
         let mut quanta = [0u16; 8];
         quanta[3] = 0xffff;
+        let run = DataRun {
+            start_ns: 7_000_000,
+            end_ns: 9_500_000,
+            bytes: 4_200_000,
+            packets: 70_001,
+            ce: 12,
+            retransmits: 3,
+            _pad: 0,
+        };
+        let signals = SignalRun {
+            start_ns: 100,
+            end_ns: 900,
+            cnp: 4,
+            naks: 1,
+        };
         let cases = [
             (Event::new_flow(&flow), EventBody::NewFlow),
             (
@@ -271,12 +361,33 @@ mod tests {
                     quanta: 77,
                 },
             ),
+            (
+                Event::data_run(&flow, &run),
+                EventBody::DataRun {
+                    duration_ns: 2_500_000,
+                    bytes: 4_200_000,
+                    packets: 70_001,
+                    ce: 12,
+                    retransmits: 3,
+                },
+            ),
+            (
+                Event::signal_run(&flow, &signals),
+                EventBody::SignalRun {
+                    duration_ns: 800,
+                    cnp: 4,
+                    naks: 1,
+                },
+            ),
         ];
         for (ev, body) in cases {
             assert_eq!(ev.body(), Some(body));
             let bytes = layout_bytes(&ev);
             assert_eq!(Event::from_bytes(&bytes), Some(ev));
         }
+        // Run events carry their start as the event time.
+        assert_eq!(Event::data_run(&flow, &run).ts_ns, 7_000_000);
+        assert_eq!(Event::signal_run(&flow, &signals).ts_ns, 100);
         let link = Event::pause(3, 1, mac, 77);
         assert_eq!((link.flow.ifindex, link.flow.direction), (3, 1));
         assert_eq!(Event::new_flow(&flow).at(42).ts_ns, 42);
@@ -285,6 +396,43 @@ mod tests {
             ..Event::zeroed()
         };
         assert_eq!(unknown.body(), None);
+    }
+
+    /// A run record written byte by byte at the offsets user space reads (pins the layout of
+    /// the two run kinds independently of the struct).
+    #[test]
+    fn run_records_decode_from_their_byte_layout() {
+        let mut b = [0u8; 128];
+        b[0..8].copy_from_slice(&5_000u64.to_ne_bytes());
+        b[8..12].copy_from_slice(&9u32.to_ne_bytes());
+        b[48..52].copy_from_slice(&0x11u32.to_ne_bytes());
+        b[80..88].copy_from_slice(&1_234_567u64.to_ne_bytes());
+        b[88..96].copy_from_slice(&(1u64 << 33).to_ne_bytes());
+        b[96..100].copy_from_slice(&7u32.to_ne_bytes());
+        b[100..104].copy_from_slice(&2u32.to_ne_bytes());
+        b[112..114].copy_from_slice(&0x0001u16.to_ne_bytes());
+        b[114..116].copy_from_slice(&0x0002u16.to_ne_bytes());
+        let ev = Event::from_bytes(&b).expect("128 bytes");
+        assert_eq!((ev.ts_ns, ev.flow.dst_qp), (5_000, 0x11));
+        assert_eq!(
+            ev.body(),
+            Some(EventBody::DataRun {
+                duration_ns: 1_234_567,
+                bytes: 1 << 33,
+                packets: 0x0002_0001,
+                ce: 7,
+                retransmits: 2,
+            })
+        );
+        b[8..12].copy_from_slice(&10u32.to_ne_bytes());
+        assert_eq!(
+            Event::from_bytes(&b).and_then(|e| e.body()),
+            Some(EventBody::SignalRun {
+                duration_ns: 1_234_567,
+                cnp: 7,
+                naks: 2,
+            })
+        );
     }
 
     /// The record's bytes in the kernel's layout, built field by field.

@@ -5,6 +5,7 @@ use crate::{
     MAX_SPORTS, assert_size,
     opcode::{self, PsnSpace},
     psn::PsnState,
+    run::{DataRun, SignalRun},
 };
 
 /// Where a packet was observed.
@@ -166,7 +167,8 @@ impl BurstWindow {
 /// Laid out hot first: every field a data packet touches, but for its opcode count, sits in
 /// the first 64 bytes; the next 64 hold what a loss storm touches (PSN anomalies and the
 /// retransmission burst window); `opcodes` follows (64 bytes per eight opcodes), then what only
-/// NAKs, CNPs, Not-ECT or CE packets or latency matches touch.
+/// NAKs, CNPs, Not-ECT or CE packets or latency matches touch, and last the activity runs
+/// (run.rs: what a data packet touches beyond the first 64 bytes, one more line).
 ///
 /// Counters that follow from others are not kept (each one kept is an atomic add per packet in
 /// the kernel): [`FlowStats::packets`], [`FlowStats::ecn_ect`] and [`FlowStats::acks`]
@@ -212,8 +214,16 @@ pub struct FlowStats {
     /// The requester/responder QP on the other side, once learned from a latency match.
     pub peer_qp: u32,
     pub _pad: [u8; 4],
+    /// The flow's current data run and signal run (run.rs; docs/metrics.md, "Training
+    /// steps"). Finished runs travel as events; the open ones are read from here.
+    pub run: DataRun,
+    pub signals: SignalRun,
+    /// Finished data runs too short to be sent as events (`run::RUN_EVENT_MIN_PACKETS`), and
+    /// their bytes.
+    pub runs_unsent: u64,
+    pub run_bytes_unsent: u64,
 }
-assert_size!(FlowStats, 504);
+assert_size!(FlowStats, 584);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
@@ -247,6 +257,10 @@ impl FlowStats {
             nak_bursts: BurstWindow::zeroed(),
             peer_qp: 0,
             _pad: [0; 4],
+            run: DataRun::zeroed(),
+            signals: SignalRun::zeroed(),
+            runs_unsent: 0,
+            run_bytes_unsent: 0,
         }
     }
 

@@ -28,6 +28,7 @@ pub mod opcode;
 pub mod parse;
 pub mod pfc;
 pub mod psn;
+pub mod run;
 
 pub use account::{Outcome, RocePacket, account};
 pub use counters::Counter;

@@ -1,6 +1,7 @@
 //! The whole per-packet observation, run by the kernel programs on every frame and by the engine
 //! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
-//! retransmissions and NAKs into bursts, time requests and match their answers (Karn's rule, peer QPs), and
+//! retransmissions and NAKs into bursts, keep the flow's activity runs (training steps; a
+//! finished run is one event), time requests and match their answers (Karn's rule, peer QPs),
 //! account PFC and PAUSE frames per priority, and count the frames and sequence gaps of each
 //! switch-mirror session (docs/metrics.md).
 //!
@@ -15,7 +16,7 @@
 
 use crate::{
     Counter, Event, FlowKey, FlowStats,
-    account::{Outcome, RocePacket, account, learn_peer},
+    account::{Outcome, RocePacket, account, learn_peer, touch},
     headers::PfcBody,
     latency::{PendingKey, PendingValue},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
@@ -90,12 +91,14 @@ pub trait Tables {
     /// Burst rule of the `retransmit_burst` and `nak_burst` alerts: this many occurrences
     /// within this many ns on one flow (0 occurrences: never).
     fn burst_rule(&self) -> (u32, u64);
-    /// Time of a RoCE packet: flow first/last times, burst windows, new-flow events (kernel:
-    /// the coarse monotonic clock, a few ms of resolution). Read once per RoCE packet.
+    /// Time of an ACK (a RoCE packet that is neither data nor a CNP or NAK): flow first/last
+    /// times, burst windows, new-flow events (kernel: the coarse monotonic clock, a few ms of
+    /// resolution). Read once per such packet.
     fn coarse_ns(&self) -> u64;
-    /// Request timestamps, latency samples, PFC and PAUSE frames (kernel: the precise
-    /// monotonic clock). Read only for a timestamp that is stored, a sample that is made, or
-    /// a PFC/PAUSE frame.
+    /// Time of a data packet, CNP or NAK (their activity runs need sub-millisecond times; the
+    /// same reading timestamps a request), latency samples, PFC and PAUSE frames (kernel: the
+    /// precise monotonic clock). Read once per such packet, and for a sample made on an ACK
+    /// or a PFC/PAUSE frame.
     fn precise_ns(&self) -> u64;
     /// One more `counter` in `direction`.
     fn count(&mut self, counter: Counter, direction: u8);
@@ -211,9 +214,18 @@ fn on_mirror<T: Tables>(t: &mut T, point: &mut MirrorPoint, ifindex: u32, direct
 #[inline(always)]
 fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: &RocePacket) {
     let key = &s.key;
-    // The coarse clock for the packet time; the precise one is read only for a timestamp that
-    // is stored or a sample that is made (reading it costs ~15 ns more in a VM).
-    let now = t.coarse_ns();
+    // The packet time. Data packets, CNPs and NAKs take the precise clock: their activity
+    // runs are cut at 1 ms gaps (run.rs), finer than the coarse clock's tick (4 ms at
+    // HZ=250); the same reading then timestamps a request or an answer, so such a packet reads
+    // one clock either way. ACKs take the coarse clock, and the precise one only for a sample
+    // that is made (reading it costs ~15 ns more in a VM).
+    let data = pkt.carries_data();
+    let precise = data || pkt.is_signal();
+    let now = if precise {
+        t.precise_ns()
+    } else {
+        t.coarse_ns()
+    };
     let stats = match flows.entry(key) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
@@ -230,6 +242,11 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     if stage == Stage::Lookup {
         return;
     }
+    if data {
+        // The data run sits in the record's last cache line: start loading it now, in
+        // parallel with the accounting's lines (account::touch).
+        touch(&stats.run.end_ns);
+    }
     let mut out = account(stats, pkt, t.pmtu(), now);
     // Anomalies are counted in the flow record, never sent one event each: in a go-back-N storm
     // every packet is a retransmission. Bursts are detected here, on the flow's own windows, so
@@ -240,6 +257,12 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     }
     if out.nak {
         out.nak_burst = stats.nak_bursts.add(now, limit, window_ns);
+    }
+    // Activity runs for training steps (run.rs): data packets, and CNPs and NAKs apart.
+    if data {
+        data_run(t, key, stats, pkt, &out, now);
+    } else if out.cnp || out.nak {
+        signal_run(t, key, stats, out.cnp, now);
     }
     t.accounted(key, pkt, &out);
     if stage == Stage::Account {
@@ -257,7 +280,8 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         let pending = &mut s.pending;
         pending.fill(key, key.src_ip, key.dst_ip, pkt.psn);
         let value = PendingValue {
-            ts_ns: t.precise_ns(),
+            // A request is a data packet: `now` is the precise clock already.
+            ts_ns: now,
             dst_qp: key.dst_qp,
             direction: key.direction,
             _pad: [0, 0, 0],
@@ -271,7 +295,8 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         let Some(request) = t.pending_take(pending) else {
             return;
         };
-        let answered = t.precise_ns();
+        // A READ response or a NAK has the precise time already; an ACK reads it here.
+        let answered = if precise { now } else { t.precise_ns() };
         let rtt = answered.saturating_sub(request.ts_ns);
         // Seen at the same mirror source as the answer (the pending key includes it).
         let request_flow = &mut s.request_flow;
@@ -293,6 +318,47 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
             ev.set_latency(request_flow, rtt, pkt.dst_qp)
         });
     }
+}
+
+/// A data packet at `now`: the flow's data run takes it; the run it finishes (a gap above
+/// `RUN_GAP_NS`) is sent as one event if long enough, else counted in the flow record. The
+/// event is filled from the flow record in place (no copy of the run on the BPF stack).
+#[inline(always)]
+fn data_run<T: Tables>(
+    t: &mut T,
+    key: &FlowKey,
+    stats: &mut FlowStats,
+    pkt: &RocePacket,
+    out: &Outcome,
+    now: u64,
+) {
+    if stats.run.ends_before(now) {
+        if stats.run.sent() {
+            let run = &stats.run;
+            t.emit(key.direction, run.start_ns, |ev| ev.set_data_run(key, run));
+        } else {
+            // Plain adds, like the run itself (with sparse traffic this is every data packet;
+            // two CPUs finishing a run at once may lose one update).
+            stats.runs_unsent += 1;
+            stats.run_bytes_unsent += stats.run.bytes;
+        }
+    }
+    let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
+    stats.run.add(now, pkt.frame_len, pkt.ecn == 3, retransmit);
+}
+
+/// A CNP (`cnp`) or NAK at `now`: the flow's signal run takes it; the run it finishes is sent.
+/// Signals are rare next to data (a NIC sends a CNP per QP at most every few microseconds,
+/// and one run holds all those less than 1 ms apart), so every signal run is sent.
+#[inline(always)]
+fn signal_run<T: Tables>(t: &mut T, key: &FlowKey, stats: &mut FlowStats, cnp: bool, now: u64) {
+    if stats.signals.ends_before(now) {
+        let run = &stats.signals;
+        t.emit(key.direction, run.start_ns, |ev| {
+            ev.set_signal_run(key, run)
+        });
+    }
+    stats.signals.add(now, cnp);
 }
 
 /// The quanta of `slot` in a `Tables::pfc` call.

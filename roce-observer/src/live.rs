@@ -242,6 +242,8 @@ pub async fn run_live<S: LiveSource>(
     source_log(src, false, &mut held_log);
     let warnings = src.stop();
     refreshed?;
+    // The final report analyses the steps of everything seen (no reused analysis).
+    engine.forget_steps_analysis();
     let mut snap = schedule.snapshot(engine, src.now_ns());
     outputs.finish(&mut snap, stdout)?;
     // The interval that ended the run is the reason; else the final report is judged.
@@ -275,6 +277,7 @@ fn show_end<S: LiveSource>(
         return Ok(false);
     };
     src.refresh(engine)?;
+    engine.forget_steps_analysis();
     let snap = schedule.snapshot(engine, src.now_ns());
     ui.app.update(Action::Snapshot(Box::new(snap)));
     ui.app.update(Action::SourceEnded);

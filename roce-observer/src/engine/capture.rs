@@ -78,7 +78,9 @@ impl Engine {
             self.alerts.classes(&key, added, ts_ns, &self.cfg);
         }
         if let Some((key, pkt, out)) = tables.packet {
-            self.steps.packet(ts_ns, &key, &pkt, &out);
+            if !self.steps_from_runs {
+                self.steps.packet(ts_ns, &key, &pkt, &out);
+            }
             self.paths.packet(&key, &pkt, &out);
         }
         for ev in events.drain(..) {

@@ -1,10 +1,11 @@
 //! Events from either path (the kernel's ring buffer, or the capture path's shared
-//! observation), each handed to its concept: PFC pause timelines, latency samples.
+//! observation), each handed to its concept: PFC pause timelines, latency samples, activity
+//! runs (training steps, kernel path).
 //! (Bursts of retransmissions and NAKs are read from the flow records, alerts::bursts.)
 
 use roce_observer_common::{Direction, Event, EventBody, pfc::PRIORITY_LINK};
 
-use super::{Engine, pfc_key};
+use super::{Engine, pfc_key, steps::Run};
 
 impl Engine {
     pub(super) fn on_event(&mut self, ev: &Event) {
@@ -32,6 +33,33 @@ impl Engine {
                 self.pause_timeline(key, ts, quanta);
             }
             EventBody::Latency { ns, .. } => self.on_latency(&ev.flow, ts, ns),
+            // The capture path feeds steps packet by packet (exact bins): the runs its shared
+            // observation also emits are not needed there.
+            EventBody::DataRun { .. } | EventBody::SignalRun { .. }
+                if d == Direction::Capture && !self.steps_from_runs => {}
+            EventBody::DataRun {
+                duration_ns,
+                bytes,
+                ce,
+                retransmits,
+                ..
+            } => self.steps.data_run(
+                &ev.flow,
+                Run {
+                    start: ts,
+                    end: ts.saturating_add(duration_ns),
+                    bytes,
+                    ce: u64::from(ce),
+                    retransmits: u64::from(retransmits),
+                },
+            ),
+            EventBody::SignalRun {
+                duration_ns,
+                cnp,
+                naks,
+            } => self
+                .steps
+                .signal_run(&ev.flow, ts, ts.saturating_add(duration_ns), cnp, naks),
         }
     }
 }

@@ -38,6 +38,8 @@ impl Engine {
         };
         self.dirty.get_mut().push(*key);
         self.alerts.classes(key, added, ts, &self.cfg);
+        // Training steps: the runs still open, and the bytes of runs too short to be sent.
+        self.steps.flow_read(key, stats);
     }
 
     /// Kernel path: the absolute values of one PFC map entry.

@@ -139,8 +139,12 @@ pub struct Engine {
     capture: Option<CaptureSummary>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
-    /// Byte series and per-flow activity for training steps (capture path).
+    /// Byte series and per-flow activity for training steps (capture path: per packet;
+    /// kernel path: run events and flow reads).
     steps: Steps,
+    /// Tests only: feed steps from the capture path's run events and flow records, as the
+    /// kernel path does, instead of per packet.
+    steps_from_runs: bool,
     /// Request PSNs per observation point, for flows seen at several (capture path).
     paths: PathLoss,
     /// PFC/PAUSE frame times per source, for the storm origin.
@@ -150,6 +154,8 @@ pub struct Engine {
     /// The last snapshot's per-flow results, kept so that the next one redoes only the flows
     /// that changed (report.rs).
     shown: RefCell<report::Shown>,
+    /// The last steps analysis and the series' extent it saw (report.rs, `steps_snapshot`).
+    steps_cache: RefCell<Option<(u64, Option<snapshot::StepsSnapshot>)>>,
     /// Flows changed since the last snapshot (kernel path: `update_flow`, latency samples).
     dirty: RefCell<Vec<FlowKey>>,
 }
@@ -197,9 +203,11 @@ impl Engine {
             capture: None,
             event_buf: Vec::new(),
             steps: Steps::default(),
+            steps_from_runs: false,
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
             shown: RefCell::default(),
+            steps_cache: RefCell::default(),
             dirty: RefCell::default(),
             id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -214,12 +222,19 @@ impl Engine {
         // A capture that declares several interfaces (pcapng) may hold one flow at several
         // points, written in any order (dumpcap writes each interface's packets in batches).
         self.paths.several_points = self.iface_names.len() >= 2;
-        // Names are part of every flow's view and of the flow order.
+        // Names are part of every flow's view and of the flow order, and of stragglers.
         *self.shown.get_mut() = report::Shown::default();
+        *self.steps_cache.get_mut() = None;
         for e in self.flows.values_mut() {
             e.view.clear();
             e.ordered.set(false);
         }
+    }
+
+    /// The next snapshot analyses the steps afresh instead of reusing the last analysis
+    /// (report.rs: reused until the series has grown by a 64th): for a final report.
+    pub fn forget_steps_analysis(&mut self) {
+        *self.steps_cache.get_mut() = None;
     }
 
     /// Attach the capture's own counts (shown in the summary).

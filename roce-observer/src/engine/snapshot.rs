@@ -43,7 +43,7 @@ pub struct Snapshot {
     pub latency: LatencySnapshot,
     pub ecmp: EcmpSnapshot,
     pub alerts: Vec<AlertSnapshot>,
-    /// Training steps (null when the traffic is not periodic, or not fed packet by packet).
+    /// Training steps (null when the traffic is not periodic).
     pub steps: Option<StepsSnapshot>,
     /// Flows seen at two or more points: per ordered pair, request PSNs missing downstream.
     pub paths: Vec<PathPair>,

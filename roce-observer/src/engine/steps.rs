@@ -2,20 +2,23 @@
 //! finish each step's communication last (stragglers), with the congestion and loss evidence seen
 //! in the same windows (docs/metrics.md, "Training steps").
 //!
-//! Fed per accounted RoCE packet (the capture path; the kernel path has no per-packet times, so
-//! `run` without a capture source reports `steps: null`). Memory is bounded: data bytes in 1 ms
-//! bins for the last [`WINDOW_BINS`] ms; per flow (at most [`MAX_FLOWS`]) its last
-//! [`MAX_RUNS`] activity runs and [`MAX_SIGNALS`] CNP/NAK times; [`MAX_PAUSES`] XOFF times.
+//! Fed two ways. The capture path: per accounted RoCE packet ([`Steps::packet`]), exact. The
+//! kernel path: per finished activity run, sent by the kernel as one event
+//! ([`Steps::data_run`], [`Steps::signal_run`]; roce-observer-common/src/run.rs), with each
+//! run's bytes spread evenly over the 1 ms bins it spans, and the runs still open read from
+//! the flow records ([`Steps::flow_read`]). Memory is bounded: data bytes in 1 ms bins for the
+//! last [`WINDOW_BINS`] ms; per flow (at most [`MAX_FLOWS`]) its last [`MAX_RUNS`] activity runs
+//! and [`MAX_SIGNALS`] CNP/NAK times; [`MAX_PAUSES`] XOFF times.
 //! The analysis itself (period, onsets, stragglers) runs on that window when a snapshot is taken:
 //! see [`period`] and the `detect` module.
 
 use std::collections::{HashMap, VecDeque};
 
 use roce_observer_common::{
-    FlowKey,
+    FlowKey, FlowStats,
     account::{Outcome, RocePacket},
-    opcode::{self, PsnSpace},
     psn::PsnVerdict,
+    run::DataRun,
 };
 
 use super::flows::FastHash;
@@ -36,8 +39,9 @@ pub const MAX_RUNS: usize = 256;
 pub const MAX_SIGNALS: usize = 256;
 /// XOFF times kept.
 pub const MAX_PAUSES: usize = 65_536;
-/// A flow's data packets closer than this belong to one run.
-pub const RUN_GAP_NS: u64 = BIN_NS;
+/// A flow's data packets closer than this belong to one run (the kernel's rule, run.rs).
+pub const RUN_GAP_NS: u64 = roce_observer_common::run::RUN_GAP_NS;
+const _: () = assert!(RUN_GAP_NS == BIN_NS);
 
 /// Data packets of one flow with no gap above [`RUN_GAP_NS`], and what happened on them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -61,6 +65,34 @@ pub struct FlowActivity {
     pub runs: VecDeque<Run>,
     /// CNPs and NAKs this flow carried (they answer the reverse flow), with their times.
     pub signals: VecDeque<(u64, Signal)>,
+    /// Kernel path: the run still open in the flow record at its last read (finished runs
+    /// arrive as events), and the signals of its open signal run.
+    open: Option<Run>,
+    open_signals: Vec<(u64, Signal)>,
+    /// Kernel path: the flow record's `run_bytes_unsent` and `last_ns` at its last read.
+    unsent_read: Option<(u64, u64)>,
+}
+
+impl FlowActivity {
+    /// Kernel path: the run open at the last read, unless it has finished meanwhile.
+    fn open_run(&self) -> Option<&Run> {
+        self.open
+            .as_ref()
+            .filter(|o| self.runs.back().is_none_or(|r| o.start > r.start))
+    }
+
+    /// The finished runs, then the open one (kernel path).
+    pub fn all_runs(&self) -> impl Iterator<Item = &Run> {
+        self.runs.iter().chain(self.open_run())
+    }
+
+    /// The signals, those of the open signal run (kernel path) included.
+    pub fn all_signals(&self) -> impl Iterator<Item = &(u64, Signal)> {
+        let newer = |o: &&(u64, Signal)| self.signals.back().is_none_or(|s| o.0 > s.0);
+        self.signals
+            .iter()
+            .chain(self.open_signals.iter().filter(newer))
+    }
 }
 
 /// The retained series.
@@ -74,14 +106,56 @@ pub struct Steps {
     pub untracked_flows: u64,
     /// XOFF frames: time and requested pause time (ns), any point, any priority.
     pauses: VecDeque<(u64, u64)>,
+    /// Kernel path: bytes per bin of the unsent short runs, as differences (a rate starts at
+    /// one bin and stops at another; see `add_background`), aligned with `bins`; empty until
+    /// used.
+    background: VecDeque<f64>,
 }
 
-/// Requests and READ responses carry the collective's data; ACKs and CNPs answer it.
-fn carries_data(pkt: &RocePacket) -> bool {
-    matches!(
-        opcode::psn_space(pkt.opcode),
-        PsnSpace::Request | PsnSpace::ReadResponse
-    ) || (opcode::transport(pkt.opcode) == opcode::TRANSPORT_UD)
+/// `n` signal times spread evenly over `[start, end]` (a signal run gives its counts, not
+/// each time).
+fn spread_times(start: u64, end: u64, n: u32) -> impl Iterator<Item = u64> {
+    let span = end.saturating_sub(start);
+    (0..n).map(move |i| {
+        if n <= 1 {
+            start
+        } else {
+            start + (span as u128 * i as u128 / (n - 1) as u128) as u64
+        }
+    })
+}
+
+/// `bytes` spread evenly over the bins of `[start, end]` (by the time each bin overlaps it):
+/// calls `each(bin, bytes)` for every bin that gets some. Integer shares; they sum to `bytes`.
+fn spread_bytes(start: u64, end: u64, bytes: u64, mut each: impl FnMut(u64, u64)) {
+    // Only the last window's worth matters (and is looped over).
+    let window = WINDOW_BINS as u64 * BIN_NS;
+    let (start, bytes) = if end.saturating_sub(start) > window {
+        let kept = bytes as u128 * window as u128 / (end - start) as u128;
+        (end - window, kept as u64)
+    } else {
+        (start, bytes)
+    };
+    let (first, last) = (start / BIN_NS, end / BIN_NS);
+    if first == last || end <= start {
+        each(first, bytes);
+        return;
+    }
+    let span = (end - start) as u128;
+    let mut given = 0u64;
+    for bin in first..=last {
+        let upto = ((bin + 1) * BIN_NS).min(end);
+        let cumulative = (bytes as u128 * (upto - start) as u128 / span) as u64;
+        let share = if bin == last {
+            bytes - given
+        } else {
+            cumulative - given
+        };
+        given += share;
+        if share > 0 {
+            each(bin, share);
+        }
+    }
 }
 
 impl Steps {
@@ -94,7 +168,7 @@ impl Steps {
         } else {
             None
         };
-        let data = signal.is_none() && carries_data(pkt);
+        let data = signal.is_none() && pkt.carries_data();
         if data {
             self.add_bytes(ts, pkt.frame_len as u64);
         }
@@ -141,6 +215,82 @@ impl Steps {
         }
     }
 
+    /// The activity of `key`, made if there is room for another flow (else counted).
+    fn activity(&mut self, key: &FlowKey) -> Option<&mut FlowActivity> {
+        let full = self.flows.len() >= MAX_FLOWS;
+        if full && !self.flows.contains_key(key) {
+            self.untracked_flows += 1;
+            return None;
+        }
+        Some(self.flows.entry(*key).or_default())
+    }
+
+    /// Kernel path: a finished data run of `key` (an event), its bytes spread over its bins.
+    pub fn data_run(&mut self, key: &FlowKey, run: Run) {
+        spread_bytes(run.start, run.end, run.bytes, |bin, b| self.add_bin(bin, b));
+        let Some(activity) = self.activity(key) else {
+            return;
+        };
+        if activity.open.is_some_and(|o| o.start <= run.start) {
+            activity.open = None;
+        }
+        if activity.runs.len() >= MAX_RUNS {
+            activity.runs.pop_front();
+        }
+        activity.runs.push_back(run);
+    }
+
+    /// Kernel path: a finished signal run of `key`: `cnp` CNPs and `naks` NAKs, their times
+    /// spread evenly over `[start, end]`.
+    pub fn signal_run(&mut self, key: &FlowKey, start: u64, end: u64, cnp: u32, naks: u32) {
+        let Some(activity) = self.activity(key) else {
+            return;
+        };
+        if activity.open_signals.first().is_some_and(|o| o.0 <= start) {
+            activity.open_signals.clear();
+        }
+        for (t, s) in signal_times(start, end, cnp, naks) {
+            if activity.signals.len() >= MAX_SIGNALS {
+                activity.signals.pop_front();
+            }
+            activity.signals.push_back((t, s));
+        }
+    }
+
+    /// Kernel path: a flow record as read from the map (times in ns since the epoch), after
+    /// the events drained before it: its open runs replace the last read's, and the bytes of
+    /// the runs too short to be sent since the last read are spread evenly over the time
+    /// between the two reads' last packets (they are sparse traffic: background).
+    pub fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
+        let open = (stats.run.packets > 0 && stats.run.sent()).then(|| run_of(&stats.run));
+        let signals = stats.signals;
+        let nothing = open.is_none() && (signals.cnp | signals.naks) == 0;
+        if nothing && stats.run_bytes_unsent == 0 && !self.flows.contains_key(key) {
+            // No data yet (a flow of ACKs, one short run so far): no entry to keep.
+            return;
+        }
+        let Some(activity) = self.activity(key) else {
+            return;
+        };
+        // After the last read's last packet (the first read: from the first packet on).
+        let (before, since) = activity
+            .unsent_read
+            .map_or((0, stats.first_ns), |(b, last)| (b, last + 1));
+        activity.unsent_read = Some((stats.run_bytes_unsent, stats.last_ns));
+        activity.open = open;
+        activity.open_signals = signal_times(
+            signals.start_ns,
+            signals.end_ns,
+            signals.cnp.min(MAX_SIGNALS as u32),
+            signals.naks.min(MAX_SIGNALS as u32),
+        )
+        .collect();
+        let unsent = stats.run_bytes_unsent.saturating_sub(before);
+        if unsent > 0 {
+            self.add_background(since, stats.last_ns, unsent);
+        }
+    }
+
     /// An XOFF seen at `ts` asking for `pause_ns` of pause.
     pub fn pause(&mut self, ts: u64, pause_ns: u64) {
         if self.pauses.len() >= MAX_PAUSES {
@@ -150,13 +300,38 @@ impl Steps {
     }
 
     fn add_bytes(&mut self, ts: u64, bytes: u64) {
-        let bin = ts / BIN_NS;
+        self.add_bin(ts / BIN_NS, bytes);
+    }
+
+    /// Add `bytes` to bin number `bin`.
+    fn add_bin(&mut self, bin: u64, bytes: u64) {
+        if let Some(i) = self.slot(bin) {
+            self.bins[i] += bytes;
+        }
+    }
+
+    /// The index of bin number `bin`, the series grown to hold it. Bins may come out of time
+    /// order (the kernel path's runs arrive when they finish, not when they start): the series
+    /// grows at either end, within the window; `None` for a bin older than the window.
+    /// `background` (when used) grows and shrinks with `bins`.
+    fn slot(&mut self, bin: u64) -> Option<usize> {
         if self.bins.is_empty() {
             self.first_bin = bin;
         }
+        let with_background = !self.background.is_empty();
         if bin < self.first_bin {
-            // Older than the window (out-of-order interfaces): not part of the series.
-            return;
+            let grow = self.first_bin - bin;
+            if grow as usize + self.bins.len() > WINDOW_BINS + WINDOW_BINS / 10 {
+                // Older than the window (out-of-order interfaces): not part of the series.
+                return None;
+            }
+            for _ in 0..grow {
+                self.bins.push_front(0);
+                if with_background {
+                    self.background.push_front(0.0);
+                }
+            }
+            self.first_bin = bin;
         }
         let end = self.first_bin + self.bins.len() as u64;
         if bin >= end {
@@ -166,20 +341,61 @@ impl Steps {
                 self.bins.clear();
                 self.first_bin = bin;
                 self.bins.push_back(0);
+                if with_background {
+                    self.background.clear();
+                    self.background.push_back(0.0);
+                }
             } else {
                 self.bins.extend(std::iter::repeat_n(0, grow as usize));
+                if with_background {
+                    self.background
+                        .extend(std::iter::repeat_n(0.0, grow as usize));
+                }
             }
         }
         // Trimmed in chunks of a tenth of the window, so that forgetting old runs is rare.
         if self.bins.len() > WINDOW_BINS + WINDOW_BINS / 10 {
             let excess = self.bins.len() - WINDOW_BINS;
             self.bins.drain(..excess);
+            if with_background {
+                // The rates started in the dropped bins still hold after them.
+                let carried: f64 = self.background.drain(..excess).sum();
+                if let Some(b) = self.background.front_mut() {
+                    *b += carried;
+                }
+            }
             self.first_bin += excess as u64;
             self.forget_before(self.first_bin * BIN_NS);
         }
-        let i = (bin - self.first_bin) as usize;
-        if let Some(b) = self.bins.get_mut(i) {
-            *b += bytes;
+        bin.checked_sub(self.first_bin)
+            .map(|i| i as usize)
+            .filter(|&i| i < self.bins.len())
+    }
+
+    /// `bytes` spread evenly over the bins of `[start, end]` as background (the kernel path's
+    /// unsent short runs): one rate added where it starts and removed after it ends, summed
+    /// into the series at analysis time, so a flow read costs the same whatever its span.
+    fn add_background(&mut self, start: u64, end: u64, bytes: u64) {
+        let window = WINDOW_BINS as u64 * BIN_NS;
+        let start = start.max(end.saturating_sub(window)).min(end);
+        let (first, last) = (start / BIN_NS, end / BIN_NS);
+        // The bin after the span first (it may grow the series at the end), then its first
+        // (which may grow it at the front, shifting indices: `after` is found again).
+        if self.slot(last + 1).is_none() {
+            return;
+        }
+        let Some(from) = self.slot(first) else {
+            return;
+        };
+        // First use: all zero, aligned with the bins (from here on `slot` keeps it so).
+        if self.background.len() < self.bins.len() {
+            self.background.resize(self.bins.len(), 0.0);
+        }
+        let rate = bytes as f64 / (last + 1 - first) as f64;
+        self.background[from] += rate;
+        let after = (last + 1).checked_sub(self.first_bin).map(|i| i as usize);
+        if let Some(b) = after.and_then(|i| self.background.get_mut(i)) {
+            *b -= rate;
         }
     }
 
@@ -193,15 +409,69 @@ impl Steps {
                 a.signals.pop_front();
             }
         }
-        self.flows
-            .retain(|_, a| !a.runs.is_empty() || !a.signals.is_empty());
+        for a in self.flows.values_mut() {
+            if a.open.is_some_and(|o| o.end < t) {
+                a.open = None;
+            }
+            a.open_signals.retain(|s| s.0 >= t);
+        }
+        // A flow with nothing left in the window is forgotten (a kernel flow read within it is
+        // kept: its last read is the base of the next one's unsent bytes).
+        self.flows.retain(|_, a| {
+            !a.runs.is_empty()
+                || !a.signals.is_empty()
+                || a.open.is_some()
+                || a.unsent_read.is_some_and(|(_, last)| last >= t)
+        });
         while self.pauses.front().is_some_and(|p| p.0 < t) {
             self.pauses.pop_front();
         }
     }
 
+    /// How far the series reaches (the bin after its last, runs still open included) and its
+    /// length in bins: what the analysis cache compares (report.rs).
+    pub fn extent(&self) -> (u64, usize) {
+        let end = self.first_bin + self.bins.len() as u64;
+        let open = self
+            .flows
+            .values()
+            .filter_map(FlowActivity::open_run)
+            .map(|r| r.end / BIN_NS + 1)
+            .max()
+            .unwrap_or(0);
+        (end.max(open), self.bins.len())
+    }
+
     pub fn bins(&self) -> (u64, &VecDeque<u64>) {
         (self.first_bin, &self.bins)
+    }
+
+    /// The series to analyse: the bins, with the bytes of the runs still open (kernel path)
+    /// spread in. A copy only when there are open runs.
+    pub fn series(&self) -> (u64, std::borrow::Cow<'_, VecDeque<u64>>) {
+        let open: Vec<Run> = self
+            .flows
+            .values()
+            .filter_map(FlowActivity::open_run)
+            .copied()
+            .collect();
+        if open.is_empty() && self.background.is_empty() {
+            return (self.first_bin, std::borrow::Cow::Borrowed(&self.bins));
+        }
+        let mut copy = Steps {
+            bins: self.bins.clone(),
+            first_bin: self.first_bin,
+            ..Steps::default()
+        };
+        let mut rate = 0.0;
+        for (b, d) in copy.bins.iter_mut().zip(&self.background) {
+            rate += d;
+            *b += rate.max(0.0).round() as u64;
+        }
+        for r in open {
+            spread_bytes(r.start, r.end, r.bytes, |bin, b| copy.add_bin(bin, b));
+        }
+        (copy.first_bin, std::borrow::Cow::Owned(copy.bins))
     }
 
     pub fn flows(&self) -> impl Iterator<Item = (&FlowKey, &FlowActivity)> {
@@ -211,6 +481,26 @@ impl Steps {
     pub fn pauses(&self) -> impl Iterator<Item = &(u64, u64)> {
         self.pauses.iter()
     }
+}
+
+/// A run of the kernel's flow record.
+fn run_of(r: &DataRun) -> Run {
+    Run {
+        start: r.start_ns,
+        end: r.end_ns,
+        bytes: r.bytes,
+        ce: r.ce as u64,
+        retransmits: r.retransmits as u64,
+    }
+}
+
+/// The signal times of a signal run: its CNPs, then its NAKs, each spread over the run.
+fn signal_times(start: u64, end: u64, cnp: u32, naks: u32) -> impl Iterator<Item = (u64, Signal)> {
+    let cnps = spread_times(start, end, cnp).map(|t| (t, Signal::Cnp));
+    let naks = spread_times(start, end, naks).map(|t| (t, Signal::Nak));
+    let mut all: Vec<(u64, Signal)> = cnps.chain(naks).collect();
+    all.sort_by_key(|s| s.0);
+    all.into_iter()
 }
 
 #[cfg(test)]

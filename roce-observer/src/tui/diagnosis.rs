@@ -53,9 +53,9 @@ pub fn draw_steps(frame: &mut Frame, app: &App, area: Rect) {
             frame,
             area,
             "training steps",
-            "No training steps: the traffic is not periodic (or there are too few steps yet). \
-             Steps need per-packet times: a capture (analyze, run --capture) has them, the \
-             kernel path of run does not.",
+            "No training steps: the traffic is not periodic (or there are too few steps yet: \
+             at least 5 are needed, and the kernel path sees a flow's last burst once it is \
+             read at a report).",
         );
         return;
     };

@@ -257,7 +257,7 @@ pub fn analyse(
     steps: &Steps,
     name: impl Fn(&FlowKey) -> (String, &'static str),
 ) -> Option<StepsSnapshot> {
-    let (first_bin, bins) = steps.bins();
+    let (first_bin, bins) = steps.series();
     let lo = bins.iter().position(|&b| b > 0)?;
     let hi = bins.iter().rposition(|&b| b > 0)?;
     let x: Vec<f64> = bins.range(lo..=hi).map(|&b| b as f64).collect();
@@ -400,7 +400,7 @@ fn stragglers(
     for (fi, (_, act)) in flows.iter().enumerate() {
         let (mut inside, mut total) = (0u64, 0u64);
         let mut mine: Vec<(i64, u64)> = Vec::new();
-        for run in act.runs.iter().filter(|r| r.start >= first) {
+        for run in act.all_runs().filter(|r| r.start >= first) {
             total += run.bytes;
             // A run longer than a step is background traffic, not a step's burst.
             if (run.end - run.start) as f64 > 0.9 * grid.p {
@@ -492,7 +492,7 @@ fn evidence(
 ) -> StragglerEvidence {
     let in_late = |t: u64| late.binary_search(&grid.slot(t)).is_ok();
     let mut ev = StragglerEvidence::default();
-    for run in act.runs.iter().filter(|r| in_late(r.start)) {
+    for run in act.all_runs().filter(|r| in_late(r.start)) {
         ev.ce += run.ce;
         ev.retransmits += run.retransmits;
     }
@@ -500,7 +500,7 @@ fn evidence(
         if k.src_ip != key.dst_ip || k.dst_ip != key.src_ip {
             continue;
         }
-        for (_, s) in a.signals.iter().filter(|(t, _)| in_late(*t)) {
+        for (_, s) in a.all_signals().filter(|(t, _)| in_late(*t)) {
             match s {
                 Signal::Cnp => ev.cnp += 1,
                 Signal::Nak => ev.naks += 1,

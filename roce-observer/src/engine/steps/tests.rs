@@ -79,6 +79,25 @@ fn run(mut frames: Vec<Timed>) -> (Engine, Option<StepsSnapshot>) {
     (e, steps)
 }
 
+/// The same frames the kernel path's way: the shared observation's activity runs (run.rs),
+/// finished runs as events, bytes spread over each run's bins, runs still open and the bytes
+/// of unsent short runs read from the flow records at the end (as `run -i` reads its map).
+fn run_as_kernel(mut frames: Vec<Timed>) -> Option<StepsSnapshot> {
+    frames.sort_by_key(|f| f.0);
+    let mut e = Engine::new(EngineConfig::default());
+    e.steps_from_runs = true;
+    let last = frames.last().map(|f| f.0).unwrap_or(T0);
+    for (ts, f) in &frames {
+        e.ingest_frame(*ts, f, f.len() as u32, 0);
+    }
+    let reads: Vec<(FlowKey, roce_observer_common::FlowStats)> =
+        e.flows.iter().map(|(k, v)| (*k, *v.stats())).collect();
+    for (k, stats) in &reads {
+        e.steps.flow_read(k, stats);
+    }
+    e.snapshot(last).steps
+}
+
 /// The collective: `flows` flows (hosts 1..=flows sending to the next host, QP 0x100 + i), each
 /// sending one packet every 100 us from the step's start (jittered per step by up to
 /// `jitter`) for `comm`; flow 0 is `delay` late and its late packets are CE-marked, answered by
@@ -297,4 +316,240 @@ fn memory_is_bounded() {
     }
     assert_eq!(s.flows.len(), MAX_FLOWS);
     assert!(s.untracked_flows >= 10);
+}
+
+/// The kernel path's runs against the capture path's packets, on the traffic of the first test
+/// (jitter, a delayed flow with CE and CNPs, Poisson background, an idle stretch, XOFFs). The
+/// kernel path spreads each run's bytes evenly over its bins, so bins differ where a run's
+/// packets are not evenly spaced; here they are (one per 100 us), and the background's
+/// single-packet runs are spread between reads. Tolerances: the period within 0.5% of the
+/// capture path's (both are least-squares fits over the same 21 onsets, which can move by at
+/// most one bin with spreading), the same steps, the communication fraction within 0.02 (one
+/// bin of 100 ms period is 0.01), the same straggler with the same late steps, its lag within
+/// 0.1 ms (the run ends are exact packet times on both paths), and the same evidence but CNP
+/// times (spread over each signal run: counts within 10%).
+#[test]
+fn the_kernel_paths_runs_give_the_capture_paths_steps() {
+    let frames = || {
+        let mut rng = Rng(7);
+        let c = Collective {
+            period: 100 * MS,
+            steps: 24,
+            flows: 6,
+            comm: 30 * MS,
+            jitter: 2 * MS,
+            delay: 6 * MS,
+            skip: vec![9, 10],
+            cut: 10 * MS,
+        };
+        let mut frames = c.frames(&mut rng);
+        frames.extend(background(&mut rng, 24 * c.period, 3.0 * MS as f64));
+        for step in [3, 4] {
+            frames.push((
+                T0 + step * c.period + 32 * MS,
+                pfc_frame(1, 0x08, [0xffff; 8]),
+            ));
+        }
+        frames
+    };
+    let (_, capture) = run(frames());
+    let capture = capture.expect("capture path: steps");
+    let kernel = run_as_kernel(frames()).expect("kernel path: steps");
+    assert!(
+        close(kernel.period_ms, capture.period_ms, 0.005),
+        "period {} vs {}",
+        kernel.period_ms,
+        capture.period_ms
+    );
+    assert_eq!(kernel.count, capture.count);
+    assert!(
+        (kernel.comm_fraction - capture.comm_fraction).abs() <= 0.02,
+        "comm {} vs {}",
+        kernel.comm_fraction,
+        capture.comm_fraction
+    );
+    assert_eq!(kernel.recent.len(), capture.recent.len());
+    for (k, c) in kernel.recent.iter().zip(&capture.recent) {
+        assert!(k.start.abs_diff(c.start) <= 2 * MS, "{k:?} vs {c:?}");
+    }
+    assert_eq!(kernel.stragglers.len(), 1, "{:?}", kernel.stragglers);
+    let (k, c) = (&kernel.stragglers[0], &capture.stragglers[0]);
+    assert_eq!((k.src_ip, k.dst_qp), (c.src_ip, c.dst_qp));
+    assert_eq!((k.late_steps, k.steps), (c.late_steps, c.steps));
+    assert!(
+        (k.mean_lag_ms - c.mean_lag_ms).abs() <= 0.1,
+        "{k:?} vs {c:?}"
+    );
+    assert_eq!(
+        (k.evidence.ce, k.evidence.retransmits, k.evidence.naks),
+        (c.evidence.ce, c.evidence.retransmits, c.evidence.naks)
+    );
+    assert!(
+        close(k.evidence.cnp as f64, c.evidence.cnp as f64, 0.1),
+        "{k:?} vs {c:?}"
+    );
+    assert_eq!(k.evidence.pause_us, c.evidence.pause_us);
+}
+
+/// The kernel path on aperiodic traffic: no steps either (random bursts: runs of many packets;
+/// Poisson arrivals: mostly runs too short to be sent, spread between reads).
+#[test]
+fn the_kernel_path_finds_no_steps_in_aperiodic_traffic() {
+    let mut rng = Rng(5);
+    let mut frames = Vec::new();
+    let mut t = T0;
+    let mut psn = 0;
+    while t < T0 + 4_000 * MS {
+        let len = rng.exp(20.0 * MS as f64);
+        let end = t + len;
+        while t < end {
+            frames.push((t, data(1, 2, 0x10, psn, false)));
+            psn += 1;
+            t += 100 * US;
+        }
+        t += rng.exp(60.0 * MS as f64);
+    }
+    assert_eq!(run_as_kernel(frames), None);
+    let mut rng = Rng(11);
+    assert_eq!(
+        run_as_kernel(background(&mut rng, 3_000 * MS, 50.0 * US as f64)),
+        None
+    );
+}
+
+#[test]
+fn a_runs_bytes_are_spread_over_its_bins() {
+    let mut got = Vec::new();
+    // 2.5 ms from the middle of bin 10: a fifth, two fifths, two fifths.
+    spread_bytes(10 * BIN_NS + BIN_NS / 2, 13 * BIN_NS, 1000, |bin, b| {
+        got.push((bin, b))
+    });
+    assert_eq!(got, [(10, 200), (11, 400), (12, 400)]);
+    got.clear();
+    spread_bytes(5 * BIN_NS + 10, 5 * BIN_NS + 20, 77, |bin, b| {
+        got.push((bin, b))
+    });
+    assert_eq!(got, [(5, 77)]);
+    // Out of time order: a run older than the series' first bin extends it backwards.
+    let mut s = Steps::default();
+    let key = FlowKey::zeroed();
+    let run = |start: u64, bytes: u64| Run {
+        start,
+        end: start + BIN_NS / 2,
+        bytes,
+        ce: 0,
+        retransmits: 0,
+    };
+    s.data_run(&key, run(T0 + 50 * MS, 10));
+    s.data_run(&key, run(T0 + 20 * MS, 20));
+    let (first, bins) = s.bins();
+    assert_eq!(first, (T0 + 20 * MS) / BIN_NS);
+    assert_eq!((bins[0], bins[30], bins.iter().sum::<u64>()), (20, 10, 30));
+}
+
+/// Kernel path: the bytes of unsent short runs, read from flow records, enter the series as an
+/// even background between two reads of the flow (the first read: since the flow's first
+/// packet), whatever else is in the series yet.
+#[test]
+fn unsent_short_runs_are_an_even_background() {
+    let mut s = Steps::default();
+    let key = FlowKey::zeroed();
+    let mut stats = roce_observer_common::FlowStats::zeroed();
+    stats.first_ns = T0;
+    stats.last_ns = T0 + 10 * MS - 1;
+    stats.run_bytes_unsent = 1_000;
+    s.flow_read(&key, &stats);
+    // The next read: 500 more bytes over the next 5 ms.
+    stats.last_ns = T0 + 15 * MS - 1;
+    stats.run_bytes_unsent = 1_500;
+    s.flow_read(&key, &stats);
+    let (first, bins) = s.series();
+    assert_eq!(first, T0 / BIN_NS);
+    let got: Vec<u64> = bins.iter().copied().take(15).collect();
+    assert_eq!(got, [100; 15], "{bins:?}");
+    assert!(bins.iter().skip(15).all(|&b| b == 0));
+    // A run event older than the series extends it at the front, background kept aligned.
+    s.data_run(
+        &key,
+        Run {
+            start: T0 - 3 * MS,
+            end: T0 - 3 * MS,
+            bytes: 7,
+            ce: 0,
+            retransmits: 0,
+        },
+    );
+    let (first, bins) = s.series();
+    assert_eq!(first, T0 / BIN_NS - 3);
+    assert_eq!(
+        bins.iter().take(5).copied().collect::<Vec<_>>(),
+        [7, 0, 0, 100, 100]
+    );
+    assert_eq!(bins.iter().sum::<u64>(), 1_507);
+}
+
+/// Not a test: what one analysis of a full window costs (run by hand, in release).
+#[test]
+#[ignore = "timing, by hand: cargo test --release -p roce-observer --lib full_window_analysis_cost -- --ignored --nocapture"]
+fn full_window_analysis_cost() {
+    let mut s = Steps::default();
+    let key = FlowKey::zeroed();
+    for step in 0..(WINDOW_BINS as u64 / 100) {
+        s.data_run(
+            &key,
+            Run {
+                start: T0 + step * 100 * MS,
+                end: T0 + step * 100 * MS + 30 * MS,
+                bytes: 1 << 20,
+                ce: 0,
+                retransmits: 0,
+            },
+        );
+    }
+    let t = std::time::Instant::now();
+    let got = analyse(&s, |_| (String::new(), "capture"));
+    eprintln!(
+        "{} bins: analysis {:?}, period {:?}",
+        s.bins.len(),
+        t.elapsed(),
+        got.map(|g| g.period_ms)
+    );
+}
+
+/// A live report reuses the last analysis until the series has grown by a 64th of its length.
+#[test]
+fn the_analysis_is_redone_once_the_series_has_grown_enough() {
+    let mut rng = Rng(3);
+    let c = Collective {
+        period: 50 * MS,
+        steps: 12,
+        flows: 3,
+        comm: 15 * MS,
+        jitter: 0,
+        delay: 0,
+        skip: vec![],
+        cut: 0,
+    };
+    let mut frames = c.frames(&mut rng);
+    frames.sort_by_key(|f| f.0);
+    let mut e = Engine::new(EngineConfig::default());
+    let feed = |e: &mut Engine, frames: &[Timed]| {
+        for (ts, f) in frames {
+            e.ingest_frame(*ts, f, f.len() as u32, 0);
+        }
+    };
+    // Steps 0-9 (~465 bins), then one more packet 3 ms after the last (under a 64th), then
+    // the rest.
+    let (ten, rest): (Vec<Timed>, Vec<Timed>) =
+        frames.into_iter().partition(|f| f.0 < T0 + 10 * c.period);
+    feed(&mut e, &ten);
+    let first = e.snapshot(T0).steps.expect("steps");
+    let last = ten.last().map(|f| f.0).unwrap_or(T0);
+    feed(&mut e, &[(last + 3 * MS, data(1, 2, 0x100, 9_999, false))]);
+    let again = e.snapshot(T0).steps.expect("steps");
+    assert_eq!(again, first, "reused: the window did not grow by a 64th");
+    feed(&mut e, &rest);
+    let redone = e.snapshot(T0).steps.expect("steps");
+    assert_eq!(redone.count, first.count + 2, "redone");
+    assert!(redone.window_s > first.window_s + 0.09);
 }

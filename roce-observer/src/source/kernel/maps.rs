@@ -64,6 +64,15 @@ impl KernelSource {
                 }
                 w.start_ns = epoch(w.start_ns);
             }
+            // The open activity runs (training steps), when there is one.
+            if v.run.packets > 0 {
+                v.run.start_ns = epoch(v.run.start_ns);
+                v.run.end_ns = epoch(v.run.end_ns);
+            }
+            if (v.signals.cnp | v.signals.naks) != 0 {
+                v.signals.start_ns = epoch(v.signals.start_ns);
+                v.signals.end_ns = epoch(v.signals.end_ns);
+            }
         };
         let FlowBuffers { keys, values, .. } = &mut self.flow_buffers;
         if let aya::maps::Map::HashMap(data) = map {

@@ -1,0 +1,351 @@
+//! Training steps on the kernel path (`run -i`): collective-like traffic replayed in real time
+//! (tcpreplay at the capture's timing, bursts with pauses between them) into a veth pair, the
+//! observer's XDP program on the receiving end, and `tcpdump` on the same end. The kernel path
+//! builds steps from activity runs (one event per finished run, the open run read from the
+//! flow map); `analyze` of what tcpdump captured sees the same packets with their times, packet
+//! by packet. The two must agree, and both must find the period that was sent.
+//!
+//! The frames are sent by this test at their times (a real-time thread, absolute deadlines):
+//! tcpreplay's relative delays stretched the 1.2 s of traffic to 2 s on a busy machine.
+//!
+//! The traffic: 30 steps of 40 ms; four QPs (hosts .1-.4 to .10) send a 1,100-byte WRITE every
+//! 250 us for 12 ms of each step, QP 0x100 for 4 ms more, its late packets CE-marked and answered
+//! by CNPs; a background flow sends one packet every ~3 ms throughout (runs too short to be
+//! sent as events: their bytes are spread between map reads).
+//!
+//! Tolerances, kernel path against `analyze` of the same packets:
+//! - period within 0.5%: both are least-squares fits over the same ~30 onsets; spreading a
+//!   run's bytes evenly over its bins can move an onset's threshold crossing by one 1 ms bin,
+//!   which moves a fit over 30 steps by well under 0.5%; and each within 1% of the 40 ms sent
+//!   (the issue's target), replay jitter included;
+//! - `count` within 1: a step cut by the start or the end of the replay window may fall either
+//!   side of the "shorter than most" rule when its first bin is spread differently;
+//! - `comm_fraction` within 0.05: two 1 ms bins of a 40 ms period (a step's first and last bin
+//!   are where even spreading and per-packet bins differ);
+//! - the same single straggler (QP 0x100), late in as many steps within 2, its mean lag within
+//!   0.5 ms of analyze's and within 1 ms of the 4 ms sent: run ends are packet times on both
+//!   paths (the kernel's precise clock, tcpdump's timestamps, microseconds apart); the slack is
+//!   the steps counted differently at the window's edges;
+//! - CE evidence within 10% and CNP evidence present on both (CNP times are spread over their
+//!   signal run on the kernel path).
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{
+    netns::{Observer, VethNs},
+    observer_bin, require_root,
+};
+use roce_observer_common::{frames::RoceFrame, opcode::OP_CNP};
+use serde_json::Value;
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+const PERIOD: u64 = 40 * MS;
+const STEPS: u64 = 30;
+const COMM: u64 = 12 * MS;
+const DELAY: u64 = 4 * MS;
+const QPS: u32 = 4;
+/// Between two packets of one QP in its burst (under the 1 ms run gap; sparse enough for
+/// tcpreplay to keep the capture's timing on a busy machine).
+const GAP: u64 = 250 * US;
+
+/// (time since the start, frame), in time order.
+fn traffic() -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut psn = [0u32; QPS as usize];
+    for step in 0..STEPS {
+        let start = step * PERIOD;
+        for q in 0..QPS {
+            let len = if q == 0 { COMM + DELAY } else { COMM };
+            // A fixed stagger per QP, so the flows' packets interleave.
+            let mut t = start + u64::from(q) * GAP / u64::from(QPS);
+            while t < start + len {
+                let late = q == 0 && t >= start + COMM;
+                let frame = RoceFrame {
+                    src_ip: [192, 0, 2, 1 + q as u8],
+                    dst_ip: [192, 0, 2, 10],
+                    tos: (26 << 2) | if late { 3 } else { 2 },
+                    payload: 1024,
+                    udp_sport: 49152 + q as u16,
+                    ..RoceFrame::new(0x0a, 0x100 + q, psn[q as usize])
+                }
+                .build();
+                out.push((t, frame));
+                if late && psn[q as usize].is_multiple_of(4) {
+                    let cnp = RoceFrame {
+                        src_ip: [192, 0, 2, 10],
+                        dst_ip: [192, 0, 2, 1],
+                        tos: 48 << 2,
+                        ..RoceFrame::new(OP_CNP, 0x200, 0)
+                    }
+                    .build();
+                    out.push((t + 5 * US, cnp));
+                }
+                psn[q as usize] += 1;
+                t += GAP;
+            }
+        }
+    }
+    // Background: 192.0.2.9 -> .10, one small packet every 2.9-3.3 ms.
+    let (mut t, mut psn, mut i) = (0, 0, 0u64);
+    while t < STEPS * PERIOD {
+        let frame = RoceFrame {
+            src_ip: [192, 0, 2, 9],
+            dst_ip: [192, 0, 2, 10],
+            tos: (26 << 2) | 2,
+            payload: 64,
+            ..RoceFrame::new(0x0a, 0x99, psn)
+        }
+        .build();
+        out.push((t, frame));
+        psn += 1;
+        i += 1;
+        t += 2_900 * US + (i * 7919 % 5) * 100 * US;
+    }
+    out.sort_by_key(|f| f.0);
+    out
+}
+
+/// Send `frames` out of the pair's `a` end at their times (from now), on an AF_PACKET socket in
+/// the namespace: each frame waits for its own deadline (absolute, so a late frame does not
+/// delay the rest: tcpreplay's relative delays drifted by 60% on a busy machine). Returns how
+/// many frames went out more than 1 ms late.
+fn send_timed(ns: &VethNs, frames: &[(u64, Vec<u8>)]) -> anyhow::Result<usize> {
+    use std::os::fd::AsRawFd as _;
+    let netns = std::fs::File::open(format!("/run/netns/{}", ns.name))?;
+    let iface = std::ffi::CString::new(ns.a.clone())?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> anyhow::Result<usize> {
+                // SAFETY: setns on a namespace file we opened; it changes only this thread's
+                // network namespace (a scoped thread that ends here).
+                if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    anyhow::bail!("setns: {}", std::io::Error::last_os_error());
+                }
+                // Real-time priority for this thread only, so that other work on a busy machine
+                // does not delay the frames (each waits for its deadline by sleeping, then
+                // spinning the last 100 us; the replay lasts 1.2 s). Best effort.
+                let param = libc::sched_param { sched_priority: 50 };
+                // SAFETY: sets the calling thread's policy; `param` is valid.
+                let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+                // SAFETY: plain syscalls with valid arguments; the socket is closed below.
+                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+                anyhow::ensure!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+                // SAFETY: a NUL-terminated name.
+                let ifindex = unsafe { libc::if_nametoindex(iface.as_ptr()) };
+                // SAFETY: an all-zero sockaddr_ll is valid; the fields we need are set.
+                let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+                addr.sll_family = libc::AF_PACKET as u16;
+                addr.sll_ifindex = ifindex as i32;
+                addr.sll_halen = 6;
+                let start = Instant::now() + Duration::from_millis(20);
+                let mut late = 0;
+                for (t, frame) in frames {
+                    let due = start + Duration::from_nanos(*t);
+                    // Sleep to just before the deadline, then spin.
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        if wait > Duration::from_micros(200) {
+                            std::thread::sleep(wait - Duration::from_micros(100));
+                        }
+                        while Instant::now() < due {
+                            std::hint::spin_loop();
+                        }
+                    } else if Instant::now() - due > Duration::from_millis(1) {
+                        late += 1;
+                    }
+                    // SAFETY: `frame` and `addr` are valid for the lengths given.
+                    let sent = unsafe {
+                        libc::sendto(
+                            fd,
+                            frame.as_ptr().cast(),
+                            frame.len(),
+                            0,
+                            std::ptr::from_ref(&addr).cast(),
+                            size_of::<libc::sockaddr_ll>() as u32,
+                        )
+                    };
+                    if sent < 0 {
+                        let err = std::io::Error::last_os_error();
+                        // SAFETY: closing the socket opened above.
+                        unsafe { libc::close(fd) };
+                        anyhow::bail!("sendto: {err}");
+                    }
+                }
+                // SAFETY: closing the socket opened above.
+                unsafe { libc::close(fd) };
+                Ok(late)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("sender thread panicked"))?
+    })
+}
+
+fn analyze(pcap: &Path) -> Value {
+    let out = Command::new(observer_bin())
+        .args(["analyze", "--json"])
+        .arg(pcap)
+        .output()
+        .expect("analyze runs");
+    assert!(
+        out.status.success(),
+        "analyze: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("analyze --json parses")
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// One observation: tcpdump and `run -i` on the receiving end, the frames sent at their times.
+/// Returns how many frames went out more than 1 ms late, and `run`'s final document; the
+/// capture is in `captured`.
+fn observe(ns: &VethNs, frames: &[(u64, Vec<u8>)], captured: &Path) -> (usize, String) {
+    let mut tcpdump = ns
+        .exec("tcpdump")
+        .args(["-i", &ns.b, "-B", "65536", "-U", "-n", "-w"])
+        .arg(captured)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpdump starts");
+    let stderr = tcpdump.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) if line.contains("listening on") => break,
+            _ if Instant::now() > deadline => {
+                let _ = tcpdump.kill();
+                panic!("tcpdump did not start");
+            }
+            _ => {}
+        }
+    }
+    let observer = Observer::start(ns, &["-i", &ns.b, "--json", "--interval", "0.2"])
+        .expect("observer attaches");
+    // At the traffic's own timing: the pauses between bursts are the point.
+    let late = send_timed(ns, frames).expect("send the frames");
+    eprintln!(
+        "frames sent more than 1 ms late: {late} of {}",
+        frames.len()
+    );
+    // Let the receiving end finish with the last frames, and tcpdump write them: libpcap hands
+    // over a partly filled buffer block after its 1 s timeout, and a stop before that lost the
+    // last frames. (Immediate mode, a wakeup per frame, dropped three frames in four here.)
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = observer.stop().expect("observer stops cleanly");
+    // SAFETY: signalling the tcpdump this test started, by its pid (a clean stop flushes it).
+    unsafe { libc::kill(tcpdump.id() as i32, libc::SIGINT) };
+    let status = tcpdump.wait().expect("tcpdump ends");
+    assert!(status.success(), "tcpdump: {status}");
+
+    (late, out)
+}
+
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn run_on_a_veth_reports_the_steps_analyze_finds() {
+    require_root();
+    let ns = VethNs::new().expect("namespace with a veth pair");
+    let dir = std::env::temp_dir().join(format!("roce-observer-steps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let captured = dir.join("captured.pcap");
+    let frames = traffic();
+
+    // The frames must go out at their times for the traffic to be what it is meant to be: an
+    // attempt with more than 1% of the frames more than 1 ms late (the sender preempted on a
+    // busy machine) is repeated, at most three times.
+    // So must the reference capture hold every frame (tcpdump drops when it falls behind).
+    let mut attempt = 0;
+    let (late, live, offline) = loop {
+        attempt += 1;
+        let (late, out) = observe(&ns, &frames, &captured);
+        let live: Value = serde_json::from_str(&out).expect("run --json parses");
+        let offline = analyze(&captured);
+        let complete = offline["summary"]["total_packets"].as_u64() == Some(frames.len() as u64);
+        // A few late frames (under 1%) leave the steps as they were meant to be.
+        if (late * 100 <= frames.len() && complete) || attempt == 3 {
+            break (late, live, offline);
+        }
+        eprintln!(
+            "attempt {attempt}: {late} frames late, capture holds {} of {} frames: again",
+            offline["summary"]["total_packets"],
+            frames.len()
+        );
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let (k, a) = (&live["steps"], &offline["steps"]);
+    assert!(
+        a.is_object(),
+        "analyze finds no steps: {}",
+        offline["summary"]
+    );
+    assert!(
+        k.is_object(),
+        "run -i finds no steps (analyze: {a}); summary {}",
+        live["summary"]
+    );
+    let context = format!(
+        "kernel path {k}\nanalyze {a}\n{late} frames sent late in attempt {attempt}; \
+         frames: {} sent, {} seen by run, {} captured",
+        frames.len(),
+        live["summary"]["total_packets"],
+        offline["summary"]["total_packets"]
+    );
+    eprintln!("{context}");
+
+    let (kp, ap) = (f(&k["period_ms"]), f(&a["period_ms"]));
+    let sent_ms = PERIOD as f64 / 1e6;
+    assert!((kp - ap).abs() <= 0.005 * ap, "period\n{context}");
+    for p in [kp, ap] {
+        assert!(
+            (p - sent_ms).abs() <= 0.01 * sent_ms,
+            "period {p}\n{context}"
+        );
+    }
+    let (kc, ac) = (k["count"].as_u64(), a["count"].as_u64());
+    assert!(
+        kc.zip(ac)
+            .is_some_and(|(x, y)| x.abs_diff(y) <= 1 && y + 2 >= STEPS),
+        "count\n{context}"
+    );
+    assert!(
+        (f(&k["comm_fraction"]) - f(&a["comm_fraction"])).abs() <= 0.05,
+        "comm_fraction\n{context}"
+    );
+
+    let stragglers = |s: &Value| s["stragglers"].as_array().cloned().unwrap_or_default();
+    let (ks, as_) = (stragglers(k), stragglers(a));
+    assert_eq!((ks.len(), as_.len()), (1, 1), "stragglers\n{context}");
+    let (kg, ag) = (&ks[0], &as_[0]);
+    for g in [kg, ag] {
+        assert_eq!(
+            (g["src_ip"].as_str(), g["dst_qp"].as_u64()),
+            (Some("192.0.2.1"), Some(0x100)),
+            "straggler\n{context}"
+        );
+    }
+    let late = |g: &Value| g["late_steps"].as_u64().unwrap_or(0);
+    assert!(late(kg).abs_diff(late(ag)) <= 2, "late steps\n{context}");
+    let (kl, al) = (f(&kg["mean_lag_ms"]), f(&ag["mean_lag_ms"]));
+    assert!((kl - al).abs() <= 0.5, "lag\n{context}");
+    assert!((kl - DELAY as f64 / 1e6).abs() <= 1.0, "lag\n{context}");
+    let (kce, ace) = (f(&kg["evidence"]["ce"]), f(&ag["evidence"]["ce"]));
+    assert!(ace > 0.0 && (kce - ace).abs() <= 0.1 * ace, "CE\n{context}");
+    assert!(
+        f(&kg["evidence"]["cnp"]) > 0.0 && f(&ag["evidence"]["cnp"]) > 0.0,
+        "CNP\n{context}"
+    );
+}
