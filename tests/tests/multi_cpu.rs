@@ -115,9 +115,13 @@ fn one_flow_on_two_cpus_is_counted_exactly_on_both_attach_points() {
         }
         // Each PSN is sent twice, once by each sender: whichever copy is processed second is
         // not newer than the highest PSN seen, so it is a retransmission; a first copy can be
-        // one too when the other sender is ahead (docs/metrics.md, "Several CPUs").
+        // one too when the other sender is ahead (docs/metrics.md, "Several CPUs"). Both
+        // copies can also be judged new when the two CPUs update the PSN state at the same
+        // moment (the documented lost update: seen as 99,999 of 100,000, about 1 run in 4),
+        // so the lower bound has 1% of slack; the exact counters above have none.
         let retransmits = flow["retransmits"].as_u64().unwrap_or(0);
-        if !(u64::from(FRAMES)..=sent).contains(&retransmits) {
+        let floor = u64::from(FRAMES - FRAMES / 100);
+        if !(floor..=sent).contains(&retransmits) {
             failures.push(format!("{direction} retransmits: {retransmits}"));
         }
     }
