@@ -130,6 +130,12 @@ pub trait Tables {
     fn stage(&self) -> Stage {
         Stage::All
     }
+    /// Whether to keep activity runs (training steps). The kernel's `run --no-steps` turns
+    /// them off to save the precise clock on every data packet; the engine always keeps them.
+    #[inline(always)]
+    fn runs(&self) -> bool {
+        true
+    }
 }
 
 /// How far [`observe`] goes with a RoCE packet (see [`Tables::stage`]).
@@ -219,8 +225,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     // HZ=250); the same reading then timestamps a request or an answer, so such a packet reads
     // one clock either way. ACKs take the coarse clock, and the precise one only for a sample
     // that is made (reading it costs ~15 ns more in a VM).
-    let data = pkt.carries_data();
-    let precise = data || pkt.is_signal();
+    let runs = t.runs();
+    let data = runs && pkt.carries_data();
+    let precise = runs && (data || pkt.is_signal());
     let now = if precise {
         t.precise_ns()
     } else {
@@ -261,7 +268,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     // Activity runs for training steps (run.rs): data packets, and CNPs and NAKs apart.
     if data {
         data_run(t, key, stats, pkt, &out, now);
-    } else if out.cnp || out.nak {
+    } else if runs && (out.cnp || out.nak) {
         signal_run(t, key, stats, out.cnp, now);
     }
     t.accounted(key, pkt, &out);
@@ -280,8 +287,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         let pending = &mut s.pending;
         pending.fill(key, key.src_ip, key.dst_ip, pkt.psn);
         let value = PendingValue {
-            // A request is a data packet: `now` is the precise clock already.
-            ts_ns: now,
+            // A request is a data packet: `now` is the precise clock already, unless runs
+            // are off.
+            ts_ns: if precise { now } else { t.precise_ns() },
             dst_qp: key.dst_qp,
             direction: key.direction,
             _pad: [0, 0, 0],

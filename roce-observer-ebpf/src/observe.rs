@@ -51,6 +51,10 @@ static COARSE_CLOCK: u8 = 1;
 /// COARSE_CLOCK: with 0 the verifier drops the early exits.
 #[unsafe(no_mangle)]
 static STAGE: u8 = 0;
+/// 0 with `run --no-steps`: no activity runs, and data packets read the coarse clock; set by
+/// the loader. Frozen .rodata: the verifier drops the branch not taken.
+#[unsafe(no_mangle)]
+static RUNS: u8 = 1;
 
 #[inline(always)]
 fn global<T: Copy>(v: &'static T) -> T {
@@ -160,6 +164,11 @@ impl Tables for Maps {
             2 => Stage::Account,
             _ => Stage::All,
         }
+    }
+
+    #[inline(always)]
+    fn runs(&self) -> bool {
+        global(&RUNS) != 0
     }
 
     #[inline(always)]

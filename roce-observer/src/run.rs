@@ -50,7 +50,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "FILE|-",
-        conflicts_with_all = ["ifaces", "max_flows", "xdp_mode"]
+        conflicts_with_all = ["ifaces", "max_flows", "xdp_mode", "kernel_log", "no_steps"]
     )]
     pub capture: Option<PathBuf>,
     /// With --capture: replay frames at the pace they were recorded (default: as fast as
@@ -104,6 +104,11 @@ pub struct RunArgs {
     /// Off by default; off, the kernel programs carry no logging code at all.
     #[arg(long)]
     pub kernel_log: bool,
+    /// Interfaces only: do not keep the activity runs that training steps are found from
+    /// (`steps` is then null). Saves the precise clock read on every data packet (~15 ns of
+    /// the kernel programs' per-packet time); for monitor hosts at line rate.
+    #[arg(long)]
+    pub no_steps: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -269,6 +274,7 @@ async fn run_kernel<F: Future<Output = ()>>(
         burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
         burst_window_ns: cfg.burst_window_ns,
         kernel_log: args.kernel_log,
+        runs: !args.no_steps,
         ..KernelOptions::default()
     };
     let mut src = KernelSource::load(&opts)?;

@@ -148,3 +148,61 @@ fn runs_are_kept_in_the_flow_record_and_sent_when_they_finish() {
         );
     }
 }
+
+/// `run --no-steps` (`KernelOptions::runs` false): the same bursts leave no run events and no
+/// run in the flow records, while the flow's own counters stay exact.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn no_runs_when_steps_are_off() {
+    require_root();
+    let frames: Vec<Vec<u8>> = (0..10).map(|psn| data(psn, false)).collect();
+    let cnp = cnp();
+    for tc in [false, true] {
+        let what = if tc { "tc" } else { "xdp" };
+        let mut src = KernelSource::load(&KernelOptions {
+            runs: false,
+            ..KernelOptions::default()
+        })
+        .expect("programs load");
+        let run = |frame: &[u8]| {
+            if tc {
+                src.test_run_tc(frame)
+            } else {
+                src.test_run_xdp(frame)
+            }
+            .expect("test run")
+        };
+        for f in &frames[..8] {
+            run(f);
+        }
+        run(&cnp);
+        std::thread::sleep(Duration::from_millis(3));
+        for f in &frames[8..] {
+            run(f);
+        }
+        run(&cnp);
+        let mut runs = 0;
+        src.drain_events(|ev| {
+            if let Some(EventBody::DataRun { .. } | EventBody::SignalRun { .. }) = ev.body() {
+                runs += 1;
+            }
+        });
+        assert_eq!(runs, 0, "{what}: run events with runs off");
+        let flows = src.read_flows().expect("flow map");
+        let (_, flow) = flows
+            .iter()
+            .find(|(k, _)| k.dst_qp == 0x11)
+            .expect("data flow");
+        assert_eq!(flow.packets(), 10, "{what}: counters exact");
+        assert_eq!(
+            (flow.run.packets, flow.runs_unsent, flow.run_bytes_unsent),
+            (0, 0, 0),
+            "{what}: no run kept"
+        );
+        let (_, signals) = flows
+            .iter()
+            .find(|(k, _)| k.dst_qp == 0x22)
+            .expect("CNP flow");
+        assert_eq!(signals.signals.cnp, 0, "{what}: no signal run kept");
+    }
+}

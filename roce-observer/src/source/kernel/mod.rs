@@ -69,6 +69,9 @@ pub struct KernelOptions {
     /// Kernel-side diagnostics through aya-log (`run --kernel-log`; kernel_log.rs). Off, the
     /// verifier removes their code.
     pub kernel_log: bool,
+    /// Activity runs for training steps (`run --no-steps` turns them off: no run events, and
+    /// data packets read the coarse clock instead of the precise one, ~15 ns less each).
+    pub runs: bool,
     /// Benchmarks only: entries of the floor programs' maps (a power of two; 0 = one entry,
     /// the product never runs them). See roce-observer-ebpf/src/floor.rs.
     pub floor_entries: u32,
@@ -86,6 +89,7 @@ impl Default for KernelOptions {
             burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
             stage: Stage::All,
             kernel_log: false,
+            runs: true,
             floor_entries: 0,
         }
     }
@@ -199,6 +203,7 @@ impl KernelSource {
             .override_global("COARSE_CLOCK", &u8::from(features.coarse_clock), true)
             .override_global("STAGE", &stage_global(opts.stage), true)
             .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
+            .override_global("RUNS", &u8::from(opts.runs), true)
             .override_global(aya_log::LEVEL, &kernel_log::level(opts.kernel_log), true)
             .map_max_entries("FLOWS", opts.max_flows)
             .override_global("FLOOR_SLOTS", &opts.floor_entries.max(1), true)
