@@ -110,10 +110,12 @@ pub fn setup() -> anyhow::Result<String> {
     // systemd for `systemd-analyze verify` of the packaged unit (tests/tests/package.rs),
     // prometheus for the metrics scrape test (tests/tests/metrics_prometheus.rs), dumpcap for
     // the path-loss test (tests/tests/path_loss_veth.rs; on a fresh machine the Soft-RoCE
-    // stage installed it only after that test had run and failed).
+    // stage installed it only after that test had run and failed), tcpdump for the steps test
+    // (tests/tests/steps_veth.rs; the same story: a fresh clone failed it).
     apt_install(&[
         "iproute2",
         "tcpreplay",
+        "tcpdump",
         "systemd",
         "prometheus",
         "wireshark-common",
