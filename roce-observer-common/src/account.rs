@@ -91,6 +91,8 @@ pub struct Outcome {
     pub psn: PsnVerdict,
     /// The PSN space `psn` refers to is the response stream.
     pub response: bool,
+    /// The packet was accounted as a request (its PSN went through the request stream).
+    pub request: bool,
     pub nak: bool,
     pub cnp: bool,
     /// This packet completed a retransmission burst / a NAK burst on its flow (set by
@@ -150,6 +152,7 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
     let mut out = Outcome {
         psn: PsnVerdict::InOrder,
         response: false,
+        request: false,
         nak: false,
         cnp: false,
         retransmit_burst: false,
@@ -178,7 +181,12 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
                 } else {
                     1
                 };
+                if !stats.psn.has_requests() {
+                    // Once per flow: where its request PSNs began (path events).
+                    stats.req_first = pkt.psn & crate::psn::PSN_MASK;
+                }
                 out.psn = stats.psn.request(pkt.psn, span);
+                out.request = true;
                 count_psn(stats, out.psn, false);
             }
             PsnSpace::ReadResponse => {

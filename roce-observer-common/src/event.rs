@@ -1,5 +1,6 @@
 //! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a latency sample, a
-//! finished activity run), never one per data packet nor one per anomaly. Counters stay exact
+//! finished activity run, a request PSN gap or the resend run after one, rate-limited per
+//! flow), never one per data packet nor one per anomaly. Counters stay exact
 //! in the maps when the ring buffer is full; a lost event is counted in
 //! `Counter::RingbufFull`.
 
@@ -29,6 +30,12 @@ pub enum EventKind {
     /// A finished signal run of `flow` starting at the event time: `a` = duration (ns),
     /// `c` = CNPs, `d` = NAKs.
     SignalRun = 10,
+    /// Where was it lost: a gap in `flow`'s request PSNs: `c` = the first missing PSN, `d` =
+    /// how many are missing (observe.rs, `path_events`).
+    PsnGap = 11,
+    /// A finished resend run of `flow` (retransmitted requests, each newer than the last, after
+    /// the flow had a gap): `c` = its first PSN, `d` = its last.
+    Resend = 12,
 }
 
 impl EventKind {
@@ -40,6 +47,8 @@ impl EventKind {
             8 => EventKind::Latency,
             9 => EventKind::DataRun,
             10 => EventKind::SignalRun,
+            11 => EventKind::PsnGap,
+            12 => EventKind::Resend,
             _ => return None,
         })
     }
@@ -98,6 +107,10 @@ pub enum EventBody {
         cnp: u32,
         naks: u32,
     },
+    /// `missing` request PSNs from `first` on were skipped on the event's flow.
+    PsnGap { first: u32, missing: u32 },
+    /// Requests `first..=last` (by serial order) were resent on the event's flow.
+    Resend { first: u32, last: u32 },
 }
 
 impl Event {
@@ -183,6 +196,18 @@ impl Event {
         );
     }
 
+    /// A gap of `missing` request PSNs from `first` on `flow`.
+    #[inline(always)]
+    pub fn set_psn_gap(&mut self, flow: &FlowKey, first: u32, missing: u32) {
+        self.set_flow(EventKind::PsnGap, flow, 0, 0, first, missing);
+    }
+
+    /// A finished resend run `first..=last` on `flow`.
+    #[inline(always)]
+    pub fn set_resend(&mut self, flow: &FlowKey, first: u32, last: u32) {
+        self.set_flow(EventKind::Resend, flow, 0, 0, first, last);
+    }
+
     #[inline(always)]
     pub fn set_pfc(
         &mut self,
@@ -224,6 +249,14 @@ impl Event {
 
     pub fn signal_run(flow: &FlowKey, run: &SignalRun) -> Event {
         Event::filled(|e| e.set_signal_run(flow, run)).at(run.start_ns)
+    }
+
+    pub fn psn_gap(flow: &FlowKey, first: u32, missing: u32) -> Event {
+        Event::filled(|e| e.set_psn_gap(flow, first, missing))
+    }
+
+    pub fn resend(flow: &FlowKey, first: u32, last: u32) -> Event {
+        Event::filled(|e| e.set_resend(flow, first, last))
     }
 
     pub fn pfc(
@@ -289,6 +322,14 @@ impl Event {
                 duration_ns: self.a,
                 cnp: self.c,
                 naks: self.d,
+            },
+            EventKind::PsnGap => EventBody::PsnGap {
+                first: self.c,
+                missing: self.d,
+            },
+            EventKind::Resend => EventBody::Resend {
+                first: self.c,
+                last: self.d,
             },
         })
     }
@@ -378,6 +419,17 @@ mod tests {
                     cnp: 4,
                     naks: 1,
                 },
+            ),
+            (
+                Event::psn_gap(&flow, 0xff_fffe, 3),
+                EventBody::PsnGap {
+                    first: 0xff_fffe,
+                    missing: 3,
+                },
+            ),
+            (
+                Event::resend(&flow, 7, 9),
+                EventBody::Resend { first: 7, last: 9 },
             ),
         ];
         for (ev, body) in cases {

@@ -22,7 +22,7 @@ use crate::{
     mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
     parse::{Frame, PacketView},
     pfc::{PfcLinkKey, SLOT_LINK},
-    psn::PsnVerdict,
+    psn::{PsnVerdict, REQ_GAPPED, REQ_RESENDING, psn_newer},
 };
 
 /// Per-frame working space that `observe` uses instead of the 512-byte BPF stack: the kernel's
@@ -271,6 +271,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     } else if runs && (out.cnp || out.nak) {
         signal_run(t, key, stats, out.cnp, now);
     }
+    if out.request {
+        path_events(t, key, stats, &out, now);
+    }
     t.accounted(key, pkt, &out);
     if stage == Stage::Account {
         return;
@@ -367,6 +370,87 @@ fn signal_run<T: Tables>(t: &mut T, key: &FlowKey, stats: &mut FlowStats, cnp: b
         });
     }
     stats.signals.add(now, cnp);
+}
+
+/// Where was it lost (docs/metrics.md): a request gap is one event, and so is a finished resend
+/// run (retransmitted requests, each newer than the last, on a flow that has had a gap), so
+/// that user space can tell per observation point which PSNs it never saw. Never an event per
+/// packet: a retransmission on a flow that never had a gap (a replayed or duplicated stream, a
+/// timeout storm) and an in-order request cost one flag test each, and each flow sends at most
+/// `PATH_EVENT_LIMIT` per window (the others are counted in `path_suppressed`).
+#[inline(always)]
+fn path_events<T: Tables>(
+    t: &mut T,
+    key: &FlowKey,
+    stats: &mut FlowStats,
+    out: &Outcome,
+    now: u64,
+) {
+    let flags = stats.psn.flags;
+    match out.psn {
+        PsnVerdict::InOrder => {
+            if flags & REQ_RESENDING != 0 {
+                end_resend(t, key, stats, now);
+            }
+        }
+        PsnVerdict::Gap {
+            expected, missing, ..
+        } => {
+            if flags & REQ_RESENDING != 0 {
+                end_resend(t, key, stats, now);
+            }
+            stats.psn.flags |= REQ_GAPPED;
+            if path_event_allowed(stats, now) {
+                t.emit(key.direction, now, |ev| {
+                    ev.set_psn_gap(key, expected, missing)
+                });
+            }
+        }
+        PsnVerdict::Retransmit { got, .. } => {
+            if flags & REQ_GAPPED == 0 {
+                return;
+            }
+            if flags & REQ_RESENDING != 0 {
+                if psn_newer(got, stats.resend_last) {
+                    stats.resend_last = got;
+                    return;
+                }
+                // Back again (go-back-N after another NAK or timeout): a new run.
+                end_resend(t, key, stats, now);
+            }
+            stats.psn.flags |= REQ_RESENDING;
+            stats.resend_first = got;
+            stats.resend_last = got;
+        }
+    }
+}
+
+/// The open resend run is finished: one event (unless over the flow's limit).
+#[inline(always)]
+fn end_resend<T: Tables>(t: &mut T, key: &FlowKey, stats: &mut FlowStats, now: u64) {
+    stats.psn.flags &= !REQ_RESENDING;
+    if path_event_allowed(stats, now) {
+        let (first, last) = (stats.resend_first, stats.resend_last);
+        t.emit(key.direction, now, |ev| ev.set_resend(key, first, last));
+    }
+}
+
+/// Take one of the flow's path events in the window at `now`, or count it suppressed. Plain
+/// adds: two CPUs on one flow may let one event more through.
+#[inline(always)]
+fn path_event_allowed(stats: &mut FlowStats, now: u64) -> bool {
+    if stats.path_events == 0
+        || now.saturating_sub(stats.path_window_ns) > crate::PATH_EVENT_WINDOW_NS
+    {
+        stats.path_window_ns = now;
+        stats.path_events = 0;
+    }
+    if stats.path_events >= crate::PATH_EVENT_LIMIT {
+        stats.path_suppressed += 1;
+        return false;
+    }
+    stats.path_events += 1;
+    true
 }
 
 /// The quanta of `slot` in a `Tables::pfc` call.

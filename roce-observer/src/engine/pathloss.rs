@@ -9,6 +9,9 @@
 //! the capture declares several interfaces), for at most [`MAX_FLOWS`] flows; a PSN is judged
 //! when it leaves the ring (or, for the ones still in it, at the snapshot), so points may see a
 //! PSN up to [`RING`] PSNs apart.
+//!
+//! The kernel path (`run -i`) sends no PSN per packet: its view is built from path events and
+//! flow records in [`ranges`], with the same definitions, and listed the same way.
 
 use std::collections::HashMap;
 
@@ -33,6 +36,8 @@ pub const MAX_POINTS: usize = 8;
 pub const MAX_FLOWS: usize = 4096;
 /// Missing PSNs listed per pair.
 pub const EXAMPLES: usize = 16;
+
+pub mod ranges;
 
 /// (source IP, destination IP, destination QP).
 type Path = ([u8; 16], [u8; 16], u32);
@@ -209,6 +214,8 @@ pub struct PathLoss {
     /// interface) costs one comparison per packet here.
     only_point: Option<Point>,
     seen_two: bool,
+    /// The kernel path's view, from path events and flow records.
+    pub from_events: ranges::RangePaths,
 }
 
 impl PathLoss {
@@ -313,7 +320,33 @@ impl Engine {
                     missing: c.missing,
                     missing_psns: c.examples,
                     downstream_retransmits_unseen: down.retransmit_unseen,
+                    incomplete: false,
                 });
+            }
+        }
+        for ((src, dst, qp), f) in self.paths.from_events.flows() {
+            for a in 0..f.points.len() {
+                for b in (0..f.points.len()).filter(|&b| b != a) {
+                    let Some(c) = f.pair(a, b) else {
+                        continue;
+                    };
+                    if c.both + c.missing == 0 {
+                        continue;
+                    }
+                    let (up, down) = (&f.points[a], &f.points[b]);
+                    out.push(PathPair {
+                        src_ip: show_ip(*src),
+                        dst_ip: show_ip(*dst),
+                        dst_qp: *qp,
+                        upstream: point(up.point),
+                        downstream: point(down.point),
+                        both: c.both,
+                        missing: c.missing,
+                        missing_psns: c.examples,
+                        downstream_retransmits_unseen: f.retransmits_unseen(b),
+                        incomplete: up.incomplete || down.incomplete,
+                    });
+                }
             }
         }
         out.sort_by(|a, b| {

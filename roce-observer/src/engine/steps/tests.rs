@@ -293,6 +293,7 @@ fn memory_is_bounded() {
     let out = roce_observer_common::account::Outcome {
         psn: PsnVerdict::InOrder,
         response: false,
+        request: true,
         nak: false,
         cnp: false,
         retransmit_burst: false,
