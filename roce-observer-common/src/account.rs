@@ -93,6 +93,12 @@ pub struct Outcome {
     pub response: bool,
     /// The packet was accounted as a request (its PSN went through the request stream).
     pub request: bool,
+    /// A request gap: its first missing PSN and how many (`missing` 0: no gap). Copied out of
+    /// the verdict where it is made, so that the path events read plain initialised fields:
+    /// read later from the verdict, the 5.10 verifier saw a read of uninitialised stack on the
+    /// paths where the verdict has no payload.
+    pub gap_first: u32,
+    pub gap_missing: u32,
     pub nak: bool,
     pub cnp: bool,
     /// This packet completed a retransmission burst / a NAK burst on its flow (set by
@@ -153,6 +159,8 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
         psn: PsnVerdict::InOrder,
         response: false,
         request: false,
+        gap_first: 0,
+        gap_missing: 0,
         nak: false,
         cnp: false,
         retransmit_burst: false,
@@ -187,6 +195,13 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
                 }
                 out.psn = stats.psn.request(pkt.psn, span);
                 out.request = true;
+                if let PsnVerdict::Gap {
+                    expected, missing, ..
+                } = out.psn
+                {
+                    out.gap_first = expected;
+                    out.gap_missing = missing;
+                }
                 count_psn(stats, out.psn, false);
             }
             PsnSpace::ReadResponse => {

@@ -22,7 +22,7 @@ use crate::{
     mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
     parse::{Frame, PacketView},
     pfc::{PfcLinkKey, SLOT_LINK},
-    psn::{PsnVerdict, REQ_GAPPED, REQ_RESENDING, psn_newer},
+    psn::{PSN_MASK, PsnVerdict, REQ_GAPPED, REQ_RESENDING, psn_newer},
 };
 
 /// Per-frame working space that `observe` uses instead of the 512-byte BPF stack: the kernel's
@@ -272,7 +272,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         signal_run(t, key, stats, out.cnp, now);
     }
     if out.request {
-        path_events(t, key, stats, &out, now);
+        path_events(t, key, stats, pkt, &out, now);
     }
     t.accounted(key, pkt, &out);
     if stage == Stage::Account {
@@ -383,44 +383,38 @@ fn path_events<T: Tables>(
     t: &mut T,
     key: &FlowKey,
     stats: &mut FlowStats,
+    pkt: &RocePacket,
     out: &Outcome,
     now: u64,
 ) {
     let flags = stats.psn.flags;
-    match out.psn {
-        PsnVerdict::InOrder => {
-            if flags & REQ_RESENDING != 0 {
-                end_resend(t, key, stats, now);
-            }
+    if matches!(out.psn, PsnVerdict::Retransmit { .. }) {
+        if flags & REQ_GAPPED == 0 {
+            return;
         }
-        PsnVerdict::Gap {
-            expected, missing, ..
-        } => {
-            if flags & REQ_RESENDING != 0 {
-                end_resend(t, key, stats, now);
-            }
-            stats.psn.flags |= REQ_GAPPED;
-            if path_event_allowed(stats, now) {
-                t.emit(key.direction, now, |ev| {
-                    ev.set_psn_gap(key, expected, missing)
-                });
-            }
-        }
-        PsnVerdict::Retransmit { got, .. } => {
-            if flags & REQ_GAPPED == 0 {
+        let psn = pkt.psn & PSN_MASK;
+        if flags & REQ_RESENDING != 0 {
+            if psn_newer(psn, stats.resend_last) {
+                stats.resend_last = psn;
                 return;
             }
-            if flags & REQ_RESENDING != 0 {
-                if psn_newer(got, stats.resend_last) {
-                    stats.resend_last = got;
-                    return;
-                }
-                // Back again (go-back-N after another NAK or timeout): a new run.
-                end_resend(t, key, stats, now);
-            }
-            stats.psn.flags |= REQ_RESENDING;
-            stats.resend_first = got;
-            stats.resend_last = got;
+            // Back again (go-back-N after another NAK or timeout): a new run.
+            end_resend(t, key, stats, now);
+        }
+        stats.psn.flags |= REQ_RESENDING;
+        stats.resend_first = psn;
+        stats.resend_last = psn;
+        return;
+    }
+    // A new PSN (in order or after a gap) ends the resend run.
+    if flags & REQ_RESENDING != 0 {
+        end_resend(t, key, stats, now);
+    }
+    if out.gap_missing != 0 {
+        stats.psn.flags |= REQ_GAPPED;
+        if path_event_allowed(stats, now) {
+            let (first, missing) = (out.gap_first, out.gap_missing);
+            t.emit(key.direction, now, |ev| ev.set_psn_gap(key, first, missing));
         }
     }
 }

@@ -145,8 +145,9 @@ fn a_point_whose_packets_come_later_in_the_file_is_compared_with_all_of_the_firs
 }
 
 /// Without declared interfaces (interface names are how a capture declares its points), a
-/// flow's ring starts when a second point sees it: memory for multi-point flows only, and the
-/// PSNs before that are not compared.
+/// flow's ring starts when a second point sees it: memory for multi-point flows only. The
+/// first point's PSNs before that are compared as far as they were an in-order run (each the
+/// one after the last, none resent) up to the second point's arrival.
 #[test]
 fn without_declared_points_the_ring_starts_at_the_second_point() {
     let mut e = Engine::new(EngineConfig::default());
@@ -162,7 +163,33 @@ fn without_declared_points_the_ring_starts_at_the_second_point() {
         .find(|p| p.missing > 0)
         .expect("a pair with a loss");
     assert_eq!(lost.missing_psns, [50]);
-    assert_eq!(lost.both, 98, "PSN 0 came before the second point");
+    assert_eq!(lost.both, 99, "PSN 0, before the second point, compared too");
+}
+
+/// The first point's history before the second point: only its last in-order run counts
+/// (here 30..=39, after a gap at 20 and a resend of 25), the rest is unknown.
+#[test]
+fn before_the_second_point_only_the_last_in_order_run_is_compared() {
+    let mut e = Engine::new(EngineConfig::default());
+    let mut t = 0;
+    for psn in (10..20).chain(21..30).chain([25]).chain(30..40) {
+        send(&mut e, UP, psn, t);
+        t += 1000;
+    }
+    for psn in 40..50u32 {
+        send(&mut e, UP, psn, t);
+        if psn != 45 {
+            send(&mut e, DOWN, psn, t + 500);
+        }
+        t += 1000;
+    }
+    let paths = e.snapshot(T0 + 1_000_000_000).paths;
+    let lost = paths.iter().find(|p| p.missing > 0).expect("a loss");
+    assert_eq!(lost.missing_psns, [45]);
+    // Both saw 40..49 but 45; upstream's 30..39 are compared (downstream did not cover them).
+    assert_eq!(lost.both, 9);
+    let up = e.paths.flows().next().expect("a ring").1;
+    assert_eq!(up.points[0].first_psn(), Some(30));
 }
 
 /// Flows that cross one point only cannot take the rings of the flows that cross two: after

@@ -294,6 +294,8 @@ fn memory_is_bounded() {
         psn: PsnVerdict::InOrder,
         response: false,
         request: true,
+        gap_first: 0,
+        gap_missing: 0,
         nak: false,
         cnp: false,
         retransmit_burst: false,
