@@ -53,8 +53,6 @@ pub struct PointState {
     /// First and highest request PSN it saw since the ring exists.
     first: Option<u32>,
     highest: u32,
-    /// Retransmissions of a PSN it never saw sent the first time (while in the ring).
-    pub retransmit_unseen: u64,
 }
 
 impl PointState {
@@ -70,12 +68,14 @@ impl PointState {
     }
 }
 
-/// Per ordered pair of point indices: PSNs seen at both, and seen at the first only.
+/// Per ordered pair of point indices: PSNs seen at both, and seen at the first only; the
+/// second point's retransmissions of PSNs the first saw sent the first time and it did not.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PairCount {
     pub both: u64,
     pub missing: u64,
     pub examples: Vec<u32>,
+    pub retransmits_unseen: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -101,7 +101,6 @@ impl PathFlow {
             point: p,
             first: None,
             highest: 0,
-            retransmit_unseen: 0,
         });
         Some(self.points.len() - 1)
     }
@@ -123,14 +122,23 @@ impl PathFlow {
         }
         let slot = self.slot(psn);
         let bit = 1u8 << i;
-        let p = &mut self.points[i];
+        let mask = self.ring[slot];
         if retransmit {
-            if self.ring[slot] & bit == 0 {
-                p.retransmit_unseen += 1;
+            // A resend of a PSN this point never saw sent the first time: for each point that
+            // did, the original was lost between them. (A PSN no point saw first was lost
+            // before all of them: no pair is blamed.)
+            if mask & bit == 0 {
+                for a in (0..self.points.len()).filter(|&a| mask & (1 << a) != 0) {
+                    self.pairs
+                        .entry((a as u8, i as u8))
+                        .or_default()
+                        .retransmits_unseen += 1;
+                }
             }
         } else {
             self.ring[slot] |= bit;
         }
+        let p = &mut self.points[i];
         match p.first {
             None => {
                 p.first = Some(psn);
@@ -399,7 +407,7 @@ impl Engine {
                     both: c.both,
                     missing: c.missing,
                     missing_psns: c.examples,
-                    downstream_retransmits_unseen: down.retransmit_unseen,
+                    downstream_retransmits_unseen: c.retransmits_unseen,
                     incomplete: false,
                 });
             }
@@ -423,7 +431,7 @@ impl Engine {
                         both: c.both,
                         missing: c.missing,
                         missing_psns: c.examples,
-                        downstream_retransmits_unseen: f.retransmits_unseen(b),
+                        downstream_retransmits_unseen: c.retransmits_unseen,
                         incomplete: up.incomplete || down.incomplete,
                     });
                 }

@@ -113,22 +113,21 @@ impl RangeFlow {
             .take(EXAMPLES)
             .map(|p| (p & u64::from(PSN_MASK)) as u32)
             .collect();
+        // Downstream's resends of PSNs lost between the two: each resend run's PSNs in its
+        // gaps that upstream saw sent the first time.
+        let lost_between = intersect(&down_gaps, &up_seen);
+        let retransmits_unseen = down
+            .resends
+            .iter()
+            .chain(down.open_resend.iter())
+            .map(|&r| total(&intersect(&[r], &lost_between)))
+            .sum();
         Some(PairCount {
             both,
             missing: total(&missing),
             examples,
+            retransmits_unseen,
         })
-    }
-
-    /// Resent PSNs `i` never saw sent the first time: each resend run's PSNs in its gaps.
-    pub fn retransmits_unseen(&self, i: usize) -> u64 {
-        let p = &self.points[i];
-        let gaps = merged(&p.gaps);
-        p.resends
-            .iter()
-            .chain(p.open_resend.iter())
-            .map(|&r| total(&intersect(&[r], &gaps)))
-            .sum()
     }
 }
 
