@@ -30,13 +30,16 @@ pub enum EventKind {
     /// A finished signal run of `flow` starting at the event time: `a` = duration (ns),
     /// `c` = CNPs, `d` = NAKs.
     SignalRun = 10,
-    /// Where was it lost: a gap in `flow`'s request PSNs: `c` = the first missing PSN, `d` =
-    /// how many are missing (observe.rs, `path_events`).
-    PsnGap = 11,
-    /// A finished resend run of `flow` (retransmitted requests, each newer than the last, after
-    /// the flow had a gap): `c` = its first PSN, `d` = its last.
-    Resend = 12,
+    /// Where was it lost (observe.rs, `path_events`), what one request packet of `flow` did: a
+    /// gap in its request PSNs, `c` = the first missing PSN, `d` = how many are missing (0: no
+    /// gap); and/or it finished a resend run (retransmitted requests, each newer than the last,
+    /// after the flow had a gap), `a` = bit 32 set and the run's first PSN, `b` = its last. One
+    /// kind for both, so that the programs have one event site for them.
+    Path = 11,
 }
+
+/// `Event::a` of a [`EventKind::Path`] event: a finished resend run is in `a` and `b`.
+pub const PATH_RESEND: u64 = 1 << 32;
 
 impl EventKind {
     pub const fn from_u32(v: u32) -> Option<EventKind> {
@@ -47,8 +50,7 @@ impl EventKind {
             8 => EventKind::Latency,
             9 => EventKind::DataRun,
             10 => EventKind::SignalRun,
-            11 => EventKind::PsnGap,
-            12 => EventKind::Resend,
+            11 => EventKind::Path,
             _ => return None,
         })
     }
@@ -107,10 +109,12 @@ pub enum EventBody {
         cnp: u32,
         naks: u32,
     },
-    /// `missing` request PSNs from `first` on were skipped on the event's flow.
-    PsnGap { first: u32, missing: u32 },
-    /// Requests `first..=last` (by serial order) were resent on the event's flow.
-    Resend { first: u32, last: u32 },
+    /// On the event's flow, a request packet finished the resend run `resend` (first and last
+    /// PSN, by serial order), and/or skipped `gap.1` request PSNs from `gap.0` on.
+    Path {
+        resend: Option<(u32, u32)>,
+        gap: Option<(u32, u32)>,
+    },
 }
 
 impl Event {
@@ -196,16 +200,30 @@ impl Event {
         );
     }
 
-    /// A gap of `missing` request PSNs from `first` on `flow`.
+    /// A path event of `flow`: a finished resend run `run` (`resend`: there is one; first and
+    /// last PSN) and a gap of `gap_missing` PSNs from `gap_first` (0 missing: none).
     #[inline(always)]
-    pub fn set_psn_gap(&mut self, flow: &FlowKey, first: u32, missing: u32) {
-        self.set_flow(EventKind::PsnGap, flow, 0, 0, first, missing);
-    }
-
-    /// A finished resend run `first..=last` on `flow`.
-    #[inline(always)]
-    pub fn set_resend(&mut self, flow: &FlowKey, first: u32, last: u32) {
-        self.set_flow(EventKind::Resend, flow, 0, 0, first, last);
+    pub fn set_path(
+        &mut self,
+        flow: &FlowKey,
+        resend: bool,
+        run: (u32, u32),
+        gap_first: u32,
+        gap_missing: u32,
+    ) {
+        let a = if resend {
+            PATH_RESEND | run.0 as u64
+        } else {
+            0
+        };
+        self.set_flow(
+            EventKind::Path,
+            flow,
+            a,
+            run.1 as u64,
+            gap_first,
+            gap_missing,
+        );
     }
 
     #[inline(always)]
@@ -251,12 +269,9 @@ impl Event {
         Event::filled(|e| e.set_signal_run(flow, run)).at(run.start_ns)
     }
 
-    pub fn psn_gap(flow: &FlowKey, first: u32, missing: u32) -> Event {
-        Event::filled(|e| e.set_psn_gap(flow, first, missing))
-    }
-
-    pub fn resend(flow: &FlowKey, first: u32, last: u32) -> Event {
-        Event::filled(|e| e.set_resend(flow, first, last))
+    pub fn path(flow: &FlowKey, resend: Option<(u32, u32)>, gap: Option<(u32, u32)>) -> Event {
+        let (g0, g1) = gap.unwrap_or((0, 0));
+        Event::filled(|e| e.set_path(flow, resend.is_some(), resend.unwrap_or((0, 0)), g0, g1))
     }
 
     pub fn pfc(
@@ -323,13 +338,17 @@ impl Event {
                 cnp: self.c,
                 naks: self.d,
             },
-            EventKind::PsnGap => EventBody::PsnGap {
-                first: self.c,
-                missing: self.d,
-            },
-            EventKind::Resend => EventBody::Resend {
-                first: self.c,
-                last: self.d,
+            EventKind::Path => EventBody::Path {
+                resend: if self.a & PATH_RESEND != 0 {
+                    Some((self.a as u32, self.b as u32))
+                } else {
+                    None
+                },
+                gap: if self.d != 0 {
+                    Some((self.c, self.d))
+                } else {
+                    None
+                },
             },
         })
     }
@@ -421,15 +440,25 @@ mod tests {
                 },
             ),
             (
-                Event::psn_gap(&flow, 0xff_fffe, 3),
-                EventBody::PsnGap {
-                    first: 0xff_fffe,
-                    missing: 3,
+                Event::path(&flow, None, Some((0xff_fffe, 3))),
+                EventBody::Path {
+                    resend: None,
+                    gap: Some((0xff_fffe, 3)),
                 },
             ),
             (
-                Event::resend(&flow, 7, 9),
-                EventBody::Resend { first: 7, last: 9 },
+                Event::path(&flow, Some((0, 9)), None),
+                EventBody::Path {
+                    resend: Some((0, 9)),
+                    gap: None,
+                },
+            ),
+            (
+                Event::path(&flow, Some((7, 9)), Some((12, 1))),
+                EventBody::Path {
+                    resend: Some((7, 9)),
+                    gap: Some((12, 1)),
+                },
             ),
         ];
         for (ev, body) in cases {

@@ -373,8 +373,9 @@ fn signal_run<T: Tables>(t: &mut T, key: &FlowKey, stats: &mut FlowStats, cnp: b
 }
 
 /// Where was it lost (docs/metrics.md): a request gap is one event, and so is a finished resend
-/// run (retransmitted requests, each newer than the last, on a flow that has had a gap), so
-/// that user space can tell per observation point which PSNs it never saw. Never an event per
+/// run (retransmitted requests, each newer than the last, on a flow that has had a gap; a gap
+/// that finishes a run is one event with both), so that user space can tell per observation
+/// point which PSNs it never saw. Never an event per
 /// packet: a retransmission on a flow that never had a gap (a replayed or duplicated stream, a
 /// timeout storm) and an in-order request cost one flag test each, and each flow sends at most
 /// `PATH_EVENT_LIMIT` per window (the others are counted in `path_suppressed`).
@@ -388,44 +389,40 @@ fn path_events<T: Tables>(
     now: u64,
 ) {
     let flags = stats.psn.flags;
-    if matches!(out.psn, PsnVerdict::Retransmit { .. }) {
+    let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
+    let psn = pkt.psn & PSN_MASK;
+    if retransmit {
         if flags & REQ_GAPPED == 0 {
             return;
         }
-        let psn = pkt.psn & PSN_MASK;
-        if flags & REQ_RESENDING != 0 {
-            if psn_newer(psn, stats.resend_last) {
-                stats.resend_last = psn;
-                return;
-            }
-            // Back again (go-back-N after another NAK or timeout): a new run.
-            end_resend(t, key, stats, now);
+        if flags & REQ_RESENDING != 0 && psn_newer(psn, stats.resend_last) {
+            stats.resend_last = psn;
+            return;
         }
-        stats.psn.flags |= REQ_RESENDING;
+    }
+    // A new PSN (in order or after a gap), or a retransmission going back again (go-back-N
+    // after another NAK or timeout), finishes the open resend run.
+    let finished = flags & REQ_RESENDING != 0;
+    let run = (stats.resend_first, stats.resend_last);
+    let gap = !retransmit && out.gap_missing != 0;
+    if retransmit {
+        stats.psn.flags = flags | REQ_RESENDING;
         stats.resend_first = psn;
         stats.resend_last = psn;
-        return;
+    } else if finished || gap {
+        stats.psn.flags = (flags & !REQ_RESENDING) | if gap { REQ_GAPPED } else { 0 };
     }
-    // A new PSN (in order or after a gap) ends the resend run.
-    if flags & REQ_RESENDING != 0 {
-        end_resend(t, key, stats, now);
-    }
-    if out.gap_missing != 0 {
-        stats.psn.flags |= REQ_GAPPED;
-        if path_event_allowed(stats, now) {
-            let (first, missing) = (out.gap_first, out.gap_missing);
-            t.emit(key.direction, now, |ev| ev.set_psn_gap(key, first, missing));
-        }
-    }
-}
-
-/// The open resend run is finished: one event (unless over the flow's limit).
-#[inline(always)]
-fn end_resend<T: Tables>(t: &mut T, key: &FlowKey, stats: &mut FlowStats, now: u64) {
-    stats.psn.flags &= !REQ_RESENDING;
-    if path_event_allowed(stats, now) {
-        let (first, last) = (stats.resend_first, stats.resend_last);
-        t.emit(key.direction, now, |ev| ev.set_resend(key, first, last));
+    // One event, and one event site, for both (each inlined site costs the programs hundreds
+    // of instructions).
+    if (finished || gap) && path_event_allowed(stats, now) {
+        let (first, missing) = if gap {
+            (out.gap_first, out.gap_missing)
+        } else {
+            (0, 0)
+        };
+        t.emit(key.direction, now, |ev| {
+            ev.set_path(key, finished, run, first, missing)
+        });
     }
 }
 

@@ -1,7 +1,8 @@
 //! Layer 1 for "where was it lost" on the kernel path: hand-chosen request PSN sequences through
 //! the XDP and TC programs with BPF_PROG_TEST_RUN, and the path events they send read back
 //! exactly (roce-observer-common/src/observe.rs, `path_events`): one event per request gap (its
-//! first missing PSN and count) and one per finished resend run (its first and last PSN), the
+//! first missing PSN and count) and one per finished resend run (its first and last PSN; one
+//! event with both for a gap that finishes a run), the
 //! open run and the first request PSN in the flow record, nothing at all for a stream that is
 //! only retransmitted (no gap), and at most `PATH_EVENT_LIMIT` per flow and window, the rest
 //! counted in the flow record.
@@ -29,19 +30,34 @@ fn write(qp: u32, psn: u32) -> Vec<u8> {
 fn path_events(src: &mut KernelSource) -> Vec<(u32, EventBody)> {
     let mut out = Vec::new();
     src.drain_events(|ev| {
-        if let Some(body @ (EventBody::PsnGap { .. } | EventBody::Resend { .. })) = ev.body() {
+        if let Some(body @ EventBody::Path { .. }) = ev.body() {
             out.push((ev.flow.dst_qp, body));
         }
     });
     out
 }
 
+fn gap(first: u32, missing: u32) -> EventBody {
+    EventBody::Path {
+        resend: None,
+        gap: Some((first, missing)),
+    }
+}
+
+fn resend(first: u32, last: u32) -> EventBody {
+    EventBody::Path {
+        resend: Some((first, last)),
+        gap: None,
+    }
+}
+
 #[test]
 #[ignore = "kernel test: needs root (BPF)"]
 fn gaps_and_resend_runs_are_sent_exactly() {
     require_root();
-    // QP 0x11: 0 1 2 | 5 6 (3 and 4 missing) | 3 4 5 6 resent | 7 8 new | 4 5 resent (open).
-    let lossy = [0, 1, 2, 5, 6, 3, 4, 5, 6, 7, 8, 4, 5];
+    // QP 0x11: 0 1 2 | 5 6 (3 and 4 missing) | 3 4 5 6 resent | 7 8 new | 5 6 resent, back to 4
+    // (another go-back) | 10 (9 missing, the run 4 finished) | 7 8 resent (open).
+    let lossy = [0, 1, 2, 5, 6, 3, 4, 5, 6, 7, 8, 5, 6, 4, 10, 7, 8];
     // QP 0x22: a stream sent twice (a replay, a timeout storm): every packet of the second pass
     // a retransmission, and no gap, so no path event.
     let replayed: Vec<u32> = (0..10).chain(0..10).collect();
@@ -66,21 +82,17 @@ fn gaps_and_resend_runs_are_sent_exactly() {
         assert_eq!(
             events,
             [
+                (0x11, gap(3, 2)),
+                (0x11, resend(3, 6)),
+                (0x11, resend(5, 6)),
                 (
                     0x11,
-                    EventBody::PsnGap {
-                        first: 3,
-                        missing: 2
+                    EventBody::Path {
+                        resend: Some((4, 4)),
+                        gap: Some((9, 1))
                     }
                 ),
-                (0x11, EventBody::Resend { first: 3, last: 6 }),
-                (
-                    0x33,
-                    EventBody::PsnGap {
-                        first: 0xff_ffff,
-                        missing: 2
-                    }
-                ),
+                (0x33, gap(0xff_ffff, 2)),
                 // 0xffffff and 0 came back after 2: one run, open at the end.
             ],
             "{what}"
@@ -98,7 +110,7 @@ fn gaps_and_resend_runs_are_sent_exactly() {
         assert_ne!(lossy.psn.flags & REQ_RESENDING, 0, "{what}: run 4..5 open");
         assert_eq!(
             (lossy.resend_first, lossy.resend_last, lossy.psn.req_highest),
-            (4, 5, 8),
+            (7, 8, 10),
             "{what}"
         );
         assert_eq!(lossy.path_suppressed, 0, "{what}");

@@ -54,13 +54,14 @@ impl Engine {
                 },
             ),
             // The capture path sees every PSN (pathloss.rs): its path events are not needed.
-            EventBody::PsnGap { .. } | EventBody::Resend { .. }
-                if d == Direction::Capture && !self.paths_from_events => {}
-            EventBody::PsnGap { first, missing } => {
-                self.paths.from_events.gap(&ev.flow, first, missing);
-            }
-            EventBody::Resend { first, last } => {
-                self.paths.from_events.resend(&ev.flow, first, last);
+            EventBody::Path { .. } if d == Direction::Capture && !self.paths_from_events => {}
+            EventBody::Path { resend, gap } => {
+                if let Some((first, last)) = resend {
+                    self.paths.from_events.resend(&ev.flow, first, last);
+                }
+                if let Some((first, missing)) = gap {
+                    self.paths.from_events.gap(&ev.flow, first, missing);
+                }
             }
             EventBody::SignalRun {
                 duration_ns,
