@@ -401,28 +401,33 @@ fn path_events<T: Tables>(
         }
     }
     // A new PSN (in order or after a gap), or a retransmission going back again (go-back-N
-    // after another NAK or timeout), finishes the open resend run.
+    // after another NAK or timeout), finishes the open resend run. (A retransmission has no
+    // gap: `gap_missing` is 0.)
     let finished = flags & REQ_RESENDING != 0;
-    let run = (stats.resend_first, stats.resend_last);
-    let gap = !retransmit && out.gap_missing != 0;
+    let gap = out.gap_missing != 0;
+    // One event, and one event site, for both (each inlined site costs the programs hundreds
+    // of instructions). Sent before the run is restarted below and filled from the flow record
+    // and the outcome in place: values carried across the ring-buffer helpers were spilled to
+    // stack slots that the 5.10 verifier found unwritten on some path ("invalid read from
+    // stack").
+    if (finished || gap) && path_event_allowed(stats, now) {
+        let record = &*stats;
+        t.emit(key.direction, now, |ev| {
+            ev.set_path(
+                key,
+                finished,
+                (record.resend_first, record.resend_last),
+                out.gap_first,
+                out.gap_missing,
+            )
+        });
+    }
     if retransmit {
         stats.psn.flags = flags | REQ_RESENDING;
         stats.resend_first = psn;
         stats.resend_last = psn;
     } else if finished || gap {
         stats.psn.flags = (flags & !REQ_RESENDING) | if gap { REQ_GAPPED } else { 0 };
-    }
-    // One event, and one event site, for both (each inlined site costs the programs hundreds
-    // of instructions).
-    if (finished || gap) && path_event_allowed(stats, now) {
-        let (first, missing) = if gap {
-            (out.gap_first, out.gap_missing)
-        } else {
-            (0, 0)
-        };
-        t.emit(key.direction, now, |ev| {
-            ev.set_path(key, finished, run, first, missing)
-        });
     }
 }
 
