@@ -163,10 +163,7 @@ fn path_events_are_limited_per_flow_and_window() {
         let gaps = path_events(&mut src).len() as u32;
         assert_eq!(gaps, PATH_EVENT_LIMIT, "{what}");
         let flows = src.read_flows().expect("flow map");
-        let (_, stats) = flows
-            .iter()
-            .find(|(k, _)| k.dst_qp == 0x44)
-            .expect("flow");
+        let (_, stats) = flows.iter().find(|(k, _)| k.dst_qp == 0x44).expect("flow");
         assert_eq!(stats.psn_gaps, u64::from(PATH_EVENT_LIMIT + over), "{what}");
         assert_eq!(stats.path_suppressed, u64::from(over), "{what}");
     }

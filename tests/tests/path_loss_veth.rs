@@ -182,12 +182,17 @@ fn a_drop_between_two_capture_points_names_the_dropped_psns() {
             .iter()
             .find(|p| {
                 format!("{}/{}", p["upstream"]["iface"], p["upstream"]["direction"]) == up
-                    && format!("{}/{}", p["downstream"]["iface"], p["downstream"]["direction"])
-                        == down
+                    && format!(
+                        "{}/{}",
+                        p["downstream"]["iface"], p["downstream"]["direction"]
+                    ) == down
             })
             .unwrap_or_else(|| panic!("no pair {up} -> {down} in run -i: {live_paths:?}"))
     };
-    let (up, down) = (format!("\"{a1}\"/\"egress\""), format!("\"{b2}\"/\"ingress\""));
+    let (up, down) = (
+        format!("\"{a1}\"/\"egress\""),
+        format!("\"{b2}\"/\"ingress\""),
+    );
     let lost = live_pair(&up, &down);
     assert_eq!(lost["missing_psns"], serde_json::json!(DROPPED), "{lost}");
     assert_eq!(lost["missing"], DROPPED.len());

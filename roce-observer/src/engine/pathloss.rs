@@ -341,7 +341,8 @@ impl PathLoss {
                 // One point so far: remember it, nothing to compare yet.
                 None => {
                     if self.seen_at.len() < 16 * MAX_FLOWS {
-                        self.seen_at.insert(path, Before::new(point, psn, retransmit));
+                        self.seen_at
+                            .insert(path, Before::new(point, psn, retransmit));
                     }
                     return;
                 }

@@ -177,8 +177,12 @@ impl RangePaths {
             None => flow.unwrap(stats.req_first),
         };
         let highest = flow.unwrap(stats.psn.req_highest);
-        let open = (stats.psn.flags & REQ_RESENDING != 0)
-            .then(|| (flow.unwrap(stats.resend_first), flow.unwrap(stats.resend_last) + 1));
+        let open = (stats.psn.flags & REQ_RESENDING != 0).then(|| {
+            (
+                flow.unwrap(stats.resend_first),
+                flow.unwrap(stats.resend_last) + 1,
+            )
+        });
         let p = &mut flow.points[i];
         p.first = Some(first);
         p.highest = highest;

@@ -163,7 +163,10 @@ fn without_declared_points_the_ring_starts_at_the_second_point() {
         .find(|p| p.missing > 0)
         .expect("a pair with a loss");
     assert_eq!(lost.missing_psns, [50]);
-    assert_eq!(lost.both, 99, "PSN 0, before the second point, compared too");
+    assert_eq!(
+        lost.both, 99,
+        "PSN 0, before the second point, compared too"
+    );
 }
 
 /// The first point's history before the second point: only its last in-order run counts
