@@ -2,8 +2,9 @@
 //! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
 //! retransmissions and NAKs into bursts, keep the flow's activity runs (training steps; a
 //! finished run is one event), time requests and match their answers (Karn's rule, peer QPs),
-//! account PFC and PAUSE frames per priority, and count the frames and sequence gaps of each
-//! switch-mirror session (docs/metrics.md).
+//! account PFC and PAUSE frames per priority, count the frames and sequence gaps of each
+//! switch-mirror session, and send the rare path events of request gaps and resend runs (where
+//! was it lost; docs/metrics.md).
 //!
 //! The tables it works on are behind two small traits, implemented once by the BPF maps
 //! (roce-observer-ebpf/src/observe.rs) and once by the engine's hash maps
