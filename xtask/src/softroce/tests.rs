@@ -405,3 +405,64 @@ fn netem_band_packets_parse() {
     assert_eq!(super::steps::netem_sent_packets(q), Some(1664));
     assert_eq!(super::steps::netem_sent_packets("qdisc prio 1: root"), None);
 }
+
+/// With several QPs (the steps scenarios), each flow must carry the owner of the QP it goes
+/// into or out of: the labels of two flows swapped fail both.
+#[test]
+fn owner_checks_with_several_qps_match_each_flow_to_its_qp() {
+    use serde_json::json;
+    let dir = std::env::temp_dir().join(format!("softroce-owners-q-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("mkdir");
+    fs::write(dir.join("status.env"), "PERF_PIDOF=300\n").expect("write");
+    let qp = |l: u64, r: u64| {
+        format!(
+            r#"{{"ifname":"rxe0","port":1,"lqpn":{l},"rqpn":{r},"state":"RTS","pid":300,"comm":"ib_read_bw"}}"#
+        )
+    };
+    fs::write(
+        dir.join("rdma-qp.json"),
+        format!("[{},{},{}]", qp(17, 19), qp(18, 20), qp(19, 21)),
+    )
+    .expect("write");
+    let sc = super::scenarios::scenarios()
+        .into_iter()
+        .find(|s| s.name == "steps_straggler")
+        .expect("scenario");
+    let owner = |l: u64, r: u64| {
+        json!({"device": "rxe0", "port": 1, "lqpn": l, "rqpn": r, "sq_psn": 5, "rq_psn": 7,
+               "pid": 300, "comm": "ib_read_bw"})
+    };
+    let flow = |src: &str, dst: &str, q: u32, dir: &str, o: serde_json::Value| json!({"src_ip": src, "dst_ip": dst, "dst_qp": q, "direction": dir, "owner": o});
+    let failed = |flows: Vec<serde_json::Value>| {
+        let mut ck = super::checks::Checks(Vec::new());
+        super::owners::owner_checks(&mut ck, &sc, &dir, &json!({ "flows": flows }));
+        ck.0.iter().filter(|c| !c.ok).count()
+    };
+    let good: Vec<serde_json::Value> = (0..3u32)
+        .flat_map(|i| {
+            let (l, r) = (17 + u64::from(i), 19 + u64::from(i));
+            [
+                flow(SERVER_IP, CLIENT_IP, 17 + i, "ingress", owner(l, r)),
+                flow(CLIENT_IP, SERVER_IP, 19 + i, "egress", owner(l, r)),
+            ]
+        })
+        .collect();
+    assert_eq!(failed(good.clone()), 0);
+    let mut swapped = good.clone();
+    let (a, b) = (swapped[0]["owner"].clone(), swapped[2]["owner"].clone());
+    swapped[0]["owner"] = b;
+    swapped[2]["owner"] = a;
+    assert_eq!(failed(swapped), 2);
+    // a flow into a QP that is not perftest's
+    let mut stranger = good;
+    stranger[0]["dst_qp"] = json!(25);
+    assert_eq!(failed(stranger), 1);
+    // one QP fewer than -q asks for: no ground truth
+    fs::write(
+        dir.join("rdma-qp.json"),
+        format!("[{},{}]", qp(17, 19), qp(18, 20)),
+    )
+    .expect("write");
+    assert_eq!(failed(Vec::new()), 1);
+    let _ = fs::remove_dir_all(&dir);
+}
