@@ -22,9 +22,6 @@
 #                         destination QP is SLOW_QPN only (a prio band with netem under it, chosen
 #                         by a u32 filter); the steps scenarios' straggler
 #   EXPECT_QPS=1          client: how many connected QPs perftest creates (-q), for the rdma poll
-#   PERF_NICE=0           nice value of perftest: the rate-limited steps runs spin in perftest's
-#                         loop on the single vCPU, and at nice 0 that starves rxe's softirq work
-#                         (ksoftirqd) for tens of ms inside a burst; at 19 it yields to it
 # Everything the VM produces is written back into the share; the last file is
 # status.env (PERFTEST_RC=..., ...). The VM then powers off (qemu runs with
 # -no-reboot and panic=1, and the harness wraps qemu in a hard timeout too).
@@ -271,9 +268,7 @@ if [ "$ROLE" = server ]; then
 	PERF_RC=$?
 	kill $READY_PID 2>/dev/null
 else
-	# (busybox has no nice applet: a shell renices itself, then becomes timeout + perftest)
-	sh -c 'renice -n "$1" -p $$ >/dev/null; shift; exec "$@"' sh "${PERF_NICE:-0}" \
-		timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS "$PEER_IP" >$OUT/perftest.out 2>&1 &
+	timeout "$PERFTEST_TIMEOUT" $PERF_BIN -d rxe0 -x "$GID_IDX" -F $PERFTEST_ARGS "$PEER_IP" >$OUT/perftest.out 2>&1 &
 	PERF_PID=$!
 	# Ground truth for the observer's QP owners, independent of it: the perftest process as
 	# /proc names it, and iproute2's `rdma resource show qp` once perftest's QP is connected

@@ -51,6 +51,9 @@ pub(super) struct StepsSpec {
     pub(super) slow: Option<(u32, u32)>,
 }
 
+/// The netem delay of the slowed QP in the straggler scenarios, ms.
+pub(super) const STRAGGLER_DELAY_MS: u32 = 30;
+
 /// rxe's first user QP number in a VM that created none before (the client VM).
 pub(super) const FIRST_QPN: u32 = 17;
 
@@ -70,7 +73,11 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     };
     let steps = |name, slow, fast| {
         let spec = StepsSpec {
-            per_step: 16,
+            // 8 READs of 8 KiB per QP and step: 192 KiB a step, ~50 ms of communication at
+            // the rate rxe reaches under TCG, so that a loaded host (a step taking 2-3 times
+            // longer) still ends a step well before the next is due; 16 (384 KiB) let steps
+            // overrun the period under load and perftest's bursts then came late
+            per_step: 8,
             per_second: 2,
             steps: 12,
             slow,
@@ -119,9 +126,13 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             loss: Some("2%"),
             ..bw("", "ib_read_bw", Op::Read, 1500, false)
         },
-        steps("steps_straggler", Some((1, 30)), false),
+        steps("steps_straggler", Some((1, STRAGGLER_DELAY_MS)), false),
         steps("steps_control", None, false),
-        steps("steps_straggler_other_qp", Some((2, 30)), false),
+        steps(
+            "steps_straggler_other_qp",
+            Some((2, STRAGGLER_DELAY_MS)),
+            false,
+        ),
     ]
 }
 
@@ -137,8 +148,12 @@ impl Scenario {
         }
         if let Some(st) = self.steps {
             let burst = st.per_step * u64::from(self.qps);
+            // -u 20: QP timeout 4.096 us x 2^20 = 4.3 s, instead of perftest's 14 (67 ms): the
+            // delayed QP's responses arrive 30 ms late plus what TCG adds under load, and rxe's
+            // requester timing out and re-reading delayed the next bursts (a 500 ms period came
+            // out as 707, 974, 936 ms steps on a loaded machine)
             a += &format!(
-                " -t {} --burst_size={burst} --rate_limit={} --rate_units=p --rate_limit_type=SW",
+                " -u 20 -t {} --burst_size={burst} --rate_limit={} --rate_units=p --rate_limit_type=SW",
                 st.per_step,
                 burst * st.per_second
             );

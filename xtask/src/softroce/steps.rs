@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::checks::Checks;
-use super::scenarios::{CLIENT_IP, SERVER_IP, Scenario};
+use super::scenarios::{CLIENT_IP, SERVER_IP, STRAGGLER_DELAY_MS, Scenario};
 use super::wire::{Pkt, is_read_response, is_request};
 use super::wire_flows::{FlowKey, flow_label};
 
@@ -178,7 +178,8 @@ pub(super) fn slowed_flow(qpn: u32) -> FlowKey {
 ///   the capture's lag of that flow (`analyze`), or at most that much above it (the kernel
 ///   path: its run ends are packet times like the capture's, but it compares no flow whose runs
 ///   were all shorter than 8 packets, which can only raise the median end);
-/// - no slowdown (the control): no straggler late in 3/4 of its steps (the slowed flow is).
+/// - no slowdown (the control): no straggler that looks like a slowed one (late in 3/4 of its
+///   steps and lagging by the other scenarios' netem delay).
 pub(super) fn steps_checks(
     ck: &mut Checks,
     sc: &Scenario,
@@ -297,31 +298,33 @@ pub(super) fn steps_checks(
             );
         }
         None => {
-            // Without netem no flow ends last consistently: the slowed flow is late in every
-            // step (12/12 here), the last of the unslowed response flows changes from step to
-            // step (at most 5 of 12 in the control runs). The observer may still name those as
-            // stragglers (late in >= 1/4 of the steps; their lag, ~20 ms, is half a step's
-            // communication, because the READ-request flows end at the onset and pull the
-            // median down), so the control asks for no *consistent* straggler.
-            let consistent: Vec<&String> = stragglers
+            // Without netem the observer still names stragglers: the response flow that happens
+            // to end last (late in 3-8 of 12 steps in the control runs, lagging 10-35 ms: half a
+            // step's communication, because the READ-request flows end at the onset and pull
+            // the median down). What it must not name is one that looks like the slowed flow
+            // of the other scenarios: late in >= 3/4 of its steps *and* lagging by at least
+            // their netem delay (the slowed flow: 11-12 of 12, 40-78 ms).
+            let delay = STRAGGLER_DELAY_MS;
+            let like_slowed: Vec<&String> = stragglers
                 .iter()
                 .zip(&named)
                 .filter(|(v, _)| {
                     let late = v["late_steps"].as_u64().unwrap_or(0);
                     let compared = v["steps"].as_u64().unwrap_or(0);
-                    compared > 0 && 4 * late >= 3 * compared
+                    let lag = v["mean_lag_ms"].as_f64().unwrap_or(0.0);
+                    compared > 0 && 4 * late >= 3 * compared && lag >= f64::from(delay)
                 })
                 .map(|(_, n)| n)
                 .collect();
             ck.truth(
-                &format!("{who} steps: no straggler late in >= 3/4 of its steps (no netem)"),
+                &format!("{who} steps: no straggler late in >= 3/4 of its steps with a lag >= {delay} ms (no netem)"),
                 "none",
                 if named.is_empty() {
                     "no straggler".into()
                 } else {
                     named.join(", ")
                 },
-                consistent.is_empty(),
+                like_slowed.is_empty(),
             );
         }
     }

@@ -141,10 +141,6 @@ fn write_config(share: &Path, sc: &Scenario, role: &str, opts: &SoftRoceOpts) ->
     )?;
     writeln!(c, "CAPTURE={}", if client { 1 } else { 0 })?;
     writeln!(c, "EXPECT_QPS={}", sc.qps)?;
-    if sc.steps.is_some() {
-        // perftest's rate limiter spins; at nice 0 it starves rxe's softirq work (guest-init.sh)
-        writeln!(c, "PERF_NICE=19")?;
-    }
     // the server delays its packets to one of the client's QPs (the steps scenarios)
     if let (false, Some((qpn, ms))) = (client, sc.slow_qpn()) {
         writeln!(c, "SLOW_QPN={qpn}\nSLOW_DELAY={ms}ms")?;
