@@ -413,13 +413,7 @@ pub(super) fn check_scenario(
                 .unwrap_or(Value::Null);
             docs.insert(
                 "observer".into(),
-                steps_checks(
-                    &mut ck,
-                    sc,
-                    &ws,
-                    ("observer (run -i, kernel path)", true),
-                    &obs,
-                ),
+                steps_checks(&mut ck, sc, &ws, "observer (run -i, kernel path)", &obs),
             );
             let ana: Value = output_checked(
                 std::process::Command::new(bin)
@@ -431,7 +425,7 @@ pub(super) fn check_scenario(
             .unwrap_or(Value::Null);
             docs.insert(
                 "analyze".into(),
-                steps_checks(&mut ck, sc, &ws, ("analyze (capture)", false), &ana),
+                steps_checks(&mut ck, sc, &ws, "analyze (capture)", &ana),
             );
         }
         json!({"wire": truth, "documents": docs})
