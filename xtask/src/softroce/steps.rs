@@ -236,66 +236,63 @@ pub(super) fn steps_checks(
             )
         })
         .collect();
-    match sc.slow_qpn() {
-        Some((qpn, delay_ms)) => {
-            let want = slowed_flow(qpn);
-            let first = stragglers.first();
-            ck.truth(
-                &format!("{who} steps: stragglers[0] is the slowed flow"),
-                &flow_label(&want),
-                if named.is_empty() {
-                    "no straggler".into()
-                } else {
-                    named.join(", ")
-                },
-                first.is_some_and(|f| key_of(f) == want),
-            );
-            let Some(f) = first.filter(|f| key_of(f) == want) else {
-                return json!({"stragglers": named});
-            };
-            let (late, compared) = (
-                f["late_steps"].as_u64().unwrap_or(0),
-                f["steps"].as_u64().unwrap_or(0),
-            );
-            ck.truth(
-                &format!("{who} steps: the slowed flow is late in >= 3/4 of its compared steps"),
-                ">= 75%",
-                format!("{late}/{compared}"),
-                compared > 0 && 4 * late >= 3 * compared,
-            );
-            let truth = wire.lag_of(&want);
-            let lag = f["mean_lag_ms"].as_f64().unwrap_or(f64::NAN);
-            let tol = (0.15 * truth.mean_lag_ms).max(3.0);
-            // The capture's lag (every data packet of a step counted, steps split at pauses) is
-            // an upper bound, not the observer's exact figure: the observer's steps are spans on
-            // its 1 ms grid, a run belongs to the step whose span holds its start, and the kernel
-            // path compares no flow whose runs in a step were all under 8 packets, each of which
-            // can leave an early-ending flow out and raise the median end. Measured over 14
-            // runs: analyze equalled the capture's lag in 6, was below it in 7 (by 3-15 ms) and
-            // above once by 3.8 ms (a run in which perftest had not kept its steps); the kernel
-            // path was below it in all 14 (by 4.5-36 ms).
-            ck.truth(
-                &format!(
-                    "{who} steps: the slowed flow's mean lag at most the capture's + max(3 ms, 15%)"
-                ),
-                &format!("<= {:.2} ms", truth.mean_lag_ms + tol),
-                format!("{lag:.2} ms"),
-                lag <= truth.mean_lag_ms + tol,
-            );
-            ck.truth(
-                &format!("{who} steps: the slowed flow's mean lag >= the netem delay"),
-                &format!(">= {delay_ms} ms"),
-                format!("{lag:.2} ms"),
-                lag >= f64::from(delay_ms),
-            );
-        }
-        // Without netem (the control) nothing is asserted about stragglers: this traffic has a
-        // real one. The third QP's responses end last in most steps (QP 0x13 late in 5-9 of 12
-        // steps, lagging 11-35 ms in the control runs, against 9-12 of 12 and 37-78 ms for the
-        // slowed flow), so "no straggler" would be false, and a threshold between the two
-        // failed once in 5 control runs. That the straggler named is the slowed flow and not
-        // the traffic's own is what steps_straggler_other_qp shows (QP 19 slowed, QP 0x13 named).
-        None => {}
+    // Without netem (the control) nothing is asserted about stragglers: this traffic has a
+    // real one. The third QP's responses end last in most steps (QP 0x13 late in 5-9 of 12
+    // steps, lagging 11-35 ms in the control runs, against 9-12 of 12 and 37-78 ms for the
+    // slowed flow), so "no straggler" would be false, and a threshold between the two
+    // failed once in 5 control runs. That the straggler named is the slowed flow and not
+    // the traffic's own is what steps_straggler_other_qp shows (QP 19 slowed, QP 0x13 named).
+    if let Some((qpn, delay_ms)) = sc.slow_qpn() {
+        let want = slowed_flow(qpn);
+        let first = stragglers.first();
+        ck.truth(
+            &format!("{who} steps: stragglers[0] is the slowed flow"),
+            &flow_label(&want),
+            if named.is_empty() {
+                "no straggler".into()
+            } else {
+                named.join(", ")
+            },
+            first.is_some_and(|f| key_of(f) == want),
+        );
+        let Some(f) = first.filter(|f| key_of(f) == want) else {
+            return json!({"stragglers": named});
+        };
+        let (late, compared) = (
+            f["late_steps"].as_u64().unwrap_or(0),
+            f["steps"].as_u64().unwrap_or(0),
+        );
+        ck.truth(
+            &format!("{who} steps: the slowed flow is late in >= 3/4 of its compared steps"),
+            ">= 75%",
+            format!("{late}/{compared}"),
+            compared > 0 && 4 * late >= 3 * compared,
+        );
+        let truth = wire.lag_of(&want);
+        let lag = f["mean_lag_ms"].as_f64().unwrap_or(f64::NAN);
+        let tol = (0.15 * truth.mean_lag_ms).max(3.0);
+        // The capture's lag (every data packet of a step counted, steps split at pauses) is
+        // an upper bound, not the observer's exact figure: the observer's steps are spans on
+        // its 1 ms grid, a run belongs to the step whose span holds its start, and the kernel
+        // path compares no flow whose runs in a step were all under 8 packets, each of which
+        // can leave an early-ending flow out and raise the median end. Measured over 14
+        // runs: analyze equalled the capture's lag in 6, was below it in 7 (by 3-15 ms) and
+        // above once by 3.8 ms (a run in which perftest had not kept its steps); the kernel
+        // path was below it in all 14 (by 4.5-36 ms).
+        ck.truth(
+            &format!(
+                "{who} steps: the slowed flow's mean lag at most the capture's + max(3 ms, 15%)"
+            ),
+            &format!("<= {:.2} ms", truth.mean_lag_ms + tol),
+            format!("{lag:.2} ms"),
+            lag <= truth.mean_lag_ms + tol,
+        );
+        ck.truth(
+            &format!("{who} steps: the slowed flow's mean lag >= the netem delay"),
+            &format!(">= {delay_ms} ms"),
+            format!("{lag:.2} ms"),
+            lag >= f64::from(delay_ms),
+        );
     }
     json!({"stragglers": named, "period_ms": period, "count": s["count"]})
 }
