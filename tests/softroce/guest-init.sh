@@ -18,6 +18,10 @@
 #                         (EXTRA_WAIT is then the upper bound)
 #   PERFTEST_TIMEOUT=600  hard limit for the perftest process
 #   SHIFT_QPN=1           server: a loopback perftest first, so its QP numbers differ from the client's
+#   SLOW_QPN=18 SLOW_DELAY=30ms  optional: netem delay on this VM's egress packets whose BTH
+#                         destination QP is SLOW_QPN only (a prio band with netem under it, chosen
+#                         by a u32 filter); the steps scenarios' straggler
+#   EXPECT_QPS=1          client: how many connected QPs perftest creates (-q), for the rdma poll
 # Everything the VM produces is written back into the share; the last file is
 # status.env (PERFTEST_RC=..., ...). The VM then powers off (qemu runs with
 # -no-reboot and panic=1, and the harness wraps qemu in a hard timeout too).
@@ -57,7 +61,7 @@ log() { echo "softroce[$(cut -d' ' -f1 /proc/uptime)] $*" | tee -a /tmp/init.log
 # `rdma link add` fails with ENOENT), netem for loss, and the modules the observer needs
 # for its TC egress program (clsact qdisc = sch_ingress, cls_bpf).
 for m in virtio_pci virtio_net 9pnet_virtio 9p crc32_generic ib_uverbs rdma_rxe \
-	sch_netem sch_ingress cls_bpf dummy cls_matchall act_mirred; do
+	sch_netem sch_ingress cls_bpf dummy cls_matchall act_mirred sch_prio cls_u32; do
 	modprobe "$m" 2>>/tmp/init.log || log "modprobe $m failed"
 done
 
@@ -151,6 +155,26 @@ if [ "$ROLE" = server ] && [ "${SHIFT_QPN:-1}" = 1 ]; then
 	cat /tmp/shift-server.out /tmp/shift-client.out >>/tmp/init.log
 fi
 snap_counters $OUT/counters_before.txt
+
+# ---- one QP slowed (steps scenarios): every egress packet goes to band 1:1 (priomap all 0)
+# but those whose BTH destination QP is SLOW_QPN, which a u32 filter sends to band 1:4, where
+# netem delays them. The offset assumes what rxe sends: IPv4 without options (20 bytes), UDP (8),
+# then the BTH, whose bytes 5-7 are the destination QP: the 32-bit word at IP offset 32, masked
+# to 24 bits. The filter only matches UDP to port 4791 (RoCEv2), so perftest's TCP is never
+# delayed. ----
+if [ -n "${SLOW_QPN:-}" ]; then
+	if $TC qdisc add dev eth0 root handle 1: prio bands 4 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 \
+		2>>/tmp/init.log &&
+		$TC qdisc add dev eth0 parent 1:4 handle 40: netem delay "$SLOW_DELAY" limit 100000 \
+		2>>/tmp/init.log &&
+		$TC filter add dev eth0 parent 1: protocol ip prio 1 u32 \
+		match ip protocol 17 0xff match ip dport 4791 0xffff \
+		match u32 "$(printf '0x%08x' "$SLOW_QPN")" 0x00ffffff at 32 flowid 1:4 2>>/tmp/init.log; then
+		status "SLOW_SETUP=ok"
+	else
+		log "slow QP setup failed"; status "SLOW_SETUP=failed"
+	fi
+fi
 
 # ---- rendezvous: the server listens on the perftest port, then says "ready" ----
 PERF_PORT=18515
@@ -253,7 +277,8 @@ else
 	i=0
 	while kill -0 $PERF_PID 2>/dev/null && [ $i -lt 600 ]; do
 		if $RDMA -j resource show qp >/tmp/rdma-qp.json 2>>/tmp/init.log &&
-			grep -q '"pid"' /tmp/rdma-qp.json && grep -q '"rqpn":[1-9]' /tmp/rdma-qp.json; then
+			grep -q '"pid"' /tmp/rdma-qp.json &&
+			[ "$(grep -o '"rqpn":[1-9]' /tmp/rdma-qp.json | wc -l)" -ge "${EXPECT_QPS:-1}" ]; then
 			cp /tmp/rdma-qp.json $OUT/rdma-qp.json
 			status "PERF_PIDOF=$(pidof "$PERFTEST")"
 			status "PERF_COMM=$(cat /proc/"$(pidof "$PERFTEST")"/comm 2>/dev/null)"
@@ -326,6 +351,10 @@ if [ -n "$TCPDUMP_PID" ]; then
 	cp /tmp/tcpdump.err $OUT/tcpdump.err
 fi
 [ -n "$LOSS" ] && $TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
+if [ -n "${SLOW_QPN:-}" ]; then
+	$TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
+	$TC -s filter show dev eth0 >$OUT/filter.txt 2>&1
+fi
 cat /proc/net/dev >$OUT/netdev.txt
 $IP -s link show dev eth0 >$OUT/link.txt 2>&1
 finish

@@ -41,7 +41,9 @@ const GUEST_LIBS: &[&str] = &[
 ];
 /// Kernel modules (with their dependencies) put into the image. sch_ingress + cls_bpf are for
 /// the observer's TC egress program (clsact qdisc through netlink: 6.1 has no TCX); dummy,
-/// cls_matchall and act_mirred for the capture point before netem (pre.pcap).
+/// cls_matchall and act_mirred for the capture point before netem (pre.pcap); sch_prio and
+/// cls_u32 to delay one QP's packets only (a prio band with netem under it, a u32 filter on the
+/// BTH destination QP: the steps scenarios' straggler).
 const GUEST_MODULES: &[&str] = &[
     "virtio_pci",
     "virtio_net",
@@ -56,6 +58,8 @@ const GUEST_MODULES: &[&str] = &[
     "dummy",
     "cls_matchall",
     "act_mirred",
+    "sch_prio",
+    "cls_u32",
 ];
 const IMAGE_FORMAT: &str = "softroce-image-v2";
 

@@ -35,6 +35,7 @@ mod owners;
 mod paths;
 mod report;
 mod scenarios;
+mod steps;
 #[cfg(test)]
 mod tests;
 mod vm;

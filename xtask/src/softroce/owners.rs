@@ -67,15 +67,22 @@ pub(super) fn owner_checks(ck: &mut Checks, sc: &Scenario, cdir: &Path, doc: &Va
         .get("PERF_PIDOF")
         .and_then(|p| p.trim_matches('\'').parse().ok());
     let qps = guest_qps(&fs::read_to_string(cdir.join("rdma-qp.json")).unwrap_or_default());
-    // The ground truth first: one user QP, perftest's, connected (its rqpn is set from RTR
-    // on), seen by rdma and by /proc alike.
-    let truth = match (pidof, qps.as_slice()) {
-        (Some(pid), [q]) if q.pid == pid && q.comm == sc.perftest && q.rqpn != 0 => Some(q),
+    // The ground truth first: perftest's user QPs (one per -q), connected (their rqpn is set
+    // from RTR on), seen by rdma and by /proc alike, and no other user QP.
+    let truth: Option<&[GuestQp]> = match pidof {
+        Some(pid)
+            if qps.len() == sc.qps as usize
+                && qps
+                    .iter()
+                    .all(|q| q.pid == pid && q.comm == sc.perftest && q.rqpn != 0) =>
+        {
+            Some(qps.as_slice())
+        }
         _ => None,
     };
     ck.truth(
-        "guest: rdma resource show qp lists perftest's QP (pid = pidof, comm = perftest, rqpn set)",
-        &format!("one connected QP of {}/<pidof>", sc.perftest),
+        "guest: rdma resource show qp lists perftest's QPs (pid = pidof, comm = perftest, rqpn set)",
+        &format!("{} connected QP(s) of {}/<pidof>", sc.qps, sc.perftest),
         format!(
             "pidof {}, comm {}, rdma: {}",
             pidof.map_or("none".into(), |p| p.to_string()),
@@ -90,17 +97,19 @@ pub(super) fn owner_checks(ck: &mut Checks, sc: &Scenario, cdir: &Path, doc: &Va
         ),
         truth.is_some(),
     );
-    let Some(q) = truth else {
+    let Some(truth) = truth else {
         return Value::Null;
     };
     // The server VM runs a loopback perftest first (guest-init.sh, SHIFT_QPN), so that a label
     // taken from the wrong end (lqpn for rqpn) cannot pass.
-    ck.truth(
-        "guest: perftest's local and remote QP numbers differ",
-        "lqpn != rqpn",
-        format!("lqpn {} rqpn {}", q.lqpn, q.rqpn),
-        q.lqpn != q.rqpn,
-    );
+    for q in truth {
+        ck.truth(
+            "guest: perftest's local and remote QP numbers differ",
+            "lqpn != rqpn",
+            format!("lqpn {} rqpn {}", q.lqpn, q.rqpn),
+            q.lqpn != q.rqpn,
+        );
+    }
     let flows = doc["flows"].as_array().cloned().unwrap_or_default();
     ck.truth(
         "observer flow records to label",
@@ -117,7 +126,14 @@ pub(super) fn owner_checks(ck: &mut Checks, sc: &Scenario, cdir: &Path, doc: &Va
         let dst_qp = f["dst_qp"].as_u64().unwrap_or(u64::MAX);
         // Into perftest's QP (from the server) it is the destination QP; out of it (to the
         // server) the destination QP is its remote QP.
-        let (dir, lqpn, rqpn) = if src == CLIENT_IP {
+        let egress = src == CLIENT_IP;
+        // the guest QP this flow goes out of (egress: its remote QP is the destination) or
+        // into (ingress: it is the destination)
+        let q = truth
+            .iter()
+            .find(|q| if egress { q.rqpn } else { q.lqpn } == dst_qp)
+            .unwrap_or(&truth[0]);
+        let (dir, lqpn, rqpn) = if egress {
             ("egress", q.lqpn, dst_qp)
         } else {
             ("ingress", dst_qp, q.rqpn)
@@ -148,5 +164,9 @@ pub(super) fn owner_checks(ck: &mut Checks, sc: &Scenario, cdir: &Path, doc: &Va
         );
         seen.push(json!({"flow": label, "owner": o}));
     }
-    json!({"guest_qp": {"pid": q.pid, "comm": q.comm, "lqpn": q.lqpn, "rqpn": q.rqpn}, "flows": seen})
+    let guest: Vec<Value> = truth
+        .iter()
+        .map(|q| json!({"pid": q.pid, "comm": q.comm, "lqpn": q.lqpn, "rqpn": q.rqpn}))
+        .collect();
+    json!({"guest_qps": guest, "flows": seen})
 }

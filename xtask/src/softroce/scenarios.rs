@@ -1,4 +1,5 @@
-//! The scenarios: perftest program, message size, iterations, link MTU, netem loss.
+//! The scenarios: perftest program, message size, iterations, link MTU, netem loss; the steps
+//! scenarios add periodic bursts over several QPs, one of them optionally slowed.
 
 pub(super) const SERVER_IP: &str = "192.0.2.1";
 pub(super) const CLIENT_IP: &str = "192.0.2.2";
@@ -21,7 +22,40 @@ pub(super) struct Scenario {
     pub(super) mtu: u32,
     pub(super) loss: Option<&'static str>,
     pub(super) fast: bool,
+    /// QPs of the perftest process (`-q`); every other figure is per QP.
+    pub(super) qps: u32,
+    /// Training-step-like traffic (periodic bursts on every QP at once), see [`StepsSpec`].
+    pub(super) steps: Option<StepsSpec>,
 }
+
+/// Periodic bursts over `qps` QPs of one ib_read_bw process, through perftest's software rate
+/// limiter: with `-t per_step` (at most that many READs outstanding per QP) and `--burst_size
+/// = qps x per_step`, a burst posts `per_step` READs on every QP back to back (each QP stops at
+/// its tx depth, the next one continues the burst), then nothing until the next burst is due.
+/// perftest 4.5-0.17 computes the burst interval as 1 s / (rate / burst_size) with integer
+/// division, so the rate is `per_second x burst_size` messages per second.
+/// READ, so that the data (the READ responses) flows server -> client: netem on the server's
+/// egress then delays one QP's data before the client's XDP ingress and capture see it (TC
+/// egress would see a WRITE before the client's own netem).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct StepsSpec {
+    /// READs per QP and step.
+    pub(super) per_step: u64,
+    /// Bursts per second (the nominal period is 1000 / this ms).
+    pub(super) per_second: u64,
+    /// Steps run (-n = per_step x steps).
+    pub(super) steps: u64,
+    /// The slowed QP: its index in perftest's creation order (0-based; the client VM numbers
+    /// its QPs from 17 in that order, checked against `rdma resource show qp`) and the netem
+    /// delay in ms on the server's packets to it.
+    pub(super) slow: Option<(u32, u32)>,
+}
+
+/// The netem delay of the slowed QP in the straggler scenarios, ms.
+pub(super) const STRAGGLER_DELAY_MS: u32 = 30;
+
+/// rxe's first user QP number in a VM that created none before (the client VM).
+pub(super) const FIRST_QPN: u32 = 17;
 
 pub(super) fn scenarios() -> Vec<Scenario> {
     let bw = |name, perftest, op, mtu, fast| Scenario {
@@ -34,6 +68,33 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         mtu,
         loss: None,
         fast,
+        qps: 1,
+        steps: None,
+    };
+    let steps = |name, slow, fast| {
+        let spec = StepsSpec {
+            // 8 READs of 8 KiB per QP and step: 192 KiB a step, ~50 ms of communication at
+            // the rate rxe reaches under TCG, so that a loaded host (a step taking 2-3 times
+            // longer) still ends a step well before the next is due; 16 (384 KiB) let steps
+            // overrun the period under load and perftest's bursts then came late
+            per_step: 8,
+            per_second: 2,
+            steps: 12,
+            slow,
+        };
+        Scenario {
+            name,
+            perftest: "ib_read_bw",
+            op: Op::Read,
+            latency: false,
+            size: 8192,
+            iters: spec.per_step * spec.steps,
+            mtu: 1500,
+            loss: None,
+            fast,
+            qps: 3,
+            steps: Some(spec),
+        }
     };
     vec![
         bw("write_bw_mtu1500", "ib_write_bw", Op::Write, 1500, true),
@@ -52,6 +113,8 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             mtu: 1500,
             loss: None,
             fast: true,
+            qps: 1,
+            steps: None,
         },
         bw("read_bw_mtu1500", "ib_read_bw", Op::Read, 1500, true),
         bw("send_bw_mtu1500", "ib_send_bw", Op::Send, 1500, false),
@@ -63,6 +126,13 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             loss: Some("2%"),
             ..bw("", "ib_read_bw", Op::Read, 1500, false)
         },
+        steps("steps_straggler", Some((1, STRAGGLER_DELAY_MS)), false),
+        steps("steps_control", None, false),
+        steps(
+            "steps_straggler_other_qp",
+            Some((2, STRAGGLER_DELAY_MS)),
+            false,
+        ),
     ]
 }
 
@@ -72,6 +142,28 @@ impl Scenario {
         if self.mtu >= 4096 + 100 { 4096 } else { 1024 }
     }
     pub(super) fn perftest_args(&self) -> String {
-        format!("-s {} -n {}", self.size, self.iters)
+        let mut a = format!("-s {} -n {}", self.size, self.iters);
+        if self.qps > 1 {
+            a += &format!(" -q {}", self.qps);
+        }
+        if let Some(st) = self.steps {
+            let burst = st.per_step * u64::from(self.qps);
+            // -u 20: QP timeout 4.096 us x 2^20 = 4.3 s, instead of perftest's 14 (67 ms): the
+            // delayed QP's responses arrive 30 ms late plus what TCG adds under load, and rxe's
+            // requester timing out and re-reading delayed the next bursts (a 500 ms period came
+            // out as 707, 974, 936 ms steps on a loaded machine)
+            a += &format!(
+                " -u 20 -t {} --burst_size={burst} --rate_limit={} --rate_units=p --rate_limit_type=SW",
+                st.per_step,
+                burst * st.per_second
+            );
+        }
+        a
+    }
+    /// The slowed QP as the client VM numbers it, and the delay in ms.
+    pub(super) fn slow_qpn(&self) -> Option<(u32, u32)> {
+        self.steps
+            .and_then(|s| s.slow)
+            .map(|(i, ms)| (FIRST_QPN + i, ms))
     }
 }

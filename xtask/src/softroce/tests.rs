@@ -23,6 +23,7 @@ fn pkt(src: &str, op: u8, psn: u32, syn: Option<u8>, len: Option<u32>) -> Pkt {
         len: 100,
         ecn: 0,
         udp_sport: 49152,
+        time: 0.0,
     }
 }
 
@@ -266,6 +267,198 @@ fn owner_checks_fail_on_missing_or_wrong_labels() {
     assert_eq!(failed(no_psn), 1);
     // No ground truth (rdma never saw perftest's QP): the run fails too.
     fs::remove_file(dir.join("rdma-qp.json")).expect("rm");
+    assert_eq!(failed(Vec::new()), 1);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// NAKs are demanded exactly when netem dropped requests and the wire shows a request gap.
+#[test]
+fn lossy_nak_check_demands_naks_only_after_a_gap() {
+    use super::checks::lossy_nak_check;
+    // loss and a gap, no NAK: the responder must have NAKed, so this fails
+    assert!(!lossy_nak_check(3, 2, 0).ok);
+    assert!(lossy_nak_check(3, 2, 1).ok);
+    // netem dropped nothing (the read_bw_mtu1500_loss2 run that failed before), or only the
+    // last requests (no later request overtook them: timeout, no NAK)
+    assert!(lossy_nak_check(0, 0, 0).ok);
+    assert!(lossy_nak_check(2, 0, 0).ok);
+}
+
+/// A capture of the steps scenario in miniature: 6 steps of 500 ms, three READ-request flows
+/// (client -> server QPs 0x13-0x15) at each onset and three response flows into the client's
+/// QPs 0x11-0x13, those into 0x12 arriving 30 ms later than the others.
+fn steps_capture(onset_jitter_ms: &[f64]) -> Vec<Pkt> {
+    let mut v = Vec::new();
+    for (k, j) in onset_jitter_ms.iter().enumerate() {
+        let onset = 1000.0 + k as f64 * 0.5 + j / 1e3;
+        for q in 0..3u32 {
+            let mut r = pkt(CLIENT_IP, 0x0C, k as u32, None, Some(8192));
+            r.dest_qp = 0x13 + q;
+            r.time = onset + f64::from(q) * 1e-4;
+            v.push(r);
+            let delay = if q == 1 { 0.030 } else { 0.0 };
+            for i in 0..8u32 {
+                let op = match i {
+                    0 => 0x0D,
+                    7 => 0x0F,
+                    _ => 0x0E,
+                };
+                let mut p = pkt(SERVER_IP, op, k as u32 * 8 + i, None, None);
+                p.dest_qp = 0x11 + q;
+                p.time = onset + 0.002 + delay + f64::from(q) * 1e-3 + f64::from(i) * 5e-4;
+                v.push(p);
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn wire_steps_period_lags_and_delay() {
+    use super::steps::{slowed_flow, wire_steps};
+    let w = wire_steps(&steps_capture(&[0.0, 1.0, -1.0, 0.0, 2.0, 0.0]), 500.0);
+    assert_eq!(w.steps.len(), 6);
+    assert!((w.period_ms - 500.0).abs() < 1.0, "{}", w.period_ms);
+    let slow = slowed_flow(0x12);
+    let lag = w.lag_of(&slow);
+    assert_eq!((lag.late_steps, lag.steps), (6, 6));
+    // ends: requests at onset + 0/0.1/0.2 ms, responses 0x11 at +5.5, 0x13 at +7.5, 0x12 at
+    // +36.5; median of the six = (0.2 + 5.5) / 2 ms, lag = 36.5 - 2.85
+    assert!(
+        (lag.mean_lag_ms - 33.65).abs() < 0.01,
+        "{}",
+        lag.mean_lag_ms
+    );
+    let extra = w.extra_delay_ms(&slow).expect("delay");
+    assert!((extra - 31.0).abs() < 0.01, "{extra}");
+    assert_eq!(w.lag_of(&slowed_flow(0x11)).late_steps, 0);
+}
+
+/// The steps checks pass on the document the capture implies and fail on every wrong one: no
+/// steps, a period 2% off, a step too few, another QP (or none) named, a lag below the delay
+/// or above the capture's; and the control on a doubled period.
+#[test]
+fn steps_checks_fail_on_wrong_documents() {
+    use super::steps::{steps_checks, wire_steps};
+    use serde_json::json;
+    let all = super::scenarios::scenarios();
+    let sc = all
+        .iter()
+        .find(|s| s.name == "steps_straggler")
+        .expect("scenario");
+    let control = all
+        .iter()
+        .find(|s| s.name == "steps_control")
+        .expect("control");
+    let w = wire_steps(&steps_capture(&[0.0; 6]), 500.0);
+    let doc = |period: f64, count: u64, qp: u32, lag: f64| {
+        json!({"steps": {"period_ms": period, "count": count, "stragglers": [
+            {"src_ip": SERVER_IP, "dst_ip": CLIENT_IP, "dst_qp": qp, "late_steps": 6,
+             "steps": 6, "mean_lag_ms": lag}]}})
+    };
+    let failed = |sc: &super::scenarios::Scenario, d: serde_json::Value| {
+        let mut ck = super::checks::Checks(Vec::new());
+        steps_checks(&mut ck, sc, &w, "t", &d);
+        ck.0.iter()
+            .filter(|c| !c.ok)
+            .map(|c| c.name.clone())
+            .collect::<Vec<_>>()
+    };
+    let good = doc(500.0, 6, 0x12, 33.65);
+    assert!(failed(sc, good).is_empty());
+    assert_eq!(failed(sc, json!({"steps": null})).len(), 1);
+    assert_eq!(failed(sc, doc(510.0, 6, 0x12, 33.65)).len(), 1);
+    assert_eq!(failed(sc, doc(500.0, 4, 0x12, 33.65)).len(), 1);
+    // a step fewer is allowed (a thin first step reads as cut by the window's start)
+    assert!(failed(sc, doc(500.0, 5, 0x12, 33.65)).is_empty());
+    assert_eq!(failed(sc, doc(500.0, 6, 0x13, 33.65)).len(), 1);
+    assert_eq!(
+        failed(
+            sc,
+            json!({"steps": {"period_ms": 500.0, "count": 6, "stragglers": []}})
+        )
+        .len(),
+        1
+    );
+    // under the 30 ms delay
+    assert_eq!(failed(sc, doc(500.0, 6, 0x12, 25.0)).len(), 1);
+    // below the capture's lag is allowed (flows not compared), above it by more than
+    // max(3 ms, 15%) = 5.05 ms not
+    assert!(failed(sc, doc(500.0, 6, 0x12, 31.0)).is_empty());
+    assert_eq!(failed(sc, doc(500.0, 6, 0x12, 39.0)).len(), 1);
+    // late in too few steps
+    let mut few = doc(500.0, 6, 0x12, 33.65);
+    few["steps"]["stragglers"][0]["late_steps"] = json!(4);
+    assert_eq!(failed(sc, few).len(), 1);
+    // the control checks period and count only: its traffic has a straggler of its own
+    assert!(failed(control, doc(500.0, 6, 0x13, 20.0)).is_empty());
+    assert_eq!(failed(control, doc(1000.0, 3, 0x13, 20.0)).len(), 2);
+}
+
+#[test]
+fn netem_band_packets_parse() {
+    let q = "qdisc prio 1: root refcnt 2 bands 4 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n Sent 5132328 bytes 4769 pkt (dropped 0, overlimits 0 requeues 0) \n backlog 0b 0p requeues 0\nqdisc netem 40: parent 1:4 limit 100000 delay 30ms\n Sent 1802112 bytes 1664 pkt (dropped 0, overlimits 0 requeues 0) \n";
+    assert_eq!(super::steps::netem_sent_packets(q), Some(1664));
+    assert_eq!(super::steps::netem_sent_packets("qdisc prio 1: root"), None);
+}
+
+/// With several QPs (the steps scenarios), each flow must carry the owner of the QP it goes
+/// into or out of: the labels of two flows swapped fail both.
+#[test]
+fn owner_checks_with_several_qps_match_each_flow_to_its_qp() {
+    use serde_json::json;
+    let dir = std::env::temp_dir().join(format!("softroce-owners-q-{}", std::process::id()));
+    fs::create_dir_all(&dir).expect("mkdir");
+    fs::write(dir.join("status.env"), "PERF_PIDOF=300\n").expect("write");
+    let qp = |l: u64, r: u64| {
+        format!(
+            r#"{{"ifname":"rxe0","port":1,"lqpn":{l},"rqpn":{r},"state":"RTS","pid":300,"comm":"ib_read_bw"}}"#
+        )
+    };
+    fs::write(
+        dir.join("rdma-qp.json"),
+        format!("[{},{},{}]", qp(17, 19), qp(18, 20), qp(19, 21)),
+    )
+    .expect("write");
+    let sc = super::scenarios::scenarios()
+        .into_iter()
+        .find(|s| s.name == "steps_straggler")
+        .expect("scenario");
+    let owner = |l: u64, r: u64| {
+        json!({"device": "rxe0", "port": 1, "lqpn": l, "rqpn": r, "sq_psn": 5, "rq_psn": 7,
+               "pid": 300, "comm": "ib_read_bw"})
+    };
+    let flow = |src: &str, dst: &str, q: u32, dir: &str, o: serde_json::Value| json!({"src_ip": src, "dst_ip": dst, "dst_qp": q, "direction": dir, "owner": o});
+    let failed = |flows: Vec<serde_json::Value>| {
+        let mut ck = super::checks::Checks(Vec::new());
+        super::owners::owner_checks(&mut ck, &sc, &dir, &json!({ "flows": flows }));
+        ck.0.iter().filter(|c| !c.ok).count()
+    };
+    let good: Vec<serde_json::Value> = (0..3u32)
+        .flat_map(|i| {
+            let (l, r) = (17 + u64::from(i), 19 + u64::from(i));
+            [
+                flow(SERVER_IP, CLIENT_IP, 17 + i, "ingress", owner(l, r)),
+                flow(CLIENT_IP, SERVER_IP, 19 + i, "egress", owner(l, r)),
+            ]
+        })
+        .collect();
+    assert_eq!(failed(good.clone()), 0);
+    let mut swapped = good.clone();
+    let (a, b) = (swapped[0]["owner"].clone(), swapped[2]["owner"].clone());
+    swapped[0]["owner"] = b;
+    swapped[2]["owner"] = a;
+    assert_eq!(failed(swapped), 2);
+    // a flow into a QP that is not perftest's
+    let mut stranger = good;
+    stranger[0]["dst_qp"] = json!(25);
+    assert_eq!(failed(stranger), 1);
+    // one QP fewer than -q asks for: no ground truth
+    fs::write(
+        dir.join("rdma-qp.json"),
+        format!("[{},{}]", qp(17, 19), qp(18, 20)),
+    )
+    .expect("write");
     assert_eq!(failed(Vec::new()), 1);
     let _ = fs::remove_dir_all(&dir);
 }

@@ -140,6 +140,11 @@ fn write_config(share: &Path, sc: &Scenario, role: &str, opts: &SoftRoceOpts) ->
         if client { sc.loss.unwrap_or("") } else { "" }
     )?;
     writeln!(c, "CAPTURE={}", if client { 1 } else { 0 })?;
+    writeln!(c, "EXPECT_QPS={}", sc.qps)?;
+    // the server delays its packets to one of the client's QPs (the steps scenarios)
+    if let (false, Some((qpn, ms))) = (client, sc.slow_qpn()) {
+        writeln!(c, "SLOW_QPN={qpn}\nSLOW_DELAY={ms}ms")?;
+    }
     // the loss scenarios also capture before netem (pre.pcap): the path view's two points
     let pre = client && sc.loss.is_some();
     writeln!(c, "PRE_CAPTURE={}", if pre { 1 } else { 0 })?;

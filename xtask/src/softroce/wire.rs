@@ -23,6 +23,8 @@ pub(super) struct Pkt {
     /// IP ECN bits.
     pub(super) ecn: u8,
     pub(super) udp_sport: u16,
+    /// Capture timestamp, seconds since the epoch (tcpdump's, in the client VM).
+    pub(super) time: f64,
 }
 
 pub(super) fn num(s: &str) -> Option<u64> {
@@ -46,6 +48,7 @@ pub(super) fn tshark_packets(cap: &Path) -> Result<Vec<Pkt>> {
         "frame.len",
         "ip.dsfield.ecn",
         "udp.srcport",
+        "frame.time_epoch",
     ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-n").arg("-r").arg(cap).args([
@@ -82,6 +85,7 @@ pub(super) fn tshark_packets(cap: &Path) -> Result<Vec<Pkt>> {
             len: num(f[7]).unwrap_or(0) as u32,
             ecn: num(f[8]).unwrap_or(0) as u8,
             udp_sport: num(f[9]).unwrap_or(0) as u16,
+            time: f[10].trim().parse().unwrap_or(0.0),
         });
     }
     Ok(v)
