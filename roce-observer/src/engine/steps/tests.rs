@@ -512,7 +512,34 @@ fn full_window_analysis_cost() {
     let t = std::time::Instant::now();
     let got = analyse(&s, |_| (String::new(), "capture"));
     eprintln!(
-        "{} bins: analysis {:?}, period {:?}",
+        "{} bins, periodic: analysis {:?}, period {:?}",
+        s.bins.len(),
+        t.elapsed(),
+        got.map(|g| g.period_ms)
+    );
+    // Aperiodic bursts over the same window: the raw series finds nothing, so every smoothed
+    // retry runs as well (the worst case).
+    let mut s = Steps::default();
+    let mut rng = Rng(5);
+    let mut t = T0;
+    while t < T0 + WINDOW_BINS as u64 * MS {
+        let len = rng.exp(20.0 * MS as f64);
+        s.data_run(
+            &key,
+            Run {
+                start: t,
+                end: t + len,
+                bytes: 1 << 20,
+                ce: 0,
+                retransmits: 0,
+            },
+        );
+        t += len + rng.exp(60.0 * MS as f64);
+    }
+    let t = std::time::Instant::now();
+    let got = analyse(&s, |_| (String::new(), "capture"));
+    eprintln!(
+        "{} bins, aperiodic (every retry): analysis {:?}, period {:?}",
         s.bins.len(),
         t.elapsed(),
         got.map(|g| g.period_ms)
