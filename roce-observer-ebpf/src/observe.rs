@@ -3,9 +3,13 @@
 //! the BPF maps of maps.rs. Counters and per-flow state go to maps; events go to the ring
 //! buffer only for rare things (new flow, PFC, PAUSE, latency sample), without a wakeup each.
 
-use aya_ebpf::helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns};
+use aya_ebpf::{
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
+    maps::HashMap,
+};
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
+    flow::{Compact, FlowKey4, FlowKey6, POINT_MIRROR},
     latency::{PendingKey, PendingValue},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
     observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
@@ -14,8 +18,8 @@ use roce_observer_common::{
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS, MIRRORS, PENDING, PFC, SCRATCH, ZERO_FLOW, ZERO_MIRROR, ZERO_PFC,
-    count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, NEW_MIRROR, PENDING, PFC, SCRATCH, ZERO_FLOW,
+    ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -78,43 +82,70 @@ pub fn observe<P: PacketView>(p: &P, ifindex: u32, direction: u8) {
     };
     // SAFETY: a per-CPU array value, valid and only used by this CPU for this program run.
     let scratch = unsafe { &mut *scratch };
-    roce_observer_common::observe::observe(p, &mut FlowMap, &mut Maps, scratch, ifindex, direction);
+    let mut flows = FlowMap {
+        key4: &mut scratch.key4,
+        key6: &mut scratch.key6,
+    };
+    roce_observer_common::observe::observe(
+        p,
+        &mut flows,
+        &mut Maps,
+        &mut scratch.shared,
+        ifindex,
+        direction,
+    );
 }
 
-/// The flow map `FLOWS`.
-struct FlowMap;
+/// The flow maps `FLOWS4` and `FLOWS6`, keyed by the compact keys built in scratch memory.
+struct FlowMap<'a> {
+    key4: &'a mut FlowKey4,
+    key6: &'a mut FlowKey6,
+}
 
-impl Flows for FlowMap {
+impl Flows for FlowMap<'_> {
     #[inline(always)]
-    fn entry(&mut self, key: &FlowKey) -> Entry<'_> {
-        if let Some(stats) = FLOWS.get_ptr_mut(key) {
-            // SAFETY: a map value pointer from a successful lookup; the entry stays valid for
-            // the program's run (hash map values are RCU-freed).
-            return Entry::Found(unsafe { &mut *stats });
-        }
-        let Some(zero) = ZERO_FLOW.get_ptr(0) else {
-            return Entry::Full;
-        };
-        // SAFETY: `zero` points at a live per-CPU array value of the right type.
-        // By reference: a value would be a 504-byte copy on the 512-byte BPF stack.
-        #[allow(clippy::needless_borrows_for_generic_args)]
-        let inserted = FLOWS.insert(key, unsafe { &*zero }, BPF_NOEXIST);
-        // Another CPU may have created it in between (EEXIST): then it is there to look up.
-        match FLOWS.get_ptr_mut(key) {
-            // SAFETY (both arms): a map value pointer from a successful lookup, as above.
-            Some(stats) if inserted.is_ok() => Entry::New(unsafe { &mut *stats }),
-            Some(stats) => Entry::Found(unsafe { &mut *stats }),
-            None => {
-                crate::diag::flow_table_full(key);
-                Entry::Full
-            }
+    fn entry(&mut self, key: &FlowKey, point: u32) -> Entry<'_> {
+        match key.compact(point, self.key4, self.key6) {
+            Compact::V4 => entry_in(&FLOWS4, self.key4, key),
+            Compact::V6 => entry_in(&FLOWS6, self.key6, key),
         }
     }
 
     #[inline(always)]
-    fn get(&mut self, key: &FlowKey) -> Option<&mut FlowStats> {
-        // SAFETY: a map value pointer from a successful lookup, as in `entry`.
-        FLOWS.get_ptr_mut(key).map(|stats| unsafe { &mut *stats })
+    fn get(&mut self, key: &FlowKey, point: u32) -> Option<&mut FlowStats> {
+        let stats = match key.compact(point, self.key4, self.key6) {
+            Compact::V4 => FLOWS4.get_ptr_mut(&*self.key4),
+            Compact::V6 => FLOWS6.get_ptr_mut(&*self.key6),
+        };
+        // SAFETY: a map value pointer from a successful lookup, as in `entry_in`.
+        stats.map(|stats| unsafe { &mut *stats })
+    }
+}
+
+/// The entry of compact key `k` (of flow `key`) in `map`, inserted when absent.
+#[inline(always)]
+fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Entry<'static> {
+    if let Some(stats) = map.get_ptr_mut(k) {
+        // SAFETY: a map value pointer from a successful lookup; the entry stays valid for
+        // the program's run (hash map values are RCU-freed).
+        return Entry::Found(unsafe { &mut *stats });
+    }
+    let Some(zero) = ZERO_FLOW.get_ptr(0) else {
+        return Entry::Full;
+    };
+    // SAFETY: `zero` points at a live per-CPU array value of the right type.
+    // By reference: a value would be a 504-byte copy on the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
+    // Another CPU may have created it in between (EEXIST): then it is there to look up.
+    match map.get_ptr_mut(k) {
+        // SAFETY (both arms): a map value pointer from a successful lookup, as above.
+        Some(stats) if inserted.is_ok() => Entry::New(unsafe { &mut *stats }),
+        Some(stats) => Entry::Found(unsafe { &mut *stats }),
+        None => {
+            crate::diag::flow_table_full(key);
+            Entry::Full
+        }
     }
 }
 
@@ -229,14 +260,31 @@ impl Tables for Maps {
         let entry = match MIRRORS.get_ptr_mut(key) {
             Some(e) => Some(e),
             None => {
-                let zero = ZERO_MIRROR.get_ptr(0)?;
-                // SAFETY: `zero` points at a live per-CPU array value of the right type.
-                let _ = MIRRORS.insert(key, unsafe { &*zero }, BPF_NOEXIST);
+                let new = NEW_MIRROR.get_ptr_mut(0)?;
+                // SAFETY: a per-CPU array value, only used by this CPU for this program run.
+                let new = unsafe { &mut *new };
+                // SAFETY: helper without arguments.
+                let cpu = unsafe { bpf_get_smp_processor_id() };
+                // Field by field: a struct store would be a call to the byte-wise memset.
+                let stats = &mut new.stats;
+                (stats.frames, stats.seq_lost, stats.seq_late, stats.seq_resyncs) = (0, 0, 0, 0);
+                (stats.next_seq, stats.flags, stats._pad) = (0, 0, 0);
+                new.stats.point = POINT_MIRROR | (cpu & 0x1fff) << 18 | (new.made & 0x3_ffff);
+                // Another CPU may have made it in between (EEXIST): its number is kept.
+                if MIRRORS.insert(key, &new.stats, BPF_NOEXIST).is_ok() {
+                    new.made += 1;
+                }
                 MIRRORS.get_ptr_mut(key)
             }
         };
         // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
         entry.map(|e| unsafe { &mut *e })
+    }
+
+    #[inline(always)]
+    fn session_point(&mut self, key: &MirrorKey) -> Option<u32> {
+        // SAFETY: the value is read at once, during the program's run.
+        (unsafe { MIRRORS.get(key) }).map(|s| s.point)
     }
 
     /// Filled in place in the reserved ring-buffer slot. Submitted without waking the reader,

@@ -121,7 +121,8 @@ pub struct KernelSource {
 /// the last read cost 570 (issue 12).
 #[derive(Default)]
 struct FlowBuffers {
-    keys: Vec<roce_observer_common::FlowKey>,
+    keys4: Vec<roce_observer_common::flow::FlowKey4>,
+    keys6: Vec<roce_observer_common::flow::FlowKey6>,
     values: Vec<roce_observer_common::FlowStats>,
     /// Fingerprints of the last read, by index, and of the read under way.
     prints: Vec<u64>,
@@ -205,7 +206,8 @@ impl KernelSource {
             .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
             .override_global("RUNS", &u8::from(opts.runs), true)
             .override_global(aya_log::LEVEL, &kernel_log::level(opts.kernel_log), true)
-            .map_max_entries("FLOWS", opts.max_flows)
+            .map_max_entries("FLOWS4", opts.max_flows)
+            .map_max_entries("FLOWS6", opts.max_flows)
             .override_global("FLOOR_SLOTS", &opts.floor_entries.max(1), true)
             .map_max_entries("FLOOR_HASH", opts.floor_entries.max(1))
             .map_max_entries("FLOOR_ARRAY", opts.floor_entries.max(1))
