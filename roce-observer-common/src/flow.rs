@@ -494,4 +494,79 @@ mod tests {
         let mut off = BurstWindow::zeroed();
         assert!((0..100).all(|i| !off.add(i, 0, 1000)));
     }
+
+    /// A flow through the kernel's compact key and back is the same FlowKey: IPv4 in the
+    /// 16-byte key, IPv6 (or one IPv6 side) in the 40-byte one, the mirror source through the
+    /// session's number.
+    #[test]
+    fn compact_keys_expand_to_the_same_flow() {
+        let v4 = crate::parse::ipv4_mapped;
+        let mut v6 = [0u8; 16];
+        v6[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        v6[15] = 7;
+        let session = crate::mirror::MirrorKey {
+            outer_src: v4([198, 51, 100, 9]),
+            outer_dst: v4([198, 51, 100, 10]),
+            id: 77,
+            ifindex: 9,
+            encap: crate::mirror::encap::ERSPAN2,
+            direction: 1,
+            _pad: [0; 2],
+        };
+        let session_point = POINT_MIRROR | 5;
+        let plain = FlowKey {
+            src_ip: v4([192, 0, 2, 1]),
+            dst_ip: v4([192, 0, 2, 2]),
+            dst_qp: 0x00ab_cdef,
+            ifindex: 9,
+            direction: 1,
+            ..FlowKey::zeroed()
+        };
+        let mirrored = FlowKey {
+            encap: session.encap,
+            mirror_id: session.id,
+            outer_src: session.outer_src,
+            ..plain
+        };
+        let lookup = |p: u32| (p == session_point).then_some(session);
+        let cases = [
+            (plain, 9, true),
+            (mirrored, session_point, true),
+            (
+                FlowKey {
+                    src_ip: v6,
+                    direction: 0,
+                    ..plain
+                },
+                9,
+                false,
+            ),
+            (
+                FlowKey {
+                    dst_ip: v6,
+                    ..mirrored
+                },
+                session_point,
+                false,
+            ),
+        ];
+        for (key, point, is_v4) in cases {
+            let (mut k4, mut k6) = (FlowKey4::zeroed(), FlowKey6::zeroed());
+            let back = match key.compact(point, &mut k4, &mut k6) {
+                Compact::V4 => {
+                    assert!(is_v4, "{key:?}");
+                    k4.expand(lookup)
+                }
+                Compact::V6 => {
+                    assert!(!is_v4, "{key:?}");
+                    k6.expand(lookup)
+                }
+            };
+            assert_eq!(back, Some(key));
+        }
+        // A mirror point whose session is unknown names no flow.
+        let (mut k4, mut k6) = (FlowKey4::zeroed(), FlowKey6::zeroed());
+        mirrored.compact(POINT_MIRROR | 6, &mut k4, &mut k6);
+        assert_eq!(k4.expand(lookup), None);
+    }
 }
