@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use roce_observer_common::{
     Counter, FlowStats,
@@ -58,12 +58,30 @@ pub static PENDING: LruHashMap<PendingKey, PendingValue> =
     LruHashMap::with_max_entries(16384, BPF_F_NO_COMMON_LRU);
 
 /// Switch-mirror sessions: MirrorKey (outer source and destination, encapsulation, session ID
-/// / VNI / GRE key, attach point) -> frames and sequence gaps, and the session's number in the
-/// flow keys (`MirrorStats::point`). One value shared by every CPU, as the flow maps. A full
-/// table is counted (`map_full`).
+/// / VNI / GRE key, attach point) -> the session's slot in SESSIONS, which is also its number
+/// in the flow keys (`POINT_MIRROR | slot`). A full table is counted (`map_full`). Looked up
+/// only when a CPU's last session (SessionCache) is not the frame's: a hash lookup per
+/// mirrored frame cost ~15 ns, half of what unwrapping may cost (issue 8).
 #[map]
-pub static MIRRORS: HashMap<MirrorKey, MirrorStats> =
-    HashMap::with_max_entries(MAX_MIRROR_SESSIONS, 0);
+pub static MIRRORS: HashMap<MirrorKey, u32> = HashMap::with_max_entries(MAX_MIRROR_SESSIONS, 0);
+
+/// Each session's frames and sequence gaps (MirrorStats), by slot; one value shared by every
+/// CPU, as the flow maps. A CPU makes new sessions in its own range of slots (`cpu *
+/// MAX_MIRROR_SESSIONS + n`, n counted in its SessionCache): unique without an atomic
+/// fetch-add (5.12+). The loader sizes it to possible CPUs x MAX_MIRROR_SESSIONS (48 KiB per
+/// CPU).
+#[map]
+pub static SESSIONS: Array<MirrorStats> = Array::with_max_entries(MAX_MIRROR_SESSIONS, 0);
+
+/// The last mirror session a CPU counted, and how many sessions it made.
+#[repr(C)]
+pub struct SessionCache {
+    pub key: MirrorKey,
+    pub slot: u32,
+    /// 1 once `key` and `slot` are set.
+    pub valid: u32,
+    pub made: u32,
+}
 
 /// Scratch for the frame being observed: the shared observation's (observe::Scratch: the
 /// mirror session its outer headers name, the flow key), and the compact flow-map keys built
@@ -74,24 +92,12 @@ pub struct KernelScratch {
     pub shared: Scratch,
     pub key4: FlowKey4,
     pub key6: FlowKey6,
+    pub session: SessionCache,
 }
 
 #[map]
 pub static SCRATCH: PerCpuArray<KernelScratch> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per CPU: the value a new MIRRORS entry is made from (zero counters and the session's
-/// number), and how many sessions this CPU has made. A session's number is
-/// `POINT_MIRROR | cpu << 18 | made`: unique without an atomic fetch-add (5.12+), and `made`
-/// stays below MAX_MIRROR_SESSIONS since entries are never deleted.
-#[repr(C)]
-pub struct NewMirror {
-    pub stats: MirrorStats,
-    pub made: u32,
-    pub _pad: u32,
-}
-
-#[map]
-pub static NEW_MIRROR: PerCpuArray<NewMirror> = PerCpuArray::with_max_entries(1, 0);
 
 /// uapi/linux/bpf.h map flag.
 const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;

@@ -11,15 +11,15 @@ use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
     flow::{Compact, FlowKey4, FlowKey6, POINT_MIRROR},
     latency::{PendingKey, PendingValue},
-    mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
+    mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
     observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, NEW_MIRROR, PENDING, PFC, SCRATCH, ZERO_FLOW,
-    ZERO_PFC, count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, PENDING, PFC, SCRATCH, SESSIONS, SessionCache,
+    ZERO_FLOW, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -86,10 +86,13 @@ pub fn observe<P: PacketView>(p: &P, ifindex: u32, direction: u8) {
         key4: &mut scratch.key4,
         key6: &mut scratch.key6,
     };
+    let mut maps = Maps {
+        session: &mut scratch.session,
+    };
     roce_observer_common::observe::observe(
         p,
         &mut flows,
-        &mut Maps,
+        &mut maps,
         &mut scratch.shared,
         ifindex,
         direction,
@@ -149,10 +152,73 @@ fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Ent
     }
 }
 
-/// The other maps, the clocks and the ring buffer.
-struct Maps;
+/// The other maps, the clocks and the ring buffer; `session` is this CPU's last mirror session.
+struct Maps<'a> {
+    session: &'a mut SessionCache,
+}
 
-impl Tables for Maps {
+/// Whether two mirror keys are equal, compared as eleven 32-bit words.
+#[inline(always)]
+fn same_key(a: &MirrorKey, b: &MirrorKey) -> bool {
+    const WORDS: usize = core::mem::size_of::<MirrorKey>() / 4;
+    let (a, b) = (
+        core::ptr::from_ref(a).cast::<u32>(),
+        core::ptr::from_ref(b).cast::<u32>(),
+    );
+    let mut i = 0;
+    while i < WORDS {
+        // SAFETY: word i of two live MirrorKeys (44 bytes, 4-byte aligned, no padding).
+        if unsafe { *a.add(i) != *b.add(i) } {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// `*to = *from`, word by word (a struct copy would be a call to the byte-wise memcpy).
+#[inline(always)]
+fn copy_key(to: &mut MirrorKey, from: &MirrorKey) {
+    const WORDS: usize = core::mem::size_of::<MirrorKey>() / 4;
+    let (to, from) = (
+        core::ptr::from_mut(to).cast::<u32>(),
+        core::ptr::from_ref(from).cast::<u32>(),
+    );
+    let mut i = 0;
+    while i < WORDS {
+        // SAFETY: word i of two live MirrorKeys, as in `same_key`; `to` is writable.
+        unsafe { *to.add(i) = *from.add(i) };
+        i += 1;
+    }
+}
+
+/// The SESSIONS slot of the session `key`, made when absent (see SESSIONS); `None` when
+/// MIRRORS or this CPU's range of slots has no room.
+#[inline(always)]
+fn session_slot(cache: &mut SessionCache, key: &MirrorKey) -> Option<u32> {
+    // SAFETY: the value is read at once, during the program's run.
+    if let Some(slot) = unsafe { MIRRORS.get(key) } {
+        return Some(*slot);
+    }
+    // SAFETY: helper without arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let slot = cpu
+        .wrapping_mul(MAX_MIRROR_SESSIONS)
+        .wrapping_add(cache.made);
+    let stats = SESSIONS.get_ptr_mut(slot)?;
+    // SAFETY: an array value pointer from a successful lookup; the slot is in this CPU's
+    // range and not yet any session's, so nothing else writes it.
+    unsafe { (*stats).point = POINT_MIRROR | slot };
+    if MIRRORS.insert(key, &slot, BPF_NOEXIST).is_ok() {
+        cache.made += 1;
+        return Some(slot);
+    }
+    // Another CPU made it in between (EEXIST): its slot; or MIRRORS is full.
+    // SAFETY: as above.
+    (unsafe { MIRRORS.get(key) }).copied()
+}
+
+impl Tables for Maps<'_> {
     #[inline(always)]
     fn parse<P: PacketView>(&mut self, p: &P, point: &mut MirrorPoint) -> Frame {
         let ports = Ports {
@@ -255,36 +321,29 @@ impl Tables for Maps {
         true
     }
 
+    /// This CPU's last session when it is `key`'s (no hash lookup: a monitor host's receive
+    /// queue usually carries one session or a few), else MIRRORS, then the cache holds `key`.
     #[inline(always)]
     fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats> {
-        let entry = match MIRRORS.get_ptr_mut(key) {
-            Some(e) => Some(e),
-            None => {
-                let new = NEW_MIRROR.get_ptr_mut(0)?;
-                // SAFETY: a per-CPU array value, only used by this CPU for this program run.
-                let new = unsafe { &mut *new };
-                // SAFETY: helper without arguments.
-                let cpu = unsafe { bpf_get_smp_processor_id() };
-                // Field by field: a struct store would be a call to the byte-wise memset.
-                let stats = &mut new.stats;
-                (stats.frames, stats.seq_lost, stats.seq_late, stats.seq_resyncs) = (0, 0, 0, 0);
-                (stats.next_seq, stats.flags, stats._pad) = (0, 0, 0);
-                new.stats.point = POINT_MIRROR | (cpu & 0x1fff) << 18 | (new.made & 0x3_ffff);
-                // Another CPU may have made it in between (EEXIST): its number is kept.
-                if MIRRORS.insert(key, &new.stats, BPF_NOEXIST).is_ok() {
-                    new.made += 1;
-                }
-                MIRRORS.get_ptr_mut(key)
-            }
+        let cache = &mut *self.session;
+        let slot = if cache.valid != 0 && same_key(&cache.key, key) {
+            cache.slot
+        } else {
+            let slot = session_slot(cache, key)?;
+            copy_key(&mut cache.key, key);
+            cache.slot = slot;
+            cache.valid = 1;
+            slot
         };
-        // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
-        entry.map(|e| unsafe { &mut *e })
+        // SAFETY: an array value pointer from a successful lookup, valid for the program's
+        // run (array values are never freed while the map lives).
+        SESSIONS.get_ptr_mut(slot).map(|e| unsafe { &mut *e })
     }
 
     #[inline(always)]
     fn session_point(&mut self, key: &MirrorKey) -> Option<u32> {
         // SAFETY: the value is read at once, during the program's run.
-        (unsafe { MIRRORS.get(key) }).map(|s| s.point)
+        (unsafe { MIRRORS.get(key) }).map(|slot| POINT_MIRROR | *slot)
     }
 
     /// Filled in place in the reserved ring-buffer slot. Submitted without waking the reader,

@@ -65,11 +65,18 @@ fn read_map<K: aya::Pod>(
     Ok(())
 }
 
-/// Every entry of `MIRRORS`, as the kernel keeps it (with the sessions' numbers).
+/// Every mirror session as the kernel keeps it: its key (`MIRRORS`, key -> slot) and its
+/// counters (`SESSIONS[slot]`, with the session's number in `point`).
 fn mirror_table(ebpf: &aya::Ebpf) -> Result<Vec<(MirrorKey, MirrorStats)>, KernelError> {
-    let mirrors = HashMap::<&MapData, MirrorKey, MirrorStats>::try_from(ebpf_map(ebpf, "MIRRORS")?)
+    let mirrors = HashMap::<&MapData, MirrorKey, u32>::try_from(ebpf_map(ebpf, "MIRRORS")?)
         .map_err(map_error("MIRRORS"))?;
-    Ok(mirrors.iter().flatten().collect())
+    let sessions = aya::maps::Array::<&MapData, MirrorStats>::try_from(ebpf_map(ebpf, "SESSIONS")?)
+        .map_err(map_error("SESSIONS"))?;
+    let mut out = Vec::new();
+    for (key, slot) in mirrors.iter().flatten() {
+        out.push((key, sessions.get(&slot, 0).map_err(map_error("SESSIONS"))?));
+    }
+    Ok(out)
 }
 
 fn map_error(map: &'static str) -> impl Fn(MapError) -> KernelError {
