@@ -162,9 +162,9 @@ pub struct MirrorStats {
     /// The sequence number expected next.
     pub next_seq: u32,
     pub flags: u32,
-    /// Kernel only: the session's number in the flow maps' keys (`flow::POINT_MIRROR` | a
-    /// number unique among the sessions, given when the entry is made); 0 in the engine and
-    /// in what `read_mirrors` hands over.
+    /// Kernel only: the session's number in the flow maps' keys (`flow::POINT_MIRROR` | its
+    /// slot in the `SESSIONS` map, set when the session is made); 0 in the engine and in what
+    /// `read_mirrors` hands over.
     pub point: u32,
     pub _pad: u32,
 }

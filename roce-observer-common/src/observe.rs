@@ -38,6 +38,10 @@ pub struct Scratch {
     /// Latency matching: the pending request's key, and the flow of a matched request.
     pub pending: PendingKey,
     pub request_flow: FlowKey,
+    /// The flow's observation point (`Flows`): kept here, not in a variable, since a value
+    /// held across helper calls is spilled to the stack, where on some paths the 5.10
+    /// verifier saw it read unwritten.
+    pub flow_point: u32,
 }
 
 impl Scratch {
@@ -47,6 +51,7 @@ impl Scratch {
             key: FlowKey::zeroed(),
             pending: PendingKey::zeroed(),
             request_flow: FlowKey::zeroed(),
+            flow_point: 0,
         }
     }
 }
@@ -193,16 +198,15 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
             t.count(Counter::RocePackets, direction);
             // The session first: its number is part of the flow's key in the kernel. Looked
             // up once per frame, here.
-            let point = if mirrored {
+            scratch.flow_point = ifindex;
+            if mirrored {
                 match on_mirror(t, &mut scratch.point, ifindex, direction) {
-                    Some(point) => point,
+                    Some(point) => scratch.flow_point = point,
                     // No room for the session: counted in `map_full`; the flow cannot be named.
                     None => return,
                 }
-            } else {
-                ifindex
-            };
-            on_roce(flows, t, scratch, &pkt, point);
+            }
+            on_roce(flows, t, scratch, &pkt);
             return;
         }
         Frame::Pfc {
@@ -251,13 +255,7 @@ fn on_mirror<T: Tables>(
 }
 
 #[inline(always)]
-fn on_roce<F: Flows, T: Tables>(
-    flows: &mut F,
-    t: &mut T,
-    s: &mut Scratch,
-    pkt: &RocePacket,
-    point: u32,
-) {
+fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: &RocePacket) {
     let key = &s.key;
     // The packet time. Data packets, CNPs and NAKs take the precise clock: their activity
     // runs are cut at 1 ms gaps (run.rs), finer than the coarse clock's tick (4 ms at
@@ -272,7 +270,7 @@ fn on_roce<F: Flows, T: Tables>(
     } else {
         t.coarse_ns()
     };
-    let stats = match flows.entry(key, point) {
+    let stats = match flows.entry(key, s.flow_point) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
             stats.init(now);
@@ -361,7 +359,7 @@ fn on_roce<F: Flows, T: Tables>(
             // other direction, which is another session.
             let request_point = if request.direction == key.direction || key.encap == encap::NONE
             {
-                Some(point)
+                Some(s.flow_point)
             } else {
                 s.point.key.direction = request.direction;
                 let other = t.session_point(&s.point.key);

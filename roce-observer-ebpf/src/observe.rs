@@ -192,30 +192,41 @@ fn copy_key(to: &mut MirrorKey, from: &MirrorKey) {
     }
 }
 
-/// The SESSIONS slot of the session `key`, made when absent (see SESSIONS); `None` when
-/// MIRRORS or this CPU's range of slots has no room.
+/// Put the SESSIONS slot of the session `key` in `cache.slot`, made when absent (see
+/// SESSIONS); false when MIRRORS or this CPU's range of slots has no room. The slot is kept in
+/// the cache's map memory throughout, not in a variable: values held across helper calls are
+/// spilled to the stack, and on some paths the 5.10 verifier then saw them read unwritten.
 #[inline(always)]
-fn session_slot(cache: &mut SessionCache, key: &MirrorKey) -> Option<u32> {
+fn session_slot(cache: &mut SessionCache, key: &MirrorKey) -> bool {
     // SAFETY: the value is read at once, during the program's run.
     if let Some(slot) = unsafe { MIRRORS.get(key) } {
-        return Some(*slot);
+        cache.slot = *slot;
+        return true;
     }
     // SAFETY: helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    let slot = cpu
+    cache.slot = cpu
         .wrapping_mul(MAX_MIRROR_SESSIONS)
         .wrapping_add(cache.made);
-    let stats = SESSIONS.get_ptr_mut(slot)?;
+    let Some(stats) = SESSIONS.get_ptr_mut(cache.slot) else {
+        return false;
+    };
     // SAFETY: an array value pointer from a successful lookup; the slot is in this CPU's
     // range and not yet any session's, so nothing else writes it.
-    unsafe { (*stats).point = POINT_MIRROR | slot };
-    if MIRRORS.insert(key, &slot, BPF_NOEXIST).is_ok() {
+    unsafe { (*stats).point = POINT_MIRROR | cache.slot };
+    if MIRRORS.insert(key, &cache.slot, BPF_NOEXIST).is_ok() {
         cache.made += 1;
-        return Some(slot);
+        return true;
     }
     // Another CPU made it in between (EEXIST): its slot; or MIRRORS is full.
     // SAFETY: as above.
-    (unsafe { MIRRORS.get(key) }).copied()
+    match unsafe { MIRRORS.get(key) } {
+        Some(slot) => {
+            cache.slot = *slot;
+            true
+        }
+        None => false,
+    }
 }
 
 impl Tables for Maps<'_> {
@@ -326,18 +337,18 @@ impl Tables for Maps<'_> {
     #[inline(always)]
     fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats> {
         let cache = &mut *self.session;
-        let slot = if cache.valid != 0 && same_key(&cache.key, key) {
-            cache.slot
-        } else {
-            let slot = session_slot(cache, key)?;
+        if cache.valid == 0 || !same_key(&cache.key, key) {
+            // The slot is rewritten before the key: invalid until both match.
+            cache.valid = 0;
+            if !session_slot(cache, key) {
+                return None;
+            }
             copy_key(&mut cache.key, key);
-            cache.slot = slot;
             cache.valid = 1;
-            slot
-        };
+        }
         // SAFETY: an array value pointer from a successful lookup, valid for the program's
         // run (array values are never freed while the map lives).
-        SESSIONS.get_ptr_mut(slot).map(|e| unsafe { &mut *e })
+        SESSIONS.get_ptr_mut(cache.slot).map(|e| unsafe { &mut *e })
     }
 
     #[inline(always)]
