@@ -187,7 +187,10 @@ impl MirrorStats {
         if self.flags & SEQ_SEEN == 0 {
             self.flags = SEQ_SEEN;
         } else if ahead < SEQ_RESYNC {
-            crate::account::add(&mut self.seq_lost, ahead as u64);
+            // In order (ahead 0) is the common case: no atomic add of nothing.
+            if ahead != 0 {
+                crate::account::add(&mut self.seq_lost, ahead as u64);
+            }
         } else if behind <= SEQ_RESYNC {
             crate::account::add(&mut self.seq_late, 1);
             return;

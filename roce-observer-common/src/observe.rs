@@ -357,8 +357,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
             learn_peer(stats, request.dst_qp);
             // The request flow's point: this one, unless the request was mirrored to the
             // other direction, which is another session.
-            let request_point = if request.direction == key.direction || key.encap == encap::NONE
-            {
+            let request_point = if request.direction == key.direction || key.encap == encap::NONE {
                 Some(s.flow_point)
             } else {
                 s.point.key.direction = request.direction;
@@ -366,9 +365,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
                 s.point.key.direction = key.direction;
                 other
             };
-            if let Some(request_stats) =
-                request_point.and_then(|p| flows.get(request_flow, p))
-            {
+            if let Some(request_stats) = request_point.and_then(|p| flows.get(request_flow, p)) {
                 learn_peer(request_stats, pkt.dst_qp);
             }
         }

@@ -7,8 +7,8 @@ use aya_ebpf::{
 };
 use roce_observer_common::{
     Counter, FlowStats,
-    flow::{FlowKey4, FlowKey6},
     counters::COUNTER_SLOTS,
+    flow::{FlowKey4, FlowKey6},
     latency::{PendingKey, PendingValue},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
     observe::Scratch,
@@ -97,7 +97,6 @@ pub struct KernelScratch {
 
 #[map]
 pub static SCRATCH: PerCpuArray<KernelScratch> = PerCpuArray::with_max_entries(1, 0);
-
 
 /// uapi/linux/bpf.h map flag.
 const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;

@@ -257,7 +257,11 @@ fn each_flow_map_holds_max_flows() {
     }
     let counters = src.read_counters().expect("counters")[0];
     assert_eq!(counters[Counter::RocePackets as usize], 6);
-    assert_eq!(counters[Counter::MapFull as usize], 2, "one flow of each family is out");
+    assert_eq!(
+        counters[Counter::MapFull as usize],
+        2,
+        "one flow of each family is out"
+    );
     let mut got: Vec<(String, u32, u32, u64)> = src
         .read_flows()
         .expect("flows")

@@ -92,7 +92,11 @@ pub fn table(
     for round in 0..rounds {
         for (i, (_, f)) in cases.iter().enumerate() {
             // Alternate who goes first, so neither always runs on a warmer cache.
-            let order: [usize; 4] = if round % 2 == 0 { [0, 1, 2, 3] } else { [1, 0, 3, 2] };
+            let order: [usize; 4] = if round % 2 == 0 {
+                [0, 1, 2, 3]
+            } else {
+                [1, 0, 3, 2]
+            };
             for which in order {
                 let ns = match which {
                     0 => ours.bench(BenchProgram::Xdp, f, repeat)?.as_nanos() as f64,

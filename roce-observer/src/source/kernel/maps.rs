@@ -17,7 +17,10 @@ fn map<'a>(src: &'a KernelSource, name: &'static str) -> Result<&'a aya::maps::M
     ebpf_map(&src.ebpf, name)
 }
 
-fn ebpf_map<'a>(ebpf: &'a aya::Ebpf, name: &'static str) -> Result<&'a aya::maps::Map, KernelError> {
+fn ebpf_map<'a>(
+    ebpf: &'a aya::Ebpf,
+    name: &'static str,
+) -> Result<&'a aya::maps::Map, KernelError> {
     ebpf.map(name).ok_or(KernelError::Map {
         map: name,
         source: MapError::InvalidName { name: name.into() },
@@ -147,18 +150,30 @@ impl KernelSource {
             values,
             ..
         } = &mut self.flow_buffers;
-        read_map(ebpf_map(ebpf, "FLOWS4")?, "FLOWS4", keys4, values, |k, v| {
-            if let Some(key) = k.expand(&mut session) {
-                to_epoch(v);
-                each(&key, v);
-            }
-        })?;
-        read_map(ebpf_map(ebpf, "FLOWS6")?, "FLOWS6", keys6, values, |k, v| {
-            if let Some(key) = k.expand(&mut session) {
-                to_epoch(v);
-                each(&key, v);
-            }
-        })
+        read_map(
+            ebpf_map(ebpf, "FLOWS4")?,
+            "FLOWS4",
+            keys4,
+            values,
+            |k, v| {
+                if let Some(key) = k.expand(&mut session) {
+                    to_epoch(v);
+                    each(&key, v);
+                }
+            },
+        )?;
+        read_map(
+            ebpf_map(ebpf, "FLOWS6")?,
+            "FLOWS6",
+            keys6,
+            values,
+            |k, v| {
+                if let Some(key) = k.expand(&mut session) {
+                    to_epoch(v);
+                    each(&key, v);
+                }
+            },
+        )
     }
 
     /// One entry per (interface, direction, source MAC, priority) that saw a frame: the
