@@ -285,3 +285,54 @@ fn each_flow_map_holds_max_flows() {
         ]
     );
 }
+
+/// A mirrored flow is named by its mirror session (docs/metrics.md, "Mirror sessions"): with
+/// the session table full (1,024 sessions), a frame of one more session is counted in
+/// `map_full` and accounted to no flow; the 1,024 sessions and their flows stay exact.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn a_frame_of_a_session_past_the_table_is_counted_not_accounted() {
+    use roce_observer_common::{
+        Counter,
+        frames::{Mirror, RoceFrame, mirrored},
+        mirror::MAX_MIRROR_SESSIONS,
+    };
+    require_root();
+    let src = KernelSource::load(&KernelOptions::default()).expect("BPF programs load");
+    let plain = RoceFrame::new(0x04, 0x100, 1).build();
+    for vni in 0..=MAX_MIRROR_SESSIONS {
+        let frame = mirrored(&plain, Mirror::Vxlan { vni: 5000 + vni });
+        assert_eq!(src.test_run_xdp(&frame).expect("test run"), XDP_PASS);
+    }
+    // The first session again: still there, counted on.
+    let again = mirrored(&plain, Mirror::Vxlan { vni: 5000 });
+    assert_eq!(src.test_run_xdp(&again).expect("test run"), XDP_PASS);
+    let counters = src.read_counters().expect("counters")[0];
+    assert_eq!(
+        counters[Counter::RocePackets as usize],
+        u64::from(MAX_MIRROR_SESSIONS) + 2
+    );
+    assert_eq!(counters[Counter::MapFull as usize], 1);
+    let sessions = src.read_mirrors().expect("mirror sessions");
+    assert_eq!(sessions.len(), MAX_MIRROR_SESSIONS as usize);
+    let first = sessions
+        .iter()
+        .find(|(k, _)| k.id == 5000)
+        .expect("the first session");
+    assert_eq!(first.1.frames, 2);
+    assert!(
+        sessions
+            .iter()
+            .all(|(k, _)| k.id < 5000 + MAX_MIRROR_SESSIONS)
+    );
+    let mut src = src;
+    let flows = src.read_flows().expect("flows");
+    assert_eq!(flows.len(), MAX_MIRROR_SESSIONS as usize);
+    let packets: u64 = flows.iter().map(|(_, v)| v.packets()).sum();
+    assert_eq!(packets, u64::from(MAX_MIRROR_SESSIONS) + 1);
+    assert!(
+        flows
+            .iter()
+            .all(|(k, _)| k.mirror_id >= 5000 && k.mirror_id < 5000 + MAX_MIRROR_SESSIONS)
+    );
+}
