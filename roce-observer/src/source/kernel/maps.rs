@@ -134,15 +134,14 @@ impl KernelSource {
             }
         };
         let ebpf = &self.ebpf;
-        let mut sessions: Option<std::collections::HashMap<u32, MirrorKey>> = None;
+        // Read at the first mirrored flow; a failed read is returned once the maps are done.
+        type Sessions = std::collections::HashMap<u32, MirrorKey>;
+        let mut sessions: Option<Result<Sessions, KernelError>> = None;
         let mut session = |point: u32| -> Option<MirrorKey> {
-            if sessions.is_none() {
-                let read = mirror_table(ebpf)
-                    .map(|m| m.into_iter().map(|(k, v)| (v.point, k)).collect())
-                    .unwrap_or_default();
-                sessions = Some(read);
-            }
-            sessions.as_ref()?.get(&point).copied()
+            let read = sessions.get_or_insert_with(|| {
+                mirror_table(ebpf).map(|m| m.into_iter().map(|(k, v)| (v.point, k)).collect())
+            });
+            read.as_ref().ok()?.get(&point).copied()
         };
         let FlowBuffers {
             keys4,
@@ -173,7 +172,11 @@ impl KernelSource {
                     each(&key, v);
                 }
             },
-        )
+        )?;
+        match sessions {
+            Some(Err(e)) => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// One entry per (interface, direction, source MAC, priority) that saw a frame: the
