@@ -91,6 +91,14 @@ pub struct Outcome {
     pub psn: PsnVerdict,
     /// The PSN space `psn` refers to is the response stream.
     pub response: bool,
+    /// The packet was accounted as a request (its PSN went through the request stream).
+    pub request: bool,
+    /// A request gap: its first missing PSN and how many (`missing` 0: no gap). Copied out of
+    /// the verdict where it is made, so that the path events read plain initialised fields:
+    /// read later from the verdict, the 5.10 verifier saw a read of uninitialised stack on the
+    /// paths where the verdict has no payload.
+    pub gap_first: u32,
+    pub gap_missing: u32,
     pub nak: bool,
     pub cnp: bool,
     /// This packet completed a retransmission burst / a NAK burst on its flow (set by
@@ -150,6 +158,9 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
     let mut out = Outcome {
         psn: PsnVerdict::InOrder,
         response: false,
+        request: false,
+        gap_first: 0,
+        gap_missing: 0,
         nak: false,
         cnp: false,
         retransmit_burst: false,
@@ -178,7 +189,19 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
                 } else {
                     1
                 };
+                if !stats.psn.has_requests() {
+                    // Once per flow: where its request PSNs began (path events).
+                    stats.req_first = pkt.psn & crate::psn::PSN_MASK;
+                }
                 out.psn = stats.psn.request(pkt.psn, span);
+                out.request = true;
+                if let PsnVerdict::Gap {
+                    expected, missing, ..
+                } = out.psn
+                {
+                    out.gap_first = expected;
+                    out.gap_missing = missing;
+                }
                 count_psn(stats, out.psn, false);
             }
             PsnSpace::ReadResponse => {

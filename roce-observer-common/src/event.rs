@@ -1,5 +1,6 @@
 //! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a latency sample, a
-//! finished activity run), never one per data packet nor one per anomaly. Counters stay exact
+//! finished activity run, a request PSN gap or the resend run after one, rate-limited per
+//! flow), never one per data packet nor one per anomaly. Counters stay exact
 //! in the maps when the ring buffer is full; a lost event is counted in
 //! `Counter::RingbufFull`.
 
@@ -29,7 +30,16 @@ pub enum EventKind {
     /// A finished signal run of `flow` starting at the event time: `a` = duration (ns),
     /// `c` = CNPs, `d` = NAKs.
     SignalRun = 10,
+    /// Where was it lost (observe.rs, `path_events`), what one request packet of `flow` did: a
+    /// gap in its request PSNs, `c` = the first missing PSN, `d` = how many are missing (0: no
+    /// gap); and/or it finished a resend run (retransmitted requests, each newer than the last,
+    /// after the flow had a gap), `a` = bit 32 set and the run's first PSN, `b` = its last. One
+    /// kind for both, so that the programs have one event site for them.
+    Path = 11,
 }
+
+/// `Event::a` of a [`EventKind::Path`] event: a finished resend run is in `a` and `b`.
+pub const PATH_RESEND: u64 = 1 << 32;
 
 impl EventKind {
     pub const fn from_u32(v: u32) -> Option<EventKind> {
@@ -40,6 +50,7 @@ impl EventKind {
             8 => EventKind::Latency,
             9 => EventKind::DataRun,
             10 => EventKind::SignalRun,
+            11 => EventKind::Path,
             _ => return None,
         })
     }
@@ -97,6 +108,12 @@ pub enum EventBody {
         duration_ns: u64,
         cnp: u32,
         naks: u32,
+    },
+    /// On the event's flow, a request packet finished the resend run `resend` (first and last
+    /// PSN, by serial order), and/or skipped `gap.1` request PSNs from `gap.0` on.
+    Path {
+        resend: Option<(u32, u32)>,
+        gap: Option<(u32, u32)>,
     },
 }
 
@@ -183,6 +200,32 @@ impl Event {
         );
     }
 
+    /// A path event of `flow`: a finished resend run `run` (`resend`: there is one; first and
+    /// last PSN) and a gap of `gap_missing` PSNs from `gap_first` (0 missing: none).
+    #[inline(always)]
+    pub fn set_path(
+        &mut self,
+        flow: &FlowKey,
+        resend: bool,
+        run: (u32, u32),
+        gap_first: u32,
+        gap_missing: u32,
+    ) {
+        let a = if resend {
+            PATH_RESEND | run.0 as u64
+        } else {
+            0
+        };
+        self.set_flow(
+            EventKind::Path,
+            flow,
+            a,
+            run.1 as u64,
+            gap_first,
+            gap_missing,
+        );
+    }
+
     #[inline(always)]
     pub fn set_pfc(
         &mut self,
@@ -224,6 +267,11 @@ impl Event {
 
     pub fn signal_run(flow: &FlowKey, run: &SignalRun) -> Event {
         Event::filled(|e| e.set_signal_run(flow, run)).at(run.start_ns)
+    }
+
+    pub fn path(flow: &FlowKey, resend: Option<(u32, u32)>, gap: Option<(u32, u32)>) -> Event {
+        let (g0, g1) = gap.unwrap_or((0, 0));
+        Event::filled(|e| e.set_path(flow, resend.is_some(), resend.unwrap_or((0, 0)), g0, g1))
     }
 
     pub fn pfc(
@@ -289,6 +337,18 @@ impl Event {
                 duration_ns: self.a,
                 cnp: self.c,
                 naks: self.d,
+            },
+            EventKind::Path => EventBody::Path {
+                resend: if self.a & PATH_RESEND != 0 {
+                    Some((self.a as u32, self.b as u32))
+                } else {
+                    None
+                },
+                gap: if self.d != 0 {
+                    Some((self.c, self.d))
+                } else {
+                    None
+                },
             },
         })
     }
@@ -377,6 +437,27 @@ mod tests {
                     duration_ns: 800,
                     cnp: 4,
                     naks: 1,
+                },
+            ),
+            (
+                Event::path(&flow, None, Some((0xff_fffe, 3))),
+                EventBody::Path {
+                    resend: None,
+                    gap: Some((0xff_fffe, 3)),
+                },
+            ),
+            (
+                Event::path(&flow, Some((0, 9)), None),
+                EventBody::Path {
+                    resend: Some((0, 9)),
+                    gap: None,
+                },
+            ),
+            (
+                Event::path(&flow, Some((7, 9)), Some((12, 1))),
+                EventBody::Path {
+                    resend: Some((7, 9)),
+                    gap: Some((12, 1)),
                 },
             ),
         ];

@@ -319,8 +319,9 @@ impl BurstWindow {
 /// Laid out hot first: every field a data packet touches, but for its opcode count, sits in
 /// the first 64 bytes; the next 64 hold what a loss storm touches (PSN anomalies and the
 /// retransmission burst window); `opcodes` follows (64 bytes per eight opcodes), then what only
-/// NAKs, CNPs, Not-ECT or CE packets or latency matches touch, and last the activity runs
-/// (run.rs: what a data packet touches beyond the first 64 bytes, one more line).
+/// NAKs, CNPs, Not-ECT or CE packets or latency matches touch, then the activity runs
+/// (run.rs: what a data packet touches beyond the first 64 bytes, one more line), and last
+/// what only gaps and the resends after them touch (path events).
 ///
 /// Counters that follow from others are not kept (each one kept is an atomic add per packet in
 /// the kernel): [`FlowStats::packets`], [`FlowStats::ecn_ect`] and [`FlowStats::acks`]
@@ -374,8 +375,22 @@ pub struct FlowStats {
     /// their bytes.
     pub runs_unsent: u64,
     pub run_bytes_unsent: u64,
+    /// Where was it lost (observe.rs, `path_events`; docs/metrics.md): the first request PSN
+    /// (user space compares points from there), and the resend run in progress: a run of
+    /// retransmitted requests, each newer than the last, on a flow whose requests have had a
+    /// gap (`psn::REQ_RESENDING` set), from `resend_first` to `resend_last`. A finished run
+    /// travels as one event; the open one is read from here.
+    pub req_first: u32,
+    pub resend_first: u32,
+    pub resend_last: u32,
+    /// Path events (gaps, finished resend runs) sent in the window that began at
+    /// `path_window_ns`, at most `PATH_EVENT_LIMIT`; the ones over the limit are counted in
+    /// `path_suppressed` (user space then marks the flow's path view incomplete).
+    pub path_events: u32,
+    pub path_window_ns: u64,
+    pub path_suppressed: u64,
 }
-assert_size!(FlowStats, 584);
+assert_size!(FlowStats, 616);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
@@ -413,6 +428,12 @@ impl FlowStats {
             signals: SignalRun::zeroed(),
             runs_unsent: 0,
             run_bytes_unsent: 0,
+            req_first: 0,
+            resend_first: 0,
+            resend_last: 0,
+            path_events: 0,
+            path_window_ns: 0,
+            path_suppressed: 0,
         }
     }
 

@@ -2,8 +2,9 @@
 //! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
 //! retransmissions and NAKs into bursts, keep the flow's activity runs (training steps; a
 //! finished run is one event), time requests and match their answers (Karn's rule, peer QPs),
-//! account PFC and PAUSE frames per priority, and count the frames and sequence gaps of each
-//! switch-mirror session (docs/metrics.md).
+//! account PFC and PAUSE frames per priority, count the frames and sequence gaps of each
+//! switch-mirror session, and send the rare path events of request gaps and resend runs (where
+//! was it lost; docs/metrics.md).
 //!
 //! The tables it works on are behind two small traits, implemented once by the BPF maps
 //! (roce-observer-ebpf/src/observe.rs) and once by the engine's hash maps
@@ -22,7 +23,7 @@ use crate::{
     mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
     parse::{Frame, PacketView},
     pfc::{PfcLinkKey, SLOT_LINK},
-    psn::PsnVerdict,
+    psn::{PSN_MASK, PsnVerdict, REQ_GAPPED, REQ_RESENDING, psn_newer},
 };
 
 /// Per-frame working space that `observe` uses instead of the 512-byte BPF stack: the kernel's
@@ -308,6 +309,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     } else if runs && (out.cnp || out.nak) {
         signal_run(t, key, stats, out.cnp, now);
     }
+    if out.request {
+        path_events(t, key, stats, pkt, &out, now);
+    }
     t.accounted(key, pkt, &out);
     if stage == Stage::Account {
         return;
@@ -414,6 +418,83 @@ fn signal_run<T: Tables>(t: &mut T, key: &FlowKey, stats: &mut FlowStats, cnp: b
         });
     }
     stats.signals.add(now, cnp);
+}
+
+/// Where was it lost (docs/metrics.md): a request gap is one event, and so is a finished resend
+/// run (retransmitted requests, each newer than the last, on a flow that has had a gap; a gap
+/// that finishes a run is one event with both), so that user space can tell per observation
+/// point which PSNs it never saw. Never an event per
+/// packet: a retransmission on a flow that never had a gap (a replayed or duplicated stream, a
+/// timeout storm) and an in-order request cost one flag test each, and each flow sends at most
+/// `PATH_EVENT_LIMIT` per window (the others are counted in `path_suppressed`).
+#[inline(always)]
+fn path_events<T: Tables>(
+    t: &mut T,
+    key: &FlowKey,
+    stats: &mut FlowStats,
+    pkt: &RocePacket,
+    out: &Outcome,
+    now: u64,
+) {
+    let flags = stats.psn.flags;
+    let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
+    let psn = pkt.psn & PSN_MASK;
+    if retransmit {
+        if flags & REQ_GAPPED == 0 {
+            return;
+        }
+        if flags & REQ_RESENDING != 0 && psn_newer(psn, stats.resend_last) {
+            stats.resend_last = psn;
+            return;
+        }
+    }
+    // A new PSN (in order or after a gap), or a retransmission going back again (go-back-N
+    // after another NAK or timeout), finishes the open resend run. (A retransmission has no
+    // gap: `gap_missing` is 0.)
+    let finished = flags & REQ_RESENDING != 0;
+    let gap = out.gap_missing != 0;
+    // One event, and one event site, for both (each inlined site costs the programs hundreds
+    // of instructions). Sent before the run is restarted below and filled from the flow record
+    // and the outcome in place: values carried across the ring-buffer helpers were spilled to
+    // stack slots that the 5.10 verifier found unwritten on some path ("invalid read from
+    // stack").
+    if (finished || gap) && path_event_allowed(stats, now) {
+        let record = &*stats;
+        t.emit(key.direction, now, |ev| {
+            ev.set_path(
+                key,
+                finished,
+                (record.resend_first, record.resend_last),
+                out.gap_first,
+                out.gap_missing,
+            )
+        });
+    }
+    if retransmit {
+        stats.psn.flags = flags | REQ_RESENDING;
+        stats.resend_first = psn;
+        stats.resend_last = psn;
+    } else if finished || gap {
+        stats.psn.flags = (flags & !REQ_RESENDING) | if gap { REQ_GAPPED } else { 0 };
+    }
+}
+
+/// Take one of the flow's path events in the window at `now`, or count it suppressed. Plain
+/// adds: two CPUs on one flow may let one event more through.
+#[inline(always)]
+fn path_event_allowed(stats: &mut FlowStats, now: u64) -> bool {
+    if stats.path_events == 0
+        || now.saturating_sub(stats.path_window_ns) > crate::PATH_EVENT_WINDOW_NS
+    {
+        stats.path_window_ns = now;
+        stats.path_events = 0;
+    }
+    if stats.path_events >= crate::PATH_EVENT_LIMIT {
+        stats.path_suppressed += 1;
+        return false;
+    }
+    stats.path_events += 1;
+    true
 }
 
 /// The quanta of `slot` in a `Tables::pfc` call.

@@ -26,6 +26,11 @@ pub const fn psn_add(a: u32, n: u32) -> u32 {
 
 const REQ_VALID: u8 = 1;
 const RESP_VALID: u8 = 2;
+/// `PsnState::flags`: the request stream has had a gap (from then on its retransmissions
+/// are followed as resend runs, observe.rs); kept here, in the line every packet reads.
+pub const REQ_GAPPED: u8 = 4;
+/// `PsnState::flags`: a resend run is open (`FlowStats::resend_first..resend_last`).
+pub const REQ_RESENDING: u8 = 8;
 
 /// Sequence state of both PSN spaces of one flow.
 #[repr(C)]
@@ -67,6 +72,12 @@ impl PsnState {
             flags: 0,
             _pad: [0; 3],
         }
+    }
+
+    /// Whether a request was seen (`req_expected` and `req_highest` are set).
+    #[inline(always)]
+    pub const fn has_requests(&self) -> bool {
+        self.flags & REQ_VALID != 0
     }
 
     /// A request consuming `span` PSNs (1, or the READ reservation) arrived with `psn`.

@@ -1,7 +1,8 @@
 //! What happens to one frame: the shared parser and the shared per-packet observation
 //! (roce-observer-common/src/observe.rs, which the engine runs on captured frames too), here on
 //! the BPF maps of maps.rs. Counters and per-flow state go to maps; events go to the ring
-//! buffer only for rare things (new flow, PFC, PAUSE, latency sample), without a wakeup each.
+//! buffer only for rare things (new flow, PFC, PAUSE, latency sample, finished activity run,
+//! request gap or finished resend run, the last two limited per flow), without a wakeup each.
 
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},

@@ -4,8 +4,9 @@
 //! leads nowhere: this kernel has `mirred` but not the `gact` drop action), after the capture
 //! point (packet taps on b1 see a frame before tc ingress runs). `dumpcap` captures b1 and b2 into one pcapng (two interfaces), and
 //! `analyze` must name exactly the dropped PSNs for the pair b1 -> b2 and nothing the other way.
-//! The kernel path of `run` keeps no per-PSN state (`paths: []`), so captures are the
-//! observation points here, as a user would take them.
+//! At the same time `run -i` on the sending end and on b2 (the kernel path: path events and
+//! flow records, no per-packet PSNs) sees the flow at TC egress of the sending end, before the
+//! drop, and at XDP ingress of b2, after it: its `paths` must name exactly the same PSNs.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -13,7 +14,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{netns::VethNs, observer_bin, require_root};
+use integration_tests::{
+    netns::{Observer, VethNs},
+    observer_bin, require_root,
+};
 use roce_observer_common::frames::RoceFrame;
 use roce_observer_tools::{sh, write_pcap};
 
@@ -120,6 +124,9 @@ fn a_drop_between_two_capture_points_names_the_dropped_psns() {
             panic!("dumpcap did not start capturing: {said:?}");
         }
     }
+    let a1 = &ns.a;
+    let observer =
+        Observer::start(&ns, &["-i", &format!("{a1},{b2}"), "--json"]).expect("observer attaches");
     let replay = ns.replay(&sent);
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: signalling the dumpcap this test started, by its pid (a clean stop flushes it).
@@ -127,6 +134,8 @@ fn a_drop_between_two_capture_points_names_the_dropped_psns() {
     let status = dumpcap.wait().expect("dumpcap ends");
     replay.expect("tcpreplay");
     assert!(status.success(), "dumpcap: {status}");
+    let live: serde_json::Value =
+        serde_json::from_str(&observer.stop().expect("observer stops")).expect("run --json");
 
     let out = Command::new(observer_bin())
         .args(["analyze", "--json"])
@@ -165,4 +174,30 @@ fn a_drop_between_two_capture_points_names_the_dropped_psns() {
     assert_eq!(lost["downstream_retransmits_unseen"], 0);
     assert_eq!(pair(&b2, b1)["missing"], 0);
     assert_eq!(paths.len(), 2, "one flow, two points: {paths:?}");
+
+    // The kernel path: TC egress of a1 before the drop, XDP ingress of b2 after it.
+    let live_paths = live["paths"].as_array().expect("paths");
+    let live_pair = |up: &str, down: &str| {
+        live_paths
+            .iter()
+            .find(|p| {
+                format!("{}/{}", p["upstream"]["iface"], p["upstream"]["direction"]) == up
+                    && format!(
+                        "{}/{}",
+                        p["downstream"]["iface"], p["downstream"]["direction"]
+                    ) == down
+            })
+            .unwrap_or_else(|| panic!("no pair {up} -> {down} in run -i: {live_paths:?}"))
+    };
+    let (up, down) = (
+        format!("\"{a1}\"/\"egress\""),
+        format!("\"{b2}\"/\"ingress\""),
+    );
+    let lost = live_pair(&up, &down);
+    assert_eq!(lost["missing_psns"], serde_json::json!(DROPPED), "{lost}");
+    assert_eq!(lost["missing"], DROPPED.len());
+    assert_eq!(lost["both"], PSNS.len() - DROPPED.len());
+    assert_eq!(lost["downstream_retransmits_unseen"], 0);
+    assert_eq!(live_pair(&down, &up)["missing"], 0);
+    assert_eq!(live_paths.len(), 2, "one flow, two points: {live_paths:?}");
 }

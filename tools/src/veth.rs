@@ -301,20 +301,50 @@ fn next_requests(qps: u32, round: u32) -> impl Iterator<Item = Vec<u8>> {
     })
 }
 
-/// CPU time of one report tick of the live loop, split into the map read and the whole tick.
+/// CPU time of one report tick of the live loop, split into the map read and the whole tick
+/// (without the TUI), and what the terminal UI adds on top when it is on.
 struct Tick {
     read: Duration,
     whole: Duration,
+    tui: Duration,
     flows: usize,
+}
+
+/// The terminal UI as `run` drives it on a tick: the snapshot handed to the app (history,
+/// order, filter), then one frame drawn. Drawn on ratatui's TestBackend (a 200x50 buffer) rather
+/// than a terminal, so the figure is the layout and widget work, not the terminal's writes.
+struct Tui {
+    app: roce_observer::tui::App,
+    terminal: ratatui::Terminal<ratatui::backend::TestBackend>,
+}
+
+impl Tui {
+    fn new() -> anyhow::Result<Tui> {
+        let empty = roce_observer::engine::Engine::new(Default::default()).snapshot(0);
+        Ok(Tui {
+            app: roce_observer::tui::App::new("bench".into(), empty),
+            terminal: ratatui::Terminal::new(ratatui::backend::TestBackend::new(200, 50))?,
+        })
+    }
+
+    fn tick(&mut self, snap: roce_observer::engine::snapshot::Snapshot) -> anyhow::Result<()> {
+        self.app
+            .update(roce_observer::tui::Action::Snapshot(Box::new(snap)));
+        let app = &self.app;
+        self.terminal
+            .draw(|f| roce_observer::tui::view::draw(f, app))?;
+        Ok(())
+    }
 }
 
 /// What the live loop does every report interval with `run --no-tui --log-dir D --prom-file F`:
 /// read the maps, take the snapshot, write the log batch and the metrics file, start the next
-/// interval.
+/// interval; then, timed apart, what the terminal UI does with that snapshot.
 fn live_tick(
     src: &mut KernelSource,
     engine: &mut roce_observer::engine::Engine,
     outputs: &mut roce_observer::sink::outputs::Outputs,
+    tui: Option<&mut Tui>,
 ) -> anyhow::Result<Tick> {
     let c0 = cpu_time();
     roce_observer::source::kernel::refresh(src, engine)?;
@@ -326,8 +356,11 @@ fn live_tick(
     let c_out = cpu_time();
     engine.begin_interval(now);
     let flows = snap.flows.len();
-    drop(snap);
     let c2 = cpu_time();
+    if let Some(tui) = tui {
+        tui.tick(snap)?;
+    }
+    let c_tui = cpu_time();
     if std::env::var_os("ROCE_BENCH_SPLIT").is_some() {
         eprintln!(
             "split: read {:?} snapshot {:?} outputs {:?} interval+drop {:?}",
@@ -340,6 +373,7 @@ fn live_tick(
     Ok(Tick {
         read: c1.saturating_sub(c0),
         whole: c2.saturating_sub(c0),
+        tui: c_tui.saturating_sub(c2),
         flows,
     })
 }
@@ -394,41 +428,70 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
             metrics: None,
             metrics_top_flows: DEFAULT_TOP_FLOWS,
         })?;
-        let first = live_tick(&mut src, &mut engine, &mut outputs)?;
+        let first = live_tick(&mut src, &mut engine, &mut outputs, None)?;
         println!();
         println!(
             "user space, {} flows in the kernel map: report ticks of `run --no-tui --log-dir D --prom-file F` (map read, snapshot, log batch, metrics file), CPU time of this process; per case {ticks} ticks, the first (the change of case: every rate moves) apart, the mean of the others",
             first.flows
         );
         println!(
-            "{:<30} {:>8} {:>9} {:>9} {:>10} {:>12} {:>10}",
-            "case", "changed", "read ms", "tick ms", "tick/read", "% core @1 s", "1st ms"
+            "{:<30} {:>8} {:>9} {:>9} {:>10} {:>12} {:>10} {:>8} {:>9}",
+            "case",
+            "changed",
+            "read ms",
+            "tick ms",
+            "tick/read",
+            "% core @1 s",
+            "1st ms",
+            "+TUI ms",
+            "TUI/tick"
         );
-        let row = |name: &str, changed: u32, t: &Tick, n: u32, first: Option<Duration>| {
-            let (read, whole) = (t.read / n, t.whole / n);
-            println!(
-                "{:<30} {:>8} {:>9.1} {:>9.1} {:>9.1}x {:>11.1}% {:>10}",
-                name,
-                changed,
-                read.as_secs_f64() * 1e3,
-                whole.as_secs_f64() * 1e3,
-                whole.as_secs_f64() / read.as_secs_f64().max(1e-9),
-                whole.as_secs_f64() * 100.0,
-                first.map_or("-".into(), |f| format!("{:.1}", f.as_secs_f64() * 1e3))
-            );
-        };
-        row("first tick (every flow new)", flows, &first, 1, None);
+        let row =
+            |name: &str, changed: u32, t: &Tick, n: u32, first: Option<Duration>, ui: bool| {
+                let (read, whole, tui) = (t.read / n, t.whole / n, t.tui / n);
+                let (tui_ms, tui_ratio) = if !ui {
+                    ("-".to_string(), "-".to_string())
+                } else {
+                    (
+                        format!("{:.1}", tui.as_secs_f64() * 1e3),
+                        format!("{:.2}x", tui.as_secs_f64() / whole.as_secs_f64().max(1e-9)),
+                    )
+                };
+                println!(
+                    "{:<30} {:>8} {:>9.1} {:>9.1} {:>9.1}x {:>11.1}% {:>10} {:>8} {:>9}",
+                    name,
+                    changed,
+                    read.as_secs_f64() * 1e3,
+                    whole.as_secs_f64() * 1e3,
+                    whole.as_secs_f64() / read.as_secs_f64().max(1e-9),
+                    whole.as_secs_f64() * 100.0,
+                    first.map_or("-".into(), |f| format!("{:.1}", f.as_secs_f64() * 1e3)),
+                    tui_ms,
+                    tui_ratio,
+                );
+            };
+        row("first tick (every flow new)", flows, &first, 1, None, false);
         let mut round = 0;
         let few = (flows / 50).max(1);
+        // The TUI cases come after the memory figure, which stays that of `run --no-tui`.
         let cases = [
-            ("nothing changed", 0),
-            ("every flow changed", flows),
-            ("2% of the flows changed", few),
+            ("nothing changed", 0, false),
+            ("every flow changed", flows, false),
+            ("2% of the flows changed", few, false),
+            ("TUI on, nothing changed", 0, true),
+            ("TUI on, 2% changed", few, true),
         ];
-        for (name, changed) in cases {
+        let mut tui = None;
+        let mut rss1 = 0;
+        for (name, changed, with_tui) in cases {
+            if with_tui && tui.is_none() {
+                rss1 = rss_bytes();
+                tui = Some(Tui::new()?);
+            }
             let mut sum = Tick {
                 read: Duration::ZERO,
                 whole: Duration::ZERO,
+                tui: Duration::ZERO,
                 flows: 0,
             };
             let mut first = None;
@@ -439,20 +502,20 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
                     write_pcap(&pcap, next_requests(changed, round))?;
                     replay(&mut src, &pcap, &ns.a)?;
                 }
-                let t = live_tick(&mut src, &mut engine, &mut outputs)?;
+                let t = live_tick(&mut src, &mut engine, &mut outputs, tui.as_mut())?;
                 if n == 0 {
                     first = Some(t.whole);
                 } else {
                     sum.read += t.read;
                     sum.whole += t.whole;
+                    sum.tui += t.tui;
                 }
             }
-            row(name, changed, &sum, ticks - 1, first);
+            row(name, changed, &sum, ticks - 1, first, with_tui);
         }
-        let rss1 = rss_bytes();
         let _ = src.detach_all();
         println!(
-            "user memory {:.0} bytes per flow (RSS growth over the ticks: engine, cached flow views, log baseline); target: <= 10% of a core at 100,000 flows",
+            "user memory {:.0} bytes per flow (RSS growth over the ticks before the TUI cases: engine, cached flow views, log baseline); target: <= 10% of a core at 100,000 flows; +TUI ms: what the terminal UI adds to a tick (snapshot handed to the app, one 200x50 frame drawn on ratatui's TestBackend)",
             rss1.saturating_sub(rss0) as f64 / f64::from(flows.max(1))
         );
         Ok(())

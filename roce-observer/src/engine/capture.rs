@@ -81,7 +81,9 @@ impl Engine {
             if !self.steps_from_runs {
                 self.steps.packet(ts_ns, &key, &pkt, &out);
             }
-            self.paths.packet(&key, &pkt, &out);
+            if !self.paths_from_events {
+                self.paths.packet(&key, &pkt, &out);
+            }
         }
         for ev in events.drain(..) {
             self.on_event(&ev);

@@ -1,6 +1,6 @@
 //! Events from either path (the kernel's ring buffer, or the capture path's shared
 //! observation), each handed to its concept: PFC pause timelines, latency samples, activity
-//! runs (training steps, kernel path).
+//! runs (training steps, kernel path), path events (where was it lost, kernel path).
 //! (Bursts of retransmissions and NAKs are read from the flow records, alerts::bursts.)
 
 use roce_observer_common::{Direction, Event, EventBody, pfc::PRIORITY_LINK};
@@ -53,6 +53,16 @@ impl Engine {
                     retransmits: u64::from(retransmits),
                 },
             ),
+            // The capture path sees every PSN (pathloss.rs): its path events are not needed.
+            EventBody::Path { .. } if d == Direction::Capture && !self.paths_from_events => {}
+            EventBody::Path { resend, gap } => {
+                if let Some((first, last)) = resend {
+                    self.paths.from_events.resend(&ev.flow, first, last);
+                }
+                if let Some((first, missing)) = gap {
+                    self.paths.from_events.gap(&ev.flow, first, missing);
+                }
+            }
             EventBody::SignalRun {
                 duration_ns,
                 cnp,

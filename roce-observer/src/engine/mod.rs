@@ -145,6 +145,9 @@ pub struct Engine {
     /// Tests only: feed steps from the capture path's run events and flow records, as the
     /// kernel path does, instead of per packet.
     steps_from_runs: bool,
+    /// Tests only: build path views from the capture path's path events and flow records, as
+    /// the kernel path does, instead of per packet.
+    paths_from_events: bool,
     /// Request PSNs per observation point, for flows seen at several (capture path).
     paths: PathLoss,
     /// PFC/PAUSE frame times per source, for the storm origin.
@@ -204,6 +207,7 @@ impl Engine {
             event_buf: Vec::new(),
             steps: Steps::default(),
             steps_from_runs: false,
+            paths_from_events: false,
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
             shown: RefCell::default(),

@@ -9,6 +9,9 @@
 //! the capture declares several interfaces), for at most [`MAX_FLOWS`] flows; a PSN is judged
 //! when it leaves the ring (or, for the ones still in it, at the snapshot), so points may see a
 //! PSN up to [`RING`] PSNs apart.
+//!
+//! The kernel path (`run -i`) sends no PSN per packet: its view is built from path events and
+//! flow records in [`ranges`], with the same definitions, and listed the same way.
 
 use std::collections::HashMap;
 
@@ -34,6 +37,8 @@ pub const MAX_FLOWS: usize = 4096;
 /// Missing PSNs listed per pair.
 pub const EXAMPLES: usize = 16;
 
+pub mod ranges;
+
 /// (source IP, destination IP, destination QP).
 type Path = ([u8; 16], [u8; 16], u32);
 /// (ifindex, direction).
@@ -48,11 +53,14 @@ pub struct PointState {
     /// First and highest request PSN it saw since the ring exists.
     first: Option<u32>,
     highest: u32,
-    /// Retransmissions of a PSN it never saw sent the first time (while in the ring).
-    pub retransmit_unseen: u64,
 }
 
 impl PointState {
+    /// The first request PSN it saw since the ring exists.
+    pub fn first_psn(&self) -> Option<u32> {
+        self.first
+    }
+
     /// It saw PSNs on both sides of `psn`: a PSN it lacks there was lost before it.
     fn covers(&self, psn: u32) -> bool {
         self.first
@@ -60,12 +68,14 @@ impl PointState {
     }
 }
 
-/// Per ordered pair of point indices: PSNs seen at both, and seen at the first only.
+/// Per ordered pair of point indices: PSNs seen at both, and seen at the first only; the
+/// second point's retransmissions of PSNs the first saw sent the first time and it did not.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PairCount {
     pub both: u64,
     pub missing: u64,
     pub examples: Vec<u32>,
+    pub retransmits_unseen: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -91,7 +101,6 @@ impl PathFlow {
             point: p,
             first: None,
             highest: 0,
-            retransmit_unseen: 0,
         });
         Some(self.points.len() - 1)
     }
@@ -113,14 +122,23 @@ impl PathFlow {
         }
         let slot = self.slot(psn);
         let bit = 1u8 << i;
-        let p = &mut self.points[i];
+        let mask = self.ring[slot];
         if retransmit {
-            if self.ring[slot] & bit == 0 {
-                p.retransmit_unseen += 1;
+            // A resend of a PSN this point never saw sent the first time: for each point that
+            // did, the original was lost between them. (A PSN no point saw first was lost
+            // before all of them: no pair is blamed.)
+            if mask & bit == 0 {
+                for a in (0..self.points.len()).filter(|&a| mask & (1 << a) != 0) {
+                    self.pairs
+                        .entry((a as u8, i as u8))
+                        .or_default()
+                        .retransmits_unseen += 1;
+                }
             }
         } else {
             self.ring[slot] |= bit;
         }
+        let p = &mut self.points[i];
         match p.first {
             None => {
                 p.first = Some(psn);
@@ -190,11 +208,63 @@ fn judge(points: &[PointState], psn: u32, mask: u8, pairs: &mut HashMap<(u8, u8)
     }
 }
 
+/// The one point a flow was seen at before it got a ring, and the request PSNs it saw there in
+/// order (each the one after the last, none a retransmission) up to the latest: when a second
+/// point sees the flow, the ring starts with those, so a single-interface input (two switch
+/// mirrors on one monitor port) compares the first point's PSNs from before the second
+/// appeared, as the kernel path does (ranges.rs).
+#[derive(Clone, Copy, Debug)]
+struct Before {
+    point: Point,
+    run_start: u32,
+    last: u32,
+}
+
+impl Before {
+    fn new(point: Point, psn: u32, retransmit: bool) -> Before {
+        let mut b = Before {
+            point,
+            run_start: psn,
+            last: psn,
+        };
+        if retransmit {
+            // Not sent the first time: the in-order run starts after it.
+            b.run_start = psn_add(psn, 1);
+        }
+        b
+    }
+
+    fn see(&mut self, psn: u32, retransmit: bool) {
+        if retransmit {
+            // A PSN of the run resent, or one before it: the run is no longer known to be
+            // every PSN seen first.
+            self.run_start = psn_add(self.last, 1);
+            return;
+        }
+        if psn != psn_add(self.last, 1) {
+            self.run_start = psn;
+        }
+        self.last = psn;
+    }
+
+    /// The PSNs of the in-order run (at most a ring's worth, the latest).
+    fn run(&self) -> impl Iterator<Item = u32> + use<> {
+        let n = psn_add(psn_diff(self.last, self.run_start), 1);
+        let n = if n > RING || psn_newer(self.run_start, self.last) {
+            0
+        } else {
+            n
+        };
+        let start = psn_add(self.last, 1).wrapping_sub(n) & PSN_MASK;
+        (0..n).map(move |k| psn_add(start, k))
+    }
+}
+
 /// Flows by path, and where each was seen.
 #[derive(Clone, Debug, Default)]
 pub struct PathLoss {
-    /// Points each path was seen at before it got a ring.
-    seen_at: HashMap<Path, Point, FastHash>,
+    /// The point each path was seen at before it got a ring.
+    seen_at: HashMap<Path, Before, FastHash>,
     flows: HashMap<Path, PathFlow, FastHash>,
     /// Paths seen at a second point after [`MAX_FLOWS`] had rings.
     pub untracked_flows: u64,
@@ -206,9 +276,14 @@ pub struct PathLoss {
     pub several_points: bool,
     /// The first point any packet was seen at, until a packet comes from another (then
     /// `None` with `seen_two` set): an input with one point (a pcap, a pcapng with one
-    /// interface) costs one comparison per packet here.
+    /// interface) costs one comparison per packet here, and one more for the input's first
+    /// flow, whose in-order run is followed meanwhile (its packets at the first point come
+    /// before any second point could appear).
     only_point: Option<Point>,
+    first_flow: Option<(Path, Before)>,
     seen_two: bool,
+    /// The kernel path's view, from path events and flow records.
+    pub from_events: ranges::RangePaths,
 }
 
 impl PathLoss {
@@ -224,20 +299,33 @@ impl PathLoss {
             key.outer_src,
             key.mirror_id,
         );
+        let path = (key.src_ip, key.dst_ip, key.dst_qp);
+        let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
+        let psn = pkt.psn & PSN_MASK;
         if !self.several_points && !self.seen_two {
             match self.only_point {
                 Some(p) if p != point => {
                     self.seen_two = true;
                     self.only_point = None;
+                    if let Some((first_path, before)) = self.first_flow.take() {
+                        self.seen_at.insert(first_path, before);
+                    }
                 }
-                Some(_) => return,
+                Some(_) => {
+                    if let Some((first_path, before)) = &mut self.first_flow
+                        && *first_path == path
+                    {
+                        before.see(psn, retransmit);
+                    }
+                    return;
+                }
                 None => {
                     self.only_point = Some(point);
+                    self.first_flow = Some((path, Before::new(point, psn, retransmit)));
                     return;
                 }
             }
         }
-        let path = (key.src_ip, key.dst_ip, key.dst_qp);
         if self.several_points
             // Half the rings at most go to flows before a second point saw them: flows that
             // cross one point only must not take every ring from those that cross two.
@@ -249,24 +337,33 @@ impl PathLoss {
         }
         let flow = match self.flows.get_mut(&path) {
             Some(f) => f,
-            None => match self.seen_at.get(&path) {
+            None => match self.seen_at.get_mut(&path) {
                 // One point so far: remember it, nothing to compare yet.
                 None => {
                     if self.seen_at.len() < 16 * MAX_FLOWS {
-                        self.seen_at.insert(path, point);
+                        self.seen_at
+                            .insert(path, Before::new(point, psn, retransmit));
                     }
                     return;
                 }
-                Some(&p) if p == point => return,
-                Some(&first) => {
+                Some(b) if b.point == point => {
+                    b.see(psn, retransmit);
+                    return;
+                }
+                Some(_) => {
+                    let Some(before) = self.seen_at.remove(&path) else {
+                        return;
+                    };
                     if self.flows.len() >= MAX_FLOWS {
                         self.untracked_flows += 1;
-                        self.seen_at.remove(&path);
                         return;
                     }
-                    self.seen_at.remove(&path);
                     let f = self.flows.entry(path).or_default();
-                    f.point_index(first);
+                    if let Some(i) = f.point_index(before.point) {
+                        for p in before.run() {
+                            f.see(i, p, false);
+                        }
+                    }
                     f
                 }
             },
@@ -274,8 +371,7 @@ impl PathLoss {
         let Some(i) = flow.point_index(point) else {
             return;
         };
-        let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
-        flow.see(i, pkt.psn, retransmit);
+        flow.see(i, psn, retransmit);
     }
 
     pub fn flows(&self) -> impl Iterator<Item = (&Path, &PathFlow)> {
@@ -312,8 +408,34 @@ impl Engine {
                     both: c.both,
                     missing: c.missing,
                     missing_psns: c.examples,
-                    downstream_retransmits_unseen: down.retransmit_unseen,
+                    downstream_retransmits_unseen: c.retransmits_unseen,
+                    incomplete: false,
                 });
+            }
+        }
+        for ((src, dst, qp), f) in self.paths.from_events.flows() {
+            for a in 0..f.points.len() {
+                for b in (0..f.points.len()).filter(|&b| b != a) {
+                    let Some(c) = f.pair(a, b) else {
+                        continue;
+                    };
+                    if c.both + c.missing == 0 {
+                        continue;
+                    }
+                    let (up, down) = (&f.points[a], &f.points[b]);
+                    out.push(PathPair {
+                        src_ip: show_ip(*src),
+                        dst_ip: show_ip(*dst),
+                        dst_qp: *qp,
+                        upstream: point(up.point),
+                        downstream: point(down.point),
+                        both: c.both,
+                        missing: c.missing,
+                        missing_psns: c.examples,
+                        downstream_retransmits_unseen: c.retransmits_unseen,
+                        incomplete: up.incomplete || down.incomplete,
+                    });
+                }
             }
         }
         out.sort_by(|a, b| {

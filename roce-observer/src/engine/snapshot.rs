@@ -745,8 +745,18 @@ pub struct PathPair {
     pub missing: u64,
     /// The first of them (at most 16).
     pub missing_psns: Vec<u32>,
-    /// Retransmissions `downstream` saw of PSNs it never saw sent the first time.
+    /// Retransmissions `downstream` saw of PSNs `upstream` saw sent the first time and it never
+    /// did (lost between them).
     pub downstream_retransmits_unseen: u64,
+    /// Kernel path: some of either point's path events were suppressed by the kernel's
+    /// per-flow limit (or past the engine's bound), so the counts are lower bounds. Only
+    /// written when true.
+    #[serde(skip_serializing_if = "is_false")]
+    pub incomplete: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[cfg(test)]

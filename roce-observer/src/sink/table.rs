@@ -539,8 +539,13 @@ pub fn render(s: &Snapshot) -> String {
                     )
                 } else {
                     String::new()
-                }
+                },
             );
+            let text = if p.incomplete {
+                format!("{text} (at least: path events over the per-flow limit were not sent)")
+            } else {
+                text
+            };
             wrap(&mut out, &text, "  ", 118);
         }
     }

@@ -185,9 +185,8 @@ pub fn draw_paths(frame: &mut Frame, app: &App, area: Rect) {
             frame,
             area,
             "where was it lost",
-            "No flow is seen at two observation points (interfaces and directions) of a \
-             capture. Path views need per-packet PSNs: a capture (analyze, run --capture) \
-             has them, the kernel path of run does not.",
+            "No flow is seen at two observation points (interfaces and directions, or \
+             switch mirror sources) with request PSNs to compare.",
         );
         return;
     }
@@ -214,7 +213,13 @@ pub fn draw_paths(frame: &mut Frame, app: &App, area: Rect) {
             plain,
         );
         both.push(format::count(p.both), plain);
-        let (text, style) = warn(p.missing, p.missing.to_string());
+        // Kernel path: events were suppressed for this pair, its counts are lower bounds.
+        let lost = if p.incomplete {
+            format!("{}+", p.missing)
+        } else {
+            p.missing.to_string()
+        };
+        let (text, style) = warn(p.missing, lost);
         missing.push(text, style);
         let (text, style) = warn(
             p.downstream_retransmits_unseen,

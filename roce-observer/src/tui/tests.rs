@@ -757,3 +757,91 @@ fn diagnosis_views_without_data_say_why() {
         assert!(screen.contains(needle), "{screen}");
     }
 }
+
+/// A snapshot of `n` flows (one RC WRITE each, a different QP and size per flow, so the order by
+/// bytes is known): more than a screen holds.
+fn many_flows_snapshot(n: u32) -> crate::engine::snapshot::Snapshot {
+    use roce_observer_common::frames::RoceFrame;
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut t = 1_700_000_000_000_000_000u64;
+    for qp in 0..n {
+        let frame = RoceFrame {
+            payload: 64 + qp as usize,
+            ..RoceFrame::new(0x0a, 0x100 + qp, 0)
+        }
+        .build();
+        t += 1_000;
+        engine.ingest_frame(t, &frame, frame.len() as u32, 0);
+    }
+    engine.snapshot(t)
+}
+
+#[test]
+fn window_scrolls_as_ratatui_does() {
+    use view::window;
+    // From the top until the selection passes the last visible row...
+    assert_eq!(window(0, 100, 10), 0..10);
+    assert_eq!(window(9, 100, 10), 0..10);
+    // ...then with the selection on the last row.
+    assert_eq!(window(10, 100, 10), 1..11);
+    assert_eq!(window(99, 100, 10), 90..100);
+    // Fewer rows than the screen holds, none at all, a zero-height area.
+    assert_eq!(window(2, 3, 10), 0..3);
+    assert_eq!(window(0, 0, 10), 0..0);
+    assert_eq!(window(5, 100, 0), 5..6);
+}
+
+/// With more flows than rows on the screen, the table shows exactly the window around the
+/// selection, in the sort order, with the selected flow highlighted: only those rows are
+/// formatted, so a frame costs the same at 100,000 flows as at 30.
+#[test]
+fn long_flow_lists_draw_the_rows_around_the_selection() {
+    let mut app = App::new("test".into(), many_flows_snapshot(300));
+    app.update(Action::CycleSort); // by bytes: the order is known (the biggest first)
+    assert_eq!(app.order.len(), 300);
+    let (width, height) = (160u16, 30u16);
+    let qp_of = |app: &App, row: usize| crate::format::qp(app.flows()[app.order[row]].dst_qp);
+    for target in [0usize, 10, 150, 299] {
+        while app.selected < target {
+            app.update(Action::Down);
+        }
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+        terminal.draw(|f| view::draw(f, &app)).expect("draw");
+        let screen = format!("{}", terminal.backend());
+        let lines: Vec<&str> = screen.lines().collect();
+        let header = lines
+            .iter()
+            .position(|l| l.contains("source -> destination"))
+            .expect("table header");
+        let rows: Vec<&str> = lines[header + 1..]
+            .iter()
+            .copied()
+            .take_while(|l| l.contains("192.0.2."))
+            .collect();
+        assert!(rows.len() >= 5, "a screenful of rows: {screen}");
+        // The selected flow is on screen, and the rows are consecutive in the sort order.
+        let first = (0..app.order.len())
+            .find(|r| rows[0].contains(&format!(" {} ", qp_of(&app, *r))))
+            .expect("the first row is a flow of the order");
+        for (k, row) in rows.iter().enumerate() {
+            assert!(
+                row.contains(&format!(" {} ", qp_of(&app, first + k))),
+                "row {k} after {first}: {row}"
+            );
+        }
+        assert!(
+            (first..first + rows.len()).contains(&target),
+            "selection {target} on screen (rows {first}..{})",
+            first + rows.len()
+        );
+        // Highlighted: the selected row is drawn reversed.
+        let buf = terminal.backend().buffer();
+        let y = (header + 1 + target - first) as u16;
+        let cell = &buf[(1, y)];
+        assert!(
+            cell.modifier.contains(ratatui::style::Modifier::REVERSED)
+                || cell.bg != ratatui::style::Color::Reset,
+            "row {target} highlighted"
+        );
+    }
+}

@@ -145,8 +145,9 @@ fn a_point_whose_packets_come_later_in_the_file_is_compared_with_all_of_the_firs
 }
 
 /// Without declared interfaces (interface names are how a capture declares its points), a
-/// flow's ring starts when a second point sees it: memory for multi-point flows only, and the
-/// PSNs before that are not compared.
+/// flow's ring starts when a second point sees it: memory for multi-point flows only. The
+/// first point's PSNs before that are compared as far as they were an in-order run (each the
+/// one after the last, none resent) up to the second point's arrival.
 #[test]
 fn without_declared_points_the_ring_starts_at_the_second_point() {
     let mut e = Engine::new(EngineConfig::default());
@@ -162,7 +163,36 @@ fn without_declared_points_the_ring_starts_at_the_second_point() {
         .find(|p| p.missing > 0)
         .expect("a pair with a loss");
     assert_eq!(lost.missing_psns, [50]);
-    assert_eq!(lost.both, 98, "PSN 0 came before the second point");
+    assert_eq!(
+        lost.both, 99,
+        "PSN 0, before the second point, compared too"
+    );
+}
+
+/// The first point's history before the second point: only its last in-order run counts
+/// (here 30..=39, after a gap at 20 and a resend of 25), the rest is unknown.
+#[test]
+fn before_the_second_point_only_the_last_in_order_run_is_compared() {
+    let mut e = Engine::new(EngineConfig::default());
+    let mut t = 0;
+    for psn in (10..20).chain(21..30).chain([25]).chain(30..40) {
+        send(&mut e, UP, psn, t);
+        t += 1000;
+    }
+    for psn in 40..50u32 {
+        send(&mut e, UP, psn, t);
+        if psn != 45 {
+            send(&mut e, DOWN, psn, t + 500);
+        }
+        t += 1000;
+    }
+    let paths = e.snapshot(T0 + 1_000_000_000).paths;
+    let lost = paths.iter().find(|p| p.missing > 0).expect("a loss");
+    assert_eq!(lost.missing_psns, [45]);
+    // Both saw 40..49 but 45; upstream's 30..39 are compared (downstream did not cover them).
+    assert_eq!(lost.both, 9);
+    let up = e.paths.flows().next().expect("a ring").1;
+    assert_eq!(up.points[0].first_psn(), Some(30));
 }
 
 /// Flows that cross one point only cannot take the rings of the flows that cross two: after
@@ -189,4 +219,189 @@ fn single_point_flows_leave_rings_for_flows_seen_at_two_points() {
         2,
         "only the flow seen at two points has pairs"
     );
+}
+
+/// The same frames the kernel path's way: path events (gaps, finished resend runs) from the
+/// shared observation, and the flow records read at the end (first and highest PSN, the open
+/// resend run), as `run -i` reads its map (ranges.rs).
+fn as_kernel(frames: impl FnOnce(&mut Engine)) -> Vec<PathPair> {
+    let mut e = Engine::new(EngineConfig::default());
+    e.paths_from_events = true;
+    e.set_iface_name(UP, "up");
+    e.set_iface_name(DOWN, "down");
+    frames(&mut e);
+    let reads: Vec<_> = e.flows.iter().map(|(k, v)| (*k, *v.stats())).collect();
+    for (k, stats) in &reads {
+        e.paths.from_events.flow_read(k, stats);
+    }
+    assert!(
+        e.paths.flows().next().is_none(),
+        "the kernel-path view must not use the ring"
+    );
+    sorted(e.snapshot(T0 + 100_000_000_000).paths)
+}
+
+fn sorted(mut v: Vec<PathPair>) -> Vec<PathPair> {
+    v.sort_by(|a, b| (&a.upstream, &a.downstream).cmp(&(&b.upstream, &b.downstream)));
+    v
+}
+
+/// Every PSN of `psns` upstream, downstream all but `dropped`, then go-back-N from each PSN of
+/// `back_to` up to the highest, at both points.
+fn go_back(e: &mut Engine, psns: &[u32], dropped: &[u32], back_to: &[u32]) {
+    let mut t = 0;
+    for &psn in psns {
+        send(e, UP, psn, t);
+        if !dropped.contains(&psn) {
+            send(e, DOWN, psn, t + 500);
+        }
+        t += 1000;
+    }
+    let last = *psns.last().expect("psns");
+    for &from in back_to {
+        for psn in from..=last {
+            send(e, UP, psn, t);
+            send(e, DOWN, psn, t + 500);
+            t += 1000;
+        }
+    }
+}
+
+#[test]
+fn kernel_view_equals_the_ring_on_drops_and_go_back_n() {
+    let psns: Vec<u32> = (1000..1300).collect();
+    let dropped = [1010, 1100, 1101, 1102, 1299];
+    // The last run (from 1100) is still open at the end: read from the flow record.
+    let back_to = [1250, 1290, 1100];
+    let ring = {
+        let mut e = Engine::new(EngineConfig::default());
+        e.set_iface_name(UP, "up");
+        e.set_iface_name(DOWN, "down");
+        go_back(&mut e, &psns, &dropped, &back_to);
+        sorted(e.snapshot(T0 + 100_000_000_000).paths)
+    };
+    let kernel = as_kernel(|e| go_back(e, &psns, &dropped, &back_to));
+    assert_eq!(kernel, ring);
+    let lost = pair(&kernel, "up", "down");
+    // 1299, dropped downstream the first time, came as new in the first go-back: not lost.
+    assert_eq!(lost.missing_psns, [1010, 1100, 1101, 1102]);
+    // 1100..1102 resent once (in the open run from 1100), 1010 never.
+    assert_eq!(lost.downstream_retransmits_unseen, 3);
+}
+
+#[test]
+fn kernel_view_equals_the_ring_across_the_psn_wrap() {
+    let start = PSN_MASK - 300;
+    let psns: Vec<u32> = (0..600).map(|k| (start + k) & PSN_MASK).collect();
+    let dropped: Vec<u32> = psns.iter().copied().skip(3).step_by(97).collect();
+    let run = |e: &mut Engine| {
+        let mut t = 0;
+        for &psn in &psns {
+            send(e, UP, psn, t);
+            if !dropped.contains(&psn) {
+                send(e, DOWN, psn, t + 500);
+            }
+            t += 1000;
+        }
+    };
+    let ring = {
+        let mut e = Engine::new(EngineConfig::default());
+        e.set_iface_name(UP, "up");
+        e.set_iface_name(DOWN, "down");
+        run(&mut e);
+        sorted(e.snapshot(T0 + 100_000_000_000).paths)
+    };
+    let kernel = as_kernel(run);
+    assert_eq!(kernel, ring);
+    assert_eq!(pair(&kernel, "up", "down").missing_psns, dropped);
+}
+
+#[test]
+fn kernel_view_does_not_blame_a_point_that_stopped_early() {
+    let kernel = as_kernel(|e| {
+        for psn in 1000..2000u32 {
+            send(e, UP, psn, u64::from(psn) * 1000);
+            if psn < 1500 && psn != 1200 {
+                send(e, DOWN, psn, u64::from(psn) * 1000 + 500);
+            }
+        }
+    });
+    let lost = pair(&kernel, "up", "down");
+    assert_eq!((lost.missing, lost.both), (1, 499));
+    assert_eq!(lost.missing_psns, [1200]);
+}
+
+/// A stream replayed twice at both points (every packet of the second pass a retransmission,
+/// no gap): no path event at all, and nothing missing.
+#[test]
+fn a_replayed_stream_makes_no_path_event() {
+    let mut e = Engine::new(EngineConfig::default());
+    e.paths_from_events = true;
+    for _ in 0..2 {
+        for psn in 0..500u32 {
+            send(&mut e, UP, psn, u64::from(psn));
+            send(&mut e, DOWN, psn, u64::from(psn) + 1);
+        }
+    }
+    let reads: Vec<_> = e.flows.iter().map(|(k, v)| (*k, *v.stats())).collect();
+    for (_, stats) in &reads {
+        assert_eq!(stats.req_retransmits, 500);
+        assert_eq!((stats.path_events, stats.path_suppressed), (0, 0));
+    }
+}
+
+/// Past `PATH_EVENT_LIMIT` events in one window a flow's events are counted, not sent, and its
+/// path view says it is incomplete (a lower bound).
+#[test]
+fn over_the_event_limit_the_view_is_marked_incomplete() {
+    let limit = roce_observer_common::PATH_EVENT_LIMIT;
+    let dropped: Vec<u32> = (0..limit + 10).map(|k| 10 + 2 * k).collect();
+    let psns: Vec<u32> = (0..2 * limit + 40).collect();
+    let kernel = as_kernel(|e| {
+        // All within a few microseconds: one window.
+        for &psn in &psns {
+            send(e, UP, psn, u64::from(psn));
+            if !dropped.contains(&psn) {
+                send(e, DOWN, psn, u64::from(psn));
+            }
+        }
+    });
+    let lost = pair(&kernel, "up", "down");
+    assert!(lost.incomplete);
+    assert_eq!(lost.missing, u64::from(limit));
+    assert!(!pair(&kernel, "down", "up").incomplete || lost.incomplete);
+}
+
+/// One capture merged with itself (`mergecap -I none a.pcap a.pcap`): every packet at two
+/// points, including the sender's resends of PSNs lost before both. Nothing was lost between
+/// them, so no pair may count those resends (it did, 24 on a Soft-RoCE loss capture, when the
+/// count was per point instead of per pair).
+#[test]
+fn a_stream_seen_twice_blames_no_pair_for_loss_before_both() {
+    let stream = |e: &mut Engine| {
+        let mut t = 0;
+        let psns = (0..50u32).filter(|p| ![10, 11, 30].contains(p));
+        for psn in psns.chain(10..20).chain(30..35) {
+            send(e, UP, psn, t);
+            send(e, DOWN, psn, t + 1);
+            t += 1000;
+        }
+    };
+    let ring = {
+        let mut e = Engine::new(EngineConfig::default());
+        e.set_iface_name(UP, "up");
+        e.set_iface_name(DOWN, "down");
+        stream(&mut e);
+        sorted(e.snapshot(T0 + 100_000_000_000).paths)
+    };
+    for (what, paths) in [("ring", &ring), ("kernel", &as_kernel(stream))] {
+        for p in paths {
+            assert_eq!(
+                (p.missing, p.downstream_retransmits_unseen),
+                (0, 0),
+                "{what}: {p:?}"
+            );
+            assert_eq!(p.both, 47, "{what}");
+        }
+    }
 }

@@ -293,6 +293,9 @@ fn memory_is_bounded() {
     let out = roce_observer_common::account::Outcome {
         psn: PsnVerdict::InOrder,
         response: false,
+        request: true,
+        gap_first: 0,
+        gap_missing: 0,
         nak: false,
         cnp: false,
         retransmit_burst: false,

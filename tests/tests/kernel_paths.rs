@@ -1,0 +1,170 @@
+//! Layer 1 for "where was it lost" on the kernel path: hand-chosen request PSN sequences through
+//! the XDP and TC programs with BPF_PROG_TEST_RUN, and the path events they send read back
+//! exactly (roce-observer-common/src/observe.rs, `path_events`): one event per request gap (its
+//! first missing PSN and count) and one per finished resend run (its first and last PSN; one
+//! event with both for a gap that finishes a run), the
+//! open run and the first request PSN in the flow record, nothing at all for a stream that is
+//! only retransmitted (no gap), and at most `PATH_EVENT_LIMIT` per flow and window, the rest
+//! counted in the flow record.
+
+use std::time::{Duration, Instant};
+
+use integration_tests::require_root;
+use roce_observer::source::kernel::{KernelOptions, KernelSource};
+use roce_observer_common::{
+    EventBody, PATH_EVENT_LIMIT,
+    frames::RoceFrame,
+    psn::{REQ_GAPPED, REQ_RESENDING},
+};
+
+fn write(qp: u32, psn: u32) -> Vec<u8> {
+    RoceFrame {
+        tos: (26 << 2) | 2,
+        payload: 256,
+        ..RoceFrame::new(0x0a, qp, psn)
+    }
+    .build()
+}
+
+/// The path events of each QP, in order.
+fn path_events(src: &mut KernelSource) -> Vec<(u32, EventBody)> {
+    let mut out = Vec::new();
+    src.drain_events(|ev| {
+        if let Some(body @ EventBody::Path { .. }) = ev.body() {
+            out.push((ev.flow.dst_qp, body));
+        }
+    });
+    out
+}
+
+fn gap(first: u32, missing: u32) -> EventBody {
+    EventBody::Path {
+        resend: None,
+        gap: Some((first, missing)),
+    }
+}
+
+fn resend(first: u32, last: u32) -> EventBody {
+    EventBody::Path {
+        resend: Some((first, last)),
+        gap: None,
+    }
+}
+
+#[test]
+#[ignore = "kernel test: needs root (BPF)"]
+fn gaps_and_resend_runs_are_sent_exactly() {
+    require_root();
+    // QP 0x11: 0 1 2 | 5 6 (3 and 4 missing) | 3 4 5 6 resent | 7 8 new | 5 6 resent, back to 4
+    // (another go-back) | 10 (9 missing, the run 4 finished) | 7 8 resent (open).
+    let lossy = [0, 1, 2, 5, 6, 3, 4, 5, 6, 7, 8, 5, 6, 4, 10, 7, 8];
+    // QP 0x22: a stream sent twice (a replay, a timeout storm): every packet of the second pass
+    // a retransmission, and no gap, so no path event.
+    let replayed: Vec<u32> = (0..10).chain(0..10).collect();
+    // QP 0x33: wraps the 24-bit PSN space with a gap across it.
+    let wrap = [0xff_fffd, 0xff_fffe, 1, 2, 0xff_ffff, 0];
+    for tc in [false, true] {
+        let what = if tc { "tc" } else { "xdp" };
+        let mut src = KernelSource::load(&KernelOptions::default()).expect("programs load");
+        let mut frames = Vec::new();
+        frames.extend(lossy.iter().map(|&p| write(0x11, p)));
+        frames.extend(replayed.iter().map(|&p| write(0x22, p)));
+        frames.extend(wrap.iter().map(|&p| write(0x33, p)));
+        for f in &frames {
+            if tc {
+                src.test_run_tc(f)
+            } else {
+                src.test_run_xdp(f)
+            }
+            .expect("test run");
+        }
+        let events = path_events(&mut src);
+        assert_eq!(
+            events,
+            [
+                (0x11, gap(3, 2)),
+                (0x11, resend(3, 6)),
+                (0x11, resend(5, 6)),
+                (
+                    0x11,
+                    EventBody::Path {
+                        resend: Some((4, 4)),
+                        gap: Some((9, 1))
+                    }
+                ),
+                (0x33, gap(0xff_ffff, 2)),
+                // 0xffffff and 0 came back after 2: one run, open at the end.
+            ],
+            "{what}"
+        );
+        let flows = src.read_flows().expect("flow map");
+        let flow = |qp: u32| {
+            flows
+                .iter()
+                .find(|(k, _)| k.dst_qp == qp)
+                .map(|(_, s)| *s)
+                .unwrap_or_else(|| panic!("{what}: no flow of QP {qp:#x}"))
+        };
+        let lossy = flow(0x11);
+        assert_eq!(lossy.req_first, 0, "{what}");
+        assert_ne!(lossy.psn.flags & REQ_RESENDING, 0, "{what}: run 4..5 open");
+        assert_eq!(
+            (lossy.resend_first, lossy.resend_last, lossy.psn.req_highest),
+            (7, 8, 10),
+            "{what}"
+        );
+        assert_eq!(lossy.path_suppressed, 0, "{what}");
+        let replayed = flow(0x22);
+        assert_eq!(replayed.req_retransmits, 10, "{what}");
+        assert_eq!(
+            replayed.psn.flags & (REQ_GAPPED | REQ_RESENDING),
+            0,
+            "{what}"
+        );
+        let wrap = flow(0x33);
+        assert_eq!(wrap.req_first, 0xff_fffd, "{what}");
+        assert_eq!(
+            (wrap.resend_first, wrap.resend_last),
+            (0xff_ffff, 0),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "kernel test: needs root (BPF)"]
+fn path_events_are_limited_per_flow_and_window() {
+    require_root();
+    let over = 5;
+    // Every other PSN missing: one gap per packet after the first.
+    let psns: Vec<u32> = (0..=PATH_EVENT_LIMIT + over).map(|k| 2 * k).collect();
+    let frames: Vec<Vec<u8>> = psns.iter().map(|&p| write(0x44, p)).collect();
+    for tc in [false, true] {
+        let what = if tc { "tc" } else { "xdp" };
+        // The window is 100 ms of the programs' clock: an attempt that took longer (a busy
+        // machine) is repeated, at most five times.
+        let mut attempt = 0;
+        let mut src = loop {
+            attempt += 1;
+            let src = KernelSource::load(&KernelOptions::default()).expect("programs load");
+            let t = Instant::now();
+            for f in &frames {
+                if tc {
+                    src.test_run_tc(f)
+                } else {
+                    src.test_run_xdp(f)
+                }
+                .expect("test run");
+            }
+            if t.elapsed() < Duration::from_millis(50) || attempt == 5 {
+                break src;
+            }
+        };
+        let gaps = path_events(&mut src).len() as u32;
+        assert_eq!(gaps, PATH_EVENT_LIMIT, "{what}");
+        let flows = src.read_flows().expect("flow map");
+        let (_, stats) = flows.iter().find(|(k, _)| k.dst_qp == 0x44).expect("flow");
+        assert_eq!(stats.psn_gaps, u64::from(PATH_EVENT_LIMIT + over), "{what}");
+        assert_eq!(stats.path_suppressed, u64::from(over), "{what}");
+    }
+}
