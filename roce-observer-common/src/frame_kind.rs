@@ -22,8 +22,13 @@ pub fn kind(frame: &Frame) -> u32 {
     match frame {
         Frame::Roce { src_ip, pkt, .. } => {
             let v4 = src_ip[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+            // A volatile read stays inside this arm. A plain one, LLVM hoisted above the
+            // match: a read of a stack slot that the other kinds of frames never write, which
+            // the 5.10 verifier refuses ("invalid read from stack").
+            // SAFETY: a read of a field of a live, initialised `Frame`.
+            let pcp = unsafe { core::ptr::read_volatile(&pkt.pcp) };
             ROCE | if v4 { 0 } else { IPV6 }
-                | if pkt.pcp == PCP_UNTAGGED { 0 } else { TAGGED }
+                | if pcp == PCP_UNTAGGED { 0 } else { TAGGED }
                 | u32::from(opcode::transport(pkt.opcode))
         }
         Frame::Pfc { .. } => Counter::PfcFrames as u32,

@@ -68,6 +68,10 @@ mod pod {
     // pattern is a valid value.
     unsafe impl aya::Pod for super::FlowKey {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for super::flow::FlowKey4 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::flow::FlowKey6 {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::FlowStats {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PfcKey {}

@@ -162,8 +162,13 @@ pub struct MirrorStats {
     /// The sequence number expected next.
     pub next_seq: u32,
     pub flags: u32,
+    /// Kernel only: the session's number in the flow maps' keys (`flow::POINT_MIRROR` | its
+    /// slot in the `SESSIONS` map, set when the session is made); 0 in the engine and in what
+    /// `read_mirrors` hands over.
+    pub point: u32,
+    pub _pad: u32,
 }
-crate::assert_size!(MirrorStats, 40);
+crate::assert_size!(MirrorStats, 48);
 
 impl MirrorStats {
     /// Count one frame with its GRE sequence number, if it has one. RFC 1982 serial
@@ -182,7 +187,10 @@ impl MirrorStats {
         if self.flags & SEQ_SEEN == 0 {
             self.flags = SEQ_SEEN;
         } else if ahead < SEQ_RESYNC {
-            crate::account::add(&mut self.seq_lost, ahead as u64);
+            // In order (ahead 0) is the common case: no atomic add of nothing.
+            if ahead != 0 {
+                crate::account::add(&mut self.seq_lost, ahead as u64);
+            }
         } else if behind <= SEQ_RESYNC {
             crate::account::add(&mut self.seq_late, 1);
             return;

@@ -39,6 +39,10 @@ pub struct Scratch {
     /// Latency matching: the pending request's key, and the flow of a matched request.
     pub pending: PendingKey,
     pub request_flow: FlowKey,
+    /// The flow's observation point (`Flows`): kept here, not in a variable, since a value
+    /// held across helper calls is spilled to the stack, where on some paths the 5.10
+    /// verifier saw it read unwritten.
+    pub flow_point: u32,
 }
 
 impl Scratch {
@@ -48,6 +52,7 @@ impl Scratch {
             key: FlowKey::zeroed(),
             pending: PendingKey::zeroed(),
             request_flow: FlowKey::zeroed(),
+            flow_point: 0,
         }
     }
 }
@@ -63,11 +68,15 @@ pub enum Entry<'a> {
 
 /// The flow table. Kept apart from [`Tables`] because a flow's entry stays borrowed while the
 /// other tables are used (matching an answer to its request updates both).
+///
+/// `point` is the flow's observation point as the kernel's compact keys hold it
+/// (`flow::POINT_MIRROR`): the interface index, or the mirror session's number. The kernel keys
+/// its maps by it; the engine, keyed by the whole [`FlowKey`], ignores it.
 pub trait Flows {
     /// The entry of `key`, inserted when absent.
-    fn entry(&mut self, key: &FlowKey) -> Entry<'_>;
+    fn entry(&mut self, key: &FlowKey, point: u32) -> Entry<'_>;
     /// The entry of `key` if present (never inserts).
-    fn get(&mut self, key: &FlowKey) -> Option<&mut FlowStats>;
+    fn get(&mut self, key: &FlowKey, point: u32) -> Option<&mut FlowStats>;
 }
 
 /// What an insert-if-absent did.
@@ -116,6 +125,9 @@ pub trait Tables {
     fn pfc(&mut self, link: &PfcLinkKey, slots: u16, quanta: &[u16; 8], now: u64) -> bool;
     /// The mirror session of `key`, inserted when absent; `None` when the table has no room.
     fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats>;
+    /// The number (`MirrorStats::point`) of the mirror session `key` if present (never
+    /// inserts).
+    fn session_point(&mut self, key: &MirrorKey) -> Option<u32>;
     /// Emit one event for a packet seen in `direction` at `ts_ns` (the packet time): a record
     /// that is all zero but for the event time, filled in place by `fill` (one of the
     /// `Event::set_*` writers; the kernel fills its ring-buffer slot, with no copy on the BPF
@@ -185,7 +197,18 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
                 (0, [0; 16])
             };
             t.count(Counter::RocePackets, direction);
+            // The session first: its number is part of the flow's key in the kernel. Looked
+            // up once per frame, here.
+            scratch.flow_point = ifindex;
+            if mirrored {
+                match on_mirror(t, &mut scratch.point, ifindex, direction) {
+                    Some(point) => scratch.flow_point = point,
+                    // No room for the session: counted in `map_full`; the flow cannot be named.
+                    None => return,
+                }
+            }
             on_roce(flows, t, scratch, &pkt);
+            return;
         }
         Frame::Pfc {
             src_mac,
@@ -201,20 +224,34 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
         }
         Frame::Other(class) => t.count(class, direction),
     }
-    // The mirror session is in scratch memory, so it is counted last, at no stack cost.
+    // Any other mirrored frame: its session is in scratch memory, so it is counted last, at
+    // no stack cost.
     if mirrored {
         on_mirror(t, &mut scratch.point, ifindex, direction);
     }
 }
 
 /// One frame of a mirror session: counted, and its GRE sequence number checked for gaps.
+/// Returns the session's number, or `None` (counted in `map_full`) when there is no room for
+/// it.
 #[inline(always)]
-fn on_mirror<T: Tables>(t: &mut T, point: &mut MirrorPoint, ifindex: u32, direction: u8) {
+fn on_mirror<T: Tables>(
+    t: &mut T,
+    point: &mut MirrorPoint,
+    ifindex: u32,
+    direction: u8,
+) -> Option<u32> {
     point.key.ifindex = ifindex;
     point.key.direction = direction;
     match t.mirror(&point.key) {
-        Some(session) => session.count(point.seq, point.seq_present != 0),
-        None => t.count(Counter::MapFull, direction),
+        Some(session) => {
+            session.count(point.seq, point.seq_present != 0);
+            Some(session.point)
+        }
+        None => {
+            t.count(Counter::MapFull, direction);
+            None
+        }
     }
 }
 
@@ -234,7 +271,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     } else {
         t.coarse_ns()
     };
-    let stats = match flows.entry(key) {
+    let stats = match flows.entry(key, s.flow_point) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
             stats.init(now);
@@ -322,7 +359,17 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         // matches of the same pair skip the second flow lookup (a cache miss per answer).
         if stats.peer_qp() != Some(request.dst_qp) {
             learn_peer(stats, request.dst_qp);
-            if let Some(request_stats) = flows.get(request_flow) {
+            // The request flow's point: this one, unless the request was mirrored to the
+            // other direction, which is another session.
+            let request_point = if request.direction == key.direction || key.encap == encap::NONE {
+                Some(s.flow_point)
+            } else {
+                s.point.key.direction = request.direction;
+                let other = t.session_point(&s.point.key);
+                s.point.key.direction = key.direction;
+                other
+            };
+            if let Some(request_stats) = request_point.and_then(|p| flows.get(request_flow, p)) {
                 learn_peer(request_stats, pkt.dst_qp);
             }
         }

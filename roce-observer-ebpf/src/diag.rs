@@ -85,7 +85,7 @@ pub fn frame(frame: &Frame) {
     }
 }
 
-/// A new flow could not be inserted: FLOWS is full.
+/// A new flow could not be inserted: its flow map (FLOWS4 or FLOWS6) is full.
 #[inline(always)]
 pub fn flow_table_full(key: &FlowKey) {
     if on()

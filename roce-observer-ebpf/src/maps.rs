@@ -3,23 +3,40 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use roce_observer_common::{
-    Counter, FlowKey, FlowStats,
+    Counter, FlowStats,
     counters::COUNTER_SLOTS,
+    flow::{FlowKey4, FlowKey6},
     latency::{PendingKey, PendingValue},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
     observe::Scratch,
     pfc::{PfcLink, PfcLinkKey},
 };
 
-/// FlowKey -> FlowStats (504 B). One entry per (src IP, dst IP, dst QP, interface, direction).
-/// One value is shared by every CPU that sees the flow: counters are atomic adds (account.rs).
-/// A plain hash (not LRU): a full table is counted (`map_full`), never silently evicts counts.
-/// Default 16384 entries (~9 MiB); the loader resizes it with --max-flows.
+/// The flow table, in two maps by the compact key the flow takes (`FlowKey::compact`): one
+/// entry per (src IP, dst IP, dst QP, direction, observation point), the point being the
+/// interface or the mirror session. Two maps because the hash lookup every RoCE packet pays
+/// grows with the key: 16 bytes hashed and compared for an IPv4 flow, 40 for the others, where
+/// one map of the whole 64-byte FlowKey cost each packet ~14 ns more.
+///
+/// One value (FlowStats, 504 B) is shared by every CPU that sees the flow: counters are atomic
+/// adds (account.rs). Plain hashes (not LRU): a full map is counted (`map_full`), never
+/// silently evicts counts. The loader sizes both to --max-flows (default 16384).
+///
+/// FlowKey4 -> FlowStats: flows whose two addresses are IPv4. Preallocated (~9 MiB at 16384).
 #[map]
-pub static FLOWS: HashMap<FlowKey, FlowStats> = HashMap::with_max_entries(16384, 0);
+pub static FLOWS4: HashMap<FlowKey4, FlowStats> = HashMap::with_max_entries(16384, 0);
+
+/// FlowKey6 -> FlowStats: every other flow. Not preallocated (BPF_F_NO_PREALLOC): an entry
+/// takes memory when made, so a host of IPv4 traffic pays for one table, not two.
+#[map]
+pub static FLOWS6: HashMap<FlowKey6, FlowStats> =
+    HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+
+/// uapi/linux/bpf.h map flag.
+const BPF_F_NO_PREALLOC: u32 = 1;
 
 /// PfcLinkKey -> PfcLink: per (interface, direction, source MAC), the counters of all eight
 /// priorities and of 802.3x PAUSE in one entry, so that a PFC frame costs one lookup.
@@ -41,21 +58,45 @@ pub static PENDING: LruHashMap<PendingKey, PendingValue> =
     LruHashMap::with_max_entries(16384, BPF_F_NO_COMMON_LRU);
 
 /// Switch-mirror sessions: MirrorKey (outer source and destination, encapsulation, session ID
-/// / VNI / GRE key, attach point) -> frames and sequence gaps. One value shared by every CPU,
-/// as FLOWS. A full table is counted (`map_full`).
+/// / VNI / GRE key, attach point) -> the session's slot in SESSIONS, which is also its number
+/// in the flow keys (`POINT_MIRROR | slot`). A full table is counted (`map_full`). Looked up
+/// only when a CPU's last session (SessionCache) is not the frame's: a hash lookup per
+/// mirrored frame cost ~15 ns, half of what unwrapping may cost (issue 8).
 #[map]
-pub static MIRRORS: HashMap<MirrorKey, MirrorStats> =
-    HashMap::with_max_entries(MAX_MIRROR_SESSIONS, 0);
+pub static MIRRORS: HashMap<MirrorKey, u32> = HashMap::with_max_entries(MAX_MIRROR_SESSIONS, 0);
 
-/// Scratch for the frame being observed (observe::Scratch): the mirror session its outer
-/// headers name and the flow key. A map value, not stack variables: with them on the stack the
-/// TC program overflowed the 512-byte BPF stack.
+/// Each session's frames and sequence gaps (MirrorStats), by slot; one value shared by every
+/// CPU, as the flow maps. A CPU makes new sessions in its own range of slots (`cpu *
+/// MAX_MIRROR_SESSIONS + n`, n counted in its SessionCache): unique without an atomic
+/// fetch-add (5.12+). The loader sizes it to possible CPUs x MAX_MIRROR_SESSIONS (48 KiB per
+/// CPU).
 #[map]
-pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+pub static SESSIONS: Array<MirrorStats> = Array::with_max_entries(MAX_MIRROR_SESSIONS, 0);
 
-/// One all-zero MirrorStats, never written: the source of new MIRRORS entries.
+/// The last mirror session a CPU counted, and how many sessions it made.
+#[repr(C)]
+pub struct SessionCache {
+    pub key: MirrorKey,
+    pub slot: u32,
+    /// 1 once `key` and `slot` are set.
+    pub valid: u32,
+    pub made: u32,
+}
+
+/// Scratch for the frame being observed: the shared observation's (observe::Scratch: the
+/// mirror session its outer headers name, the flow key), and the compact flow-map keys built
+/// from it. A map value, not stack variables: with them on the stack the TC program overflowed
+/// the 512-byte BPF stack.
+#[repr(C)]
+pub struct KernelScratch {
+    pub shared: Scratch,
+    pub key4: FlowKey4,
+    pub key6: FlowKey6,
+    pub session: SessionCache,
+}
+
 #[map]
-pub static ZERO_MIRROR: PerCpuArray<MirrorStats> = PerCpuArray::with_max_entries(1, 0);
+pub static SCRATCH: PerCpuArray<KernelScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// uapi/linux/bpf.h map flag.
 const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;

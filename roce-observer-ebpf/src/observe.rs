@@ -4,19 +4,23 @@
 //! buffer only for rare things (new flow, PFC, PAUSE, latency sample, finished activity run,
 //! request gap or finished resend run, the last two limited per flow), without a wakeup each.
 
-use aya_ebpf::helpers::{bpf_ktime_get_coarse_ns, bpf_ktime_get_ns};
+use aya_ebpf::{
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
+    maps::HashMap,
+};
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
+    flow::{Compact, FlowKey4, FlowKey6, POINT_MIRROR},
     latency::{PendingKey, PendingValue},
-    mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
+    mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
     observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS, MIRRORS, PENDING, PFC, SCRATCH, ZERO_FLOW, ZERO_MIRROR, ZERO_PFC,
-    count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, PENDING, PFC, SCRATCH, SESSIONS, SessionCache,
+    ZERO_FLOW, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -79,50 +83,154 @@ pub fn observe<P: PacketView>(p: &P, ifindex: u32, direction: u8) {
     };
     // SAFETY: a per-CPU array value, valid and only used by this CPU for this program run.
     let scratch = unsafe { &mut *scratch };
-    roce_observer_common::observe::observe(p, &mut FlowMap, &mut Maps, scratch, ifindex, direction);
+    let mut flows = FlowMap {
+        key4: &mut scratch.key4,
+        key6: &mut scratch.key6,
+    };
+    let mut maps = Maps {
+        session: &mut scratch.session,
+    };
+    roce_observer_common::observe::observe(
+        p,
+        &mut flows,
+        &mut maps,
+        &mut scratch.shared,
+        ifindex,
+        direction,
+    );
 }
 
-/// The flow map `FLOWS`.
-struct FlowMap;
+/// The flow maps `FLOWS4` and `FLOWS6`, keyed by the compact keys built in scratch memory.
+struct FlowMap<'a> {
+    key4: &'a mut FlowKey4,
+    key6: &'a mut FlowKey6,
+}
 
-impl Flows for FlowMap {
+impl Flows for FlowMap<'_> {
     #[inline(always)]
-    fn entry(&mut self, key: &FlowKey) -> Entry<'_> {
-        if let Some(stats) = FLOWS.get_ptr_mut(key) {
-            // SAFETY: a map value pointer from a successful lookup; the entry stays valid for
-            // the program's run (hash map values are RCU-freed).
-            return Entry::Found(unsafe { &mut *stats });
+    fn entry(&mut self, key: &FlowKey, point: u32) -> Entry<'_> {
+        match key.compact(point, self.key4, self.key6) {
+            Compact::V4 => entry_in(&FLOWS4, self.key4, key),
+            Compact::V6 => entry_in(&FLOWS6, self.key6, key),
         }
-        let Some(zero) = ZERO_FLOW.get_ptr(0) else {
-            return Entry::Full;
+    }
+
+    #[inline(always)]
+    fn get(&mut self, key: &FlowKey, point: u32) -> Option<&mut FlowStats> {
+        let stats = match key.compact(point, self.key4, self.key6) {
+            Compact::V4 => FLOWS4.get_ptr_mut(&*self.key4),
+            Compact::V6 => FLOWS6.get_ptr_mut(&*self.key6),
         };
-        // SAFETY: `zero` points at a live per-CPU array value of the right type.
-        // By reference: a value would be a 504-byte copy on the 512-byte BPF stack.
-        #[allow(clippy::needless_borrows_for_generic_args)]
-        let inserted = FLOWS.insert(key, unsafe { &*zero }, BPF_NOEXIST);
-        // Another CPU may have created it in between (EEXIST): then it is there to look up.
-        match FLOWS.get_ptr_mut(key) {
-            // SAFETY (both arms): a map value pointer from a successful lookup, as above.
-            Some(stats) if inserted.is_ok() => Entry::New(unsafe { &mut *stats }),
-            Some(stats) => Entry::Found(unsafe { &mut *stats }),
-            None => {
-                crate::diag::flow_table_full(key);
-                Entry::Full
-            }
-        }
-    }
-
-    #[inline(always)]
-    fn get(&mut self, key: &FlowKey) -> Option<&mut FlowStats> {
-        // SAFETY: a map value pointer from a successful lookup, as in `entry`.
-        FLOWS.get_ptr_mut(key).map(|stats| unsafe { &mut *stats })
+        // SAFETY: a map value pointer from a successful lookup, as in `entry_in`.
+        stats.map(|stats| unsafe { &mut *stats })
     }
 }
 
-/// The other maps, the clocks and the ring buffer.
-struct Maps;
+/// The entry of compact key `k` (of flow `key`) in `map`, inserted when absent.
+#[inline(always)]
+fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Entry<'static> {
+    if let Some(stats) = map.get_ptr_mut(k) {
+        // SAFETY: a map value pointer from a successful lookup; the entry stays valid for
+        // the program's run (hash map values are RCU-freed).
+        return Entry::Found(unsafe { &mut *stats });
+    }
+    let Some(zero) = ZERO_FLOW.get_ptr(0) else {
+        return Entry::Full;
+    };
+    // SAFETY: `zero` points at a live per-CPU array value of the right type.
+    // By reference: a value would be a 504-byte copy on the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
+    // Another CPU may have created it in between (EEXIST): then it is there to look up.
+    match map.get_ptr_mut(k) {
+        // SAFETY (both arms): a map value pointer from a successful lookup, as above.
+        Some(stats) if inserted.is_ok() => Entry::New(unsafe { &mut *stats }),
+        Some(stats) => Entry::Found(unsafe { &mut *stats }),
+        None => {
+            crate::diag::flow_table_full(key);
+            Entry::Full
+        }
+    }
+}
 
-impl Tables for Maps {
+/// The other maps, the clocks and the ring buffer; `session` is this CPU's last mirror session.
+struct Maps<'a> {
+    session: &'a mut SessionCache,
+}
+
+/// Whether two mirror keys are equal, compared as eleven 32-bit words.
+#[inline(always)]
+fn same_key(a: &MirrorKey, b: &MirrorKey) -> bool {
+    const WORDS: usize = core::mem::size_of::<MirrorKey>() / 4;
+    let (a, b) = (
+        core::ptr::from_ref(a).cast::<u32>(),
+        core::ptr::from_ref(b).cast::<u32>(),
+    );
+    let mut i = 0;
+    while i < WORDS {
+        // SAFETY: word i of two live MirrorKeys (44 bytes, 4-byte aligned, no padding).
+        if unsafe { *a.add(i) != *b.add(i) } {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// `*to = *from`, word by word (a struct copy would be a call to the byte-wise memcpy).
+#[inline(always)]
+fn copy_key(to: &mut MirrorKey, from: &MirrorKey) {
+    const WORDS: usize = core::mem::size_of::<MirrorKey>() / 4;
+    let (to, from) = (
+        core::ptr::from_mut(to).cast::<u32>(),
+        core::ptr::from_ref(from).cast::<u32>(),
+    );
+    let mut i = 0;
+    while i < WORDS {
+        // SAFETY: word i of two live MirrorKeys, as in `same_key`; `to` is writable.
+        unsafe { *to.add(i) = *from.add(i) };
+        i += 1;
+    }
+}
+
+/// Put the SESSIONS slot of the session `key` in `cache.slot`, made when absent (see
+/// SESSIONS); false when MIRRORS or this CPU's range of slots has no room. The slot is kept in
+/// the cache's map memory throughout, not in a variable: values held across helper calls are
+/// spilled to the stack, and on some paths the 5.10 verifier then saw them read unwritten.
+#[inline(always)]
+fn session_slot(cache: &mut SessionCache, key: &MirrorKey) -> bool {
+    // SAFETY: the value is read at once, during the program's run.
+    if let Some(slot) = unsafe { MIRRORS.get(key) } {
+        cache.slot = *slot;
+        return true;
+    }
+    // SAFETY: helper without arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    cache.slot = cpu
+        .wrapping_mul(MAX_MIRROR_SESSIONS)
+        .wrapping_add(cache.made);
+    let Some(stats) = SESSIONS.get_ptr_mut(cache.slot) else {
+        return false;
+    };
+    // SAFETY: an array value pointer from a successful lookup; the slot is in this CPU's
+    // range and not yet any session's, so nothing else writes it.
+    unsafe { (*stats).point = POINT_MIRROR | cache.slot };
+    if MIRRORS.insert(key, &cache.slot, BPF_NOEXIST).is_ok() {
+        cache.made += 1;
+        return true;
+    }
+    // Another CPU made it in between (EEXIST): its slot; or MIRRORS is full.
+    // SAFETY: as above.
+    match unsafe { MIRRORS.get(key) } {
+        Some(slot) => {
+            cache.slot = *slot;
+            true
+        }
+        None => false,
+    }
+}
+
+impl Tables for Maps<'_> {
     #[inline(always)]
     fn parse<P: PacketView>(&mut self, p: &P, point: &mut MirrorPoint) -> Frame {
         let ports = Ports {
@@ -225,19 +333,29 @@ impl Tables for Maps {
         true
     }
 
+    /// This CPU's last session when it is `key`'s (no hash lookup: a monitor host's receive
+    /// queue usually carries one session or a few), else MIRRORS, then the cache holds `key`.
     #[inline(always)]
     fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats> {
-        let entry = match MIRRORS.get_ptr_mut(key) {
-            Some(e) => Some(e),
-            None => {
-                let zero = ZERO_MIRROR.get_ptr(0)?;
-                // SAFETY: `zero` points at a live per-CPU array value of the right type.
-                let _ = MIRRORS.insert(key, unsafe { &*zero }, BPF_NOEXIST);
-                MIRRORS.get_ptr_mut(key)
+        let cache = &mut *self.session;
+        if cache.valid == 0 || !same_key(&cache.key, key) {
+            // The slot is rewritten before the key: invalid until both match.
+            cache.valid = 0;
+            if !session_slot(cache, key) {
+                return None;
             }
-        };
-        // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
-        entry.map(|e| unsafe { &mut *e })
+            copy_key(&mut cache.key, key);
+            cache.valid = 1;
+        }
+        // SAFETY: an array value pointer from a successful lookup, valid for the program's
+        // run (array values are never freed while the map lives).
+        SESSIONS.get_ptr_mut(cache.slot).map(|e| unsafe { &mut *e })
+    }
+
+    #[inline(always)]
+    fn session_point(&mut self, key: &MirrorKey) -> Option<u32> {
+        // SAFETY: the value is read at once, during the program's run.
+        (unsafe { MIRRORS.get(key) }).map(|slot| POINT_MIRROR | *slot)
     }
 
     /// Filled in place in the reserved ring-buffer slot. Submitted without waking the reader,

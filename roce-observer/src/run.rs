@@ -86,7 +86,8 @@ pub struct RunArgs {
     /// Seconds between two reports.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
-    /// Flow table size in the kernel (flows past it are counted in map_full).
+    /// Flow table size in the kernel: up to N IPv4 flows and up to N IPv6 flows (two maps;
+    /// packets of new flows past it are counted in map_full).
     #[arg(long, default_value_t = 16384)]
     pub max_flows: u32,
     /// XDP attach mode.

@@ -207,3 +207,132 @@ fn kernel_log_tells_of_a_full_flow_table_only_when_on() {
         "off, the verifier removes the logging code: {sizes:?} bytes"
     );
 }
+
+/// An IPv6 RoCEv2 frame 2001:db8::1 -> 2001:db8::2: Ethernet, IPv6 (next header UDP), UDP to
+/// 4791, a BTH (RC SEND_ONLY to `qp`, PSN 1), 16 bytes of payload and an ICRC placeholder.
+fn ipv6_roce_frame(qp: u32) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd];
+    let udp_len: u16 = 8 + 12 + 16 + 4;
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[17, 64]);
+    for last in [1u8, 2] {
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        f.extend_from_slice(&[0; 11]);
+        f.push(last);
+    }
+    f.extend_from_slice(&0xc001u16.to_be_bytes());
+    f.extend_from_slice(&4791u16.to_be_bytes());
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&[0x04, 0, 0xff, 0xff]);
+    f.extend_from_slice(&qp.to_be_bytes());
+    f.extend_from_slice(&1u32.to_be_bytes());
+    f.extend_from_slice(&[0x5a; 16]);
+    f.extend_from_slice(&[0; 4]);
+    f
+}
+
+/// The kernel keeps IPv4 flows and the others in two maps (FLOWS4, FLOWS6), each of
+/// --max-flows entries (docs/metrics.md): with room for two, three IPv4 and three IPv6 flows
+/// leave one of each out (`map_full`), and the four kept read back as their own FlowKeys.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn each_flow_map_holds_max_flows() {
+    use roce_observer_common::{Counter, frames::RoceFrame};
+    require_root();
+    let mut src = KernelSource::load(&KernelOptions {
+        max_flows: 2,
+        ..KernelOptions::default()
+    })
+    .expect("BPF programs load (run as root)");
+    for qp in 0..3 {
+        let v4 = RoceFrame::new(0x04, 0x100 + qp, 1).build();
+        assert_eq!(src.test_run_xdp(&v4).expect("test run"), XDP_PASS);
+        assert_eq!(
+            src.test_run_xdp(&ipv6_roce_frame(0x200 + qp))
+                .expect("test run"),
+            XDP_PASS
+        );
+    }
+    let counters = src.read_counters().expect("counters")[0];
+    assert_eq!(counters[Counter::RocePackets as usize], 6);
+    assert_eq!(
+        counters[Counter::MapFull as usize],
+        2,
+        "one flow of each family is out"
+    );
+    let mut got: Vec<(String, u32, u32, u64)> = src
+        .read_flows()
+        .expect("flows")
+        .into_iter()
+        .map(|(k, v)| {
+            let src = std::net::Ipv6Addr::from(k.src_ip);
+            let shown = src
+                .to_ipv4_mapped()
+                .map_or(src.to_string(), |v4| v4.to_string());
+            (shown, k.dst_qp, k.ifindex, v.packets())
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("192.0.2.1".to_string(), 0x100, TEST_RUN_IFINDEX, 1),
+            ("192.0.2.1".to_string(), 0x101, TEST_RUN_IFINDEX, 1),
+            ("2001:db8::1".to_string(), 0x200, TEST_RUN_IFINDEX, 1),
+            ("2001:db8::1".to_string(), 0x201, TEST_RUN_IFINDEX, 1),
+        ]
+    );
+}
+
+/// A mirrored flow is named by its mirror session (docs/metrics.md, "Mirror sessions"): with
+/// the session table full (1,024 sessions), a frame of one more session is counted in
+/// `map_full` and accounted to no flow; the 1,024 sessions and their flows stay exact.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn a_frame_of_a_session_past_the_table_is_counted_not_accounted() {
+    use roce_observer_common::{
+        Counter,
+        frames::{Mirror, RoceFrame, mirrored},
+        mirror::MAX_MIRROR_SESSIONS,
+    };
+    require_root();
+    let src = KernelSource::load(&KernelOptions::default()).expect("BPF programs load");
+    let plain = RoceFrame::new(0x04, 0x100, 1).build();
+    for vni in 0..=MAX_MIRROR_SESSIONS {
+        let frame = mirrored(&plain, Mirror::Vxlan { vni: 5000 + vni });
+        assert_eq!(src.test_run_xdp(&frame).expect("test run"), XDP_PASS);
+    }
+    // The first session again: still there, counted on.
+    let again = mirrored(&plain, Mirror::Vxlan { vni: 5000 });
+    assert_eq!(src.test_run_xdp(&again).expect("test run"), XDP_PASS);
+    let counters = src.read_counters().expect("counters")[0];
+    assert_eq!(
+        counters[Counter::RocePackets as usize],
+        u64::from(MAX_MIRROR_SESSIONS) + 2
+    );
+    assert_eq!(counters[Counter::MapFull as usize], 1);
+    let sessions = src.read_mirrors().expect("mirror sessions");
+    assert_eq!(sessions.len(), MAX_MIRROR_SESSIONS as usize);
+    let first = sessions
+        .iter()
+        .find(|(k, _)| k.id == 5000)
+        .expect("the first session");
+    assert_eq!(first.1.frames, 2);
+    assert!(
+        sessions
+            .iter()
+            .all(|(k, _)| k.id < 5000 + MAX_MIRROR_SESSIONS)
+    );
+    let mut src = src;
+    let flows = src.read_flows().expect("flows");
+    assert_eq!(flows.len(), MAX_MIRROR_SESSIONS as usize);
+    let packets: u64 = flows.iter().map(|(_, v)| v.packets()).sum();
+    assert_eq!(packets, u64::from(MAX_MIRROR_SESSIONS) + 1);
+    assert!(
+        flows
+            .iter()
+            .all(|(k, _)| k.mirror_id >= 5000 && k.mirror_id < 5000 + MAX_MIRROR_SESSIONS)
+    );
+}

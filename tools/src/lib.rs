@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+pub mod side;
 pub mod veth;
 
 /// Every frame of a capture, in order (with the capture reader `analyze` uses).

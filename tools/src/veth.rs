@@ -123,12 +123,15 @@ fn replay(src: &mut KernelSource, pcap: &Path, iface: &str) -> anyhow::Result<(D
 struct External {
     child: std::process::Child,
     prog_id: u32,
+    /// Its TC program.
+    tc_id: u32,
 }
 
 impl External {
     fn start(bin: &str, iface: &str) -> anyhow::Result<External> {
         use std::io::BufRead as _;
         let known: Vec<u32> = loaded_xdp_programs().map(|(id, _)| id).collect();
+        let known_tc: Vec<u32> = loaded_tc_programs().collect();
         let mut child = Command::new(bin)
             .args(["run", "-i", iface, "--json"])
             .stdout(std::process::Stdio::null())
@@ -151,7 +154,15 @@ impl External {
             .filter(|id| !known.contains(id))
             .max()
             .context("its XDP program is not among the loaded programs")?;
-        Ok(External { child, prog_id })
+        let tc_id = loaded_tc_programs()
+            .filter(|id| !known_tc.contains(id))
+            .max()
+            .context("its TC program is not among the loaded programs")?;
+        Ok(External {
+            child,
+            prog_id,
+            tc_id,
+        })
     }
 
     fn stats(&self) -> anyhow::Result<(Duration, u64)> {
@@ -177,6 +188,14 @@ fn loaded_xdp_programs() -> impl Iterator<Item = (u32, (Duration, u64))> {
         .flatten()
         .filter(|p| p.name_as_str() == Some("roce_observer_x"))
         .map(|p| (p.id(), (p.run_time(), p.run_count())))
+}
+
+/// Ids of every loaded roce-observer TC program (`roce_observer_tc`, cut to 15 bytes).
+fn loaded_tc_programs() -> impl Iterator<Item = u32> {
+    aya::programs::loaded_programs()
+        .flatten()
+        .filter(|p| p.name_as_str() == Some("roce_observer_t"))
+        .map(|p| p.id())
 }
 
 /// Steady and storm passes of our programs loaded with `opts`: ((ns/pkt, runs, events) x 2).
@@ -229,12 +248,11 @@ fn floor_passes(
 
 /// Steady and storm passes of an external observer binary: ((ns/pkt, runs, duration) x 2).
 fn external_passes(
-    bin: &str,
+    ext: &External,
     src: &mut KernelSource,
     pcap: &Path,
     ns: &Netns,
 ) -> anyhow::Result<[(f64, u64, Duration); 2]> {
-    let ext = External::start(bin, &ns.b)?;
     let mut out = [(0.0, 0, Duration::ZERO); 2];
     for pass in &mut out {
         let before = ext.stats()?;
@@ -520,7 +538,7 @@ pub fn run(qps: u32, rounds: u32) -> anyhow::Result<()> {
 
 fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
     let ns = Netns::enter()?;
-    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+    let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enable BPF run-time statistics")?;
     let mut src = KernelSource::load(&KernelOptions {
         max_flows: (4 * qps).max(16384),
@@ -579,7 +597,22 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
     let external = match std::env::var("ROCE_BENCH_OBSERVER") {
         Ok(bin) => {
             let mut src = KernelSource::load(&KernelOptions::default())?;
-            Some((bin.clone(), external_passes(&bin, &mut src, pcap, &ns)?))
+            let ext = External::start(&bin, &ns.b)?;
+            let passes = external_passes(&ext, &mut src, pcap, &ns)?;
+            // Test-run of the same frames through both builds, interleaved (side.rs); rounds
+            // from ROCE_BENCH_ROUNDS (default 15).
+            let rounds = std::env::var("ROCE_BENCH_ROUNDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(15);
+            let theirs = crate::side::Theirs {
+                xdp: ext.prog_id,
+                tc: ext.tc_id,
+            };
+            // Without run-time statistics: they add two clock reads to every run.
+            drop(stats);
+            crate::side::table(&mut src, &theirs, &crate::side::cases(), 200_000, rounds)?;
+            Some((bin.clone(), passes))
         }
         Err(_) => None,
     };

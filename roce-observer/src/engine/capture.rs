@@ -139,7 +139,7 @@ struct CaptureFlows<'a> {
 }
 
 impl Flows for CaptureFlows<'_> {
-    fn entry(&mut self, key: &FlowKey) -> Entry<'_> {
+    fn entry(&mut self, key: &FlowKey, _point: u32) -> Entry<'_> {
         let full = self.table.len() >= self.max;
         match self.table.entry(*key) {
             std::collections::hash_map::Entry::Occupied(e) => {
@@ -152,7 +152,7 @@ impl Flows for CaptureFlows<'_> {
         }
     }
 
-    fn get(&mut self, key: &FlowKey) -> Option<&mut FlowStats> {
+    fn get(&mut self, key: &FlowKey, _point: u32) -> Option<&mut FlowStats> {
         self.table.get_mut(key).map(FlowEntry::stats_mut)
     }
 }
@@ -239,6 +239,10 @@ impl Tables for CaptureTables<'_> {
             std::collections::btree_map::Entry::Vacant(_) if full => None,
             std::collections::btree_map::Entry::Vacant(e) => Some(e.insert(MirrorStats::default())),
         }
+    }
+
+    fn session_point(&mut self, key: &MirrorKey) -> Option<u32> {
+        self.mirrors.get(key).map(|s| s.point)
     }
 
     fn emit(&mut self, _direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) {

@@ -3,7 +3,11 @@
 //! that only returns XDP_PASS, measured in the same run. Prints ns/packet, the ratio to the
 //! baseline, and the per-packet time budget at 100 and 400 Gb/s line rate for that frame size.
 //! Then the veth replay (tools/src/veth.rs): steady traffic and a retransmission storm over
-//! `QPS` queue pairs (default 1000; 0 skips it), timed by the kernel's BPF statistics.
+//! `QPS` queue pairs (default 1000; 0 skips it), timed by the kernel's BPF statistics. With
+//! `ROCE_BENCH_OBSERVER=/path/to/roce-observer` it adds that build's passes and a test-run of
+//! the same frames through both builds' XDP and TC programs, interleaved over
+//! `ROCE_BENCH_ROUNDS` rounds (default 15; tools/src/side.rs): the before/after comparison
+//! that a loaded machine still resolves.
 //! Numbers, not assertions: these machines are shared and noisy.
 //!
 //! After the test-run table: `run --kernel-log` off vs on, the same frames through both, and the

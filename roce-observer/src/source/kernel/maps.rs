@@ -14,10 +14,72 @@ use roce_observer_common::{
 use super::{FlowBuffers, KernelSource, error::KernelError};
 
 fn map<'a>(src: &'a KernelSource, name: &'static str) -> Result<&'a aya::maps::Map, KernelError> {
-    src.ebpf.map(name).ok_or(KernelError::Map {
+    ebpf_map(&src.ebpf, name)
+}
+
+fn ebpf_map<'a>(
+    ebpf: &'a aya::Ebpf,
+    name: &'static str,
+) -> Result<&'a aya::maps::Map, KernelError> {
+    ebpf.map(name).ok_or(KernelError::Map {
         map: name,
         source: MapError::InvalidName { name: name.into() },
     })
+}
+
+/// Every entry of the flow map `name` (keys `K`), one chunk at a time through `keys` and
+/// `values` (see `read_flow_table`), handed to `each`.
+fn read_map<K: aya::Pod>(
+    map: &aya::maps::Map,
+    name: &'static str,
+    keys: &mut Vec<K>,
+    values: &mut Vec<FlowStats>,
+    mut each: impl FnMut(&K, &mut FlowStats),
+) -> Result<(), KernelError> {
+    if let aya::maps::Map::HashMap(data) = map {
+        let mut handed = false;
+        let batched = super::batch::lookup_all_chunks(data.fd().as_fd(), keys, values, |ks, vs| {
+            handed = true;
+            for (k, v) in ks.iter().zip(vs.iter_mut()) {
+                each(k, v);
+            }
+        });
+        match batched {
+            Ok(()) => return Ok(()),
+            // Entries were handed over: a per-key read would hand them again.
+            Err(io_error) if handed => {
+                return Err(KernelError::Map {
+                    map: name,
+                    source: MapError::SyscallError(aya::sys::SyscallError {
+                        call: "bpf_map_lookup_batch",
+                        io_error,
+                    }),
+                });
+            }
+            // The kernel has no batch lookups for this map: per key below.
+            Err(_) => {}
+        }
+    }
+    let flows = HashMap::<&MapData, K, FlowStats>::try_from(map).map_err(map_error(name))?;
+    // An entry deleted between key iteration and lookup is skipped (flatten).
+    for (k, mut v) in flows.iter().flatten() {
+        each(&k, &mut v);
+    }
+    Ok(())
+}
+
+/// Every mirror session as the kernel keeps it: its key (`MIRRORS`, key -> slot) and its
+/// counters (`SESSIONS[slot]`, with the session's number in `point`).
+fn mirror_table(ebpf: &aya::Ebpf) -> Result<Vec<(MirrorKey, MirrorStats)>, KernelError> {
+    let mirrors = HashMap::<&MapData, MirrorKey, u32>::try_from(ebpf_map(ebpf, "MIRRORS")?)
+        .map_err(map_error("MIRRORS"))?;
+    let sessions = aya::maps::Array::<&MapData, MirrorStats>::try_from(ebpf_map(ebpf, "SESSIONS")?)
+        .map_err(map_error("SESSIONS"))?;
+    let mut out = Vec::new();
+    for (key, slot) in mirrors.iter().flatten() {
+        out.push((key, sessions.get(&slot, 0).map_err(map_error("SESSIONS"))?));
+    }
+    Ok(out)
 }
 
 fn map_error(map: &'static str) -> impl Fn(MapError) -> KernelError {
@@ -37,21 +99,18 @@ impl KernelSource {
         Ok(out)
     }
 
-    /// Every flow entry, in the kernel's hash order, handed to `each` with times converted.
+    /// Every flow entry, in the kernel's hash order (`FLOWS4`, then `FLOWS6`), handed to `each`
+    /// with its compact key expanded into the [`FlowKey`] (the mirror source from the session's
+    /// number, `MIRRORS` read once when a mirrored flow is met) and times converted.
     /// Read through chunk buffers the source keeps: a table of 100,000 flows is 50 MB, and
     /// allocating and faulting that in afresh every report tick cost more than the read itself,
     /// and keeping all of it between ticks cost 570 bytes per flow (issue 12). One batched
     /// lookup per 4096 entries where the kernel has them (5.6), else two syscalls per entry.
+    /// A flow of a session made after `MIRRORS` was read is left to the next read.
     pub(super) fn read_flow_table(
         &mut self,
         mut each: impl FnMut(&FlowKey, &FlowStats),
     ) -> Result<(), KernelError> {
-        let map = self.ebpf.map("FLOWS").ok_or(KernelError::Map {
-            map: "FLOWS",
-            source: MapError::InvalidName {
-                name: "FLOWS".into(),
-            },
-        })?;
         let offset = self.epoch_offset_ns;
         let epoch = |ns: u64| ns.saturating_add(offset);
         let to_epoch = |v: &mut FlowStats| {
@@ -74,41 +133,50 @@ impl KernelSource {
                 v.signals.end_ns = epoch(v.signals.end_ns);
             }
         };
-        let FlowBuffers { keys, values, .. } = &mut self.flow_buffers;
-        if let aya::maps::Map::HashMap(data) = map {
-            let mut handed = false;
-            let batched =
-                super::batch::lookup_all_chunks(data.fd().as_fd(), keys, values, |ks, vs| {
-                    handed = true;
-                    for (k, v) in ks.iter().zip(vs.iter_mut()) {
-                        to_epoch(v);
-                        each(k, v);
-                    }
-                });
-            match batched {
-                Ok(()) => return Ok(()),
-                // Entries were handed over: a per-key read would hand them again.
-                Err(io_error) if handed => {
-                    return Err(KernelError::Map {
-                        map: "FLOWS",
-                        source: MapError::SyscallError(aya::sys::SyscallError {
-                            call: "bpf_map_lookup_batch",
-                            io_error,
-                        }),
-                    });
+        let ebpf = &self.ebpf;
+        // Read at the first mirrored flow; a failed read is returned once the maps are done.
+        type Sessions = std::collections::HashMap<u32, MirrorKey>;
+        let mut sessions: Option<Result<Sessions, KernelError>> = None;
+        let mut session = |point: u32| -> Option<MirrorKey> {
+            let read = sessions.get_or_insert_with(|| {
+                mirror_table(ebpf).map(|m| m.into_iter().map(|(k, v)| (v.point, k)).collect())
+            });
+            read.as_ref().ok()?.get(&point).copied()
+        };
+        let FlowBuffers {
+            keys4,
+            keys6,
+            values,
+            ..
+        } = &mut self.flow_buffers;
+        read_map(
+            ebpf_map(ebpf, "FLOWS4")?,
+            "FLOWS4",
+            keys4,
+            values,
+            |k, v| {
+                if let Some(key) = k.expand(&mut session) {
+                    to_epoch(v);
+                    each(&key, v);
                 }
-                // The kernel has no batch lookups for this map: per key below.
-                Err(_) => {}
-            }
+            },
+        )?;
+        read_map(
+            ebpf_map(ebpf, "FLOWS6")?,
+            "FLOWS6",
+            keys6,
+            values,
+            |k, v| {
+                if let Some(key) = k.expand(&mut session) {
+                    to_epoch(v);
+                    each(&key, v);
+                }
+            },
+        )?;
+        match sessions {
+            Some(Err(e)) => Err(e),
+            _ => Ok(()),
         }
-        let flows =
-            HashMap::<&MapData, FlowKey, FlowStats>::try_from(map).map_err(map_error("FLOWS"))?;
-        // An entry deleted between key iteration and lookup is skipped (flatten).
-        for (k, mut v) in flows.iter().flatten() {
-            to_epoch(&mut v);
-            each(&k, &v);
-        }
-        Ok(())
     }
 
     /// One entry per (interface, direction, source MAC, priority) that saw a frame: the
@@ -130,11 +198,14 @@ impl KernelSource {
         Ok(out)
     }
 
-    /// Every mirror session (at most MAX_MIRROR_SESSIONS entries: no batching needed).
+    /// Every mirror session (at most MAX_MIRROR_SESSIONS entries: no batching needed), with
+    /// `point` 0 as the engine keeps it (the number only names the session in flow keys).
     pub fn read_mirrors(&self) -> Result<Vec<(MirrorKey, MirrorStats)>, KernelError> {
-        let mirrors = HashMap::<&MapData, MirrorKey, MirrorStats>::try_from(map(self, "MIRRORS")?)
-            .map_err(map_error("MIRRORS"))?;
-        Ok(mirrors.iter().flatten().collect())
+        let mut sessions = mirror_table(&self.ebpf)?;
+        for (_, stats) in &mut sessions {
+            stats.point = 0;
+        }
+        Ok(sessions)
     }
 
     /// Counters summed over CPUs: `[direction][counter]`, `TotalPackets` the sum of the classes.

@@ -121,7 +121,8 @@ pub struct KernelSource {
 /// the last read cost 570 (issue 12).
 #[derive(Default)]
 struct FlowBuffers {
-    keys: Vec<roce_observer_common::FlowKey>,
+    keys4: Vec<roce_observer_common::flow::FlowKey4>,
+    keys6: Vec<roce_observer_common::flow::FlowKey6>,
     values: Vec<roce_observer_common::FlowStats>,
     /// Fingerprints of the last read, by index, and of the read under way.
     prints: Vec<u64>,
@@ -149,6 +150,14 @@ fn pod_bytes<T: aya::Pod>(v: &T) -> &[u8] {
     // SAFETY: Pod types of the shared ABI crate are plain data without implicit padding (their
     // sizes are asserted there), so every byte is initialised; the slice borrows `v`.
     unsafe { std::slice::from_raw_parts(std::ptr::from_ref(v).cast::<u8>(), size_of::<T>()) }
+}
+
+/// Slots of the kernel's `SESSIONS` map: each possible CPU makes new mirror sessions in its
+/// own range of MAX_MIRROR_SESSIONS slots (roce-observer-ebpf/src/maps.rs).
+fn session_slots() -> u32 {
+    // Unknown (no /sys): a generous count; only the memory of unused slots is at stake.
+    let cpus = aya::util::nr_cpus().unwrap_or(256) as u32;
+    cpus.saturating_mul(roce_observer_common::mirror::MAX_MIRROR_SESSIONS)
 }
 
 /// The kernel programs' `STAGE` global (roce-observer-ebpf/src/observe.rs).
@@ -205,7 +214,9 @@ impl KernelSource {
             .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
             .override_global("RUNS", &u8::from(opts.runs), true)
             .override_global(aya_log::LEVEL, &kernel_log::level(opts.kernel_log), true)
-            .map_max_entries("FLOWS", opts.max_flows)
+            .map_max_entries("FLOWS4", opts.max_flows)
+            .map_max_entries("FLOWS6", opts.max_flows)
+            .map_max_entries("SESSIONS", session_slots())
             .override_global("FLOOR_SLOTS", &opts.floor_entries.max(1), true)
             .map_max_entries("FLOOR_HASH", opts.floor_entries.max(1))
             .map_max_entries("FLOOR_ARRAY", opts.floor_entries.max(1))
