@@ -266,25 +266,35 @@ fn run_on_a_veth_reports_the_steps_analyze_finds() {
 
     // The frames must go out at their times for the traffic to be what it is meant to be: an
     // attempt with more than 1% of the frames more than 1 ms late (the sender preempted on a
-    // busy machine) is repeated, at most three times.
-    // So must the reference capture hold every frame (tcpdump drops when it falls behind).
-    let mut attempt = 0;
-    let (late, live, offline) = loop {
-        attempt += 1;
+    // busy machine: seen in whole-suite runs on these shared 2-core machines, where three
+    // attempts in a row could be late) is repeated, at most six times, a second apart; the
+    // attempt with the fewest late frames is judged. So must the reference capture hold every
+    // frame (tcpdump drops when it falls behind).
+    const ATTEMPTS: usize = 6;
+    let mut best: Option<(usize, usize, Value, Value)> = None;
+    for attempt in 1..=ATTEMPTS {
         let (late, out) = observe(&ns, &frames, &captured);
         let live: Value = serde_json::from_str(&out).expect("run --json parses");
         let offline = analyze(&captured);
         let complete = offline["summary"]["total_packets"].as_u64() == Some(frames.len() as u64);
         // A few late frames (under 1%) leave the steps as they were meant to be.
-        if (late * 100 <= frames.len() && complete) || attempt == 3 {
-            break (late, live, offline);
+        let good = late * 100 <= frames.len() && complete;
+        if complete && best.as_ref().is_none_or(|b| late < b.1) {
+            best = Some((attempt, late, live, offline.clone()));
+        }
+        if good {
+            break;
         }
         eprintln!(
-            "attempt {attempt}: {late} frames late, capture holds {} of {} frames: again",
+            "attempt {attempt}: {late} frames late, capture holds {} of {} frames{}",
             offline["summary"]["total_packets"],
-            frames.len()
+            frames.len(),
+            if attempt < ATTEMPTS { ": again" } else { "" }
         );
-    };
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let (attempt, late, live, offline) =
+        best.expect("no attempt's capture held every frame (tcpdump dropped frames each time)");
     let _ = std::fs::remove_dir_all(&dir);
     let (k, a) = (&live["steps"], &offline["steps"]);
     assert!(
