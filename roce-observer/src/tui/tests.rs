@@ -845,3 +845,29 @@ fn long_flow_lists_draw_the_rows_around_the_selection() {
         );
     }
 }
+
+/// A pair whose path events went over the kernel's per-flow limit shows its missing count as a
+/// lower bound ("N+") in the Paths view and says so in the table; a complete pair does not.
+#[test]
+fn incomplete_path_pairs_are_marked_as_lower_bounds() {
+    let mut snap = diagnosis_snapshot();
+    let lossy = snap
+        .paths
+        .iter()
+        .position(|p| p.missing > 0)
+        .expect("the diagnosis traffic has a lossy pair");
+    let missing = snap.paths[lossy].missing;
+    let table = crate::sink::table::render(&snap);
+    assert!(!table.contains("(at least:"), "{table}");
+    let mut app = App::new("test".into(), snap.clone());
+    app.update(Action::SelectTab(Tab::Paths));
+    assert!(!render_at(&app, 200, 50).contains(&format!("{missing}+")));
+
+    snap.paths[lossy].incomplete = true;
+    let table = crate::sink::table::render(&snap);
+    assert!(table.contains("(at least:"), "{table}");
+    let mut app = App::new("test".into(), snap);
+    app.update(Action::SelectTab(Tab::Paths));
+    let screen = render_at(&app, 200, 50);
+    assert!(screen.contains(&format!("{missing}+ ")), "{screen}");
+}
