@@ -27,6 +27,18 @@ fn write(qp: u32, psn: u32) -> Vec<u8> {
 }
 
 /// The path events of each QP, in order.
+/// Every frame through the TC program (`tc`) or the XDP program, in order.
+fn run_all(src: &KernelSource, frames: &[Vec<u8>], tc: bool) {
+    for f in frames {
+        if tc {
+            src.test_run_tc(f)
+        } else {
+            src.test_run_xdp(f)
+        }
+        .expect("test run");
+    }
+}
+
 fn path_events(src: &mut KernelSource) -> Vec<(u32, EventBody)> {
     let mut out = Vec::new();
     src.drain_events(|ev| {
@@ -70,14 +82,7 @@ fn gaps_and_resend_runs_are_sent_exactly() {
         frames.extend(lossy.iter().map(|&p| write(0x11, p)));
         frames.extend(replayed.iter().map(|&p| write(0x22, p)));
         frames.extend(wrap.iter().map(|&p| write(0x33, p)));
-        for f in &frames {
-            if tc {
-                src.test_run_tc(f)
-            } else {
-                src.test_run_xdp(f)
-            }
-            .expect("test run");
-        }
+        run_all(&src, &frames, tc);
         let events = path_events(&mut src);
         assert_eq!(
             events,
@@ -148,14 +153,7 @@ fn path_events_are_limited_per_flow_and_window() {
             attempt += 1;
             let src = KernelSource::load(&KernelOptions::default()).expect("programs load");
             let t = Instant::now();
-            for f in &frames {
-                if tc {
-                    src.test_run_tc(f)
-                } else {
-                    src.test_run_xdp(f)
-                }
-                .expect("test run");
-            }
+            run_all(&src, &frames, tc);
             if t.elapsed() < Duration::from_millis(50) || attempt == 5 {
                 break src;
             }

@@ -392,49 +392,43 @@ impl Engine {
             mirror: MirrorSource::new(p.2, p.3, p.4),
         };
         let mut out = Vec::new();
-        // A flow seen at one point (a ring started at its first packet) has no pair to judge.
-        for ((src, dst, qp), f) in self.paths.flows().filter(|(_, f)| f.points.len() >= 2) {
-            for ((a, b), c) in f.counts() {
-                let (up, down) = (&f.points[a as usize], &f.points[b as usize]);
-                if c.both + c.missing == 0 {
-                    continue;
-                }
+        // One row per ordered pair of points that saw the flow's PSNs, from either source.
+        let mut row = |(src, dst, qp): &Path, up: Point, down: Point, c: PairCount, incomplete| {
+            if c.both + c.missing > 0 {
                 out.push(PathPair {
                     src_ip: show_ip(*src),
                     dst_ip: show_ip(*dst),
                     dst_qp: *qp,
-                    upstream: point(up.point),
-                    downstream: point(down.point),
+                    upstream: point(up),
+                    downstream: point(down),
                     both: c.both,
                     missing: c.missing,
                     missing_psns: c.examples,
                     downstream_retransmits_unseen: c.retransmits_unseen,
-                    incomplete: false,
+                    incomplete,
                 });
             }
+        };
+        // A flow seen at one point (a ring started at its first packet) has no pair to judge.
+        for (path, f) in self.paths.flows().filter(|(_, f)| f.points.len() >= 2) {
+            for ((a, b), c) in f.counts() {
+                let (up, down) = (&f.points[a as usize], &f.points[b as usize]);
+                row(path, up.point, down.point, c, false);
+            }
         }
-        for ((src, dst, qp), f) in self.paths.from_events.flows() {
+        for (path, f) in self.paths.from_events.flows() {
             for a in 0..f.points.len() {
                 for b in (0..f.points.len()).filter(|&b| b != a) {
-                    let Some(c) = f.pair(a, b) else {
-                        continue;
-                    };
-                    if c.both + c.missing == 0 {
-                        continue;
+                    if let Some(c) = f.pair(a, b) {
+                        let (up, down) = (&f.points[a], &f.points[b]);
+                        row(
+                            path,
+                            up.point,
+                            down.point,
+                            c,
+                            up.incomplete || down.incomplete,
+                        );
                     }
-                    let (up, down) = (&f.points[a], &f.points[b]);
-                    out.push(PathPair {
-                        src_ip: show_ip(*src),
-                        dst_ip: show_ip(*dst),
-                        dst_qp: *qp,
-                        upstream: point(up.point),
-                        downstream: point(down.point),
-                        both: c.both,
-                        missing: c.missing,
-                        missing_psns: c.examples,
-                        downstream_retransmits_unseen: c.retransmits_unseen,
-                        incomplete: up.incomplete || down.incomplete,
-                    });
                 }
             }
         }

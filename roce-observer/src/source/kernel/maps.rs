@@ -149,29 +149,26 @@ impl KernelSource {
             values,
             ..
         } = &mut self.flow_buffers;
+        // Both maps' entries, expanded to the same FlowKey (None: a mirror session not read).
+        let mut take = |key: Option<FlowKey>, v: &mut FlowStats| {
+            if let Some(key) = key {
+                to_epoch(v);
+                each(&key, v);
+            }
+        };
         read_map(
             ebpf_map(ebpf, "FLOWS4")?,
             "FLOWS4",
             keys4,
             values,
-            |k, v| {
-                if let Some(key) = k.expand(&mut session) {
-                    to_epoch(v);
-                    each(&key, v);
-                }
-            },
+            |k, v| take(k.expand(&mut session), v),
         )?;
         read_map(
             ebpf_map(ebpf, "FLOWS6")?,
             "FLOWS6",
             keys6,
             values,
-            |k, v| {
-                if let Some(key) = k.expand(&mut session) {
-                    to_epoch(v);
-                    each(&key, v);
-                }
-            },
+            |k, v| take(k.expand(&mut session), v),
         )?;
         match sessions {
             Some(Err(e)) => Err(e),
