@@ -39,6 +39,12 @@ const SMOOTHING: [usize; 4] = [1, 4, 16, 64];
 /// A peak near half the picked lag that reaches this share of it is taken as the period
 /// (the octave check in `peak`).
 const OCTAVE: f64 = 0.7;
+/// A flow is compared in a step only when it carries at least this share of the bytes of the
+/// step's biggest flow (its peers). Collective flows carry comparable shares (a ring or tree
+/// step moves about the same bytes on every QP); the flows that answer or start them carry a
+/// hundredth (READ requests: 8 x 78 B against 64 x 1,100 B of responses). A tenth keeps an order
+/// of magnitude from both.
+const PEER_SHARE: f64 = 0.1;
 /// Steps listed in `recent`.
 const RECENT: usize = 10;
 /// Stragglers listed.
@@ -444,9 +450,10 @@ fn span_of(spans: &[(i64, u64, u64)], t: u64) -> Option<i64> {
 }
 
 /// Flows compared per step: those whose data runs start in the step's communication span
-/// (`spans`: step, start, end in ns, bridged gaps included). A flow that sends outside the
-/// spans as much as a steady flow would (less than `(1 + comm_fraction) / 2` of its bytes in
-/// them) is background traffic and is not compared.
+/// (`spans`: step, start, end in ns, bridged gaps included) and that carry at least
+/// [`PEER_SHARE`] of the bytes the step's biggest flow carries in it. A flow that sends outside
+/// the spans as much as a steady flow would (less than `(1 + comm_fraction) / 2` of its bytes
+/// in them) is background traffic and is not compared.
 fn stragglers(
     steps: &Steps,
     spans: &[(i64, u64, u64)],
@@ -455,14 +462,14 @@ fn stragglers(
     name: &impl Fn(&FlowKey) -> (String, &'static str),
 ) -> Vec<Straggler> {
     let flows: Vec<(&FlowKey, &super::FlowActivity)> = steps.flows().collect();
-    // Per step: (flow, its last data time in the step).
+    // Per step: (flow, its last data time in the step and its bytes in the step).
     // foldhash, not SipHash: these maps take an entry per flow and step (a third of the
     // analysis's instructions with the default hasher).
-    let mut ends: BTreeMap<i64, HashMap<usize, u64, FastHash>> = BTreeMap::new();
+    let mut ends: BTreeMap<i64, HashMap<usize, (u64, u64), FastHash>> = BTreeMap::new();
     let first = spans.first().map(|s| s.1).unwrap_or(0);
     for (fi, (_, act)) in flows.iter().enumerate() {
         let (mut inside, mut total) = (0u64, 0u64);
-        let mut mine: Vec<(i64, u64)> = Vec::new();
+        let mut mine: Vec<(i64, u64, u64)> = Vec::new();
         for run in act.all_runs().filter(|r| r.start >= first) {
             total += run.bytes;
             // A run longer than a step is background traffic, not a step's burst.
@@ -471,23 +478,31 @@ fn stragglers(
             }
             if let Some(k) = span_of(spans, run.start) {
                 inside += run.bytes;
-                mine.push((k, run.end));
+                mine.push((k, run.end, run.bytes));
             }
         }
         if (inside as f64) < total as f64 * (1.0 + comm_fraction) / 2.0 {
             continue;
         }
-        for (k, end) in mine {
-            let e = ends.entry(k).or_default().entry(fi).or_insert(end);
-            *e = (*e).max(end);
+        for (k, end, bytes) in mine {
+            let e = ends.entry(k).or_default().entry(fi).or_insert((end, 0));
+            e.0 = e.0.max(end);
+            e.1 += bytes;
         }
     }
     let mut tally: HashMap<usize, Tally, FastHash> = HashMap::default();
-    for (&k, step) in &ends {
+    for (&k, step) in &mut ends {
+        // Peers only: a flow that carries a small share of the step (READ requests, which end
+        // at the step's onset; control messages) is not a part of the step's transfer that
+        // could hold it up, and counting its early end pulls the median down and inflates
+        // every lag (a Soft-RoCE control run: three request flows of ~700 B per step next to
+        // three response flows of ~70 KB).
+        let biggest = step.values().map(|e| e.1).max().unwrap_or(0);
+        step.retain(|_, e| e.1 as f64 >= PEER_SHARE * biggest as f64);
         if step.len() < 2 {
             continue;
         }
-        let mut sorted: Vec<u64> = step.values().copied().collect();
+        let mut sorted: Vec<u64> = step.values().map(|e| e.0).collect();
         sorted.sort_unstable();
         let mid = sorted.len() / 2;
         let median = if sorted.len().is_multiple_of(2) {
@@ -499,10 +514,10 @@ fn stragglers(
         // Ties: the lowest flow index, so that the result does not depend on hash order.
         let last_flow = step
             .iter()
-            .filter(|(_, e)| **e == last)
+            .filter(|(_, e)| e.0 == last)
             .map(|(f, _)| *f)
             .min();
-        for (&fi, &end) in step {
+        for (&fi, &(end, _)) in step.iter() {
             let t = tally.entry(fi).or_default();
             t.compared += 1;
             t.lag_ns += end as f64 - median;

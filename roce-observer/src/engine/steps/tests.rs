@@ -643,3 +643,75 @@ fn alternating_step_shapes_give_the_period_not_twice_it() {
     let (p, _) = period(&x).expect("periodic");
     assert!((p - 100.0).abs() < 1.0, "{p}");
 }
+
+/// A READ request frame (RETH, no payload): 78 bytes against a response's 1,100.
+fn read_request(src: u8, dst: u8, qp: u32, psn: u32) -> Vec<u8> {
+    RoceFrame {
+        src_ip: host(src),
+        dst_ip: host(dst),
+        tos: 26 << 2 | 2,
+        dma_len: 8192,
+        ..RoceFrame::new(0x0c, qp, psn)
+    }
+    .build()
+}
+
+/// The Soft-RoCE steps scenario in miniature: per 500 ms step, three READ-request flows
+/// (host 1 -> 2, 8 requests at the onset) and three response flows (host 2 -> 1, 64 packets
+/// of 1 KiB over ~40 ms, ending within 1 ms of one another in random order); `delayed` QP's
+/// responses come `delay` later.
+fn read_steps(rng: &mut Rng, delayed: u32, delay: u64) -> Vec<Timed> {
+    let mut frames = Vec::new();
+    let mut psn = [0u32; 6];
+    for step in 0..12u64 {
+        let onset = T0 + step * 500 * MS + 2 * MS;
+        for q in 0..3u32 {
+            for i in 0..8 {
+                let n = &mut psn[q as usize + 3];
+                frames.push((
+                    onset + (q as u64 * 8 + i) * 20 * US,
+                    read_request(1, 2, 0x21 + q, *n),
+                ));
+                *n += 1;
+            }
+        }
+        for q in 0..3u32 {
+            let extra = if 0x11 + q == delayed { delay } else { 0 };
+            let start = onset + MS + extra;
+            let end = onset + 40 * MS + extra + rng.next() % MS;
+            for i in 0..64u64 {
+                let n = &mut psn[q as usize];
+                frames.push((
+                    start + (end - start) * i / 63,
+                    data(2, 1, 0x11 + q, *n, false),
+                ));
+                *n += 1;
+            }
+        }
+    }
+    frames
+}
+
+/// Lag is measured against peers: flows carrying at least a tenth of the bytes of the step's
+/// biggest flow. The READ requests end at the onset; counted as peers (the old rule) they pull
+/// the median end ~20 ms down, so that without any delay each response flow lags ~20 ms in the
+/// steps it ends last (about a third: named stragglers), and a 30 ms delay reads as ~50 ms.
+/// (With `PEER_SHARE = 0.0` both assertions fail.)
+#[test]
+fn request_flows_are_not_peers_of_the_response_flows() {
+    let (_, steps) = run(read_steps(&mut Rng(31), 0, 0));
+    let s = steps.expect("steps");
+    assert!(close(s.period_ms, 500.0, 0.01), "{}", s.period_ms);
+    assert!(s.stragglers.is_empty(), "{:?}", s.stragglers);
+    let (_, steps) = run(read_steps(&mut Rng(31), 0x12, 30 * MS));
+    let s = steps.expect("steps");
+    let first = s.stragglers.first().expect("a straggler");
+    assert_eq!(first.dst_qp, 0x12, "{:?}", s.stragglers);
+    assert_eq!((first.late_steps, first.steps), (12, 12), "{first:?}");
+    assert!(
+        (29.0..=31.5).contains(&first.mean_lag_ms),
+        "lag {} ms, want the 30 ms delay",
+        first.mean_lag_ms
+    );
+    assert_eq!(s.stragglers.len(), 1, "{:?}", s.stragglers);
+}
