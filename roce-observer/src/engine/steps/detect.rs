@@ -51,7 +51,7 @@ const RECENT: usize = 10;
 const MAX_STRAGGLERS: usize = 20;
 
 /// In-place radix-2 FFT (`re.len()` a power of two); `inverse` is unnormalised.
-fn fft(re: &mut [f64], im: &mut [f64], inverse: bool) {
+pub(super) fn fft(re: &mut [f64], im: &mut [f64], inverse: bool) {
     let n = re.len();
     let mut j = 0;
     for i in 1..n {
@@ -109,18 +109,20 @@ pub fn period(x: &[f64]) -> Option<(f64, f64)> {
         *r = v - mean;
     }
     fft(&mut re, &mut im, false);
-    let power: Vec<f64> = re.iter().zip(&im).map(|(r, i)| r * r + i * i).collect();
-    // One forward transform for every width: smoothing multiplies the power spectrum by the
-    // box filter's squared gain, so each width costs one inverse transform.
+    for (r, i) in re.iter_mut().zip(im.iter_mut()) {
+        *r = *r * *r + *i * *i;
+        *i = 0.0;
+    }
+    // The circular autocorrelation, once. A `w`-bin box filter multiplies the power spectrum by
+    // its squared gain, i.e. convolves this autocorrelation with a triangle of half-width `w`:
+    // done here on the lags the pick reads (two running sums, O(n) a width) instead of an
+    // inverse transform of all `m` points a width (an aperiodic full window: 4 inverse FFTs
+    // of 2^20 points before).
+    fft(&mut re, &mut im, true);
+    let lags = n / 2 + 1;
     let at = |w: usize| {
-        let mut re: Vec<f64> = power
-            .iter()
-            .enumerate()
-            .map(|(k, p)| p * box_gain(k, m, w))
-            .collect();
-        let mut im = vec![0.0; m];
-        fft(&mut re, &mut im, true);
-        peak(&re, n).filter(|&(p, _)| p >= (4 * w) as f64)
+        let r = smoothed(&re, w, lags);
+        peak(&r, n).filter(|&(p, _)| p >= (4 * w) as f64)
     };
     // The raw series when it is periodic enough (no smoothing then); else the smoothed one with
     // the highest confidence. Not the first width that passes: on a spiky series the peaks at
@@ -135,14 +137,35 @@ pub fn period(x: &[f64]) -> Option<(f64, f64)> {
     })
 }
 
-/// |H|^2 of a `w`-bin moving average at frequency bin `k` of an `m`-point transform.
-fn box_gain(k: usize, m: usize, w: usize) -> f64 {
-    if w == 1 || k == 0 {
-        return 1.0;
+/// Lags `0..len` of the circular autocorrelation `re` (all its points) of a series, as the
+/// autocorrelation of that series after a `w`-bin moving average would be: `re` convolved
+/// with the triangle `(w - |j|) / w^2`, `|j| < w` (a box convolved with its mirror image),
+/// as a moving sum of a moving sum.
+pub(super) fn smoothed(re: &[f64], w: usize, len: usize) -> Vec<f64> {
+    if w <= 1 {
+        return re[..len.min(re.len())].to_vec();
     }
-    let t = std::f64::consts::PI * k as f64 / m as f64;
-    let g = (t * w as f64).sin() / (w as f64 * t.sin());
-    g * g
+    let m = re.len() as isize;
+    let at = |i: isize| re[i.rem_euclid(m) as usize];
+    let lo = 1 - w as isize;
+    // once[i - lo] = re[i] + ... + re[i + w - 1], for i in lo..len
+    let mut once = Vec::with_capacity(len + w - 1);
+    let mut acc: f64 = (lo..lo + w as isize).map(at).sum();
+    for i in lo..len as isize {
+        once.push(acc);
+        acc += at(i + w as isize) - at(i);
+    }
+    // out[k] = once[k - w + 1] + ... + once[k], i.e. once[k - lo - w + 1 ..= k - lo]
+    let scale = 1.0 / (w * w) as f64;
+    let mut acc: f64 = once[..w].iter().sum();
+    let mut out = Vec::with_capacity(len);
+    for k in 0..len {
+        out.push(acc * scale);
+        if k + w < once.len() {
+            acc += once[k + w] - once[k];
+        }
+    }
+    out
 }
 
 /// The period pick on an unnormalised circular autocorrelation `re` of an `n`-bin series.

@@ -746,3 +746,48 @@ fn jittered_real_steps_are_all_found() {
     assert!(first.late_steps * 4 >= first.steps * 3, "{first:?}");
     assert!(first.mean_lag_ms >= 30.0, "{first:?}");
 }
+
+/// The smoothed autocorrelation computed on the lags (`detect::smoothed`) is the one of the
+/// spectrum times the box filter's squared gain, the way it was computed before (one inverse
+/// transform a width), on a random series. (Checked to fail: a first moving sum one bin short.)
+#[test]
+fn lag_domain_smoothing_is_the_box_filtered_spectrum() {
+    use super::detect::{fft, smoothed};
+    let mut rng = Rng(41);
+    let n: usize = 1000;
+    let m = (2 * n).next_power_of_two();
+    let mut re = vec![0.0; m];
+    let mut im = vec![0.0; m];
+    for r in re.iter_mut().take(n) {
+        *r = rng.unit() - 0.5;
+    }
+    fft(&mut re, &mut im, false);
+    let power: Vec<f64> = re.iter().zip(&im).map(|(r, i)| r * r + i * i).collect();
+    let mut auto = power.clone();
+    let mut zero = vec![0.0; m];
+    fft(&mut auto, &mut zero, true);
+    for w in [4usize, 16, 64] {
+        let mut want: Vec<f64> = power
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                if k == 0 {
+                    return *p;
+                }
+                let t = std::f64::consts::PI * k as f64 / m as f64;
+                let g = (t * w as f64).sin() / (w as f64 * t.sin());
+                p * g * g
+            })
+            .collect();
+        let mut zero = vec![0.0; m];
+        fft(&mut want, &mut zero, true);
+        let got = smoothed(&auto, w, n / 2 + 1);
+        for (k, g) in got.iter().enumerate() {
+            assert!(
+                (g - want[k]).abs() <= 1e-9 * want[0].abs(),
+                "w {w} lag {k}: {g} vs {}",
+                want[k]
+            );
+        }
+    }
+}
