@@ -295,6 +295,7 @@ fn steps_capture(onset_jitter_ms: &[f64]) -> Vec<Pkt> {
             let mut r = pkt(CLIENT_IP, 0x0C, k as u32, None, Some(8192));
             r.dest_qp = 0x13 + q;
             r.time = onset + f64::from(q) * 1e-4;
+            r.len = 78;
             v.push(r);
             let delay = if q == 1 { 0.030 } else { 0.0 };
             for i in 0..8u32 {
@@ -306,6 +307,7 @@ fn steps_capture(onset_jitter_ms: &[f64]) -> Vec<Pkt> {
                 let mut p = pkt(SERVER_IP, op, k as u32 * 8 + i, None, None);
                 p.dest_qp = 0x11 + q;
                 p.time = onset + 0.002 + delay + f64::from(q) * 1e-3 + f64::from(i) * 5e-4;
+                p.len = 1100;
                 v.push(p);
             }
         }
@@ -322,21 +324,18 @@ fn wire_steps_period_lags_and_delay() {
     let slow = slowed_flow(0x12);
     let lag = w.lag_of(&slow);
     assert_eq!((lag.late_steps, lag.steps), (6, 6));
-    // ends: requests at onset + 0/0.1/0.2 ms, responses 0x11 at +5.5, 0x13 at +7.5, 0x12 at
-    // +36.5; median of the six = (0.2 + 5.5) / 2 ms, lag = 36.5 - 2.85
-    assert!(
-        (lag.mean_lag_ms - 33.65).abs() < 0.01,
-        "{}",
-        lag.mean_lag_ms
-    );
+    // ends: requests at onset + 0/0.1/0.2 ms (78 B each: not peers of the 8 x 1,100 B
+    // responses), responses 0x11 at +5.5, 0x13 at +7.5, 0x12 at +36.5; median of the three
+    // responses = 7.5 ms, lag = 36.5 - 7.5 (with the requests as peers: 33.65)
+    assert!((lag.mean_lag_ms - 29.0).abs() < 0.01, "{}", lag.mean_lag_ms);
     let extra = w.extra_delay_ms(&slow).expect("delay");
     assert!((extra - 31.0).abs() < 0.01, "{extra}");
     assert_eq!(w.lag_of(&slowed_flow(0x11)).late_steps, 0);
 }
 
 /// The steps checks pass on the document the capture implies and fail on every wrong one: no
-/// steps, a period 2% off, a step too few, another QP (or none) named, a lag below the delay
-/// or above the capture's; and the control on a doubled period.
+/// steps, a period 2% off, a step too few, another QP (or none) named, a lag more than
+/// max(3 ms, 15%) below or above the capture's; and the control on a doubled period.
 #[test]
 fn steps_checks_fail_on_wrong_documents() {
     use super::steps::{steps_checks, wire_steps};
@@ -364,14 +363,14 @@ fn steps_checks_fail_on_wrong_documents() {
             .map(|c| c.name.clone())
             .collect::<Vec<_>>()
     };
-    let good = doc(500.0, 6, 0x12, 33.65);
+    let good = doc(500.0, 6, 0x12, 29.0);
     assert!(failed(sc, good).is_empty());
     assert_eq!(failed(sc, json!({"steps": null})).len(), 1);
-    assert_eq!(failed(sc, doc(510.0, 6, 0x12, 33.65)).len(), 1);
-    assert_eq!(failed(sc, doc(500.0, 4, 0x12, 33.65)).len(), 1);
+    assert_eq!(failed(sc, doc(510.0, 6, 0x12, 29.0)).len(), 1);
+    assert_eq!(failed(sc, doc(500.0, 4, 0x12, 29.0)).len(), 1);
     // a step fewer is allowed (a thin first step reads as cut by the window's start)
-    assert!(failed(sc, doc(500.0, 5, 0x12, 33.65)).is_empty());
-    assert_eq!(failed(sc, doc(500.0, 6, 0x13, 33.65)).len(), 1);
+    assert!(failed(sc, doc(500.0, 5, 0x12, 29.0)).is_empty());
+    assert_eq!(failed(sc, doc(500.0, 6, 0x13, 29.0)).len(), 1);
     assert_eq!(
         failed(
             sc,
@@ -380,14 +379,13 @@ fn steps_checks_fail_on_wrong_documents() {
         .len(),
         1
     );
-    // under the 30 ms delay
-    assert_eq!(failed(sc, doc(500.0, 6, 0x12, 25.0)).len(), 1);
-    // below the capture's lag is allowed (flows not compared), above it by more than
-    // max(3 ms, 15%) = 5.05 ms not
-    assert!(failed(sc, doc(500.0, 6, 0x12, 31.0)).is_empty());
-    assert_eq!(failed(sc, doc(500.0, 6, 0x12, 39.0)).len(), 1);
+    // within max(3 ms, 15%) = 4.35 ms of the capture's 29 ms, on either side
+    assert!(failed(sc, doc(500.0, 6, 0x12, 25.0)).is_empty());
+    assert!(failed(sc, doc(500.0, 6, 0x12, 33.0)).is_empty());
+    assert_eq!(failed(sc, doc(500.0, 6, 0x12, 24.0)).len(), 1);
+    assert_eq!(failed(sc, doc(500.0, 6, 0x12, 34.0)).len(), 1);
     // late in too few steps
-    let mut few = doc(500.0, 6, 0x12, 33.65);
+    let mut few = doc(500.0, 6, 0x12, 29.0);
     few["steps"]["stragglers"][0]["late_steps"] = json!(4);
     assert_eq!(failed(sc, few).len(), 1);
     // the control checks period and count only: its traffic has a straggler of its own
