@@ -45,6 +45,8 @@ const OCTAVE: f64 = 0.7;
 /// hundredth (READ requests: 8 x 78 B against 64 x 1,100 B of responses). A tenth keeps an order
 /// of magnitude from both.
 const PEER_SHARE: f64 = 0.1;
+/// The octave check on the onsets tries the period divided by 2 up to this.
+const MAX_DIVISOR: usize = 4;
 /// Steps listed in `recent`.
 const RECENT: usize = 10;
 /// Stragglers listed.
@@ -404,20 +406,27 @@ pub fn analyse(
         }
         grid(&found, p0).map(|(slots, a, p)| (found, slots, a, p, close))
     };
-    // Octave check on the onsets: when the grid of half the period fills (nearly) every slot,
-    // twice as many as the period's, the steps are at half the period and the autocorrelation
-    // peaked at twice it (alternating step shapes; a Soft-RoCE run on the kernel path: 0.45 at
-    // 1,000 ms against 0.30 at 500 ms, under the 70% the autocorrelation's own octave check
-    // asks, for a capture whose 12 steps were 495.7-500.0 ms apart). The confidence is then
-    // the autocorrelation's highest value near half the period.
+    // Octave check on the onsets: when the grid of a `d`-th of the period fills (nearly) every
+    // slot, `d` times as many as the period's, the steps are at that fraction and the
+    // autocorrelation peaked at a multiple of it (alternating step shapes, jitter; Soft-RoCE
+    // runs: the kernel path's series at 0.45 at 1,000 ms against 0.30 at 500 ms, under the
+    // 70% the autocorrelation's own octave check asks, for a capture whose 12 steps were
+    // 495.7-500.0 ms apart; another run's capture read as 1,516 ms, three periods, for steps
+    // 494-517 ms apart). The finest such fraction wins; the confidence is then the
+    // autocorrelation's highest value near it.
     let full = onsets(p0);
-    let half = (p0 / 2.0 >= MIN_PERIOD_BINS)
-        .then(|| onsets(p0 / 2.0))
-        .flatten()
-        .filter(|h| full.as_ref().is_none_or(|f| h.1.len() + 1 >= 2 * f.1.len()));
-    let (found, slots, a, p, close, confidence) = match (half, full) {
-        (Some(h), _) => {
-            let (mid, tol) = ((p0 / 2.0).round() as usize, ((p0 / 20.0) as usize).max(2));
+    let finer = (2..=MAX_DIVISOR).rev().find_map(|d| {
+        let q = p0 / d as f64;
+        if q < MIN_PERIOD_BINS {
+            return None;
+        }
+        let g = onsets(q)?;
+        let filled = full.as_ref().is_none_or(|f| g.1.len() + 1 >= d * f.1.len());
+        filled.then_some((g, q))
+    });
+    let (found, slots, a, p, close, confidence) = match (finer, full) {
+        (Some((g, q)), _) => {
+            let (mid, tol) = (q.round() as usize, ((q / 10.0) as usize).max(2));
             let c = r
                 .get(mid.saturating_sub(tol)..(mid + tol + 1).min(r.len()))
                 .unwrap_or(&[])
@@ -425,7 +434,7 @@ pub fn analyse(
                 .copied()
                 .fold(f64::MIN, f64::max)
                 .min(1.0);
-            (h.0, h.1, h.2, h.3, h.4, c)
+            (g.0, g.1, g.2, g.3, g.4, c)
         }
         (None, Some(f)) => (f.0, f.1, f.2, f.3, f.4, confidence),
         (None, None) => return None,

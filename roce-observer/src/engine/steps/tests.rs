@@ -818,10 +818,12 @@ fn real_capture_as_kernel(name: &str) -> Option<StepsSnapshot> {
 /// 495.7-500.0 ms apart, least-squares period 499.66 ms) whose kernel-path series
 /// autocorrelates at 0.45 at 1,000 ms and 0.30 at 500 ms: `run -i` reported 998 ms and 6 steps
 /// (the kernel path's series, rebuilt here from the capture, gives the same 999 ms); `analyze`
-/// of the same capture was right. (Without the octave check on the onsets this test fails
-/// with a period of 999 ms.)
+/// of the same capture was right. And a `steps_straggler` run (QP 18 delayed; capture: 12
+/// steps 494-517 ms apart, 505.04 ms) whose series both paths read as three periods (1,516
+/// ms; `steps` null, the grid then holding 4 steps). (Without the octave check on the onsets
+/// this test fails with a period of 999 ms; with divisors up to 2 only, at the second capture.)
 #[test]
-fn a_doubled_period_is_halved_by_the_onsets() {
+fn a_multiple_of_the_period_is_divided_by_the_onsets() {
     let s = real_capture_as_kernel("steps_other_qp_kernel_octave.pcap").expect("steps");
     assert!(close(s.period_ms, 499.66, 0.01), "{}", s.period_ms);
     assert!((11..=12).contains(&s.count), "{s:?}");
@@ -830,4 +832,11 @@ fn a_doubled_period_is_halved_by_the_onsets() {
     let s = real_capture("steps_other_qp_kernel_octave.pcap");
     assert!(close(s.period_ms, 499.66, 0.01), "{}", s.period_ms);
     assert_eq!(s.stragglers.first().map(|f| f.dst_qp), Some(19), "{s:?}");
+    let s = real_capture("steps_straggler_triple.pcap");
+    assert!(close(s.period_ms, 505.04, 0.01), "{}", s.period_ms);
+    assert!((11..=12).contains(&s.count), "{s:?}");
+    assert_eq!(s.stragglers.first().map(|f| f.dst_qp), Some(18), "{s:?}");
+    let s = real_capture_as_kernel("steps_straggler_triple.pcap").expect("steps");
+    assert!(close(s.period_ms, 505.04, 0.01), "{}", s.period_ms);
+    assert_eq!(s.stragglers.first().map(|f| f.dst_qp), Some(18), "{s:?}");
 }
