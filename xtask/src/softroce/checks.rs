@@ -16,7 +16,7 @@ use super::outputs::{
 };
 use super::owners::guest_qps;
 use super::scenarios::{CLIENT_IP, Op, SERVER_IP, Scenario};
-use super::steps::{netem_sent_packets, steps_checks, truth_checks, wire_steps};
+use super::steps::{netem_sent_packets, steady_checks, steps_checks, truth_checks, wire_steps};
 use super::wire::{direction, tshark_packets};
 use super::wire_flows::{WireFlow, wire_flows};
 
@@ -393,7 +393,32 @@ pub(super) fn check_scenario(
     };
     // the steps scenarios: the capture's step structure, then the observer's and analyze's
     // `steps` against it
-    let steps_json = if let Some(spec) = sc.steps {
+    let steps_json = if sc.steps.is_some_and(|s| s.per_second == 0) {
+        // steady traffic: `steps` must be null on both paths
+        let mut docs: Vec<(&str, Value)> = Vec::new();
+        if let Some(bin) = observer.as_deref() {
+            docs.push((
+                "observer (run -i, kernel path)",
+                fs::read_to_string(cdir.join("extra.out"))
+                    .ok()
+                    .and_then(|s| serde_json::from_str(&s).ok())
+                    .unwrap_or(Value::Null),
+            ));
+            docs.push((
+                "analyze (capture)",
+                output_checked(
+                    std::process::Command::new(bin)
+                        .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
+                        .arg(cap),
+                )
+                .ok()
+                .and_then(|s| serde_json::from_str(&s).ok())
+                .unwrap_or(Value::Null),
+            ));
+        }
+        let docs: Vec<(&str, &Value)> = docs.iter().map(|(w, d)| (*w, d)).collect();
+        steady_checks(&mut ck, &pkts, &docs)
+    } else if let Some(spec) = sc.steps {
         let nominal_ms = 1000.0 / spec.per_second as f64;
         let ws = wire_steps(&pkts, nominal_ms);
         let lqpns: Vec<u64> =

@@ -41,7 +41,8 @@ pub(super) struct Scenario {
 pub(super) struct StepsSpec {
     /// READs per QP and step.
     pub(super) per_step: u64,
-    /// Bursts per second (the nominal period is 1000 / this ms).
+    /// Bursts per second (the nominal period is 1000 / this ms); 0: no rate limiter, the QPs
+    /// read back to back for `per_step x steps` READs each (steady traffic, no period).
     pub(super) per_second: u64,
     /// Steps run (-n = per_step x steps).
     pub(super) steps: u64,
@@ -71,15 +72,16 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         qps: 1,
         steps: None,
     };
-    let steps = |name, slow, fast| {
+    let steps = |name, slow, per_second, fast| {
         let spec = StepsSpec {
             // 8 READs of 8 KiB per QP and step: 192 KiB a step, ~50 ms of communication at
             // the rate rxe reaches under TCG, so that a loaded host (a step taking 2-3 times
             // longer) still ends a step well before the next is due; 16 (384 KiB) let steps
             // overrun the period under load and perftest's bursts then came late
             per_step: 8,
-            per_second: 2,
-            steps: 12,
+            per_second,
+            // steady (aperiodic): 50 x 8 READs a QP, ~2.5 s at rxe's rate under TCG
+            steps: if per_second == 0 { 50 } else { 12 },
             slow,
         };
         Scenario {
@@ -126,13 +128,15 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             loss: Some("2%"),
             ..bw("", "ib_read_bw", Op::Read, 1500, false)
         },
-        steps("steps_straggler", Some((1, STRAGGLER_DELAY_MS)), false),
-        steps("steps_control", None, false),
+        steps("steps_straggler", Some((1, STRAGGLER_DELAY_MS)), 2, false),
+        steps("steps_control", None, 2, false),
         steps(
             "steps_straggler_other_qp",
             Some((2, STRAGGLER_DELAY_MS)),
+            2,
             false,
         ),
+        steps("steps_aperiodic", None, 0, false),
     ]
 }
 
@@ -146,7 +150,10 @@ impl Scenario {
         if self.qps > 1 {
             a += &format!(" -q {}", self.qps);
         }
-        if let Some(st) = self.steps {
+        if let Some(st) = self.steps.filter(|s| s.per_second == 0) {
+            // the same QPs and READs and the same -u 20 as below, no rate limiter
+            a += &format!(" -u 20 -t {}", st.per_step);
+        } else if let Some(st) = self.steps {
             let burst = st.per_step * u64::from(self.qps);
             // -u 20: QP timeout 4.096 us x 2^20 = 4.3 s, instead of perftest's 14 (67 ms): the
             // delayed QP's responses arrive 30 ms late plus what TCG adds under load, and rxe's

@@ -189,10 +189,10 @@ pub(super) fn slowed_flow(qpn: u32) -> FlowKey {
 ///   first bin and is shorter than most is taken as a step cut by the start of the window
 ///   (docs/metrics.md), which a real first step can be when its bins happen to be thin;
 /// - slowed runs: `stragglers[0]` is the slowed flow, late in at least 3/4 of the steps it
-///   was compared in, with a mean lag within max(3 ms, 15%) of the capture's lag of that flow
-///   (the same rule on the capture's packets; not the netem delay: the lag is behind the
-///   median peer, and a QP whose responses come first in a burst hides part of its delay
-///   behind the others' responses);
+///   was compared in, with a mean lag between half the capture's lag of that flow (the same
+///   rule on the capture's packets) and that plus max(3 ms, 15%); not against the netem
+///   delay: the lag is behind the median peer, and a QP whose responses come early in a
+///   burst hides part of its delay behind the others' responses;
 /// - no slowdown (the control): period and count only (this traffic has a straggler of its own).
 pub(super) fn steps_checks(
     ck: &mut Checks,
@@ -288,16 +288,28 @@ pub(super) fn steps_checks(
         let truth = wire.lag_of(&want);
         let lag = f["mean_lag_ms"].as_f64().unwrap_or(f64::NAN);
         let tol = (0.15 * truth.mean_lag_ms).max(3.0);
+        // Not two-sided within the tolerance: the observer's lag can only be lower than the
+        // capture's for reasons of its own. Its steps are spans on a 1 ms grid and a run
+        // belongs to the step whose span holds its start (a tail starting after the span is
+        // left out); on the kernel path a run of fewer than 8 packets is not sent (under TCG
+        // the delayed flow's last packets come in small clumps more than 1 ms apart), so the
+        // flow's end in a step is its last run of 8 or more. Measured with the peer rule on
+        // both sides (2026-12-02, 7 runs): analyze within the tolerance in 5, 7 ms above
+        // once, 30% below once on a host so loaded that steps took up to 270 ms; the kernel
+        // path 52-84% of the capture's lag.
         ck.truth(
             &format!(
-                "{who} steps: the slowed flow's mean lag within max(3 ms, 15%) of the capture's"
+                "{who} steps: the slowed flow's mean lag between half the capture's and the capture's + max(3 ms, 15%)"
             ),
             &format!(
-                "{:.2} ms +- {tol:.2} ({}/{} late in the capture)",
-                truth.mean_lag_ms, truth.late_steps, truth.steps
+                "{:.2} .. {:.2} ms ({}/{} late in the capture)",
+                truth.mean_lag_ms / 2.0,
+                truth.mean_lag_ms + tol,
+                truth.late_steps,
+                truth.steps
             ),
             format!("{lag:.2} ms"),
-            (lag - truth.mean_lag_ms).abs() <= tol,
+            lag >= truth.mean_lag_ms / 2.0 && lag <= truth.mean_lag_ms + tol,
         );
     }
     json!({"stragglers": named, "period_ms": period, "count": s["count"]})
@@ -383,4 +395,65 @@ pub(super) fn netem_sent_packets(qdisc: &str) -> Option<u64> {
     let rest = &qdisc[i..];
     let j = rest.find(" bytes ")?;
     rest[j + 7..].split_whitespace().next()?.parse().ok()
+}
+
+/// The steady scenario (`steps_aperiodic`) as the capture shows it: the span of its data
+/// packets (requests and READ responses), s, and the share of the 10 ms bins over that span
+/// with no data packet. The periodic scenarios are ~90% idle (50 ms of communication in
+/// 500 ms); steady traffic has no idle phase for a step to end in.
+pub(super) fn steady_truth(pkts: &[Pkt]) -> (f64, f64) {
+    let times: Vec<f64> = pkts
+        .iter()
+        .filter(|p| is_request(p.opcode) || is_read_response(p.opcode))
+        .map(|p| p.time)
+        .collect();
+    let (lo, hi) = times
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &t| {
+            (a.min(t), b.max(t))
+        });
+    if !(hi > lo) {
+        return (0.0, 1.0);
+    }
+    let n = ((hi - lo) / 0.010).ceil().max(1.0) as usize;
+    let mut busy = vec![false; n];
+    for t in times {
+        busy[(((t - lo) / 0.010) as usize).min(n - 1)] = true;
+    }
+    let idle = busy.iter().filter(|b| !**b).count() as f64 / n as f64;
+    (hi - lo, idle)
+}
+
+/// Checks of the steady scenario: the capture is steady (at least 1 s of data, at most 20% of
+/// its 10 ms bins idle), and each document has a `steps` key whose value is null.
+pub(super) fn steady_checks(ck: &mut Checks, pkts: &[Pkt], docs: &[(&str, &Value)]) -> Value {
+    let (span, idle) = steady_truth(pkts);
+    ck.truth(
+        "capture: steady data (>= 1 s of it, <= 20% of its 10 ms bins idle)",
+        ">= 1 s, <= 20% idle",
+        format!("{span:.2} s, {:.1}% idle", idle * 100.0),
+        span >= 1.0 && idle <= 0.2,
+    );
+    let mut out = json!({"span_s": span, "idle_10ms_bins": idle});
+    for (who, doc) in docs {
+        let s = &doc["steps"];
+        ck.truth(
+            &format!("{who} steps: null (steady traffic has no period)"),
+            "null",
+            if s.is_object() {
+                format!(
+                    "period {} ms, {} steps, confidence {}",
+                    s["period_ms"], s["count"], s["confidence"]
+                )
+            } else if doc.get("steps").is_none() {
+                "no document (or no steps key in it)".into()
+            } else {
+                format!("{s}")
+            },
+            // a missing document is a failure, not a null
+            doc.get("steps").is_some_and(Value::is_null),
+        );
+        out[*who] = s.clone();
+    }
+    out
 }

@@ -334,8 +334,8 @@ fn wire_steps_period_lags_and_delay() {
 }
 
 /// The steps checks pass on the document the capture implies and fail on every wrong one: no
-/// steps, a period 2% off, a step too few, another QP (or none) named, a lag more than
-/// max(3 ms, 15%) below or above the capture's; and the control on a doubled period.
+/// steps, a period 2% off, a step too few, another QP (or none) named, a lag under half the
+/// capture's or more than max(3 ms, 15%) above it; and the control on a doubled period.
 #[test]
 fn steps_checks_fail_on_wrong_documents() {
     use super::steps::{steps_checks, wire_steps};
@@ -379,10 +379,10 @@ fn steps_checks_fail_on_wrong_documents() {
         .len(),
         1
     );
-    // within max(3 ms, 15%) = 4.35 ms of the capture's 29 ms, on either side
-    assert!(failed(sc, doc(500.0, 6, 0x12, 25.0)).is_empty());
+    // between half the capture's 29 ms and 29 + max(3 ms, 15%) = 33.35 ms
+    assert!(failed(sc, doc(500.0, 6, 0x12, 15.0)).is_empty());
     assert!(failed(sc, doc(500.0, 6, 0x12, 33.0)).is_empty());
-    assert_eq!(failed(sc, doc(500.0, 6, 0x12, 24.0)).len(), 1);
+    assert_eq!(failed(sc, doc(500.0, 6, 0x12, 14.0)).len(), 1);
     assert_eq!(failed(sc, doc(500.0, 6, 0x12, 34.0)).len(), 1);
     // late in too few steps
     let mut few = doc(500.0, 6, 0x12, 29.0);
@@ -459,4 +459,30 @@ fn owner_checks_with_several_qps_match_each_flow_to_its_qp() {
     .expect("write");
     assert_eq!(failed(Vec::new()), 1);
     let _ = fs::remove_dir_all(&dir);
+}
+
+/// The steady scenario's checks: a steady capture with null steps passes; steps found, a
+/// missing document, or a capture with idle phases (the periodic miniature) fail.
+#[test]
+fn steady_checks_fail_on_steps_missing_documents_and_idle_captures() {
+    use super::steps::steady_checks;
+    use serde_json::json;
+    let steady: Vec<Pkt> = (0..2000u32)
+        .map(|i| {
+            let mut p = pkt(SERVER_IP, 0x10, i, None, None);
+            p.time = 1000.0 + f64::from(i) * 1e-3;
+            p
+        })
+        .collect();
+    let failed = |pkts: &[Pkt], docs: &[(&str, &serde_json::Value)]| {
+        let mut ck = super::checks::Checks(Vec::new());
+        steady_checks(&mut ck, pkts, docs);
+        ck.0.iter().filter(|c| !c.ok).count()
+    };
+    let null = json!({"steps": null});
+    let found = json!({"steps": {"period_ms": 4.0, "count": 9, "confidence": 0.4}});
+    assert_eq!(failed(&steady, &[("a", &null), ("b", &null)]), 0);
+    assert_eq!(failed(&steady, &[("a", &null), ("b", &found)]), 1);
+    assert_eq!(failed(&steady, &[("a", &serde_json::Value::Null)]), 1);
+    assert_eq!(failed(&steps_capture(&[0.0; 6]), &[("a", &null)]), 1);
 }
