@@ -421,7 +421,11 @@ pub fn analyse(
             return None;
         }
         let g = onsets(q)?;
-        let filled = full.as_ref().is_none_or(|f| g.1.len() + 1 >= d * f.1.len());
+        // Only as a correction of a grid the period has: a finer one alone could fit bursts of
+        // aperiodic traffic that the period's grid refused.
+        let filled = full
+            .as_ref()
+            .is_some_and(|f| g.1.len() + 1 >= d * f.1.len());
         filled.then_some((g, q))
     });
     let (found, slots, a, p, close, confidence) = match (finer, full) {
