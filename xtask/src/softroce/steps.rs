@@ -399,7 +399,7 @@ pub(super) fn netem_sent_packets(qdisc: &str) -> Option<u64> {
 
 /// The steady scenario (`steps_aperiodic`) as the capture shows it: the span of its data
 /// packets (requests and READ responses), s, and the share of the 10 ms bins over that span
-/// with no data packet. The periodic scenarios are ~90% idle (50 ms of communication in
+/// with no data packet. The periodic scenarios are ~83% idle (50 ms of communication in
 /// 500 ms); steady traffic has no idle phase for a step to end in.
 pub(super) fn steady_truth(pkts: &[Pkt]) -> (f64, f64) {
     let times: Vec<f64> = pkts
@@ -412,7 +412,7 @@ pub(super) fn steady_truth(pkts: &[Pkt]) -> (f64, f64) {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &t| {
             (a.min(t), b.max(t))
         });
-    if !(hi > lo) {
+    if times.is_empty() || hi <= lo {
         return (0.0, 1.0);
     }
     let n = ((hi - lo) / 0.010).ceil().max(1.0) as usize;
@@ -424,15 +424,16 @@ pub(super) fn steady_truth(pkts: &[Pkt]) -> (f64, f64) {
     (hi - lo, idle)
 }
 
-/// Checks of the steady scenario: the capture is steady (at least 1 s of data, at most 20% of
-/// its 10 ms bins idle), and each document has a `steps` key whose value is null.
+/// Checks of the steady scenario: the capture is steady (at least 1 s of data, at most half of
+/// its 10 ms bins idle: 13-21% measured on a loaded host, the periodic scenarios ~83%), and
+/// each document has a `steps` key whose value is null.
 pub(super) fn steady_checks(ck: &mut Checks, pkts: &[Pkt], docs: &[(&str, &Value)]) -> Value {
     let (span, idle) = steady_truth(pkts);
     ck.truth(
-        "capture: steady data (>= 1 s of it, <= 20% of its 10 ms bins idle)",
-        ">= 1 s, <= 20% idle",
+        "capture: steady data (>= 1 s of it, <= 50% of its 10 ms bins idle)",
+        ">= 1 s, <= 50% idle",
         format!("{span:.2} s, {:.1}% idle", idle * 100.0),
-        span >= 1.0 && idle <= 0.2,
+        span >= 1.0 && idle <= 0.5,
     );
     let mut out = json!({"span_s": span, "idle_10ms_bins": idle});
     for (who, doc) in docs {
