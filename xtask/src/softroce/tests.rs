@@ -461,10 +461,10 @@ fn owner_checks_with_several_qps_match_each_flow_to_its_qp() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-/// The steady scenario's checks: a steady capture with null steps passes; steps found, a
-/// missing document, or a capture with idle phases (the periodic miniature) fail.
+/// The steady scenario's checks: a steady capture with null steps passes, so does one stalled
+/// at random; steps found, a missing document, or a periodic capture (the miniature) fail.
 #[test]
-fn steady_checks_fail_on_steps_missing_documents_and_idle_captures() {
+fn steady_checks_fail_on_steps_missing_documents_and_periodic_captures() {
     use super::steps::steady_checks;
     use serde_json::json;
     let steady: Vec<Pkt> = (0..2000u32)
@@ -485,4 +485,20 @@ fn steady_checks_fail_on_steps_missing_documents_and_idle_captures() {
     assert_eq!(failed(&steady, &[("a", &null), ("b", &found)]), 1);
     assert_eq!(failed(&steady, &[("a", &serde_json::Value::Null)]), 1);
     assert_eq!(failed(&steps_capture(&[0.0; 6]), &[("a", &null)]), 1);
+    // stalls of 1 s and 0.3 s (a loaded host): 3 parts, not a step structure
+    let stalled: Vec<Pkt> = steady
+        .iter()
+        .cloned()
+        .map(|mut p| {
+            p.time += if p.time > 1001.2 {
+                1.3
+            } else if p.time > 1000.5 {
+                1.0
+            } else {
+                0.0
+            };
+            p
+        })
+        .collect();
+    assert_eq!(failed(&stalled, &[("a", &null)]), 0);
 }
