@@ -254,10 +254,10 @@ pub(super) fn steps_checks(
         })
         .collect();
     // Without netem (the control) nothing is asserted about stragglers: this traffic has a
-    // real one. The third QP's responses end last in most steps (QP 0x13 late in 5-9 of 12
-    // steps, lagging 11-35 ms in the control runs, against 9-12 of 12 and 37-78 ms for the
-    // slowed flow), so "no straggler" would be false, and a threshold between the two
-    // failed once in 5 control runs. That the straggler named is the slowed flow and not
+    // real one. The third QP's responses end last in most steps (perftest posts a burst QP
+    // by QP; with peers only, 0x13 or 0x11 late in 5-10 of 9-12 steps, lagging 9-43 ms, over
+    // 12 control captures, against 10-12 of 11-12 and 17-62 ms for the slowed flow), so "no
+    // straggler" would be false, and a threshold between the two failed on control runs. That the straggler named is the slowed flow and not
     // the traffic's own is what steps_straggler_other_qp shows (QP 19 slowed, QP 0x13 named).
     if let Some((qpn, _)) = sc.slow_qpn() {
         let want = slowed_flow(qpn);
