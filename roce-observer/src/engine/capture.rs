@@ -245,8 +245,10 @@ impl Tables for CaptureTables<'_> {
         self.mirrors.get(key).map(|s| s.point)
     }
 
-    fn emit(&mut self, _direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) {
+    /// Never lost: the engine keeps every event of the frame.
+    fn emit(&mut self, _direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool {
         self.events.push(Event::filled(fill).at(ts_ns));
+        true
     }
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
