@@ -123,7 +123,7 @@ pub fn analyze_reader_reporting<R: Read + Send>(
             |iface| engine.borrow_mut().set_iface_name(iface.index, &iface.name),
             |f| {
                 let mut e = engine.borrow_mut();
-                e.ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface);
+                e.ingest(&f);
                 let Some(every) = every_ns.filter(|n| *n > 0) else {
                     return;
                 };
