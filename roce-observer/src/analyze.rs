@@ -151,6 +151,13 @@ pub fn capture_summary(end: &CaptureEnd) -> CaptureSummary {
         frames: end.stats.frames,
         snap_truncated: end.stats.snap_truncated,
         skipped_link_type: end.stats.skipped_link_type,
+        link_types: end.stats.link_types.iter().map(|l| l.name()).collect(),
+        unseen: end
+            .stats
+            .link_types
+            .iter()
+            .filter_map(|l| l.unseen().map(|u| format!("{}: {u}", l.name())))
+            .collect(),
         error: end.error.as_ref().map(|e| e.to_string()),
     }
 }

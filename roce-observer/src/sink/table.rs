@@ -257,7 +257,7 @@ pub fn render(s: &Snapshot) -> String {
         && (c.snap_truncated + c.skipped_link_type > 0 || c.error.is_some())
     {
         let text = format!(
-            "capture: {} frames, {} cut by the snap length, {} on non-Ethernet interfaces skipped{}",
+            "capture: {} frames, {} cut by the snap length, {} on interfaces of unsupported link types skipped{}",
             c.frames,
             c.snap_truncated,
             c.skipped_link_type,
@@ -267,6 +267,11 @@ pub fn render(s: &Snapshot) -> String {
                 .unwrap_or_default()
         );
         wrap(&mut out, &text, "", 118);
+    }
+    if let Some(c) = &m.capture {
+        for u in &c.unseen {
+            wrap(&mut out, &format!("capture {u}"), "", 118);
+        }
     }
 
     let _ = writeln!(out);

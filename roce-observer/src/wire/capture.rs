@@ -102,6 +102,16 @@ pub struct CaptureStats {
     pub snap_truncated: u64,
     /// Frames on pcapng interfaces whose link type is not supported (skipped).
     pub skipped_link_type: u64,
+    /// The link types of the interfaces read, in the order they were declared.
+    pub link_types: Vec<LinkType>,
+}
+
+impl CaptureStats {
+    fn declare(&mut self, link: LinkType) {
+        if !self.link_types.contains(&link) {
+            self.link_types.push(link);
+        }
+    }
 }
 
 /// The end of a capture: its counts, and the damage that stopped reading early, if any.
@@ -287,6 +297,7 @@ where
                         };
                         legacy_ns = h.is_nanosecond_precision();
                         legacy_link = link;
+                        stats.declare(link);
                         // An SLL2 capture's points are its interface indices, announced as
                         // they appear: none of its frames is on interface 0.
                         if link != LinkType::Sll2 {
@@ -325,8 +336,12 @@ where
                     PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
                         let index = u32::try_from(ifaces.len()).unwrap_or(u32::MAX);
                         let link = LinkType::from_linktype(idb.linktype);
-                        if link.is_none() && unsupported.is_none() {
-                            unsupported = Some(linktype_name(idb.linktype));
+                        match link {
+                            Some(l) => stats.declare(l),
+                            None if unsupported.is_none() => {
+                                unsupported = Some(linktype_name(idb.linktype));
+                            }
+                            None => {}
                         }
                         let name = match idb.if_name() {
                             Some(Ok(n)) if !n.is_empty() => n.trim_end_matches('\0').to_string(),

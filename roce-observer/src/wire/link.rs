@@ -32,6 +32,39 @@ pub enum LinkType {
 }
 
 impl LinkType {
+    /// The link type's name, as pcap's list of link types spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkType::Ethernet => "ETHERNET",
+            LinkType::Sll => "LINUX_SLL",
+            LinkType::Sll2 => "LINUX_SLL2",
+            LinkType::Raw => "RAW",
+            LinkType::Ipv4 => "IPV4",
+            LinkType::Ipv6 => "IPV6",
+        }
+    }
+
+    /// What the observer cannot see in frames of this link type, for the reports; `None` for
+    /// Ethernet.
+    pub fn unseen(self) -> Option<&'static str> {
+        match self {
+            LinkType::Ethernet => None,
+            LinkType::Sll => Some(
+                "no destination MACs and no interface (one point, directions from the packet \
+                 type)",
+            ),
+            // libpcap puts a VLAN tag the kernel stripped back only for Ethernet and
+            // LINUX_SLL (pcap-linux.c, set_vlan_offset).
+            LinkType::Sll2 => Some(
+                "no destination MACs, and no VLAN tags the kernel stripped (no PCP: libpcap \
+                 does not put them back in LINUX_SLL2)",
+            ),
+            LinkType::Raw | LinkType::Ipv4 | LinkType::Ipv6 => Some(
+                "IP only: no MAC addresses, VLAN tags, PFC or PAUSE frames, and no direction",
+            ),
+        }
+    }
+
     /// The link types the reader understands; `None` for the others (refused or skipped).
     pub fn from_linktype(lt: Linktype) -> Option<LinkType> {
         Some(match lt.0 {
