@@ -15,6 +15,23 @@ pub struct View<'a> {
     pub exact_rtt: bool,
 }
 
+impl View<'static> {
+    /// How a capture's document is compared with a fixture's expected one: at the one point
+    /// of a pcap ("pcap", "capture"), or, when the expected flows name their point
+    /// (`tcpdump -i any` captures: interface and direction from the link header), at every
+    /// point, each flow at its own.
+    pub fn for_fixture(expected: &Value) -> View<'static> {
+        let by_point = expected["flows"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f.get("iface").is_some()));
+        View {
+            iface: if by_point { None } else { Some("pcap") },
+            direction: if by_point { "" } else { "capture" },
+            exact_rtt: true,
+        }
+    }
+}
+
 const FLOW_FIELDS: &[&str] = &[
     "packets",
     "bytes",

@@ -45,23 +45,10 @@ fn order(doc: &Value) -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn every_fixture_matches_its_expected_document() {
-    let one_point = View {
-        iface: Some("pcap"),
-        direction: "capture",
-        exact_rtt: true,
-    };
-    let every_point = View {
-        iface: None,
-        direction: "",
-        exact_rtt: true,
-    };
     let mut diffs = Vec::new();
     let mut checked = 0;
     for (name, pcap, expected) in fixtures() {
-        let by_point = expected["flows"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|f| f.get("iface").is_some()));
-        let view = if by_point { &every_point } else { &one_point };
+        let view = View::for_fixture(&expected);
         let pmtu = expected["pmtu"].as_u64().unwrap_or(4096).to_string();
         // Learning the path MTU must not change anything on these captures.
         for (label, extra) in [
@@ -69,7 +56,7 @@ fn every_fixture_matches_its_expected_document() {
             ("pmtu learned", vec![]),
         ] {
             let actual = analyze(&pcap, &extra);
-            for d in compare(&expected, &actual, view) {
+            for d in compare(&expected, &actual, &view) {
                 diffs.push(format!("{name} ({label}): {d}"));
             }
             if order(&expected) != order(&actual) {
