@@ -24,8 +24,9 @@ use crate::{
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AnalyzeArgs {
-    /// Capture to read (pcap or pcapng, Ethernet link type); `-` reads a stream from stdin,
-    /// e.g. `tcpdump -i mlx5_0 -w - | roce-observer analyze -`.
+    /// Capture to read (pcap or pcapng; Ethernet, Linux cooked `tcpdump -i any` or raw IP
+    /// link type); `-` reads a stream from stdin, e.g.
+    /// `tcpdump -i mlx5_0 -w - | roce-observer analyze -`.
     #[arg(value_name = "FILE|-")]
     pub input: PathBuf,
     #[command(flatten)]

@@ -138,7 +138,12 @@ fn pair_id(p: &Value) -> String {
     )
 }
 
-const PATH_FIELDS: &[&str] = &["both", "missing", "missing_psns", "downstream_retransmits_unseen"];
+const PATH_FIELDS: &[&str] = &[
+    "both",
+    "missing",
+    "missing_psns",
+    "downstream_retransmits_unseen",
+];
 
 /// The path views (`paths`) against the expected ones, when the expected document lists them:
 /// every pair, no other.

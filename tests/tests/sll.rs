@@ -25,7 +25,15 @@ const DROPPED: [u32; 4] = [17, 100, 101, 150];
 /// A u32 match on the BTH PSN: offsets count from the IP header (20 bytes), then 8 of UDP and
 /// 8 of BTH.
 fn psn_match(psn: u32) -> [String; 6] {
-    ["match", "u32", &format!("0x{psn:08x}"), "0x00ffffff", "at", "36"].map(String::from)
+    [
+        "match",
+        "u32",
+        &format!("0x{psn:08x}"),
+        "0x00ffffff",
+        "at",
+        "36",
+    ]
+    .map(String::from)
 }
 
 /// The kernel's interface index of `dev` in the namespace.
@@ -198,7 +206,10 @@ fn tcpdump_any_on_a_forwarding_host_names_the_psns_dropped_between_its_interface
     let mut said = Vec::new();
     for _ in 0..3 {
         said = capture(&ns, &sent, &captured);
-        if said.iter().any(|l| l.starts_with("0 packets dropped by kernel")) {
+        if said
+            .iter()
+            .any(|l| l.starts_with("0 packets dropped by kernel"))
+        {
             break;
         }
     }
@@ -222,7 +233,11 @@ fn tcpdump_any_on_a_forwarding_host_names_the_psns_dropped_between_its_interface
             "{how}"
         );
         let lost = pair(doc, &b1_in, &a2_out);
-        assert_eq!(lost["missing_psns"], serde_json::json!(DROPPED), "{how}: {lost}");
+        assert_eq!(
+            lost["missing_psns"],
+            serde_json::json!(DROPPED),
+            "{how}: {lost}"
+        );
         assert_eq!(lost["missing"], DROPPED.len(), "{how}");
         assert_eq!(
             lost["both"],
@@ -241,7 +256,13 @@ fn tcpdump_any_on_a_forwarding_host_names_the_psns_dropped_between_its_interface
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|f| format!("{}/{}", f["iface"].as_str().unwrap_or("?"), f["direction"].as_str().unwrap_or("?")) == a2_out)
+            .filter(|f| {
+                format!(
+                    "{}/{}",
+                    f["iface"].as_str().unwrap_or("?"),
+                    f["direction"].as_str().unwrap_or("?")
+                ) == a2_out
+            })
             .collect();
         assert_eq!(at_a2.len(), 1, "{how}: one flow at {a2_out}");
         assert_eq!(at_a2[0]["packets"], PSNS.len() - DROPPED.len(), "{how}");

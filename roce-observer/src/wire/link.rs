@@ -59,9 +59,9 @@ impl LinkType {
                 "no destination MACs, and no VLAN tags the kernel stripped (no PCP: libpcap \
                  does not put them back in LINUX_SLL2)",
             ),
-            LinkType::Raw | LinkType::Ipv4 | LinkType::Ipv6 => Some(
-                "IP only: no MAC addresses, VLAN tags, PFC or PAUSE frames, and no direction",
-            ),
+            LinkType::Raw | LinkType::Ipv4 | LinkType::Ipv6 => {
+                Some("IP only: no MAC addresses, VLAN tags, PFC or PAUSE frames, and no direction")
+            }
         }
     }
 
@@ -268,7 +268,10 @@ mod tests {
         assert_eq!(&c.head[12..], &[0x86, 0xDD]);
         let c = cook(LinkType::Sll, &sll(0, 0x0800)).expect("whole header");
         assert_eq!(c.direction, Direction::Ingress);
-        assert_eq!(cook(LinkType::Sll, &sll(9, 0x0800)).map(|c| c.direction), Some(Direction::Capture));
+        assert_eq!(
+            cook(LinkType::Sll, &sll(9, 0x0800)).map(|c| c.direction),
+            Some(Direction::Capture)
+        );
     }
 
     #[test]
@@ -290,7 +293,11 @@ mod tests {
             assert_eq!(cook(LinkType::Sll, &sll(0, 0x0800)[..n]), None, "{n} bytes");
         }
         for n in 0..20 {
-            assert_eq!(cook(LinkType::Sll2, &sll2(1, 0, 0x0800)[..n]), None, "{n} bytes");
+            assert_eq!(
+                cook(LinkType::Sll2, &sll2(1, 0, 0x0800)[..n]),
+                None,
+                "{n} bytes"
+            );
         }
         assert_eq!(cook(LinkType::Raw, &[]), None);
         assert_eq!(cook(LinkType::Raw, &[0x50]), None, "not IPv4 or IPv6");
@@ -300,10 +307,16 @@ mod tests {
     fn a_mac_only_when_the_address_is_one() {
         let mut h = sll(0, 0x0800);
         h[5] = 8; // address length 8: not a MAC
-        assert_eq!(&cook(LinkType::Sll, &h).expect("whole").head[6..12], &[0; 6]);
+        assert_eq!(
+            &cook(LinkType::Sll, &h).expect("whole").head[6..12],
+            &[0; 6]
+        );
         let mut h = sll(0, 0x0800);
         h[3] = 0xFF; // ARPHRD_VOID-like: not Ethernet
-        assert_eq!(&cook(LinkType::Sll, &h).expect("whole").head[6..12], &[0; 6]);
+        assert_eq!(
+            &cook(LinkType::Sll, &h).expect("whole").head[6..12],
+            &[0; 6]
+        );
     }
 
     #[test]
@@ -312,6 +325,9 @@ mod tests {
         assert_eq!((v4.len, &v4.head[12..]), (0, &[0x08, 0x00][..]));
         let v6 = cook(LinkType::Raw, &[0x60]).expect("IPv6");
         assert_eq!(&v6.head[12..], &[0x86, 0xDD]);
-        assert_eq!(&cook(LinkType::Ipv6, &[0x60]).expect("IPv6").head[12..], &[0x86, 0xDD]);
+        assert_eq!(
+            &cook(LinkType::Ipv6, &[0x60]).expect("IPv6").head[12..],
+            &[0x86, 0xDD]
+        );
     }
 }
