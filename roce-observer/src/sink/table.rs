@@ -56,7 +56,10 @@ fn flow_line(out: &mut String, cols: [&str; 12]) {
     );
 }
 
-fn flow_row(out: &mut String, f: &FlowSnapshot) {
+/// `at_point`: the flows were seen at more than one observation point, so each row says where
+/// (a capture of several interfaces, `tcpdump -i any` of a forwarding host, `run -i` on two
+/// interfaces): otherwise one QP seen at two points is two rows that look alike.
+fn flow_row(out: &mut String, f: &FlowSnapshot, at_point: bool) {
     let naks = f.naks.total();
     let class = match f.pcp {
         Some(p) => format!("{}/{}", f.dscp, p),
@@ -81,8 +84,17 @@ fn flow_row(out: &mut String, f: &FlowSnapshot) {
     );
     // A flow seen inside switch mirrors: its mirror source on its own line (one per mirror
     // source: the same QP mirrored by two switches is two rows).
-    if let Some(m) = &f.mirror {
-        let _ = writeln!(out, "  via {}", m.label());
+    match (&f.mirror, at_point) {
+        (Some(m), true) => {
+            let _ = writeln!(out, "  at {}/{} via {}", f.iface, f.direction, m.label());
+        }
+        (Some(m), false) => {
+            let _ = writeln!(out, "  via {}", m.label());
+        }
+        (None, true) => {
+            let _ = writeln!(out, "  at {}/{}", f.iface, f.direction);
+        }
+        (None, false) => {}
     }
 }
 
@@ -289,8 +301,13 @@ pub fn render(s: &Snapshot) -> String {
         rows.truncate(MAX_FLOW_ROWS);
     }
     rows.sort_unstable();
+    let at_point = s.flows.first().is_some_and(|first| {
+        s.flows
+            .iter()
+            .any(|f| f.iface != first.iface || f.direction != first.direction)
+    });
     for (_, i) in &rows {
-        flow_row(&mut out, &s.flows[*i]);
+        flow_row(&mut out, &s.flows[*i], at_point);
     }
     if s.flows.len() > MAX_FLOW_ROWS {
         let _ = writeln!(
@@ -601,6 +618,29 @@ pub fn render(s: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn analyzed(name: &str) -> Snapshot {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(format!("{name}.pcap"));
+        let file = std::fs::File::open(path).expect("fixture");
+        let (engine, err) =
+            crate::analyze::analyze_reader(file, crate::engine::EngineConfig::default());
+        assert!(err.is_none(), "{err:?}");
+        engine.snapshot(0)
+    }
+
+    /// One QP seen at two points is two rows: each says where when the flows were seen at
+    /// more than one point, and none does otherwise.
+    #[test]
+    fn rows_say_where_when_flows_were_seen_at_several_points() {
+        let out = render(&analyzed("sll2_forwarding"));
+        for at in ["if3/ingress", "if5/egress", "if3/egress", "if5/ingress"] {
+            assert!(out.contains(&format!("\n  at {at}\n")), "{at} in\n{out}");
+        }
+        let one = render(&analyzed("psn_gap"));
+        assert!(!one.contains("  at "), "{one}");
+    }
 
     #[test]
     fn flow_rows_are_119_columns_wide() {
