@@ -498,8 +498,13 @@ pub fn render(s: &Snapshot) -> String {
                 }
             }
             if let Some(q) = &mdl.qp_advice {
-                let counts: Vec<String> = q
+                // The connections whose QP count changes (the JSON lists every one).
+                let changed: Vec<_> = q
                     .connections
+                    .iter()
+                    .filter(|c| u64::from(c.qps) != c.qps_now)
+                    .collect();
+                let mut counts: Vec<String> = changed
                     .iter()
                     .take(5)
                     .map(|c| {
@@ -509,13 +514,18 @@ pub fn render(s: &Snapshot) -> String {
                         )
                     })
                     .collect();
-                let _ = writeln!(
-                    out,
-                    "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
-                    mdl.imbalance,
-                    q.imbalance_after,
-                    counts.join(", ")
-                );
+                if changed.len() > 5 {
+                    counts.push(format!("{} more", changed.len() - 5));
+                }
+                if !counts.is_empty() {
+                    let _ = writeln!(
+                        out,
+                        "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
+                        mdl.imbalance,
+                        q.imbalance_after,
+                        counts.join(", ")
+                    );
+                }
             }
         }
         for p in e.entropy.iter().take(5) {
@@ -709,5 +719,50 @@ mod tests {
             assert!(l.chars().count() <= 120, "{l}");
         }
         assert!(!nic[1].ends_with(' '), "{:?}", nic[1]);
+    }
+
+    /// The QP-count remedy lists the connections whose count changes, not every connection:
+    /// eight elephants on four modelled paths, one path with three, one with one.
+    #[test]
+    fn qp_advice_lists_only_the_connections_that_change() {
+        use crate::engine::{Engine, EngineConfig};
+        use roce_observer_common::frames::RoceFrame;
+        let mut e = Engine::new(EngineConfig {
+            ecmp_paths: 4,
+            ..EngineConfig::default()
+        });
+        let ports = [49321u16, 51234, 60001, 55555, 50505, 61111, 49999, 53333];
+        for n in 0..2000u32 {
+            for (q, &port) in ports.iter().enumerate() {
+                let f = RoceFrame {
+                    src_ip: [192, 0, 2, 1 + q as u8],
+                    dst_ip: [192, 0, 2, 100],
+                    payload: 1024,
+                    udp_sport: port,
+                    ..RoceFrame::new(0x0a, 0x100 + q as u32, n)
+                }
+                .build();
+                let t = 1_700_000_000_000_000_000 + u64::from(n) * 20_000 + q as u64;
+                e.ingest_frame(t, &f, f.len() as u32, 0);
+            }
+        }
+        let snap = e.snapshot(1_700_000_000_100_000_000);
+        let advice = snap.ecmp.modelled.as_ref();
+        let q = advice
+            .and_then(|m| m.qp_advice.as_ref())
+            .expect("a QP-count remedy for the collision");
+        let changed = q
+            .connections
+            .iter()
+            .filter(|c| u64::from(c.qps) != c.qps_now)
+            .count();
+        assert!(changed >= 1 && changed < q.connections.len(), "{q:?}");
+        let out = render(&snap);
+        let line = out
+            .lines()
+            .find(|l| l.contains("or QPs per connection"))
+            .unwrap_or_else(|| panic!("the remedy in\n{out}"));
+        assert_eq!(line.matches("QPs (now").count(), changed, "{line}");
+        assert!(!line.contains(" 1 QPs (now 1)"), "{line}");
     }
 }

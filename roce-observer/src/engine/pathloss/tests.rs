@@ -123,25 +123,65 @@ fn a_flow_seen_at_one_point_has_no_path_view() {
     assert!(e.snapshot(T0 + 1_000).paths.is_empty());
 }
 
-/// dumpcap writes each interface's packets in batches: here all of the upstream point's come
-/// first in the file, then the downstream point's. With both interfaces declared (as a pcapng
-/// does before its packets), the comparison does not depend on that order.
+/// dumpcap writes each interface's packets in batches: downstream's resend of a PSN it never
+/// saw can come in the file before upstream's first copy. The resend is judged with its PSN,
+/// not when it is read, so the order of the file does not matter (as on the kernel path).
 #[test]
-fn a_point_whose_packets_come_later_in_the_file_is_compared_with_all_of_the_first() {
-    let mut e = Engine::new(EngineConfig::default());
-    e.set_iface_name(UP, "up");
-    e.set_iface_name(DOWN, "down");
-    let dropped = [17u32, 100, 101, 250];
-    for psn in 0..300u32 {
-        send(&mut e, UP, psn, u64::from(psn) * 1000);
-    }
-    for psn in (0..300u32).filter(|p| !dropped.contains(p)) {
-        send(&mut e, DOWN, psn, u64::from(psn) * 1000 + 500);
-    }
-    let paths = e.snapshot(T0 + 1_000_000_000).paths;
-    let lost = pair(&paths, "up", "down");
-    assert_eq!(lost.missing_psns, dropped);
-    assert_eq!(lost.both, 296);
+fn a_resend_read_before_upstreams_first_copy_counts_as_unseen() {
+    let psns = 3 * RING;
+    let dropped = [17u32, 100, 5000];
+    // Each point's packets in time order: every PSN once (downstream without `dropped`); soon
+    // after (as a NAK would make them) 17 resent twice, go-back-N from 100 to 110, and 5000
+    // resent once.
+    let resent = |p: u32| -> Vec<u32> {
+        match p {
+            20 => vec![17, 17],
+            110 => (100..=110).collect(),
+            5004 => vec![5000],
+            _ => Vec::new(),
+        }
+    };
+    let at = |point: u32, offset: u64| {
+        let mut out: Vec<(u32, u32, u64)> = Vec::new();
+        for p in 0..psns {
+            let t = u64::from(p) * 1_000_000 + offset;
+            if point == UP || !dropped.contains(&p) {
+                out.push((point, p, t));
+            }
+            for (k, r) in resent(p).into_iter().enumerate() {
+                out.push((point, r, t + 1000 * (k as u64 + 1)));
+            }
+        }
+        out
+    };
+    let (up, down) = (at(UP, 0), at(DOWN, 500));
+    let judged = |order: &[(u32, u32, u64)]| {
+        let mut e = Engine::new(EngineConfig::default());
+        e.set_iface_name(UP, "up");
+        e.set_iface_name(DOWN, "down");
+        for &(point, psn, t) in order {
+            send(&mut e, point, psn, t);
+        }
+        let paths = e.snapshot(T0 + 100_000_000_000).paths;
+        let lost = pair(&paths, "up", "down");
+        (
+            lost.missing_psns.clone(),
+            lost.downstream_retransmits_unseen,
+        )
+    };
+    let mut by_time = [up.clone(), down.clone()].concat();
+    by_time.sort_by_key(|e| e.2);
+    // Batches of 64 packets per interface, downstream's first.
+    let batched: Vec<_> = down
+        .chunks(64)
+        .zip(up.chunks(64))
+        .flat_map(|(d, u)| d.iter().chain(u).copied())
+        .collect();
+    // 17 twice, 100 and 5000 once: resends of PSNs upstream saw first and downstream never
+    // did; 101..110 downstream saw the first time.
+    let want = (dropped.to_vec(), 4);
+    assert_eq!(judged(&by_time), want, "file in time order");
+    assert_eq!(judged(&batched), want, "downstream's batches first");
 }
 
 /// Without declared interfaces (interface names are how a capture declares its points), a

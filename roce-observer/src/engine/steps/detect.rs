@@ -274,8 +274,14 @@ fn bursts(x: &[f64], thr: f64, close: usize) -> Vec<Burst> {
 }
 
 /// Grid slot -> index of the earliest burst on it; and the refined (intercept, period) in bins.
-fn grid(bursts: &[Burst], p0: f64) -> Option<(BTreeMap<i64, usize>, f64, f64)> {
-    let anchor = (0..bursts.len()).max_by(|&a, &b| bursts[a].2.total_cmp(&bursts[b].2))?;
+/// The grid goes through burst `anchor` (the biggest burst when `None`).
+fn grid(
+    bursts: &[Burst],
+    p0: f64,
+    anchor: Option<usize>,
+) -> Option<(BTreeMap<i64, usize>, f64, f64)> {
+    let anchor = anchor
+        .or_else(|| (0..bursts.len()).max_by(|&a, &b| bursts[a].2.total_cmp(&bursts[b].2)))?;
     let s0 = bursts[anchor].0 as f64;
     let mut order: Vec<usize> = (0..bursts.len()).collect();
     order.sort_by_key(|&j| bursts[j].0.abs_diff(bursts[anchor].0));
@@ -314,8 +320,17 @@ fn grid(bursts: &[Burst], p0: f64) -> Option<(BTreeMap<i64, usize>, f64, f64)> {
     ((p - p0).abs() <= 0.1 * p0).then_some((slots, a, p))
 }
 
+/// Analyses of the window's latest part tried when the whole holds no single period: its
+/// latest half, then its latest quarter.
+const RECENT_PARTS: u32 = 2;
+
 /// The steps of the retained window, or `None` when the traffic is not periodic.
 /// `name` gives a flow's interface name and direction.
+///
+/// When the whole window holds no single period, its latest half and then its latest quarter
+/// are analysed: after the step time changed (300 ms steps, then 420 ms: the case an engineer
+/// looks at) the window holds two periods, and what matters is the current one. `window_s`
+/// says how much was analysed.
 pub fn analyse(
     steps: &Steps,
     name: impl Fn(&FlowKey) -> (String, &'static str),
@@ -325,10 +340,48 @@ pub fn analyse(
     let hi = bins.iter().rposition(|&b| b > 0)?;
     let x: Vec<f64> = bins.range(lo..=hi).map(|&b| b as f64).collect();
     let origin = (first_bin + lo as u64) * BIN_NS;
-    let (p0, confidence) = period(&x)?;
-    let thr = otsu(&x);
+    let mut from = 0;
+    for part in 0..=RECENT_PARTS {
+        if part > 0 {
+            from += (x.len() - from) / 2;
+        }
+        let start = origin + from as u64 * BIN_NS;
+        // A part must hold the 10 steps at a confidence of 0.5: trying more windows
+        // is more chances for random bursts to look periodic (3 of 16 short aperiodic captures
+        // did at 5 steps, one still at 10 steps and 0.32).
+        if let Some(found) = analyse_series(steps, &x[from..], start, &name)
+            && (part == 0
+                || (found.count >= RECENT_MIN_STEPS && found.confidence >= RECENT_MIN_CONFIDENCE))
+        {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// Steps a latest part of the window must hold to be reported, and the confidence it must reach.
+const RECENT_MIN_STEPS: u64 = 10;
+const RECENT_MIN_CONFIDENCE: f64 = 0.5;
+
+/// The confidence `count` steps must reach: [`MIN_CONFIDENCE`] from 10 steps on, more below
+/// (`MIN_CONFIDENCE` x sqrt(10 / count)): the fewer the steps, the higher random bursts'
+/// autocorrelation peaks (Poisson bursts 100 ms apart on average gave 6 "steps" of 1.16 s at
+/// 0.34 over a 7 s capture).
+fn confidence_needed(count: usize) -> f64 {
+    MIN_CONFIDENCE * (10.0 / count.clamp(1, 10) as f64).sqrt()
+}
+
+/// The steps of series `x` (1 ms bins from `origin`, ns), or `None` when it is not periodic.
+fn analyse_series(
+    steps: &Steps,
+    x: &[f64],
+    origin: u64,
+    name: &impl Fn(&FlowKey) -> (String, &'static str),
+) -> Option<StepsSnapshot> {
+    let (p0, confidence) = period(x)?;
+    let thr = otsu(x);
     let close = ((p0 / 10.0).round() as usize).max(1);
-    let mut found = bursts(&x, thr, close);
+    let mut found = bursts(x, thr, close);
     // A burst cut by the start of the window (shorter than most) is not an onset.
     let mut lengths: Vec<usize> = found.iter().map(|b| b.1 - b.0).collect();
     lengths.sort_unstable();
@@ -336,8 +389,26 @@ pub fn analyse(
     if found.len() > 1 && found[0].0 == 0 && ((found[0].1 - found[0].0) as f64) < 0.8 * typical {
         found.remove(0);
     }
-    let (slots, a, p) = grid(&found, p0)?;
-    if slots.len() < MIN_STEPS {
+    let (mut slots, mut a, mut p) = grid(&found, p0, None)?;
+    // Onsets at every half period too (nearly twice the steps on the half grid): the steps
+    // alternate in shape (one bigger than the next), which correlates better at twice the
+    // period than at the period, past what the octave check in `peak` accepts (every other
+    // step 30 ms of traffic, the others 12 ms, 150 ms apart: read as 300 ms).
+    while p / 2.0 >= MIN_PERIOD_BINS {
+        match grid(&found, p / 2.0, None) {
+            Some((half, ha, hp)) if half.len() * 10 >= slots.len() * 18 => {
+                (slots, a, p) = (half, ha, hp);
+            }
+            _ => break,
+        }
+    }
+    if let Some(j) = step_start(&found, a, p, close)
+        && let Some((s2, a2, p2)) = grid(&found, p, Some(j))
+        && s2.len() >= MIN_STEPS
+    {
+        (slots, a, p) = (s2, a2, p2);
+    }
+    if slots.len() < MIN_STEPS || confidence < confidence_needed(slots.len()) {
         return None;
     }
 
@@ -354,26 +425,30 @@ pub fn analyse(
     let idle = (3.0 * lo_sum / lo_n.max(1.0))
         .max(0.05 * hi_sum / hi_n.max(1.0))
         .min(thr);
-    let mut spans: Vec<(i64, usize, usize, bool)> = Vec::new();
+    // A step may communicate in several phases (forward and backward collectives, buckets
+    // far apart): after a gap of `close` bins or more, a burst bin (over `thr`) within the
+    // step's 0.9 period starts another phase. Its span ends with its last phase; its
+    // communication time is the phases' lengths.
+    // (step, start, end, communication bins, cut by the end of the window)
+    let mut spans: Vec<(i64, usize, usize, usize, bool)> = Vec::new();
     for (&k, &j) in &slots {
         let start = found[j].0;
         let limit = ((start as f64 + 0.9 * p) as usize).min(x.len());
-        let mut end = found[j].1;
+        let (mut end, mut phase_start, mut comm) = (found[j].1, start, 0);
         for (i, &v) in x.iter().enumerate().take(limit).skip(end) {
-            if i - end >= close {
-                break;
-            }
-            if v >= idle {
-                end = i + 1;
+            if i - end < close {
+                if v >= idle {
+                    end = i + 1;
+                }
+            } else if v >= thr {
+                comm += end - phase_start;
+                (phase_start, end) = (i, i + 1);
             }
         }
-        spans.push((k, start, end, end >= x.len()));
+        comm += end - phase_start;
+        spans.push((k, start, end, comm, end >= x.len()));
     }
-    let whole: Vec<f64> = spans
-        .iter()
-        .filter(|s| !s.3)
-        .map(|s| (s.2 - s.1) as f64)
-        .collect();
+    let whole: Vec<f64> = spans.iter().filter(|s| !s.4).map(|s| s.3 as f64).collect();
     let comm_fraction = if whole.is_empty() {
         0.0
     } else {
@@ -415,6 +490,56 @@ pub fn analyse(
         recent,
         stragglers,
     })
+}
+
+/// Where a step starts when it communicates in several phases (bursts at several offsets of
+/// the period `p`, grid intercept `a`, in bins): the grid goes through the biggest burst, which
+/// may be a later phase; a step then spans one phase and the next step's earlier ones, and a
+/// flow late in the later phase is not last at the step's end. The step starts with the phase
+/// that follows the longest quiet time (the compute between two steps' communication): the
+/// bursts are grouped by their offset in the period (within `close` bins), and the group
+/// whose median gap before its bursts is the longest wins. Returns one of its bursts (the
+/// biggest) to anchor the grid on, or `None` with a single phase.
+fn step_start(bursts: &[Burst], a: f64, p: f64, close: usize) -> Option<usize> {
+    let offset = |j: usize| (bursts[j].0 as f64 - a).rem_euclid(p);
+    let mut order: Vec<usize> = (0..bursts.len()).collect();
+    order.sort_by(|&x, &y| offset(x).total_cmp(&offset(y)));
+    // Groups of bursts with neighbouring offsets; the last joins the first across the wrap.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for &j in &order {
+        match groups.last_mut() {
+            Some(g) if offset(j) - offset(g[g.len() - 1]) <= close as f64 => g.push(j),
+            _ => groups.push(vec![j]),
+        }
+    }
+    if groups.len() > 1 {
+        let (first, last) = (offset(groups[0][0]), offset(*order.last()?));
+        if first + p - last <= close as f64 {
+            let tail = groups.pop()?;
+            groups[0].extend(tail);
+        }
+    }
+    let groups: Vec<Vec<usize>> = groups
+        .into_iter()
+        .filter(|g| g.len() >= MIN_STEPS)
+        .collect();
+    if groups.len() < 2 {
+        return None;
+    }
+    let gap_before = |j: usize| {
+        j.checked_sub(1)
+            .map(|i| bursts[j].0.saturating_sub(bursts[i].1))
+            .unwrap_or(0)
+    };
+    let median_gap = |g: &Vec<usize>| {
+        let mut gaps: Vec<usize> = g.iter().map(|&j| gap_before(j)).collect();
+        gaps.sort_unstable();
+        gaps[gaps.len() / 2]
+    };
+    let best = groups.iter().max_by_key(|g| median_gap(g))?;
+    best.iter()
+        .copied()
+        .max_by(|&x, &y| bursts[x].2.total_cmp(&bursts[y].2))
 }
 
 /// The step grid in ns: step `k` starts at `a + k p`; its window is
