@@ -344,6 +344,15 @@ impl PathLoss {
         let path = (key.src_ip, key.dst_ip, key.dst_qp);
         let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
         let psn = pkt.psn & PSN_MASK;
+        // Points announced once packets flowed (an SLL2 capture's interfaces appear with their
+        // first packet): the one-point run followed so far is kept as any other first point's.
+        if self.several_points
+            && let Some((first_path, before)) = self.first_flow.take()
+        {
+            self.only_point = None;
+            self.seen_two = true;
+            self.seen_at.insert(first_path, before);
+        }
         if !self.several_points && !self.seen_two {
             match self.only_point {
                 Some(p) if p != point => {

@@ -476,3 +476,28 @@ fn a_path_event_lost_to_the_ring_marks_the_view_incomplete() {
         assert_eq!(pair(&paths, "down", "up").incomplete, lost > 0);
     }
 }
+
+#[test]
+fn a_point_announced_after_the_first_packets_is_compared_from_the_first_psn() {
+    // An SLL2 capture (`tcpdump -i any`) announces each interface with its first packet: the
+    // first point's packets before the second point appears still count.
+    let mut e = Engine::new(EngineConfig::default());
+    e.set_iface_name(UP, "up");
+    send(&mut e, UP, 1000, 0);
+    send(&mut e, UP, 1001, 1000);
+    e.set_iface_name(DOWN, "down");
+    send(&mut e, DOWN, 1000, 1500);
+    send(&mut e, DOWN, 1001, 1600);
+    let mut t = 2000;
+    for psn in 1002..1010 {
+        send(&mut e, UP, psn, t);
+        if psn != 1005 {
+            send(&mut e, DOWN, psn, t + 500);
+        }
+        t += 1000;
+    }
+    let paths = e.snapshot(T0 + 10_000_000).paths;
+    let lost = pair(&paths, "up", "down");
+    assert_eq!(lost.missing_psns, vec![1005]);
+    assert_eq!(lost.both, 9, "1000..1009 but 1005");
+}
