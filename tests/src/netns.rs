@@ -16,6 +16,14 @@ use roce_observer_tools::sh;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// The interfaces [`VethNs::forward_dropping`] adds.
+pub struct Forwarding {
+    pub a2: String,
+    pub b2: String,
+    pub s1: String,
+    pub s2: String,
+}
+
 /// A network namespace holding one veth pair `a` <-> `b`, both up, MTU 9500, IPv6 off (so no
 /// autoconfiguration frames cross the pair: only what a test sends).
 pub struct VethNs {
@@ -75,6 +83,74 @@ impl VethNs {
     }
 
     /// A command run inside the namespace.
+    /// A forwarding path inside the namespace, for loss between two observation points:
+    /// everything arriving on `b` is redirected by a tc ingress action out of a second pair's
+    /// `a2` (to `b2`), except the RoCE requests with a PSN in `dropped` (tc u32 on the BTH PSN
+    /// of an untagged IPv4 frame), which go to a sink pair (`s1` -> `s2`) nothing captures.
+    /// The new interfaces are in the namespace and go with it.
+    pub fn forward_dropping(&self, dropped: &[u32]) -> anyhow::Result<Forwarding> {
+        let f = Forwarding {
+            a2: format!("{}c", self.name),
+            b2: format!("{}d", self.name),
+            s1: format!("{}e", self.name),
+            s2: format!("{}f", self.name),
+        };
+        for (x, y) in [(&f.a2, &f.b2), (&f.s1, &f.s2)] {
+            sh(self
+                .exec("ip")
+                .args(["link", "add", x, "type", "veth", "peer", "name", y]))
+            .context("veth pair")?;
+        }
+        for dev in [&f.a2, &f.b2, &f.s1, &f.s2] {
+            sh(self
+                .exec("sysctl")
+                .args(["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]))
+            .context("no IPv6 chatter")?;
+            sh(self.exec("ip").args(["link", "set", dev, "up"])).context("link up")?;
+        }
+        let b1 = &self.b;
+        sh(self.exec("tc").args(["qdisc", "add", "dev", b1, "ingress"]))
+            .context("ingress qdisc")?;
+        for psn in dropped {
+            // The u32 at byte 36 of the IP packet (20-byte IPv4 header, 8-byte UDP header,
+            // then the BTH's third word: the AckReq bit and reserved bits, then the 24-bit
+            // PSN, masked).
+            let value = format!("0x{psn:08x}");
+            sh(self.exec("tc").args([
+                "filter",
+                "add",
+                "dev",
+                b1,
+                "parent",
+                "ffff:",
+                "prio",
+                "1",
+                "protocol",
+                "ip",
+                "u32",
+                "match",
+                "u32",
+                &value,
+                "0x00ffffff",
+                "at",
+                "36",
+                "action",
+                "mirred",
+                "egress",
+                "redirect",
+                "dev",
+                &f.s1,
+            ]))
+            .context("drop filter")?;
+        }
+        sh(self.exec("tc").args([
+            "filter", "add", "dev", b1, "parent", "ffff:", "prio", "2", "protocol", "all", "u32",
+            "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", &f.a2,
+        ]))
+        .context("forward b -> a2")?;
+        Ok(f)
+    }
+
     pub fn exec(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name]).arg(program);
