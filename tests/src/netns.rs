@@ -16,6 +16,29 @@ use roce_observer_tools::sh;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// A tcpdump started by [`VethNs::tcpdump`].
+pub struct Tcpdump {
+    child: Child,
+    said: std::sync::mpsc::Receiver<String>,
+    /// What it said on stderr until it was capturing.
+    pub lines: Vec<String>,
+}
+
+impl Tcpdump {
+    /// Stop it cleanly (SIGINT to the process the test started, by its pid: it flushes what it
+    /// captured) and wait for it; then what it said, its counts at exit included.
+    pub fn stop(mut self) -> anyhow::Result<Vec<String>> {
+        // SAFETY: signalling the tcpdump we started, by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait()?;
+        anyhow::ensure!(status.success(), "tcpdump: {status}");
+        while let Ok(line) = self.said.recv_timeout(Duration::from_secs(5)) {
+            self.lines.push(line);
+        }
+        Ok(self.lines)
+    }
+}
+
 /// The interfaces [`VethNs::forward_dropping`] adds.
 pub struct Forwarding {
     pub a2: String,
@@ -82,7 +105,6 @@ impl VethNs {
         Ok(())
     }
 
-    /// A command run inside the namespace.
     /// A forwarding path inside the namespace, for loss between two observation points:
     /// everything arriving on `b` is redirected by a tc ingress action out of a second pair's
     /// `a2` (to `b2`), except the RoCE requests with a PSN in `dropped` (tc u32 on the BTH PSN
@@ -151,6 +173,60 @@ impl VethNs {
         Ok(f)
     }
 
+    /// The kernel's interface index of `dev` in the namespace.
+    pub fn ifindex(&self, dev: &str) -> anyhow::Result<u32> {
+        let out = self
+            .exec("cat")
+            .arg(format!("/sys/class/net/{dev}/ifindex"))
+            .output()?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .with_context(|| format!("no ifindex for {dev}"))
+    }
+
+    /// `tcpdump ARGS -w out` in the namespace, once it says it is capturing ("listening on",
+    /// within 20 s); what it said on stderr is kept (the reader thread ends when tcpdump does).
+    pub fn tcpdump(&self, args: &[&str], out: &Path) -> anyhow::Result<Tcpdump> {
+        let mut child = self
+            .exec("tcpdump")
+            .args(args)
+            .arg("-w")
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("tcpdump starts (install tcpdump)")?;
+        let stderr = child.stderr.take().context("tcpdump's stderr")?;
+        let (tx, said) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut t = Tcpdump {
+            child,
+            said,
+            lines: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(line) = t.said.recv_timeout(Duration::from_millis(100)) {
+                let listening = line.contains("listening on");
+                t.lines.push(line);
+                if listening {
+                    return Ok(t);
+                }
+            }
+            if Instant::now() > deadline {
+                let _ = t.child.kill();
+                let _ = t.child.wait();
+                bail!("tcpdump did not start capturing: {:?}", t.lines);
+            }
+        }
+    }
+
+    /// A command run inside the namespace.
     pub fn exec(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name]).arg(program);

@@ -7,11 +7,7 @@
 //! b1 (ingress) and a2 (egress) under the names `if<ifindex>`, and name exactly the dropped
 //! PSNs for that pair, nothing between a1's egress and b1's ingress.
 
-use std::{
-    io::{BufRead as _, BufReader},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::{process::Command, time::Duration};
 
 use integration_tests::{
     netns::{Forwarding, VethNs},
@@ -24,19 +20,6 @@ use serde_json::Value;
 /// PSNs of the flow, and the ones dropped between b1 and a2.
 const PSNS: std::ops::Range<u32> = 0..200;
 const DROPPED: [u32; 4] = [17, 100, 101, 150];
-
-/// The kernel's interface index of `dev` in the namespace.
-fn ifindex(ns: &VethNs, dev: &str) -> u32 {
-    let out = ns
-        .exec("cat")
-        .arg(format!("/sys/class/net/{dev}/ifindex"))
-        .output()
-        .expect("cat runs");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("ifindex of {dev}: {e}"))
-}
 
 fn observer(args: &[&str], capture: &std::path::Path) -> Value {
     let out = Command::new(observer_bin())
@@ -84,38 +67,12 @@ fn capture(ns: &VethNs, sent: &std::path::Path, captured: &std::path::Path) -> V
     // TPACKET_V3 blocks, the frames of a block not yet retired by its 1 s timeout were lost
     // at SIGINT here: 155 of 200). -U: each packet written as it comes. -B: a 32 MiB buffer,
     // as every frame is captured four or six times.
-    let mut tcpdump = ns
-        .exec("tcpdump")
-        .args(["-i", "any", "--immediate-mode", "-B", "32768", "-U", "-w"])
-        .arg(captured)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump starts (install tcpdump)");
-    let stderr = tcpdump.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut said = Vec::new();
-    loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) if line.contains("listening on") => {
-                said.push(line);
-                break;
-            }
-            Ok(line) => said.push(line),
-            Err(_) => {}
-        }
-        if Instant::now() > deadline {
-            let _ = tcpdump.kill();
-            let _ = tcpdump.wait();
-            panic!("tcpdump did not start capturing: {said:?}");
-        }
-    }
+    let tcpdump = ns
+        .tcpdump(
+            &["-i", "any", "--immediate-mode", "-B", "32768", "-U"],
+            captured,
+        )
+        .expect("tcpdump -i any");
     // Paced (20 ms for the 200 frames): at top speed tcpdump, woken per packet, could not
     // keep up with four or six copies of each frame ("packets dropped by kernel").
     let replay = sh(ns
@@ -123,15 +80,9 @@ fn capture(ns: &VethNs, sent: &std::path::Path, captured: &std::path::Path) -> V
         .args(["-q", "--pps", "10000", "-i", &ns.a])
         .arg(sent));
     std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: signalling the tcpdump this test started, by its pid.
-    unsafe { libc::kill(tcpdump.id() as i32, libc::SIGINT) };
-    let status = tcpdump.wait().expect("tcpdump ends");
+    // What it said, with its counts at exit ("N packets dropped by kernel").
+    let said = tcpdump.stop().expect("tcpdump stops cleanly");
     replay.expect("tcpreplay");
-    assert!(status.success(), "tcpdump: {status}");
-    // Its counts at exit ("N packets dropped by kernel"): the reader thread ends at EOF.
-    while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
-        said.push(line);
-    }
     said
 }
 
@@ -177,7 +128,8 @@ fn tcpdump_any_on_a_forwarding_host_names_the_psns_dropped_between_its_interface
         "tcpdump did not write LINUX_SLL2 (libpcap >= 1.10 does): {said:?}"
     );
 
-    let name = |dev: &str, direction: &str| format!("if{}/{direction}", ifindex(&ns, dev));
+    let name =
+        |dev: &str, direction: &str| format!("if{}/{direction}", ns.ifindex(dev).expect("ifindex"));
     let (a1_out, b1_in) = (name(a1, "egress"), name(b1, "ingress"));
     let (a2_out, b2_in) = (name(&a2, "egress"), name(&b2, "ingress"));
     let analyzed = observer(&["analyze", "--json"], &captured);

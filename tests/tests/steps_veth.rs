@@ -33,9 +33,8 @@
 //!   signal run on the kernel path).
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::Path,
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -313,32 +312,9 @@ fn f(v: &Value) -> f64 {
 /// Returns how many frames went out more than 1 ms late, and `run`'s final document; the
 /// capture is in `captured`.
 fn observe(ns: &VethNs, frames: &[Frame], captured: &Path) -> (usize, String) {
-    let mut tcpdump = ns
-        .exec("tcpdump")
-        .args(["-i", &ns.b, "-B", "65536", "-U", "-n", "-w"])
-        .arg(captured)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
+    let tcpdump = ns
+        .tcpdump(&["-i", &ns.b, "-B", "65536", "-U", "-n"], captured)
         .expect("tcpdump starts");
-    let stderr = tcpdump.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) if line.contains("listening on") => break,
-            _ if Instant::now() > deadline => {
-                let _ = tcpdump.kill();
-                panic!("tcpdump did not start");
-            }
-            _ => {}
-        }
-    }
     let observer = Observer::start(ns, &["-i", &ns.b, "--json", "--interval", "0.2"])
         .expect("observer attaches");
     // At the traffic's own timing: the pauses between bursts are the point.
@@ -352,10 +328,8 @@ fn observe(ns: &VethNs, frames: &[Frame], captured: &Path) -> (usize, String) {
     // last frames. (Immediate mode, a wakeup per frame, dropped three frames in four here.)
     std::thread::sleep(Duration::from_millis(1500));
     let out = observer.stop().expect("observer stops cleanly");
-    // SAFETY: signalling the tcpdump this test started, by its pid (a clean stop flushes it).
-    unsafe { libc::kill(tcpdump.id() as i32, libc::SIGINT) };
-    let status = tcpdump.wait().expect("tcpdump ends");
-    assert!(status.success(), "tcpdump: {status}");
+    // A clean stop flushes it.
+    tcpdump.stop().expect("tcpdump stops cleanly");
 
     (late, out)
 }
