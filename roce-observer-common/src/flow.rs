@@ -389,8 +389,12 @@ pub struct FlowStats {
     pub path_events: u32,
     pub path_window_ns: u64,
     pub path_suppressed: u64,
+    /// Path events within the limit that were lost because the ring buffer was full (each
+    /// also counted in the global `ringbuf_full`); user space marks the flow's path view
+    /// incomplete, as for `path_suppressed`.
+    pub path_lost: u64,
 }
-assert_size!(FlowStats, 616);
+assert_size!(FlowStats, 624);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
@@ -434,6 +438,7 @@ impl FlowStats {
             path_events: 0,
             path_window_ns: 0,
             path_suppressed: 0,
+            path_lost: 0,
         }
     }
 

@@ -131,8 +131,10 @@ pub trait Tables {
     /// Emit one event for a packet seen in `direction` at `ts_ns` (the packet time): a record
     /// that is all zero but for the event time, filled in place by `fill` (one of the
     /// `Event::set_*` writers; the kernel fills its ring-buffer slot, with no copy on the BPF
-    /// stack). A lost event is counted in `ringbuf_full`.
-    fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event));
+    /// stack). True when the event was sent; false when it was lost (the kernel's ring buffer
+    /// was full), which is counted in `ringbuf_full`: the caller then keeps in the flow record
+    /// what the event would have carried (`path_lost`, the unsent runs).
+    fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool;
     /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
     /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
     #[inline(always)]
@@ -381,7 +383,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
 
 /// A data packet at `now`: the flow's data run takes it; the run it finishes (a gap above
 /// `RUN_GAP_NS`) is sent as one event if long enough, else counted in the flow record. The
-/// event is filled from the flow record in place (no copy of the run on the BPF stack).
+/// event is filled from the flow record in place (no copy of the run on the BPF stack). A run
+/// whose event is lost to a full ring buffer is counted in the record as a short run is, so
+/// that its bytes still reach the step series (untimed) instead of vanishing.
 #[inline(always)]
 fn data_run<T: Tables>(
     t: &mut T,
@@ -392,10 +396,10 @@ fn data_run<T: Tables>(
     now: u64,
 ) {
     if stats.run.ends_before(now) {
-        if stats.run.sent() {
-            let run = &stats.run;
-            t.emit(key.direction, run.start_ns, |ev| ev.set_data_run(key, run));
-        } else {
+        let run = &stats.run;
+        let sent =
+            run.sent() && t.emit(key.direction, run.start_ns, |ev| ev.set_data_run(key, run));
+        if !sent {
             // Plain adds, like the run itself (with sparse traffic this is every data packet;
             // two CPUs finishing a run at once may lose one update).
             stats.runs_unsent += 1;
@@ -426,7 +430,8 @@ fn signal_run<T: Tables>(t: &mut T, key: &FlowKey, stats: &mut FlowStats, cnp: b
 /// point which PSNs it never saw. Never an event per
 /// packet: a retransmission on a flow that never had a gap (a replayed or duplicated stream, a
 /// timeout storm) and an in-order request cost one flag test each, and each flow sends at most
-/// `PATH_EVENT_LIMIT` per window (the others are counted in `path_suppressed`).
+/// `PATH_EVENT_LIMIT` per window (the others are counted in `path_suppressed`, and the ones
+/// lost to a full ring buffer in `path_lost`: either marks the flow's path view incomplete).
 #[inline(always)]
 fn path_events<T: Tables>(
     t: &mut T,
@@ -460,7 +465,7 @@ fn path_events<T: Tables>(
     // stack").
     if (finished || gap) && path_event_allowed(stats, now) {
         let record = &*stats;
-        t.emit(key.direction, now, |ev| {
+        let sent = t.emit(key.direction, now, |ev| {
             ev.set_path(
                 key,
                 finished,
@@ -469,6 +474,11 @@ fn path_events<T: Tables>(
                 out.gap_missing,
             )
         });
+        if !sent {
+            // An atomic add: every CPU that loses one of the flow's events counts it (a lost
+            // gap must never leave the view looking complete).
+            crate::account::add(&mut stats.path_lost, 1);
+        }
     }
     if retransmit {
         stats.psn.flags = flags | REQ_RESENDING;

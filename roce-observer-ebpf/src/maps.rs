@@ -21,7 +21,7 @@ use roce_observer_common::{
 /// grows with the key: 16 bytes hashed and compared for an IPv4 flow, 40 for the others, where
 /// one map of the whole 64-byte FlowKey cost each packet ~14 ns more.
 ///
-/// One value (FlowStats, 504 B) is shared by every CPU that sees the flow: counters are atomic
+/// One value (FlowStats, 624 B) is shared by every CPU that sees the flow: counters are atomic
 /// adds (account.rs). Plain hashes (not LRU): a full map is counted (`map_full`), never
 /// silently evicts counts. The loader sizes both to --max-flows (default 16384).
 ///

@@ -138,7 +138,7 @@ fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Ent
         return Entry::Full;
     };
     // SAFETY: `zero` points at a live per-CPU array value of the right type.
-    // By reference: a value would be a 504-byte copy on the 512-byte BPF stack.
+    // By reference: a value would be a 624-byte copy on the 512-byte BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let inserted = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // Another CPU may have created it in between (EEXIST): then it is there to look up.
@@ -363,7 +363,7 @@ impl Tables for Maps<'_> {
     /// a burst of events is read early instead of lost. A wakeup per event cost microseconds
     /// (issue 12: a reader that keeps up is woken on every submit).
     #[inline(always)]
-    fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) {
+    fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool {
         match EVENTS.reserve::<Event>(0) {
             Some(mut entry) => {
                 let ev = entry.as_mut_ptr();
@@ -386,10 +386,12 @@ impl Tables for Maps<'_> {
                     BPF_RB_NO_WAKEUP
                 };
                 entry.submit(wake);
+                true
             }
             None => {
                 count(Counter::RingbufFull, direction);
                 crate::diag::ring_buffer_full();
+                false
             }
         }
     }

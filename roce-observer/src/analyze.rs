@@ -24,8 +24,9 @@ use crate::{
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AnalyzeArgs {
-    /// Capture to read (pcap or pcapng, Ethernet link type); `-` reads a stream from stdin,
-    /// e.g. `tcpdump -i mlx5_0 -w - | roce-observer analyze -`.
+    /// Capture to read (pcap or pcapng; Ethernet, Linux cooked `tcpdump -i any` or raw IP
+    /// link type); `-` reads a stream from stdin, e.g.
+    /// `tcpdump -i mlx5_0 -w - | roce-observer analyze -`.
     #[arg(value_name = "FILE|-")]
     pub input: PathBuf,
     #[command(flatten)]
@@ -123,7 +124,7 @@ pub fn analyze_reader_reporting<R: Read + Send>(
             |iface| engine.borrow_mut().set_iface_name(iface.index, &iface.name),
             |f| {
                 let mut e = engine.borrow_mut();
-                e.ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface);
+                e.ingest(&f);
                 let Some(every) = every_ns.filter(|n| *n > 0) else {
                     return;
                 };
@@ -151,6 +152,13 @@ pub fn capture_summary(end: &CaptureEnd) -> CaptureSummary {
         frames: end.stats.frames,
         snap_truncated: end.stats.snap_truncated,
         skipped_link_type: end.stats.skipped_link_type,
+        link_types: end.stats.link_types.iter().map(|l| l.name()).collect(),
+        unseen: end
+            .stats
+            .link_types
+            .iter()
+            .filter_map(|l| l.unseen().map(|u| format!("{}: {u}", l.name())))
+            .collect(),
         error: end.error.as_ref().map(|e| e.to_string()),
     }
 }

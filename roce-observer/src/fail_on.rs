@@ -212,6 +212,10 @@ pub enum FailOnError {
     UnknownMetric { name: String },
     #[error("`{0}` is not a number followed by an optional unit (e.g. 0, 1000/s, 50us, 1%)")]
     BadNumber(String),
+    #[error(
+        "`{0}` holds more than one comparison: give one --fail-on per condition (repeat the flag; the command fails when any of them holds)"
+    )]
+    Combined(String),
     #[error("`{metric}` does not take the unit `{unit}`: use {allowed}")]
     BadUnit {
         metric: &'static str,
@@ -251,6 +255,10 @@ impl std::str::FromStr for FailOn {
             .unwrap_or(rhs.len());
         // `1e3us`: the exponent stays with the number; an `e` that starts a unit does not exist.
         let (number, unit) = rhs.split_at(split);
+        // `a>0 || b>0`, `a>0,b>0`, `a>0 and b>0`: the language has no boolean operators.
+        if unit.contains(|c: char| "|&<>=!,;()".contains(c)) {
+            return Err(FailOnError::Combined(s.trim().to_string()));
+        }
         let value: f64 = number
             .parse()
             .ok()

@@ -136,12 +136,12 @@ fn pcapng_gives_the_same_flows_as_pcap() {
 }
 
 #[test]
-fn pcapng_skips_frames_on_non_ethernet_interfaces() {
+fn pcapng_skips_frames_on_interfaces_of_unsupported_link_types() {
     let records =
         pcap_records(&std::fs::read(fixture("rc_send_write_read.pcap")).expect("fixture"));
     let n = records.len() as u64;
-    // Every third record on a Linux-cooked interface.
-    let ng = pcapng(&[(1, "eth0"), (113, "any")], &records, |i| {
+    // Every third record on an 802.11 radiotap interface.
+    let ng = pcapng(&[(1, "eth0"), (127, "wlan0")], &records, |i| {
         u32::from(i % 3 == 2)
     });
     let doc = json(&run(&["--json", "-"], Some(ng)));
@@ -150,6 +150,56 @@ fn pcapng_skips_frames_on_non_ethernet_interfaces() {
         .expect("count");
     assert_eq!(skipped, n / 3);
     assert_eq!(doc["summary"]["total_packets"].as_u64(), Some(n - skipped));
+}
+
+/// A LINUX_SLL2 interface of a pcapng (dumpcap -i any) is split into its interface indices,
+/// named after it, next to an Ethernet interface of the same file.
+#[test]
+fn pcapng_sll2_interface_becomes_one_point_per_interface_index() {
+    let records = pcap_records(&std::fs::read(fixture("sll2_forwarding.pcap")).expect("fixture"));
+    let eth = pcap_records(&std::fs::read(fixture("psn_gap.pcap")).expect("fixture"));
+    let n = records.len();
+    let all: Vec<_> = records.into_iter().chain(eth).collect();
+    let ng = pcapng(&[(276, "any"), (1, "eth0")], &all, |i| u32::from(i >= n));
+    let doc = json(&run(&["--json", "-"], Some(ng)));
+    assert_eq!(
+        doc["summary"]["capture"]["link_types"],
+        serde_json::json!(["LINUX_SLL2", "ETHERNET"])
+    );
+    let mut points: Vec<String> = doc["flows"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{}",
+                f["iface"].as_str().unwrap_or("?"),
+                f["direction"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    points.sort();
+    points.dedup();
+    assert_eq!(
+        points,
+        [
+            "any:if3/egress",
+            "any:if3/ingress",
+            "any:if5/egress",
+            "any:if5/ingress",
+            "eth0/capture"
+        ]
+    );
+    let lost: Vec<&Value> = doc["paths"]
+        .as_array()
+        .expect("paths")
+        .iter()
+        .filter(|p| p["missing"].as_u64() > Some(0))
+        .collect();
+    assert_eq!(lost.len(), 1, "{}", doc["paths"]);
+    assert_eq!(lost[0]["upstream"]["iface"], "any:if3");
+    assert_eq!(lost[0]["downstream"]["iface"], "any:if5");
+    assert_eq!(lost[0]["missing_psns"], serde_json::json!([4]));
 }
 
 #[test]
@@ -213,11 +263,15 @@ fn nothing_readable_is_an_error_that_says_what_to_do() {
             "not a pcap or pcapng",
         ),
         ("short header", pcap_header(1)[..10].to_vec(), "truncated"),
-        ("linux cooked", pcap_header(113), "not Ethernet"),
         (
-            "pcapng, only non-Ethernet",
-            pcapng(&[(101, "raw")], &[(1, 0, vec![0x45; 40])], |_| 0),
-            "not Ethernet",
+            "radiotap",
+            pcap_header(127),
+            "IEEE802_11_RADIOTAP is not supported",
+        ),
+        (
+            "pcapng, only unsupported link types",
+            pcapng(&[(127, "wlan0")], &[(1, 0, vec![0x45; 40])], |_| 0),
+            "is not supported",
         ),
     ];
     for (what, input, needle) in cases {
@@ -233,9 +287,58 @@ fn nothing_readable_is_an_error_that_says_what_to_do() {
 
 #[test]
 fn header_only_capture_is_an_empty_result() {
-    let doc = json(&run(&["--json", "-"], Some(pcap_header(1))));
-    assert_eq!(doc["summary"]["total_packets"], 0);
-    assert_eq!(doc["flows"], serde_json::json!([]));
+    for linktype in [1, 113, 276, 101, 228, 229] {
+        let doc = json(&run(&["--json", "-"], Some(pcap_header(linktype))));
+        assert_eq!(doc["summary"]["total_packets"], 0, "link type {linktype}");
+        assert_eq!(doc["flows"], serde_json::json!([]));
+    }
+}
+
+/// Records too short for their link header are counted malformed, one each, and leave the
+/// flows of the others as they are.
+#[test]
+fn cut_link_headers_are_malformed_frames() {
+    let good = pcap_records(&std::fs::read(fixture("sll_any.pcap")).expect("fixture"));
+    for (linktype, header) in [(113u32, 16usize), (276, 20), (101, 1)] {
+        let mut bytes = pcap_header(linktype);
+        for cut in 0..header {
+            let data = vec![0x45u8; cut];
+            bytes.extend(1u32.to_le_bytes());
+            bytes.extend(0u32.to_le_bytes());
+            bytes.extend((data.len() as u32).to_le_bytes());
+            bytes.extend((data.len() as u32).to_le_bytes());
+            bytes.extend(&data);
+        }
+        let doc = json(&run(&["--json", "-"], Some(bytes)));
+        assert_eq!(doc["summary"]["malformed"], header, "link type {linktype}");
+        assert_eq!(doc["summary"]["total_packets"], header);
+    }
+    // sll_any's frames with cut ones in between: the same flows.
+    let whole = json(&run(
+        &["--json", fixture("sll_any.pcap").to_str().expect("utf-8")],
+        None,
+    ));
+    let mut bytes = pcap_header(113);
+    for (sec, usec, data) in &good {
+        for (s, d) in [
+            (*sec, data.clone()),
+            (*sec, data[..data.len().min(9)].to_vec()),
+        ] {
+            bytes.extend(s.to_le_bytes());
+            bytes.extend(usec.to_le_bytes());
+            bytes.extend((d.len() as u32).to_le_bytes());
+            bytes.extend((d.len() as u32).to_le_bytes());
+            bytes.extend(&d);
+        }
+    }
+    let mixed = json(&run(&["--json", "-"], Some(bytes)));
+    assert_eq!(mixed["flows"], whole["flows"]);
+    assert_eq!(
+        mixed["summary"]["malformed"].as_u64(),
+        whole["summary"]["malformed"]
+            .as_u64()
+            .map(|m| m + good.len() as u64)
+    );
 }
 
 /// A fresh directory under the target dir (removed first if left over).

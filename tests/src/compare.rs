@@ -8,10 +8,28 @@ use serde_json::Value;
 pub struct View<'a> {
     /// Only flows/PFC entries seen on this interface (None: any).
     pub iface: Option<&'a str>,
-    /// Only flows/PFC entries seen in this direction ("ingress", "egress", "capture").
+    /// Only flows/PFC entries seen in this direction ("ingress", "egress", "capture"; "" for
+    /// every direction, with the document's overall summary).
     pub direction: &'a str,
     /// Compare latency sample values exactly (captures: times come from the file).
     pub exact_rtt: bool,
+}
+
+impl View<'static> {
+    /// How a capture's document is compared with a fixture's expected one: at the one point
+    /// of a pcap ("pcap", "capture"), or, when the expected flows name their point
+    /// (`tcpdump -i any` captures: interface and direction from the link header), at every
+    /// point, each flow at its own.
+    pub fn for_fixture(expected: &Value) -> View<'static> {
+        let by_point = expected["flows"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f.get("iface").is_some()));
+        View {
+            iface: if by_point { None } else { Some("pcap") },
+            direction: if by_point { "" } else { "capture" },
+            exact_rtt: true,
+        }
+    }
 }
 
 const FLOW_FIELDS: &[&str] = &[
@@ -46,7 +64,8 @@ const SUMMARY_FIELDS: &[&str] = &[
 ];
 
 fn selected(entry: &Value, view: &View<'_>) -> bool {
-    let dir_ok = entry.get("direction").and_then(Value::as_str) == Some(view.direction);
+    let dir_ok = view.direction.is_empty()
+        || entry.get("direction").and_then(Value::as_str) == Some(view.direction);
     let iface_ok = view
         .iface
         .is_none_or(|i| entry.get("iface").and_then(Value::as_str) == Some(i));
@@ -82,6 +101,81 @@ fn flow_id(f: &Value) -> String {
         f["dst_ip"].as_str().unwrap_or("?"),
         f["dst_qp"]
     )
+}
+
+/// [`flow_id`] and, when `by_point`, where the flow was seen ("at if3/ingress"): for fixtures
+/// whose expected flows name their observation point (one flow seen at several).
+fn flow_at(f: &Value, by_point: bool) -> String {
+    if by_point {
+        format!(
+            "{} at {}/{}",
+            flow_id(f),
+            f["iface"].as_str().unwrap_or("?"),
+            f["direction"].as_str().unwrap_or("?")
+        )
+    } else {
+        flow_id(f)
+    }
+}
+
+/// A path view's pair as one line: "192.0.2.1 -> 192.0.2.2 qp 18 from if3/ingress to
+/// if5/egress". Expected documents write a point as "iface/direction"; the observer's as an
+/// object.
+fn pair_id(p: &Value) -> String {
+    let point = |v: &Value| match v.as_str() {
+        Some(s) => s.to_string(),
+        None => format!(
+            "{}/{}",
+            v["iface"].as_str().unwrap_or("?"),
+            v["direction"].as_str().unwrap_or("?")
+        ),
+    };
+    format!(
+        "{} from {} to {}",
+        flow_id(p),
+        point(&p["upstream"]),
+        point(&p["downstream"])
+    )
+}
+
+const PATH_FIELDS: &[&str] = &[
+    "both",
+    "missing",
+    "missing_psns",
+    "downstream_retransmits_unseen",
+];
+
+/// The path views (`paths`) against the expected ones, when the expected document lists them:
+/// every pair, no other.
+fn path_diffs(expected: &Value, actual: &Value) -> Vec<String> {
+    let Some(want) = expected["paths"].as_array() else {
+        return Vec::new();
+    };
+    let empty = Vec::new();
+    let seen = actual["paths"].as_array().unwrap_or(&empty);
+    let mut diffs = Vec::new();
+    for exp in want {
+        let id = pair_id(exp);
+        let Some(act) = seen.iter().find(|p| pair_id(p) == id) else {
+            diffs.push(format!("path {id}: missing"));
+            continue;
+        };
+        for field in PATH_FIELDS {
+            if exp[field] != act[field] {
+                diffs.push(format!(
+                    "path {id}: {field}: expected {}, got {}",
+                    exp[field], act[field]
+                ));
+            }
+        }
+    }
+    for act in seen {
+        let id = pair_id(act);
+        if !want.iter().any(|e| pair_id(e) == id) {
+            diffs.push(format!("path {id}: not expected"));
+        }
+    }
+    diffs
 }
 
 /// A mirror session: its source and its destination.
@@ -214,9 +308,10 @@ pub fn compare(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String>
         .filter(|f| selected(f, view))
         .collect();
     let expected_flows = expected["flows"].as_array().unwrap_or(&empty);
+    let by_point = expected_flows.iter().any(|f| f.get("iface").is_some());
     for exp in expected_flows {
-        let id = flow_id(exp);
-        let Some(act) = actual_flows.iter().find(|f| flow_id(f) == id) else {
+        let id = flow_at(exp, by_point);
+        let Some(act) = actual_flows.iter().find(|f| flow_at(f, by_point) == id) else {
             diffs.push(format!("flow {id}: missing"));
             continue;
         };
@@ -251,8 +346,8 @@ pub fn compare(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String>
         }
     }
     for act in &actual_flows {
-        let id = flow_id(act);
-        if !expected_flows.iter().any(|e| flow_id(e) == id) {
+        let id = flow_at(act, by_point);
+        if !expected_flows.iter().any(|e| flow_at(e, by_point) == id) {
             diffs.push(format!("flow {id}: not expected"));
         }
     }
@@ -286,6 +381,7 @@ pub fn compare(expected: &Value, actual: &Value, view: &View<'_>) -> Vec<String>
         }
     }
     diffs.extend(mirror_diffs(expected, actual, view));
+    diffs.extend(path_diffs(expected, actual));
     diffs
 }
 

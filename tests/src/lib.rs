@@ -87,3 +87,31 @@ pub fn observer_bin() -> PathBuf {
     }
     workspace_root().join("target/debug/roce-observer")
 }
+
+/// Fill the kernel's event ring buffer until it loses an event: PFC frames through the XDP
+/// program (one event each, one PFC entry, no flow), in batches, with nothing draining the ring
+/// (it holds ~7,700 events). Returns the `ringbuf_full` count per direction (ingress, egress)
+/// after it, so that a test can tell which later losses are its own.
+pub fn fill_event_ring(src: &roce_observer::source::kernel::KernelSource) -> [u64; 2] {
+    use roce_observer_common::Counter;
+    let frame = roce_observer_common::frames::pfc_frame(0x42, 0x01, [0xffff, 0, 0, 0, 0, 0, 0, 0]);
+    let full = |src: &roce_observer::source::kernel::KernelSource| {
+        let c = src.read_counters().expect("counters");
+        [
+            c[0][Counter::RingbufFull as usize],
+            c[1][Counter::RingbufFull as usize],
+        ]
+    };
+    // 1 MiB of 136-byte records, rounded up; a bound so that a ring that never fills (a larger
+    // EVENTS map) fails here instead of looping.
+    for _ in 0..64 {
+        for _ in 0..256 {
+            src.test_run_xdp(&frame).expect("test run");
+        }
+        let lost = full(src);
+        if lost[0] > 0 {
+            return lost;
+        }
+    }
+    panic!("the event ring buffer never filled after 16,384 PFC frames");
+}

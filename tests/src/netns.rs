@@ -16,6 +16,37 @@ use roce_observer_tools::sh;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// A tcpdump started by [`VethNs::tcpdump`].
+pub struct Tcpdump {
+    child: Child,
+    said: std::sync::mpsc::Receiver<String>,
+    /// What it said on stderr until it was capturing.
+    pub lines: Vec<String>,
+}
+
+impl Tcpdump {
+    /// Stop it cleanly (SIGINT to the process the test started, by its pid: it flushes what it
+    /// captured) and wait for it; then what it said, its counts at exit included.
+    pub fn stop(mut self) -> anyhow::Result<Vec<String>> {
+        // SAFETY: signalling the tcpdump we started, by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait()?;
+        anyhow::ensure!(status.success(), "tcpdump: {status}");
+        while let Ok(line) = self.said.recv_timeout(Duration::from_secs(5)) {
+            self.lines.push(line);
+        }
+        Ok(self.lines)
+    }
+}
+
+/// The interfaces [`VethNs::forward_dropping`] adds.
+pub struct Forwarding {
+    pub a2: String,
+    pub b2: String,
+    pub s1: String,
+    pub s2: String,
+}
+
 /// A network namespace holding one veth pair `a` <-> `b`, both up, MTU 9500, IPv6 off (so no
 /// autoconfiguration frames cross the pair: only what a test sends).
 pub struct VethNs {
@@ -72,6 +103,127 @@ impl VethNs {
                 .args(["-c", &format!("echo {:x} > {path}", 1u64 << q)]))?;
         }
         Ok(())
+    }
+
+    /// A forwarding path inside the namespace, for loss between two observation points:
+    /// everything arriving on `b` is redirected by a tc ingress action out of a second pair's
+    /// `a2` (to `b2`), except the RoCE requests with a PSN in `dropped` (tc u32 on the BTH PSN
+    /// of an untagged IPv4 frame), which go to a sink pair (`s1` -> `s2`) nothing captures.
+    /// The new interfaces are in the namespace and go with it.
+    pub fn forward_dropping(&self, dropped: &[u32]) -> anyhow::Result<Forwarding> {
+        let f = Forwarding {
+            a2: format!("{}c", self.name),
+            b2: format!("{}d", self.name),
+            s1: format!("{}e", self.name),
+            s2: format!("{}f", self.name),
+        };
+        for (x, y) in [(&f.a2, &f.b2), (&f.s1, &f.s2)] {
+            sh(self
+                .exec("ip")
+                .args(["link", "add", x, "type", "veth", "peer", "name", y]))
+            .context("veth pair")?;
+        }
+        for dev in [&f.a2, &f.b2, &f.s1, &f.s2] {
+            sh(self
+                .exec("sysctl")
+                .args(["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]))
+            .context("no IPv6 chatter")?;
+            sh(self.exec("ip").args(["link", "set", dev, "up"])).context("link up")?;
+        }
+        let b1 = &self.b;
+        sh(self.exec("tc").args(["qdisc", "add", "dev", b1, "ingress"]))
+            .context("ingress qdisc")?;
+        for psn in dropped {
+            // The u32 at byte 36 of the IP packet (20-byte IPv4 header, 8-byte UDP header,
+            // then the BTH's third word: the AckReq bit and reserved bits, then the 24-bit
+            // PSN, masked).
+            let value = format!("0x{psn:08x}");
+            sh(self.exec("tc").args([
+                "filter",
+                "add",
+                "dev",
+                b1,
+                "parent",
+                "ffff:",
+                "prio",
+                "1",
+                "protocol",
+                "ip",
+                "u32",
+                "match",
+                "u32",
+                &value,
+                "0x00ffffff",
+                "at",
+                "36",
+                "action",
+                "mirred",
+                "egress",
+                "redirect",
+                "dev",
+                &f.s1,
+            ]))
+            .context("drop filter")?;
+        }
+        sh(self.exec("tc").args([
+            "filter", "add", "dev", b1, "parent", "ffff:", "prio", "2", "protocol", "all", "u32",
+            "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", &f.a2,
+        ]))
+        .context("forward b -> a2")?;
+        Ok(f)
+    }
+
+    /// The kernel's interface index of `dev` in the namespace.
+    pub fn ifindex(&self, dev: &str) -> anyhow::Result<u32> {
+        let out = self
+            .exec("cat")
+            .arg(format!("/sys/class/net/{dev}/ifindex"))
+            .output()?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .with_context(|| format!("no ifindex for {dev}"))
+    }
+
+    /// `tcpdump ARGS -w out` in the namespace, once it says it is capturing ("listening on",
+    /// within 20 s); what it said on stderr is kept (the reader thread ends when tcpdump does).
+    pub fn tcpdump(&self, args: &[&str], out: &Path) -> anyhow::Result<Tcpdump> {
+        let mut child = self
+            .exec("tcpdump")
+            .args(args)
+            .arg("-w")
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("tcpdump starts (install tcpdump)")?;
+        let stderr = child.stderr.take().context("tcpdump's stderr")?;
+        let (tx, said) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut t = Tcpdump {
+            child,
+            said,
+            lines: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(line) = t.said.recv_timeout(Duration::from_millis(100)) {
+                let listening = line.contains("listening on");
+                t.lines.push(line);
+                if listening {
+                    return Ok(t);
+                }
+            }
+            if Instant::now() > deadline {
+                let _ = t.child.kill();
+                let _ = t.child.wait();
+                bail!("tcpdump did not start capturing: {:?}", t.lines);
+            }
+        }
     }
 
     /// A command run inside the namespace.

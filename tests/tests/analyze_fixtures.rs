@@ -1,6 +1,8 @@
 //! `roce-observer analyze --json` on every fixture capture must reproduce its expected
 //! document: summary classes, every flow field, latency samples (min, max and quantiles), PFC
-//! entries, and the order of flows and PFC entries, with the path MTU given and learned.
+//! entries, path views where listed, and the order of flows and PFC entries, with the path MTU
+//! given and learned. Fixtures whose flows name their observation point (`tcpdump -i any`
+//! captures: interface and direction from the link header) are compared at every point.
 
 use integration_tests::{
     compare::{View, compare},
@@ -43,14 +45,10 @@ fn order(doc: &Value) -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn every_fixture_matches_its_expected_document() {
-    let view = View {
-        iface: Some("pcap"),
-        direction: "capture",
-        exact_rtt: true,
-    };
     let mut diffs = Vec::new();
     let mut checked = 0;
     for (name, pcap, expected) in fixtures() {
+        let view = View::for_fixture(&expected);
         let pmtu = expected["pmtu"].as_u64().unwrap_or(4096).to_string();
         // Learning the path MTU must not change anything on these captures.
         for (label, extra) in [

@@ -64,18 +64,6 @@ fn links_held_by(pid: u32) -> Vec<HeldLink> {
     links
 }
 
-fn ifindex(ns: &VethNs, dev: &str) -> u32 {
-    let out = ns
-        .exec("cat")
-        .arg(format!("/sys/class/net/{dev}/ifindex"))
-        .output()
-        .expect("cat runs");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("no ifindex for {dev}"))
-}
-
 fn has_clsact(ns: &VethNs, dev: &str) -> bool {
     let out = ns
         .exec("tc")
@@ -110,7 +98,10 @@ fn start_and_check(ns: &VethNs, extra: &[&str]) -> (Observer, BTreeSet<u32>, BTr
         .map(|l| (l.kind.clone(), l.attach.clone(), l.ifindex))
         .collect();
     got.sort();
-    let (a, b) = (ifindex(ns, &ns.a), ifindex(ns, &ns.b));
+    let (a, b) = (
+        ns.ifindex(&ns.a).expect("ifindex"),
+        ns.ifindex(&ns.b).expect("ifindex"),
+    );
     let mut want = vec![
         ("xdp".to_string(), String::new(), a),
         ("xdp".to_string(), String::new(), b),

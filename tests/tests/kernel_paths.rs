@@ -5,14 +5,19 @@
 //! event with both for a gap that finishes a run), the
 //! open run and the first request PSN in the flow record, nothing at all for a stream that is
 //! only retransmitted (no gap), and at most `PATH_EVENT_LIMIT` per flow and window, the rest
-//! counted in the flow record.
+//! counted in the flow record; a path event lost to a full ring buffer is counted in the flow
+//! record too (`path_lost`), and the pairs of its point are then marked incomplete.
 
 use std::time::{Duration, Instant};
 
-use integration_tests::require_root;
-use roce_observer::source::kernel::{KernelOptions, KernelSource};
+use integration_tests::{fill_event_ring, require_root};
+use roce_observer::{
+    engine::{Engine, EngineConfig, snapshot::PathPair},
+    run::refresh,
+    source::kernel::{KernelOptions, KernelSource},
+};
 use roce_observer_common::{
-    EventBody, PATH_EVENT_LIMIT,
+    Counter, EventBody, PATH_EVENT_LIMIT,
     frames::RoceFrame,
     psn::{REQ_GAPPED, REQ_RESENDING},
 };
@@ -164,5 +169,80 @@ fn path_events_are_limited_per_flow_and_window() {
         let (_, stats) = flows.iter().find(|(k, _)| k.dst_qp == 0x44).expect("flow");
         assert_eq!(stats.psn_gaps, u64::from(PATH_EVENT_LIMIT + over), "{what}");
         assert_eq!(stats.path_suppressed, u64::from(over), "{what}");
+    }
+}
+
+/// A gap seen at one point whose path event the full ring buffer lost: the flow record counts
+/// it (`path_lost`, and `ringbuf_full` the lost events one by one), and user space marks the
+/// pair incomplete instead of reporting that nothing was lost between the points. The same
+/// frames with the ring drained first are the control: the gap is then named.
+#[test]
+#[ignore = "kernel test: needs root (BPF)"]
+fn a_path_event_lost_to_a_full_ring_marks_the_pairs_incomplete() {
+    require_root();
+    // PSNs 3 and 4 never reach the ingress point (XDP); the egress point (TC) sees them all.
+    let downstream: Vec<Vec<u8>> = [0, 1, 2, 5, 6].iter().map(|&p| write(0x55, p)).collect();
+    let upstream: Vec<Vec<u8>> = (0..=6).map(|p| write(0x55, p)).collect();
+    for ring_full in [false, true] {
+        let what = if ring_full { "ring full" } else { "control" };
+        let mut src = KernelSource::load(&KernelOptions::default()).expect("programs load");
+        let before = if ring_full {
+            fill_event_ring(&src)
+        } else {
+            [0, 0]
+        };
+        run_all(&src, &upstream, true);
+        run_all(&src, &downstream, false);
+        let counters = src.read_counters().expect("counters");
+        let lost = [0, 1].map(|d| counters[d][Counter::RingbufFull as usize] - before[d]);
+        let flows = src.read_flows().expect("flow map");
+        let flow = |direction: u8| {
+            flows
+                .iter()
+                .find(|(k, _)| k.dst_qp == 0x55 && k.direction == direction)
+                .map(|(_, s)| *s)
+                .unwrap_or_else(|| panic!("{what}: no flow in direction {direction}"))
+        };
+        let (ingress, egress) = (flow(0), flow(1));
+        assert_eq!(
+            (ingress.psn_gaps, ingress.path_suppressed),
+            (1, 0),
+            "{what}"
+        );
+        assert_eq!((egress.path_lost, egress.path_suppressed), (0, 0), "{what}");
+        if ring_full {
+            assert_eq!(ingress.path_lost, 1, "{what}: the gap's event");
+            // Every lost event is in the global counter: per direction the new flow's
+            // event, and at ingress the gap's.
+            assert_eq!(lost, [2, 1], "{what}");
+        } else {
+            assert_eq!((ingress.path_lost, lost), (0, [0, 0]), "{what}");
+        }
+
+        let mut engine = Engine::new(EngineConfig::default());
+        engine.set_iface_name(1, "lo");
+        refresh(&mut src, &mut engine).expect("maps read");
+        let paths = engine.snapshot(0).paths;
+        let pair: &PathPair = paths
+            .iter()
+            .find(|p| {
+                p.dst_qp == 0x55
+                    && p.upstream.direction == "egress"
+                    && p.downstream.direction == "ingress"
+            })
+            .unwrap_or_else(|| panic!("{what}: no egress -> ingress pair in {paths:?}"));
+        if ring_full {
+            // The gap is unknown to user space, so nothing is counted missing: a lower bound,
+            // and said so.
+            assert!(pair.incomplete, "{what}: {pair:?}");
+            assert_eq!(pair.missing, 0, "{what}: {pair:?}");
+        } else {
+            assert!(!pair.incomplete, "{what}: {pair:?}");
+            assert_eq!(
+                (pair.missing, pair.missing_psns.as_slice()),
+                (2, &[3, 4][..]),
+                "{what}"
+            );
+        }
     }
 }

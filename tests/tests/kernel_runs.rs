@@ -5,13 +5,14 @@
 //! 2 packets is not sent but counted in the flow record; the open run is in the flow record; a
 //! CNP run finished by a CNP 2 ms later is one event. Only the real programs' clocks are used,
 //! so the pauses are sleeps of 3 ms, well above the 1 ms gap, and the packets of one run are
-//! back to back (microseconds apart), well below it.
+//! back to back (microseconds apart), well below it. A run whose event the full ring buffer
+//! loses is counted in the flow record as a short run is, so its bytes are still there.
 
 use std::time::{Duration, Instant};
 
-use integration_tests::require_root;
+use integration_tests::{fill_event_ring, require_root};
 use roce_observer::source::kernel::{KernelOptions, KernelSource};
-use roce_observer_common::{EventBody, frames::RoceFrame, opcode::OP_CNP};
+use roce_observer_common::{Counter, EventBody, frames::RoceFrame, opcode::OP_CNP};
 
 fn data(psn: u32, ce: bool) -> Vec<u8> {
     RoceFrame {
@@ -204,5 +205,97 @@ fn no_runs_when_steps_are_off() {
             .find(|(k, _)| k.dst_qp == 0x22)
             .expect("CNP flow");
         assert_eq!(signals.signals.cnp, 0, "{what}: no signal run kept");
+    }
+}
+
+/// A finished run of 8 packets whose event the full ring buffer loses: the flow record counts
+/// it with the short runs (`runs_unsent`, `run_bytes_unsent`), so the flow's data bytes are all
+/// still accounted for (unsent runs + open run = the flow's bytes), and `ringbuf_full` counts
+/// the lost event. With the ring drained first (the control) the same run is one event.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn a_run_lost_to_a_full_ring_is_counted_in_the_flow_record() {
+    require_root();
+    let frames: Vec<Vec<u8>> = (0..9).map(|psn| data(psn, false)).collect();
+    let len = frames[0].len() as u64;
+    for tc in [false, true] {
+        for ring_full in [false, true] {
+            let what = format!(
+                "{} {}",
+                if tc { "tc" } else { "xdp" },
+                if ring_full { "ring full" } else { "control" }
+            );
+            // As above: the burst must take under 1 ms of the programs' clock (at most five
+            // attempts).
+            let mut attempt = 0;
+            let (mut src, before) = loop {
+                attempt += 1;
+                let src = KernelSource::load(&KernelOptions::default()).expect("programs load");
+                let before = if ring_full {
+                    fill_event_ring(&src)
+                } else {
+                    [0, 0]
+                };
+                let run = |frame: &[u8]| {
+                    if tc {
+                        src.test_run_tc(frame)
+                    } else {
+                        src.test_run_xdp(frame)
+                    }
+                    .expect("test run")
+                };
+                let t = Instant::now();
+                for f in &frames[..8] {
+                    run(f);
+                }
+                let ok = t.elapsed() < Duration::from_micros(900);
+                std::thread::sleep(Duration::from_millis(3));
+                // Finishes the run of 8.
+                run(&frames[8]);
+                if ok || attempt == 5 {
+                    break (src, before);
+                }
+            };
+            let mut runs = Vec::new();
+            src.drain_events(|ev| {
+                if let Some(EventBody::DataRun { bytes, packets, .. }) = ev.body() {
+                    runs.push((bytes, packets));
+                }
+            });
+            let d = usize::from(tc);
+            let lost = src.read_counters().expect("counters")[d][Counter::RingbufFull as usize]
+                - before[d];
+            let flows = src.read_flows().expect("flow map");
+            let (_, flow) = flows
+                .iter()
+                .find(|(k, _)| k.dst_qp == 0x11)
+                .expect("data flow");
+            assert_eq!(
+                (flow.run.packets, flow.run.bytes),
+                (1, len),
+                "{what}: open run"
+            );
+            if ring_full {
+                assert!(runs.is_empty(), "{what}: {runs:?}");
+                // The new flow's event and the run's.
+                assert_eq!(lost, 2, "{what}");
+                assert_eq!(
+                    (flow.runs_unsent, flow.run_bytes_unsent),
+                    (1, 8 * len),
+                    "{what}: the lost run counted"
+                );
+            } else {
+                assert_eq!(runs, [(8 * len, 8)], "{what}");
+                assert_eq!(lost, 0, "{what}");
+                assert_eq!((flow.runs_unsent, flow.run_bytes_unsent), (0, 0), "{what}");
+            }
+            // Every data byte is in a sent run, an unsent one or the open one.
+            let sent: u64 = runs.iter().map(|r| r.0).sum();
+            assert_eq!(
+                sent + flow.run_bytes_unsent + flow.run.bytes,
+                flow.bytes,
+                "{what}"
+            );
+        }
     }
 }

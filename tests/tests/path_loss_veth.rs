@@ -15,29 +15,15 @@ use std::{
 };
 
 use integration_tests::{
-    netns::{Observer, VethNs},
+    netns::{Forwarding, Observer, VethNs},
     observer_bin, require_root,
 };
 use roce_observer_common::frames::RoceFrame;
-use roce_observer_tools::{sh, write_pcap};
+use roce_observer_tools::write_pcap;
 
 /// PSNs of the flow, and the ones dropped between b1 and b2.
 const PSNS: std::ops::Range<u32> = 0..300;
 const DROPPED: [u32; 4] = [17, 100, 101, 250];
-
-/// A u32 match on the BTH PSN (the low 24 bits of the BTH's third word): offsets count from the
-/// IP header, 20 bytes without options, then 8 of UDP and 8 of BTH.
-fn psn_match(psn: u32) -> [String; 6] {
-    [
-        "match",
-        "u32",
-        &format!("0x{psn:08x}"),
-        "0x00ffffff",
-        "at",
-        "36",
-    ]
-    .map(String::from)
-}
 
 #[test]
 #[ignore = "kernel test: needs root (network namespaces, tc)"]
@@ -45,38 +31,7 @@ fn a_drop_between_two_capture_points_names_the_dropped_psns() {
     require_root();
     let ns = VethNs::new().expect("namespace with a veth pair");
     let b1 = &ns.b;
-    let (a2, b2) = (format!("{}c", ns.name), format!("{}d", ns.name));
-    // The sink: where the dropped PSNs go; nothing captures its far end.
-    let (s1, s2) = (format!("{}e", ns.name), format!("{}f", ns.name));
-    for (x, y) in [(&a2, &b2), (&s1, &s2)] {
-        sh(ns
-            .exec("ip")
-            .args(["link", "add", x, "type", "veth", "peer", "name", y]))
-        .expect("veth pair");
-    }
-    for dev in [&a2, &b2, &s1, &s2] {
-        sh(ns
-            .exec("sysctl")
-            .args(["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]))
-        .expect("no IPv6 chatter");
-        sh(ns.exec("ip").args(["link", "set", dev, "up"])).expect("link up");
-    }
-    sh(ns.exec("tc").args(["qdisc", "add", "dev", b1, "ingress"])).expect("ingress qdisc");
-    for psn in DROPPED {
-        let mut tc = ns.exec("tc");
-        tc.args([
-            "filter", "add", "dev", b1, "parent", "ffff:", "prio", "1", "protocol", "ip", "u32",
-        ]);
-        sh(tc
-            .args(psn_match(psn))
-            .args(["action", "mirred", "egress", "redirect", "dev", &s1]))
-        .expect("drop filter");
-    }
-    sh(ns.exec("tc").args([
-        "filter", "add", "dev", b1, "parent", "ffff:", "prio", "2", "protocol", "all", "u32",
-        "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", &a2,
-    ]))
-    .expect("forward b1 -> a2");
+    let Forwarding { b2, .. } = ns.forward_dropping(&DROPPED).expect("forwarding path");
 
     let dir = std::env::temp_dir().join(format!("roce-observer-pathloss-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");

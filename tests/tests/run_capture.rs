@@ -18,12 +18,6 @@ use integration_tests::{
 };
 use serde_json::Value;
 
-const VIEW: View<'static> = View {
-    iface: Some("pcap"),
-    direction: "capture",
-    exact_rtt: true,
-};
-
 /// `run --capture -` with `input` written to its stdin (from a thread, as a pipe delivers it).
 fn run_stdin(args: &[&str], input: Vec<u8>) -> Output {
     let mut child = Command::new(observer_bin())
@@ -71,7 +65,7 @@ fn every_fixture_from_a_file_and_from_stdin_matches_its_expected_document() {
         let bytes = std::fs::read(&pcap).expect("read fixture");
         let from_stdin = document(&run_stdin(&["--json"], bytes), &name);
         for (how, actual) in [("file", from_file), ("stdin", from_stdin)] {
-            for d in compare(&expected, &actual, &VIEW) {
+            for d in compare(&expected, &actual, &View::for_fixture(&expected)) {
                 diffs.push(format!("{name} ({how}): {d}"));
             }
             checked += 1;

@@ -16,23 +16,25 @@
 //! Tolerances, kernel path against `analyze` of the same packets:
 //! - period within 0.5%: both are least-squares fits over the same ~30 onsets; spreading a
 //!   run's bytes evenly over its bins can move an onset's threshold crossing by one 1 ms bin,
-//!   which moves a fit over 30 steps by well under 0.5%; and each within 1% of the 40 ms sent
-//!   (the issue's target), replay jitter included;
+//!   which moves a fit over 30 steps by well under 0.5%; and each within 1% (the issue's
+//!   target) of the period as sent: the least-squares period of the steps' first frames in the
+//!   capture, so that a sender delayed by a busy machine changes the expectation with the
+//!   traffic (`as_sent`);
 //! - `count` within 1: a step cut by the start or the end of the replay window may fall either
 //!   side of the "shorter than most" rule when its first bin is spread differently;
 //! - `comm_fraction` within 0.05: two 1 ms bins of a 40 ms period (a step's first and last bin
 //!   are where even spreading and per-packet bins differ);
 //! - the same single straggler (QP 0x100), late in as many steps within 2, its mean lag within
-//!   0.5 ms of analyze's and within 1 ms of the 4 ms sent: run ends are packet times on both
+//!   0.5 ms of analyze's and within 1 ms of its lag as sent (4 ms scheduled; from the capture:
+//!   its last frame per step against the median of the four QPs'): run ends are packet times on both
 //!   paths (the kernel's precise clock, tcpdump's timestamps, microseconds apart); the slack is
 //!   the steps counted differently at the window's edges;
 //! - CE evidence within 10% and CNP evidence present on both (CNP times are spread over their
 //!   signal run on the kernel path).
 
 use std::{
-    io::{BufRead as _, BufReader},
     path::Path,
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -50,12 +52,22 @@ const STEPS: u64 = 30;
 const COMM: u64 = 12 * MS;
 const DELAY: u64 = 4 * MS;
 const QPS: u32 = 4;
+// `as_sent` takes the median of the four QPs' ends as the mean of the middle two.
+const _: () = assert!(QPS == 4);
 /// Between two packets of one QP in its burst (under the 1 ms run gap; sparse enough for
 /// tcpreplay to keep the capture's timing on a busy machine).
 const GAP: u64 = 250 * US;
 
-/// (time since the start, frame), in time order.
-fn traffic() -> Vec<(u64, Vec<u8>)> {
+/// A frame of the traffic: when it is due (since the start), its bytes, and the step and QP
+/// index of a burst's data frame (`None` for CNPs and the background flow).
+struct Frame {
+    at: u64,
+    bytes: Vec<u8>,
+    burst: Option<(u64, u32)>,
+}
+
+/// The frames, in time order.
+fn traffic() -> Vec<Frame> {
     let mut out = Vec::new();
     let mut psn = [0u32; QPS as usize];
     for step in 0..STEPS {
@@ -75,7 +87,11 @@ fn traffic() -> Vec<(u64, Vec<u8>)> {
                     ..RoceFrame::new(0x0a, 0x100 + q, psn[q as usize])
                 }
                 .build();
-                out.push((t, frame));
+                out.push(Frame {
+                    at: t,
+                    bytes: frame,
+                    burst: Some((step, q)),
+                });
                 if late && psn[q as usize].is_multiple_of(4) {
                     let cnp = RoceFrame {
                         src_ip: [192, 0, 2, 10],
@@ -84,7 +100,11 @@ fn traffic() -> Vec<(u64, Vec<u8>)> {
                         ..RoceFrame::new(OP_CNP, 0x200, 0)
                     }
                     .build();
-                    out.push((t + 5 * US, cnp));
+                    out.push(Frame {
+                        at: t + 5 * US,
+                        bytes: cnp,
+                        burst: None,
+                    });
                 }
                 psn[q as usize] += 1;
                 t += GAP;
@@ -102,12 +122,16 @@ fn traffic() -> Vec<(u64, Vec<u8>)> {
             ..RoceFrame::new(0x0a, 0x99, psn)
         }
         .build();
-        out.push((t, frame));
+        out.push(Frame {
+            at: t,
+            bytes: frame,
+            burst: None,
+        });
         psn += 1;
         i += 1;
         t += 2_900 * US + (i * 7919 % 5) * 100 * US;
     }
-    out.sort_by_key(|f| f.0);
+    out.sort_by_key(|f| f.at);
     out
 }
 
@@ -115,7 +139,7 @@ fn traffic() -> Vec<(u64, Vec<u8>)> {
 /// the namespace: each frame waits for its own deadline (absolute, so a late frame does not
 /// delay the rest: tcpreplay's relative delays drifted by 60% on a busy machine). Returns how
 /// many frames went out more than 1 ms late.
-fn send_timed(ns: &VethNs, frames: &[(u64, Vec<u8>)]) -> anyhow::Result<usize> {
+fn send_timed(ns: &VethNs, frames: &[Frame]) -> anyhow::Result<usize> {
     use std::os::fd::AsRawFd as _;
     let netns = std::fs::File::open(format!("/run/netns/{}", ns.name))?;
     let iface = std::ffi::CString::new(ns.a.clone())?;
@@ -145,8 +169,11 @@ fn send_timed(ns: &VethNs, frames: &[(u64, Vec<u8>)]) -> anyhow::Result<usize> {
                 addr.sll_halen = 6;
                 let start = Instant::now() + Duration::from_millis(20);
                 let mut late = 0;
-                for (t, frame) in frames {
-                    let due = start + Duration::from_nanos(*t);
+                for Frame {
+                    at, bytes: frame, ..
+                } in frames
+                {
+                    let due = start + Duration::from_nanos(*at);
                     // Sleep to just before the deadline, then spin.
                     if let Some(wait) = due.checked_duration_since(Instant::now()) {
                         if wait > Duration::from_micros(200) {
@@ -185,6 +212,84 @@ fn send_timed(ns: &VethNs, frames: &[(u64, Vec<u8>)]) -> anyhow::Result<usize> {
     })
 }
 
+/// The traffic as it went out, from the capture's timestamps (not from the observers): the
+/// least-squares period of the steps' onsets (each step's first data frame), the steps seen,
+/// and QP 0x100's mean lag (its last frame in a step against the median of the four QPs' last
+/// frames: the engine's rule, docs/metrics.md "Training steps").
+#[derive(Debug)]
+struct AsSent {
+    period_ms: f64,
+    steps: u64,
+    lag_ms: f64,
+}
+
+impl AsSent {
+    /// Whether the traffic as sent is still the steps it is meant to be, for the comparison to
+    /// mean anything: every step, the period within 5% of the schedule's, QP 0x100's lag
+    /// within 1 ms of its scheduled 4 ms.
+    fn kept_shape(&self) -> bool {
+        let (period, delay) = (PERIOD as f64 / 1e6, DELAY as f64 / 1e6);
+        self.steps == STEPS
+            && (self.period_ms - period).abs() <= 0.05 * period
+            && (self.lag_ms - delay).abs() <= 1.0
+    }
+}
+
+/// `AsSent` of the classic pcap file tcpdump wrote (little-endian, micro- or nanosecond
+/// timestamps), each captured frame matched to the frame built by `traffic()` by its bytes.
+fn as_sent(pcap: &Path, frames: &[Frame]) -> AsSent {
+    let data = std::fs::read(pcap).expect("read the capture");
+    let u32_at = |i: usize| u32::from_le_bytes(data[i..i + 4].try_into().expect("4 bytes"));
+    let unit_ns = match u32_at(0) {
+        0xa1b2_c3d4 => 1_000,
+        0xa1b2_3c4d => 1,
+        magic => panic!("not a little-endian pcap file: magic {magic:#x}"),
+    };
+    let tag: std::collections::HashMap<&[u8], (u64, u32)> = frames
+        .iter()
+        .filter_map(|f| Some((f.bytes.as_slice(), f.burst?)))
+        .collect();
+    // Per step: onset and each QP's last frame, ns.
+    let mut steps: std::collections::BTreeMap<u64, (u64, [u64; QPS as usize])> =
+        std::collections::BTreeMap::new();
+    let mut at = 24;
+    while at + 16 <= data.len() {
+        let ts = u64::from(u32_at(at)) * 1_000_000_000 + u64::from(u32_at(at + 4)) * unit_ns;
+        let len = u32_at(at + 8) as usize;
+        let frame = &data[at + 16..at + 16 + len];
+        at += 16 + len;
+        if let Some(&(step, q)) = tag.get(frame) {
+            let s = steps.entry(step).or_insert((u64::MAX, [0; QPS as usize]));
+            s.0 = s.0.min(ts);
+            s.1[q as usize] = s.1[q as usize].max(ts);
+        }
+    }
+    let n = steps.len() as f64;
+    let (sk, ss) = steps
+        .iter()
+        .fold((0.0, 0.0), |a, (&k, s)| (a.0 + k as f64, a.1 + s.0 as f64));
+    let (mk, ms) = (sk / n, ss / n);
+    let (cov, var) = steps.iter().fold((0.0, 0.0), |a, (&k, s)| {
+        let dk = k as f64 - mk;
+        (a.0 + dk * (s.0 as f64 - ms), a.1 + dk * dk)
+    });
+    let lag_ns = steps
+        .values()
+        .map(|(_, ends)| {
+            let mut sorted = *ends;
+            sorted.sort_unstable();
+            let median = (sorted[1] as f64 + sorted[2] as f64) / 2.0;
+            ends[0] as f64 - median
+        })
+        .sum::<f64>()
+        / n;
+    AsSent {
+        period_ms: cov / var / 1e6,
+        steps: steps.len() as u64,
+        lag_ms: lag_ns / 1e6,
+    }
+}
+
 fn analyze(pcap: &Path) -> Value {
     let out = Command::new(observer_bin())
         .args(["analyze", "--json"])
@@ -206,33 +311,10 @@ fn f(v: &Value) -> f64 {
 /// One observation: tcpdump and `run -i` on the receiving end, the frames sent at their times.
 /// Returns how many frames went out more than 1 ms late, and `run`'s final document; the
 /// capture is in `captured`.
-fn observe(ns: &VethNs, frames: &[(u64, Vec<u8>)], captured: &Path) -> (usize, String) {
-    let mut tcpdump = ns
-        .exec("tcpdump")
-        .args(["-i", &ns.b, "-B", "65536", "-U", "-n", "-w"])
-        .arg(captured)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
+fn observe(ns: &VethNs, frames: &[Frame], captured: &Path) -> (usize, String) {
+    let tcpdump = ns
+        .tcpdump(&["-i", &ns.b, "-B", "65536", "-U", "-n"], captured)
         .expect("tcpdump starts");
-    let stderr = tcpdump.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) if line.contains("listening on") => break,
-            _ if Instant::now() > deadline => {
-                let _ = tcpdump.kill();
-                panic!("tcpdump did not start");
-            }
-            _ => {}
-        }
-    }
     let observer = Observer::start(ns, &["-i", &ns.b, "--json", "--interval", "0.2"])
         .expect("observer attaches");
     // At the traffic's own timing: the pauses between bursts are the point.
@@ -246,10 +328,8 @@ fn observe(ns: &VethNs, frames: &[(u64, Vec<u8>)], captured: &Path) -> (usize, S
     // last frames. (Immediate mode, a wakeup per frame, dropped three frames in four here.)
     std::thread::sleep(Duration::from_millis(1500));
     let out = observer.stop().expect("observer stops cleanly");
-    // SAFETY: signalling the tcpdump this test started, by its pid (a clean stop flushes it).
-    unsafe { libc::kill(tcpdump.id() as i32, libc::SIGINT) };
-    let status = tcpdump.wait().expect("tcpdump ends");
-    assert!(status.success(), "tcpdump: {status}");
+    // A clean stop flushes it.
+    tcpdump.stop().expect("tcpdump stops cleanly");
 
     (late, out)
 }
@@ -264,36 +344,40 @@ fn run_on_a_veth_reports_the_steps_analyze_finds() {
     let captured = dir.join("captured.pcap");
     let frames = traffic();
 
-    // The frames must go out at their times for the traffic to be what it is meant to be: an
-    // attempt with more than 1% of the frames more than 1 ms late (the sender preempted on a
-    // busy machine: seen in whole-suite runs on these shared 2-core machines, where three
-    // attempts in a row could be late) is repeated, at most six times, a second apart; the
-    // attempt with the fewest late frames is judged. So must the reference capture hold every
-    // frame (tcpdump drops when it falls behind).
+    // The observers are judged against the traffic as it went out (`AsSent`, from the
+    // capture's own timestamps), so a sender delayed on a busy machine changes the expected
+    // values with the traffic rather than failing the test (a clean-clone run once had every
+    // attempt 13-22% of its frames more than 1 ms late: judged against the schedule, it
+    // failed). An attempt is repeated, at most six times, a second apart, only when the capture
+    // misses frames (tcpdump drops when it falls behind: the reference must hold every frame)
+    // or when the traffic as sent lost its shape (`AsSent::kept_shape`); the last complete
+    // attempt is judged.
     const ATTEMPTS: usize = 6;
-    let mut best: Option<(usize, usize, Value, Value)> = None;
+    let mut best: Option<(usize, usize, Value, Value, AsSent)> = None;
     for attempt in 1..=ATTEMPTS {
         let (late, out) = observe(&ns, &frames, &captured);
         let live: Value = serde_json::from_str(&out).expect("run --json parses");
         let offline = analyze(&captured);
         let complete = offline["summary"]["total_packets"].as_u64() == Some(frames.len() as u64);
-        // A few late frames (under 1%) leave the steps as they were meant to be.
-        let good = late * 100 <= frames.len() && complete;
-        if complete && best.as_ref().is_none_or(|b| late < b.1) {
-            best = Some((attempt, late, live, offline.clone()));
-        }
-        if good {
-            break;
+        let mut shape = String::new();
+        if complete {
+            let sent = as_sent(&captured, &frames);
+            let kept = sent.kept_shape();
+            shape = format!(", as sent {sent:?}");
+            best = Some((attempt, late, live, offline.clone(), sent));
+            if kept {
+                break;
+            }
         }
         eprintln!(
-            "attempt {attempt}: {late} frames late, capture holds {} of {} frames{}",
+            "attempt {attempt}: {late} frames late, capture holds {} of {} frames{shape}{}",
             offline["summary"]["total_packets"],
             frames.len(),
             if attempt < ATTEMPTS { ": again" } else { "" }
         );
         std::thread::sleep(Duration::from_secs(1));
     }
-    let (attempt, late, live, offline) =
+    let (attempt, late, live, offline, sent) =
         best.expect("no attempt's capture held every frame (tcpdump dropped frames each time)");
     let _ = std::fs::remove_dir_all(&dir);
     let (k, a) = (&live["steps"], &offline["steps"]);
@@ -309,26 +393,29 @@ fn run_on_a_veth_reports_the_steps_analyze_finds() {
     );
     let context = format!(
         "kernel path {k}\nanalyze {a}\n{late} frames sent late in attempt {attempt}; \
-         frames: {} sent, {} seen by run, {} captured",
+         as sent: {sent:?}; frames: {} sent, {} seen by run, {} captured",
         frames.len(),
         live["summary"]["total_packets"],
         offline["summary"]["total_packets"]
     );
     eprintln!("{context}");
 
+    assert!(
+        sent.kept_shape(),
+        "the sender could not keep the traffic's shape (a machine too busy for this test)\n{context}"
+    );
     let (kp, ap) = (f(&k["period_ms"]), f(&a["period_ms"]));
-    let sent_ms = PERIOD as f64 / 1e6;
     assert!((kp - ap).abs() <= 0.005 * ap, "period\n{context}");
     for p in [kp, ap] {
         assert!(
-            (p - sent_ms).abs() <= 0.01 * sent_ms,
+            (p - sent.period_ms).abs() <= 0.01 * sent.period_ms,
             "period {p}\n{context}"
         );
     }
     let (kc, ac) = (k["count"].as_u64(), a["count"].as_u64());
     assert!(
         kc.zip(ac)
-            .is_some_and(|(x, y)| x.abs_diff(y) <= 1 && y + 2 >= STEPS),
+            .is_some_and(|(x, y)| x.abs_diff(y) <= 1 && y + 2 >= sent.steps),
         "count\n{context}"
     );
     assert!(
@@ -351,7 +438,7 @@ fn run_on_a_veth_reports_the_steps_analyze_finds() {
     assert!(late(kg).abs_diff(late(ag)) <= 2, "late steps\n{context}");
     let (kl, al) = (f(&kg["mean_lag_ms"]), f(&ag["mean_lag_ms"]));
     assert!((kl - al).abs() <= 0.5, "lag\n{context}");
-    assert!((kl - DELAY as f64 / 1e6).abs() <= 1.0, "lag\n{context}");
+    assert!((kl - sent.lag_ms).abs() <= 1.0, "lag\n{context}");
     let (kce, ace) = (f(&kg["evidence"]["ce"]), f(&ag["evidence"]["ce"]));
     assert!(ace > 0.0 && (kce - ace).abs() <= 0.1 * ace, "CE\n{context}");
     assert!(

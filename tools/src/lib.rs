@@ -12,7 +12,7 @@ pub fn read_frames(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
     let file = std::fs::File::open(path)?;
     let mut frames = Vec::new();
     let end =
-        roce_observer::wire::capture::read_capture(file, |_| {}, |f| frames.push(f.data.to_vec()));
+        roce_observer::wire::capture::read_capture(file, |_| {}, |f| frames.push(f.to_ethernet()));
     if let Some(err) = end.error {
         anyhow::bail!("{}: {err}", path.display());
     }

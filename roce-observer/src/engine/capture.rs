@@ -25,12 +25,49 @@ use super::{
     latency::Pending,
     pfc::PfcEntry,
 };
-use crate::wire::SliceView;
+use crate::wire::{CookedView, Link, SliceView, capture::CapturedFrame};
 
 impl Engine {
-    /// Capture path: one captured frame. `ts_ns` = capture time (ns since the epoch),
+    /// Capture path: one frame as the capture reader gives it (an Ethernet frame, or the
+    /// network layer of a cooked or raw-IP one, with the direction its link header gave).
+    pub fn ingest(&mut self, f: &CapturedFrame<'_>) {
+        match f.link {
+            Link::Ethernet => self.observe_frame(
+                f.ts_ns,
+                &SliceView::new(f.data, f.orig_len),
+                f.iface,
+                f.direction,
+            ),
+            Link::Cooked(head) => self.observe_frame(
+                f.ts_ns,
+                &CookedView::new(head, f.data, f.orig_len),
+                f.iface,
+                f.direction,
+            ),
+            // No bytes: the parser's first load fails and the frame is counted malformed.
+            Link::Malformed => self.observe_frame(
+                f.ts_ns,
+                &SliceView::new(&[], f.orig_len),
+                f.iface,
+                f.direction,
+            ),
+        }
+    }
+
+    /// Capture path: one captured Ethernet frame. `ts_ns` = capture time (ns since the epoch),
     /// `orig_len` = length on the wire, `ifindex` = capture interface (0 for pcap).
     pub fn ingest_frame(&mut self, ts_ns: u64, data: &[u8], orig_len: u32, ifindex: u32) {
+        let view = SliceView::new(data, orig_len);
+        self.observe_frame(ts_ns, &view, ifindex, Direction::Capture);
+    }
+
+    fn observe_frame<V: PacketView>(
+        &mut self,
+        ts_ns: u64,
+        view: &V,
+        ifindex: u32,
+        direction: Direction,
+    ) {
         // Frames change flows through the shared observation code, not flow by flow: the
         // next snapshot looks at every flow.
         self.shown.get_mut().valid = false;
@@ -64,15 +101,14 @@ impl Engine {
             max: self.cfg.max_flows,
             now: ts_ns,
         };
-        let view = SliceView::new(data, orig_len);
         let mut scratch = Scratch::zeroed();
         observe(
-            &view,
+            view,
             &mut flows,
             &mut tables,
             &mut scratch,
             ifindex,
-            Direction::Capture as u8,
+            direction as u8,
         );
         if let Some((key, added)) = tables.added {
             self.alerts.classes(&key, added, ts_ns, &self.cfg);
@@ -86,7 +122,7 @@ impl Engine {
             }
         }
         for ev in events.drain(..) {
-            self.on_event(&ev);
+            self.on_event(&ev, true);
         }
         self.event_buf = events;
     }
@@ -245,8 +281,10 @@ impl Tables for CaptureTables<'_> {
         self.mirrors.get(key).map(|s| s.point)
     }
 
-    fn emit(&mut self, _direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) {
+    /// Never lost: the engine keeps every event of the frame.
+    fn emit(&mut self, _direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool {
         self.events.push(Event::filled(fill).at(ts_ns));
+        true
     }
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {

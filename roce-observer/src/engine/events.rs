@@ -8,7 +8,10 @@ use roce_observer_common::{Direction, Event, EventBody, pfc::PRIORITY_LINK};
 use super::{Engine, pfc_key, steps::Run};
 
 impl Engine {
-    pub(super) fn on_event(&mut self, ev: &Event) {
+    /// `per_packet`: the event comes from the capture path, which also feeds steps and path
+    /// views packet by packet (its frames may carry any direction: SLL captures say ingress or
+    /// egress).
+    pub(super) fn on_event(&mut self, ev: &Event, per_packet: bool) {
         let Some(body) = ev.body() else {
             return;
         };
@@ -36,7 +39,7 @@ impl Engine {
             // The capture path feeds steps packet by packet (exact bins): the runs its shared
             // observation also emits are not needed there.
             EventBody::DataRun { .. } | EventBody::SignalRun { .. }
-                if d == Direction::Capture && !self.steps_from_runs => {}
+                if per_packet && !self.steps_from_runs => {}
             EventBody::DataRun {
                 duration_ns,
                 bytes,
@@ -54,7 +57,7 @@ impl Engine {
                 },
             ),
             // The capture path sees every PSN (pathloss.rs): its path events are not needed.
-            EventBody::Path { .. } if d == Direction::Capture && !self.paths_from_events => {}
+            EventBody::Path { .. } if per_packet && !self.paths_from_events => {}
             EventBody::Path { resend, gap } => {
                 if let Some((first, last)) = resend {
                     self.paths.from_events.resend(&ev.flow, first, last);

@@ -62,6 +62,6 @@ impl Engine {
     /// Kernel path: one ring-buffer event (timestamps already converted to ns since the epoch).
     pub fn ingest_event(&mut self, ev: &Event) {
         self.seen(ev.ts_ns);
-        self.on_event(ev);
+        self.on_event(ev, false);
     }
 }

@@ -13,7 +13,7 @@
 //! The kernel path (`run -i`) sends no PSN per packet: its view is built from path events and
 //! flow records in [`ranges`], with the same definitions, and listed the same way.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use roce_observer_common::{
     Direction, FlowKey,
@@ -78,14 +78,26 @@ pub struct PairCount {
     pub retransmits_unseen: u64,
 }
 
+/// Retransmissions waiting for their PSN to be judged, per flow: past this they are judged
+/// when seen (then a first copy later in the input is not taken into account).
+pub const MAX_PENDING_RESENDS: usize = 4096;
+
 #[derive(Clone, Debug, Default)]
 pub struct PathFlow {
     pub points: Vec<PointState>,
     /// Bit `i`: point `i` saw the PSN sent the first time; PSN `base` is at `ring[head]`.
     ring: Vec<u8>,
     base: u32,
+    /// `base` unwrapped (PSNs judged since the ring started, plus the first PSN).
+    base_seq: u64,
     head: usize,
     started: bool,
+    /// Retransmissions seen at a point that had not seen the PSN sent the first time:
+    /// (unwrapped PSN, point) -> how many. Judged with the PSN (when it leaves the ring, or at
+    /// the snapshot), not when seen: in a capture of several interfaces the packets are not in
+    /// time order across interfaces (dumpcap writes each interface's packets in batches), so
+    /// upstream's first copy may come later in the file than downstream's resend.
+    pending: BTreeMap<(u64, u8), u64>,
     pub pairs: HashMap<(u8, u8), PairCount>,
 }
 
@@ -110,6 +122,7 @@ impl PathFlow {
         if !self.started {
             self.started = true;
             self.base = psn;
+            self.base_seq = u64::from(psn);
             self.ring = vec![0; RING as usize];
         }
         let d = psn_diff(psn, self.base);
@@ -125,14 +138,15 @@ impl PathFlow {
         let mask = self.ring[slot];
         if retransmit {
             // A resend of a PSN this point never saw sent the first time: for each point that
-            // did, the original was lost between them. (A PSN no point saw first was lost
-            // before all of them: no pair is blamed.)
+            // did, the original was lost between them (judged with the PSN, `judge`).
             if mask & bit == 0 {
-                for a in (0..self.points.len()).filter(|&a| mask & (1 << a) != 0) {
-                    self.pairs
-                        .entry((a as u8, i as u8))
-                        .or_default()
-                        .retransmits_unseen += 1;
+                let seq = self.base_seq + u64::from(psn_diff(psn, self.base));
+                if self.pending.len() < MAX_PENDING_RESENDS
+                    || self.pending.contains_key(&(seq, i as u8))
+                {
+                    *self.pending.entry((seq, i as u8)).or_default() += 1;
+                } else {
+                    unseen(mask, i, 1, &mut self.pairs);
                 }
             }
         } else {
@@ -157,15 +171,24 @@ impl PathFlow {
     /// whole ring once).
     fn advance(&mut self, new_base: u32) {
         let n = psn_diff(new_base, self.base).min(RING);
+        let jump = psn_diff(new_base, self.base);
+        let kept = self.pending.split_off(&(self.base_seq + u64::from(n), 0));
+        let leaving = std::mem::replace(&mut self.pending, kept);
+        let mut leaving = leaving.into_iter().peekable();
         for k in 0..n {
             let psn = psn_add(self.base, k);
             let slot = self.slot(psn);
             let mask = self.ring[slot];
             self.ring[slot] = 0;
             judge(&self.points, psn, mask, &mut self.pairs);
+            let seq = self.base_seq + u64::from(k);
+            while let Some(((_, point), count)) = leaving.next_if(|((s, _), _)| *s == seq) {
+                unseen(mask, point as usize, count, &mut self.pairs);
+            }
         }
         self.head = (self.head + n as usize) % RING as usize;
         self.base = new_base;
+        self.base_seq += u64::from(jump);
     }
 
     /// The pair counts including the PSNs still in the ring.
@@ -176,8 +199,27 @@ impl PathFlow {
                 let psn = psn_add(self.base, k);
                 judge(&self.points, psn, self.ring[self.slot(psn)], &mut pairs);
             }
+            for (&(seq, point), &count) in &self.pending {
+                let psn = psn_add(self.base, (seq - self.base_seq) as u32);
+                unseen(self.ring[self.slot(psn)], point as usize, count, &mut pairs);
+            }
         }
         pairs
+    }
+}
+
+/// `count` retransmissions at point `b` of a PSN that the points of `mask` saw sent the first
+/// time: unless `b` is one of them, the original was lost between each of them and `b`. (A
+/// PSN no point saw first was lost before all of them: no pair is blamed.)
+fn unseen(mask: u8, b: usize, count: u64, pairs: &mut HashMap<(u8, u8), PairCount>) {
+    if mask & (1 << b) != 0 {
+        return;
+    }
+    for a in (0..MAX_POINTS).filter(|&a| mask & (1 << a) != 0) {
+        pairs
+            .entry((a as u8, b as u8))
+            .or_default()
+            .retransmits_unseen += count;
     }
 }
 
@@ -302,6 +344,15 @@ impl PathLoss {
         let path = (key.src_ip, key.dst_ip, key.dst_qp);
         let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
         let psn = pkt.psn & PSN_MASK;
+        // Points announced once packets flowed (an SLL2 capture's interfaces appear with their
+        // first packet): the one-point run followed so far is kept as any other first point's.
+        if self.several_points
+            && let Some((first_path, before)) = self.first_flow.take()
+        {
+            self.only_point = None;
+            self.seen_two = true;
+            self.seen_at.insert(first_path, before);
+        }
         if !self.several_points && !self.seen_two {
             match self.only_point {
                 Some(p) if p != point => {

@@ -406,6 +406,10 @@ pub struct CaptureSummary {
     pub frames: u64,
     pub snap_truncated: u64,
     pub skipped_link_type: u64,
+    /// Link types of the interfaces read ("ETHERNET", "LINUX_SLL2", ...).
+    pub link_types: Vec<&'static str>,
+    /// For link types other than Ethernet: what their frames do not show (one line each).
+    pub unseen: Vec<String>,
     /// The damage that stopped reading early, if any.
     pub error: Option<String>,
 }

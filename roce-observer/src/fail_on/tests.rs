@@ -112,6 +112,9 @@ fn bad_expressions_say_what_is_allowed() {
         ("rtt_p99>50/s", "ns, us, ms or s"),
         ("cnp_rate>5%", "/s, /ms or /us"),
         ("pause_fraction>1ms", "or %"),
+        ("psn_gaps>0 || naks>0", "one --fail-on per condition"),
+        ("psn_gaps>0 and naks>=1", "one --fail-on per condition"),
+        ("psn_gaps>0,naks>0", "one --fail-on per condition"),
     ] {
         let err = parse(expr).expect_err(expr);
         assert!(err.contains(needle), "{expr}: {err}");

@@ -56,7 +56,10 @@ fn flow_line(out: &mut String, cols: [&str; 12]) {
     );
 }
 
-fn flow_row(out: &mut String, f: &FlowSnapshot) {
+/// `at_point`: the flows were seen at more than one observation point, so each row says where
+/// (a capture of several interfaces, `tcpdump -i any` of a forwarding host, `run -i` on two
+/// interfaces): otherwise one QP seen at two points is two rows that look alike.
+fn flow_row(out: &mut String, f: &FlowSnapshot, at_point: bool) {
     let naks = f.naks.total();
     let class = match f.pcp {
         Some(p) => format!("{}/{}", f.dscp, p),
@@ -81,8 +84,17 @@ fn flow_row(out: &mut String, f: &FlowSnapshot) {
     );
     // A flow seen inside switch mirrors: its mirror source on its own line (one per mirror
     // source: the same QP mirrored by two switches is two rows).
-    if let Some(m) = &f.mirror {
-        let _ = writeln!(out, "  via {}", m.label());
+    match (&f.mirror, at_point) {
+        (Some(m), true) => {
+            let _ = writeln!(out, "  at {}/{} via {}", f.iface, f.direction, m.label());
+        }
+        (Some(m), false) => {
+            let _ = writeln!(out, "  via {}", m.label());
+        }
+        (None, true) => {
+            let _ = writeln!(out, "  at {}/{}", f.iface, f.direction);
+        }
+        (None, false) => {}
     }
 }
 
@@ -257,7 +269,7 @@ pub fn render(s: &Snapshot) -> String {
         && (c.snap_truncated + c.skipped_link_type > 0 || c.error.is_some())
     {
         let text = format!(
-            "capture: {} frames, {} cut by the snap length, {} on non-Ethernet interfaces skipped{}",
+            "capture: {} frames, {} cut by the snap length, {} on interfaces of unsupported link types skipped{}",
             c.frames,
             c.snap_truncated,
             c.skipped_link_type,
@@ -267,6 +279,11 @@ pub fn render(s: &Snapshot) -> String {
                 .unwrap_or_default()
         );
         wrap(&mut out, &text, "", 118);
+    }
+    if let Some(c) = &m.capture {
+        for u in &c.unseen {
+            wrap(&mut out, &format!("capture {u}"), "", 118);
+        }
     }
 
     let _ = writeln!(out);
@@ -284,8 +301,13 @@ pub fn render(s: &Snapshot) -> String {
         rows.truncate(MAX_FLOW_ROWS);
     }
     rows.sort_unstable();
+    let at_point = s.flows.first().is_some_and(|first| {
+        s.flows
+            .iter()
+            .any(|f| f.iface != first.iface || f.direction != first.direction)
+    });
     for (_, i) in &rows {
-        flow_row(&mut out, &s.flows[*i]);
+        flow_row(&mut out, &s.flows[*i], at_point);
     }
     if s.flows.len() > MAX_FLOW_ROWS {
         let _ = writeln!(
@@ -476,8 +498,13 @@ pub fn render(s: &Snapshot) -> String {
                 }
             }
             if let Some(q) = &mdl.qp_advice {
-                let counts: Vec<String> = q
+                // The connections whose QP count changes (the JSON lists every one).
+                let changed: Vec<_> = q
                     .connections
+                    .iter()
+                    .filter(|c| u64::from(c.qps) != c.qps_now)
+                    .collect();
+                let mut counts: Vec<String> = changed
                     .iter()
                     .take(5)
                     .map(|c| {
@@ -487,13 +514,18 @@ pub fn render(s: &Snapshot) -> String {
                         )
                     })
                     .collect();
-                let _ = writeln!(
-                    out,
-                    "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
-                    mdl.imbalance,
-                    q.imbalance_after,
-                    counts.join(", ")
-                );
+                if changed.len() > 5 {
+                    counts.push(format!("{} more", changed.len() - 5));
+                }
+                if !counts.is_empty() {
+                    let _ = writeln!(
+                        out,
+                        "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
+                        mdl.imbalance,
+                        q.imbalance_after,
+                        counts.join(", ")
+                    );
+                }
             }
         }
         for p in e.entropy.iter().take(5) {
@@ -597,6 +629,29 @@ pub fn render(s: &Snapshot) -> String {
 mod tests {
     use super::*;
 
+    fn analyzed(name: &str) -> Snapshot {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(format!("{name}.pcap"));
+        let file = std::fs::File::open(path).expect("fixture");
+        let (engine, err) =
+            crate::analyze::analyze_reader(file, crate::engine::EngineConfig::default());
+        assert!(err.is_none(), "{err:?}");
+        engine.snapshot(0)
+    }
+
+    /// One QP seen at two points is two rows: each says where when the flows were seen at
+    /// more than one point, and none does otherwise.
+    #[test]
+    fn rows_say_where_when_flows_were_seen_at_several_points() {
+        let out = render(&analyzed("sll2_forwarding"));
+        for at in ["if3/ingress", "if5/egress", "if3/egress", "if5/ingress"] {
+            assert!(out.contains(&format!("\n  at {at}\n")), "{at} in\n{out}");
+        }
+        let one = render(&analyzed("psn_gap"));
+        assert!(!one.contains("  at "), "{one}");
+    }
+
     #[test]
     fn flow_rows_are_119_columns_wide() {
         let mut out = String::new();
@@ -664,5 +719,50 @@ mod tests {
             assert!(l.chars().count() <= 120, "{l}");
         }
         assert!(!nic[1].ends_with(' '), "{:?}", nic[1]);
+    }
+
+    /// The QP-count remedy lists the connections whose count changes, not every connection:
+    /// eight elephants on four modelled paths, one path with three, one with one.
+    #[test]
+    fn qp_advice_lists_only_the_connections_that_change() {
+        use crate::engine::{Engine, EngineConfig};
+        use roce_observer_common::frames::RoceFrame;
+        let mut e = Engine::new(EngineConfig {
+            ecmp_paths: 4,
+            ..EngineConfig::default()
+        });
+        let ports = [49321u16, 51234, 60001, 55555, 50505, 61111, 49999, 53333];
+        for n in 0..2000u32 {
+            for (q, &port) in ports.iter().enumerate() {
+                let f = RoceFrame {
+                    src_ip: [192, 0, 2, 1 + q as u8],
+                    dst_ip: [192, 0, 2, 100],
+                    payload: 1024,
+                    udp_sport: port,
+                    ..RoceFrame::new(0x0a, 0x100 + q as u32, n)
+                }
+                .build();
+                let t = 1_700_000_000_000_000_000 + u64::from(n) * 20_000 + q as u64;
+                e.ingest_frame(t, &f, f.len() as u32, 0);
+            }
+        }
+        let snap = e.snapshot(1_700_000_000_100_000_000);
+        let advice = snap.ecmp.modelled.as_ref();
+        let q = advice
+            .and_then(|m| m.qp_advice.as_ref())
+            .expect("a QP-count remedy for the collision");
+        let changed = q
+            .connections
+            .iter()
+            .filter(|c| u64::from(c.qps) != c.qps_now)
+            .count();
+        assert!(changed >= 1 && changed < q.connections.len(), "{q:?}");
+        let out = render(&snap);
+        let line = out
+            .lines()
+            .find(|l| l.contains("or QPs per connection"))
+            .unwrap_or_else(|| panic!("the remedy in\n{out}"));
+        assert_eq!(line.matches("QPs (now").count(), changed, "{line}");
+        assert!(!line.contains(" 1 QPs (now 1)"), "{line}");
     }
 }

@@ -27,8 +27,12 @@ use crate::{
     analyze::capture_summary,
     engine::Engine,
     source::{LiveSource, SourceState},
-    wire::capture::{CaptureEnd, CaptureIface, read_capture},
+    wire::{
+        Link,
+        capture::{CaptureEnd, CaptureIface, CapturedFrame, read_capture},
+    },
 };
+use roce_observer_common::Direction;
 
 /// Frames in flight between the reader thread and the engine (back-pressure for files read
 /// as fast as possible: the reader waits for the engine).
@@ -54,6 +58,8 @@ enum Message {
         data: Bytes,
         orig_len: u32,
         iface: u32,
+        direction: Direction,
+        link: Link,
     },
     End(CaptureEnd),
 }
@@ -191,12 +197,21 @@ impl CaptureSource {
                 data,
                 orig_len,
                 iface,
+                direction,
+                link,
             } => {
                 self.last_ts = self.last_ts.max(ts_ns);
                 if self.pace == Pace::Recorded && self.origin.is_none() {
                     self.origin = Some((ts_ns, Instant::now()));
                 }
-                engine.ingest_frame(ts_ns, &data, orig_len, iface);
+                engine.ingest(&CapturedFrame {
+                    ts_ns,
+                    data: &data,
+                    orig_len,
+                    iface,
+                    direction,
+                    link,
+                });
             }
             Message::End(end) => {
                 let end = self.check_end(end)?;
@@ -269,6 +284,8 @@ fn read_into<R: Read + Send>(input: R, tx: SyncSender<Message>, pace: Pace, sign
                 data: arena.split().freeze(),
                 orig_len: f.orig_len,
                 iface: f.iface,
+                direction: f.direction,
+                link: f.link,
             });
         },
     );

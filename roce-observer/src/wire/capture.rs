@@ -1,28 +1,66 @@
 //! pcap and pcapng reading, streamed: frames are handed to a callback as they are parsed from a
 //! bounded buffer, so `tcpdump -w - | roce-observer analyze -` works without holding the capture
-//! in memory. Only Ethernet interfaces are read; a damaged capture yields every frame before the
-//! damage plus a description of the damage.
+//! in memory. Ethernet, Linux cooked (LINUX_SLL, LINUX_SLL2: `tcpdump -i any`) and bare-IP
+//! (RAW, IPV4, IPV6) interfaces are read (link.rs); a damaged capture yields every frame before
+//! the damage plus a description of the damage.
+//!
+//! Observation points: a pcap is one point (interface 0, "pcap"), each pcapng interface is one
+//! (its `if_name`, or `ifN`). LINUX_SLL2 records the interface each packet was seen on: each
+//! interface index becomes a point of its own, named `ifN` (`NAME:ifN` inside a pcapng
+//! interface called NAME), so that `tcpdump -i any` on a forwarding host gives its ingress and
+//! egress interfaces as two points. Both cooked formats also say whether a packet was received
+//! or sent (their packet type): frames carry that as their direction.
 
-use std::io::Read;
+use std::{collections::HashMap, io::Read};
 
 use pcap_parser::{Block, Linktype, PcapBlockOwned, PcapError, create_reader};
+use roce_observer_common::Direction;
+
+use super::{
+    Link,
+    link::{LinkType, cook},
+};
 
 /// Initial read buffer; grown for larger records up to [`MAX_BUFFER`].
 const INITIAL_BUFFER: usize = 1 << 20;
 /// Largest record accepted (a jumbo frame is 9 KiB; anything near this is a corrupt length).
 const MAX_BUFFER: usize = 64 << 20;
+/// First interface number given to an SLL2 interface index: above any pcapng interface
+/// numbering (which counts from 0 in file order).
+const SLL2_POINTS_BASE: u32 = 1 << 20;
+/// SLL2 interface indices kept apart; packets of further ones stay on their capture interface
+/// (a bound for a corrupt or hostile file, far above the interfaces of a host).
+const MAX_SLL2_POINTS: usize = 4096;
 
 /// One captured frame.
 #[derive(Clone, Copy, Debug)]
 pub struct CapturedFrame<'a> {
     /// Capture time, ns since the Unix epoch.
     pub ts_ns: u64,
-    /// The captured bytes (possibly cut by the snap length).
+    /// The captured bytes (possibly cut by the snap length); without the link header when
+    /// `link` is [`Link::Cooked`].
     pub data: &'a [u8],
-    /// Length of the frame on the wire.
+    /// Length of `data`'s part of the frame on the wire.
     pub orig_len: u32,
-    /// 0 for pcap; for pcapng the interface's index across all sections of the file.
+    /// The observation point: 0 for pcap; for pcapng the interface's index across all sections
+    /// of the file; for LINUX_SLL2 one per interface index (announced as it first appears).
     pub iface: u32,
+    /// Received or sent, when the link header says (LINUX_SLL, LINUX_SLL2); else `Capture`.
+    pub direction: Direction,
+    /// How `data` begins.
+    pub link: Link,
+}
+
+impl CapturedFrame<'_> {
+    /// The frame as an Ethernet frame (a cooked frame behind the Ethernet header the parser
+    /// reads in front of it; a malformed one as nothing): for tools that replay captures.
+    pub fn to_ethernet(&self) -> Vec<u8> {
+        match self.link {
+            Link::Ethernet => self.data.to_vec(),
+            Link::Cooked(head) => [&head[..], self.data].concat(),
+            Link::Malformed => Vec::new(),
+        }
+    }
 }
 
 /// What went wrong with a capture. Errors before the first frame mean nothing could be read;
@@ -37,9 +75,9 @@ pub enum CaptureError {
     )]
     NotACapture(String),
     #[error(
-        "link type {0} is not Ethernet: roce-observer reads Ethernet captures only; capture on \
-         the Ethernet or RDMA interface itself (`tcpdump -i eth0` or `tcpdump -i mlx5_0`), not \
-         `-i any`"
+        "link type {0} is not supported: roce-observer reads Ethernet, LINUX_SLL/LINUX_SLL2 \
+         (`tcpdump -i any`) and raw IP captures; capture on the Ethernet or RDMA interface \
+         itself (`tcpdump -i eth0`), or with `-i any`"
     )]
     LinkType(String),
     #[error("read error: {0}")]
@@ -62,8 +100,18 @@ pub struct CaptureStats {
     pub frames: u64,
     /// Frames whose captured length is below their wire length (snap length).
     pub snap_truncated: u64,
-    /// Frames on pcapng interfaces whose link type is not Ethernet (skipped).
+    /// Frames on pcapng interfaces whose link type is not supported (skipped).
     pub skipped_link_type: u64,
+    /// The link types of the interfaces read, in the order they were declared.
+    pub link_types: Vec<LinkType>,
+}
+
+impl CaptureStats {
+    fn declare(&mut self, link: LinkType) {
+        if !self.link_types.contains(&link) {
+            self.link_types.push(link);
+        }
+    }
 }
 
 /// The end of a capture: its counts, and the damage that stopped reading early, if any.
@@ -81,7 +129,10 @@ pub struct CaptureIface {
 }
 
 struct Iface {
-    ethernet: bool,
+    /// `None`: a link type that is not read (its frames are skipped).
+    link: Option<LinkType>,
+    /// The name announced for it (SLL2 points are named after it).
+    name: String,
     /// Timestamp units per second.
     resolution: u64,
     /// Seconds added to every timestamp.
@@ -96,6 +147,8 @@ pub fn linktype_name(lt: Linktype) -> String {
         101 => "RAW (IP without link layer)",
         113 => "LINUX_SLL (tcpdump -i any)",
         127 => "IEEE802_11_RADIOTAP",
+        228 => "IPV4",
+        229 => "IPV6",
         276 => "LINUX_SLL2 (tcpdump -i any)",
         _ => "",
     };
@@ -230,21 +283,29 @@ where
     let mut section_base: u32 = 0;
     let mut legacy_ns = false;
     let mut capacity = INITIAL_BUFFER;
-    let mut non_ethernet: Option<String> = None;
+    let mut unsupported: Option<String> = None;
+    let mut legacy_link = LinkType::Ethernet;
+    let mut points = Sll2Points::default();
     let error = loop {
         match reader.next() {
             Ok((offset, block)) => {
                 match block {
                     PcapBlockOwned::LegacyHeader(h) => {
                         stats.format = "pcap";
-                        if h.network != Linktype::ETHERNET {
+                        let Some(link) = LinkType::from_linktype(h.network) else {
                             break Some(CaptureError::LinkType(linktype_name(h.network)));
-                        }
+                        };
                         legacy_ns = h.is_nanosecond_precision();
-                        on_iface(CaptureIface {
-                            index: 0,
-                            name: "pcap".into(),
-                        });
+                        legacy_link = link;
+                        stats.declare(link);
+                        // An SLL2 capture's points are its interface indices, announced as
+                        // they appear: none of its frames is on interface 0.
+                        if link != LinkType::Sll2 {
+                            on_iface(CaptureIface {
+                                index: 0,
+                                name: "pcap".into(),
+                            });
+                        }
                     }
                     PcapBlockOwned::Legacy(b) => {
                         let frac = if legacy_ns {
@@ -253,7 +314,20 @@ where
                             u64::from(b.ts_usec) * 1000
                         };
                         let ts_ns = u64::from(b.ts_sec) * 1_000_000_000 + frac;
-                        emit(&mut stats, &mut on_frame, ts_ns, b.data, b.origlen, 0);
+                        let raw = RawFrame {
+                            ts_ns,
+                            data: b.data,
+                            orig_len: b.origlen,
+                            iface: 0,
+                        };
+                        points.emit(
+                            &mut stats,
+                            &mut on_iface,
+                            &mut on_frame,
+                            legacy_link,
+                            "",
+                            raw,
+                        );
                     }
                     PcapBlockOwned::NG(Block::SectionHeader(_)) => {
                         stats.format = "pcapng";
@@ -261,32 +335,58 @@ where
                     }
                     PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
                         let index = u32::try_from(ifaces.len()).unwrap_or(u32::MAX);
-                        let ethernet = idb.linktype == Linktype::ETHERNET;
-                        if !ethernet && non_ethernet.is_none() {
-                            non_ethernet = Some(linktype_name(idb.linktype));
+                        let link = LinkType::from_linktype(idb.linktype);
+                        match link {
+                            Some(l) => stats.declare(l),
+                            None if unsupported.is_none() => {
+                                unsupported = Some(linktype_name(idb.linktype));
+                            }
+                            None => {}
                         }
                         let name = match idb.if_name() {
                             Some(Ok(n)) if !n.is_empty() => n.trim_end_matches('\0').to_string(),
                             _ => format!("if{}", index - section_base),
                         };
                         ifaces.push(Iface {
-                            ethernet,
+                            link,
+                            name: name.clone(),
                             resolution: idb.ts_resolution().unwrap_or(1_000_000).max(1),
                             offset_s: idb.ts_offset(),
                         });
-                        on_iface(CaptureIface { index, name });
+                        // An SLL2 interface's packets are on its interface indices' points.
+                        if link != Some(LinkType::Sll2) {
+                            on_iface(CaptureIface { index, name });
+                        }
                     }
                     PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
                         let index = section_base.saturating_add(epb.if_id);
                         match ifaces.get(index as usize) {
-                            Some(i) if i.ethernet => {
+                            Some(Iface {
+                                link: Some(link),
+                                name,
+                                resolution,
+                                offset_s,
+                            }) => {
                                 let raw = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
-                                let ns = u128::from(raw) * 1_000_000_000 / u128::from(i.resolution);
-                                let off = i128::from(i.offset_s) * 1_000_000_000;
+                                let ns = u128::from(raw) * 1_000_000_000 / u128::from(*resolution);
+                                let off = i128::from(*offset_s) * 1_000_000_000;
                                 let ts_ns = (ns as i128 + off).clamp(0, u64::MAX as i128) as u64;
                                 // `data` carries the block's padding: cut it to the captured length.
                                 let data = &epb.data[..(epb.caplen as usize).min(epb.data.len())];
-                                emit(&mut stats, &mut on_frame, ts_ns, data, epb.origlen, index);
+                                let raw = RawFrame {
+                                    ts_ns,
+                                    data,
+                                    orig_len: epb.origlen,
+                                    iface: index,
+                                };
+                                points.emit(
+                                    &mut stats,
+                                    &mut on_iface,
+                                    &mut on_frame,
+                                    *link,
+                                    name,
+                                    raw,
+                                );
                             }
                             Some(_) => stats.skipped_link_type += 1,
                             None => {
@@ -300,15 +400,25 @@ where
                     PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
                         // No timestamp and no interface id: interface 0 of the section.
                         match ifaces.get(section_base as usize) {
-                            Some(i) if i.ethernet => {
+                            Some(Iface {
+                                link: Some(link),
+                                name,
+                                ..
+                            }) => {
                                 let data = &spb.data[..(spb.origlen as usize).min(spb.data.len())];
-                                emit(
-                                    &mut stats,
-                                    &mut on_frame,
-                                    0,
+                                let raw = RawFrame {
+                                    ts_ns: 0,
                                     data,
-                                    spb.origlen,
-                                    section_base,
+                                    orig_len: spb.origlen,
+                                    iface: section_base,
+                                };
+                                points.emit(
+                                    &mut stats,
+                                    &mut on_iface,
+                                    &mut on_frame,
+                                    *link,
+                                    name,
+                                    raw,
                                 );
                             }
                             _ => stats.skipped_link_type += 1,
@@ -358,8 +468,9 @@ where
             }
         }
     };
-    // A pcapng file whose only interfaces are not Ethernet: say so instead of "0 frames".
-    let error = match (error, non_ethernet) {
+    // A pcapng file whose only interfaces are of unsupported types: say so instead of
+    // "0 frames".
+    let error = match (error, unsupported) {
         (None, Some(lt)) if stats.frames == 0 && stats.skipped_link_type > 0 => {
             Some(CaptureError::LinkType(lt))
         }
@@ -368,23 +479,88 @@ where
     CaptureEnd { stats, error }
 }
 
-#[inline(always)]
-fn emit<F: FnMut(CapturedFrame<'_>)>(
-    stats: &mut CaptureStats,
-    on_frame: &mut F,
+/// A record as the container gives it, before its link header is read.
+struct RawFrame<'a> {
     ts_ns: u64,
-    data: &[u8],
+    data: &'a [u8],
     orig_len: u32,
     iface: u32,
-) {
-    stats.frames += 1;
-    if (data.len() as u64) < u64::from(orig_len) {
-        stats.snap_truncated += 1;
+}
+
+/// SLL2 interface indices and the points they became, per capture interface.
+#[derive(Default)]
+struct Sll2Points {
+    points: HashMap<(u32, u32), u32>,
+}
+
+impl Sll2Points {
+    /// The point of SLL2 interface index `ifindex` on capture interface `iface` (named
+    /// `iface_name`, "" for a pcap), announced the first time it is seen.
+    fn point<I: FnMut(CaptureIface)>(
+        &mut self,
+        on_iface: &mut I,
+        iface: u32,
+        iface_name: &str,
+        ifindex: u32,
+    ) -> u32 {
+        if let Some(&p) = self.points.get(&(iface, ifindex)) {
+            return p;
+        }
+        if self.points.len() >= MAX_SLL2_POINTS {
+            return iface;
+        }
+        let n = u32::try_from(self.points.len()).unwrap_or(u32::MAX);
+        let index = SLL2_POINTS_BASE.saturating_add(n);
+        self.points.insert((iface, ifindex), index);
+        let name = if iface_name.is_empty() {
+            format!("if{ifindex}")
+        } else {
+            format!("{iface_name}:if{ifindex}")
+        };
+        on_iface(CaptureIface { index, name });
+        index
     }
-    on_frame(CapturedFrame {
-        ts_ns,
-        data,
-        orig_len,
-        iface,
-    });
+
+    /// Read `raw`'s link header and hand the frame on.
+    #[inline(always)]
+    fn emit<I: FnMut(CaptureIface), F: FnMut(CapturedFrame<'_>)>(
+        &mut self,
+        stats: &mut CaptureStats,
+        on_iface: &mut I,
+        on_frame: &mut F,
+        link: LinkType,
+        iface_name: &str,
+        raw: RawFrame<'_>,
+    ) {
+        stats.frames += 1;
+        if (raw.data.len() as u64) < u64::from(raw.orig_len) {
+            stats.snap_truncated += 1;
+        }
+        let mut frame = CapturedFrame {
+            ts_ns: raw.ts_ns,
+            data: raw.data,
+            orig_len: raw.orig_len,
+            iface: raw.iface,
+            direction: Direction::Capture,
+            link: Link::Ethernet,
+        };
+        if link != LinkType::Ethernet {
+            match cook(link, raw.data) {
+                Some(c) => {
+                    frame.data = &raw.data[c.len..];
+                    frame.orig_len = raw.orig_len.saturating_sub(c.len as u32);
+                    frame.direction = c.direction;
+                    frame.link = Link::Cooked(c.head);
+                    if let Some(ifindex) = c.ifindex {
+                        frame.iface = self.point(on_iface, raw.iface, iface_name, ifindex);
+                    }
+                }
+                None => {
+                    frame.data = &[];
+                    frame.link = Link::Malformed;
+                }
+            }
+        }
+        on_frame(frame);
+    }
 }

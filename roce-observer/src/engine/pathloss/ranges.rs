@@ -187,7 +187,9 @@ impl RangePaths {
         p.first = Some(first);
         p.highest = highest;
         p.open_resend = open;
-        p.incomplete |= stats.path_suppressed > 0;
+        // Events over the per-flow limit, or lost to a full ring buffer: either way gaps or
+        // resend runs the kernel saw are missing here, so the counts are lower bounds.
+        p.incomplete |= stats.path_suppressed > 0 || stats.path_lost > 0;
     }
 
     /// A gap of `missing` request PSNs from `first` seen at `key`'s point.

@@ -99,11 +99,6 @@ pub(super) fn fft(re: &mut [f64], im: &mut [f64], inverse: bool) {
 /// The period of `x` in bins (fractional) and the normalised autocorrelation there (of the
 /// smoothed series when smoothing was needed), or `None` when `x` is not periodic.
 pub fn period(x: &[f64]) -> Option<(f64, f64)> {
-    period_and_autocorrelation(x).map(|(p, c, _)| (p, c))
-}
-
-/// [`period`], with the normalised autocorrelation it was picked on (lags `0..=n/2`).
-fn period_and_autocorrelation(x: &[f64]) -> Option<(f64, f64, Vec<f64>)> {
     let n = x.len();
     if n < 2 * MIN_PERIOD_BINS as usize + 2 {
         return None;
@@ -129,7 +124,7 @@ fn period_and_autocorrelation(x: &[f64]) -> Option<(f64, f64, Vec<f64>)> {
     let lags = n / 2 + 1;
     let at = |w: usize| {
         let r = smoothed(&re, w, lags);
-        peak(&r, n).filter(|&(p, _, _)| p >= (4 * w) as f64)
+        peak(&r, n).filter(|&(p, _)| p >= (4 * w) as f64)
     };
     // The raw series when it is periodic enough (no smoothing then); else the smoothed one with
     // the highest confidence. Not the first width that passes: on a spiky series the peaks at
@@ -176,7 +171,7 @@ pub(super) fn smoothed(re: &[f64], w: usize, len: usize) -> Vec<f64> {
 }
 
 /// The period pick on an unnormalised circular autocorrelation `re` of an `n`-bin series.
-fn peak(re: &[f64], n: usize) -> Option<(f64, f64, Vec<f64>)> {
+fn peak(re: &[f64], n: usize) -> Option<(f64, f64)> {
     let r0 = re[0];
     if r0.is_nan() || r0 <= 0.0 {
         return None;
@@ -218,7 +213,7 @@ fn peak(re: &[f64], n: usize) -> Option<(f64, f64, Vec<f64>)> {
     let den = a - 2.0 * b + c;
     let shift = if den < 0.0 { 0.5 * (a - c) / den } else { 0.0 };
     let p = k as f64 + shift.clamp(-0.5, 0.5);
-    (p >= MIN_PERIOD_BINS).then_some((p, b.min(1.0), r))
+    (p >= MIN_PERIOD_BINS).then_some((p, b.min(1.0)))
 }
 
 /// Otsu's threshold over a 256-bucket histogram (values clipped at the 99.5th percentile, so
@@ -311,14 +306,20 @@ fn bursts(x: &[f64], thr: f64, close: usize) -> Vec<Burst> {
 
 /// Grid slot -> index of the earliest burst on it; and the refined (intercept, period) in bins.
 ///
-/// Slots are chained outward from the biggest burst, each step's onset measured from the
-/// previous step's, not from a line fitted as it goes: a fit over the first two or three
-/// onsets takes their jitter for a period error and carries it outward (a Soft-RoCE control
-/// run with steps 479-568 ms apart and an autocorrelation period of 488 ms: the onsets next to
-/// the biggest burst gave a slope of 435 ms and every farther step fell off that line, so 4 of
-/// 12 steps were kept and `steps` was null). Bursts are in time order.
-fn grid(bursts: &[Burst], p0: f64) -> Option<(BTreeMap<i64, usize>, f64, f64)> {
-    let anchor = (0..bursts.len()).max_by(|&a, &b| bursts[a].2.total_cmp(&bursts[b].2))?;
+/// Slots are chained outward from the anchor, each step's onset measured from the previous
+/// step's, not from a line fitted as it goes: a fit over the first two or three onsets takes
+/// their jitter for a period error and carries it outward (a Soft-RoCE control run with steps
+/// 479-568 ms apart and an autocorrelation period of 488 ms: the onsets next to the biggest
+/// burst gave a slope of 435 ms and every farther step fell off that line, so 4 of 12 steps
+/// were kept and `steps` was null). Bursts are in time order.
+/// The grid goes through burst `anchor` (the biggest burst when `None`).
+fn grid(
+    bursts: &[Burst],
+    p0: f64,
+    anchor: Option<usize>,
+) -> Option<(BTreeMap<i64, usize>, f64, f64)> {
+    let anchor = anchor
+        .or_else(|| (0..bursts.len()).max_by(|&a, &b| bursts[a].2.total_cmp(&bursts[b].2)))?;
     let mut slots: BTreeMap<i64, usize> = BTreeMap::new();
     slots.insert(0, anchor);
     let forward: Vec<usize> = (anchor + 1..bursts.len()).collect();
@@ -379,8 +380,17 @@ fn grid(bursts: &[Burst], p0: f64) -> Option<(BTreeMap<i64, usize>, f64, f64)> {
     ((p - p0).abs() <= 0.1 * p0).then_some((slots, a, p))
 }
 
+/// Analyses of the window's latest part tried when the whole holds no single period: its
+/// latest half, then its latest quarter.
+const RECENT_PARTS: u32 = 2;
+
 /// The steps of the retained window, or `None` when the traffic is not periodic.
 /// `name` gives a flow's interface name and direction.
+///
+/// When the whole window holds no single period, its latest half and then its latest quarter
+/// are analysed: after the step time changed (300 ms steps, then 420 ms: the case an engineer
+/// looks at) the window holds two periods, and what matters is the current one. `window_s`
+/// says how much was analysed.
 pub fn analyse(
     steps: &Steps,
     name: impl Fn(&FlowKey) -> (String, &'static str),
@@ -390,60 +400,84 @@ pub fn analyse(
     let hi = bins.iter().rposition(|&b| b > 0)?;
     let x: Vec<f64> = bins.range(lo..=hi).map(|&b| b as f64).collect();
     let origin = (first_bin + lo as u64) * BIN_NS;
-    let (p0, confidence, r) = period_and_autocorrelation(&x)?;
-    let thr = otsu(&x);
-    // The bursts (gaps under a tenth of the period closed) and their grid, for a period.
-    let onsets = |p0: f64| {
-        let close = ((p0 / 10.0).round() as usize).max(1);
-        let mut found = bursts(&x, thr, close);
-        // A burst cut by the start of the window (shorter than most) is not an onset.
-        let mut lengths: Vec<usize> = found.iter().map(|b| b.1 - b.0).collect();
-        lengths.sort_unstable();
-        let typical = lengths.get(lengths.len() / 2).copied().unwrap_or(0) as f64;
-        if found.len() > 1 && found[0].0 == 0 && ((found[0].1 - found[0].0) as f64) < 0.8 * typical
+    let mut from = 0;
+    for part in 0..=RECENT_PARTS {
+        if part > 0 {
+            from += (x.len() - from) / 2;
+        }
+        let start = origin + from as u64 * BIN_NS;
+        // A part must hold the 10 steps at a confidence of 0.5: trying more windows
+        // is more chances for random bursts to look periodic (3 of 16 short aperiodic captures
+        // did at 5 steps, one still at 10 steps and 0.32).
+        if let Some(found) = analyse_series(steps, &x[from..], start, &name)
+            && (part == 0
+                || (found.count >= RECENT_MIN_STEPS && found.confidence >= RECENT_MIN_CONFIDENCE))
         {
-            found.remove(0);
+            return Some(found);
         }
-        grid(&found, p0).map(|(slots, a, p)| (found, slots, a, p, close))
-    };
-    // Octave check on the onsets: when the grid of a `d`-th of the period fills (nearly) every
-    // slot, `d` times as many as the period's, the steps are at that fraction and the
-    // autocorrelation peaked at a multiple of it (alternating step shapes, jitter; Soft-RoCE
-    // runs: the kernel path's series at 0.45 at 1,000 ms against 0.30 at 500 ms, under the
-    // 70% the autocorrelation's own octave check asks, for a capture whose 12 steps were
-    // 495.7-500.0 ms apart; another run's capture read as 1,516 ms, three periods, for steps
-    // 494-517 ms apart). The finest such fraction wins; the confidence is then the
-    // autocorrelation's highest value near it.
-    let full = onsets(p0);
-    let finer = (2..=MAX_DIVISOR).rev().find_map(|d| {
-        let q = p0 / d as f64;
-        if q < MIN_PERIOD_BINS {
-            return None;
-        }
-        let g = onsets(q)?;
-        // Only as a correction of a grid the period has: a finer one alone could fit bursts of
-        // aperiodic traffic that the period's grid refused.
-        let filled = full
-            .as_ref()
-            .is_some_and(|f| g.1.len() + 1 >= d * f.1.len());
-        filled.then_some((g, q))
-    });
-    let (found, slots, a, p, close, confidence) = match (finer, full) {
-        (Some((g, q)), _) => {
-            let (mid, tol) = (q.round() as usize, ((q / 10.0) as usize).max(2));
-            let c = r
-                .get(mid.saturating_sub(tol)..(mid + tol + 1).min(r.len()))
-                .unwrap_or(&[])
-                .iter()
-                .copied()
-                .fold(f64::MIN, f64::max)
-                .min(1.0);
-            (g.0, g.1, g.2, g.3, g.4, c)
-        }
-        (None, Some(f)) => (f.0, f.1, f.2, f.3, f.4, confidence),
-        (None, None) => return None,
-    };
-    if slots.len() < MIN_STEPS {
+    }
+    None
+}
+
+/// Steps a latest part of the window must hold to be reported, and the confidence it must reach.
+const RECENT_MIN_STEPS: u64 = 10;
+const RECENT_MIN_CONFIDENCE: f64 = 0.5;
+
+/// The confidence `count` steps must reach below 10 steps (`MIN_CONFIDENCE` x sqrt(10 /
+/// count)): the fewer the steps, the higher random bursts' autocorrelation peaks (Poisson
+/// bursts 100 ms apart on average gave 6 "steps" of 1.16 s at 0.34 over a 7 s capture). From
+/// 10 steps on nothing beyond `period`'s own rule (the highest peak at [`MIN_CONFIDENCE`]):
+/// the pick may be a lower peak (the 80% rule, the octave check), and real Soft-RoCE captures
+/// of 12 steps 499-501 ms apart were picked at 0.25-0.26 on the smoothed series.
+fn confidence_needed(count: usize) -> f64 {
+    if count >= 10 {
+        return 0.0;
+    }
+    MIN_CONFIDENCE * (10.0 / count.clamp(1, 10) as f64).sqrt()
+}
+
+/// The steps of series `x` (1 ms bins from `origin`, ns), or `None` when it is not periodic.
+fn analyse_series(
+    steps: &Steps,
+    x: &[f64],
+    origin: u64,
+    name: &impl Fn(&FlowKey) -> (String, &'static str),
+) -> Option<StepsSnapshot> {
+    let (p0, confidence) = period(x)?;
+    let thr = otsu(x);
+    let close = ((p0 / 10.0).round() as usize).max(1);
+    let mut found = bursts(x, thr, close);
+    // A burst cut by the start of the window (shorter than most) is not an onset.
+    let mut lengths: Vec<usize> = found.iter().map(|b| b.1 - b.0).collect();
+    lengths.sort_unstable();
+    let typical = lengths.get(lengths.len() / 2).copied().unwrap_or(0) as f64;
+    if found.len() > 1 && found[0].0 == 0 && ((found[0].1 - found[0].0) as f64) < 0.8 * typical {
+        found.remove(0);
+    }
+    let (mut slots, mut a, mut p) = grid(&found, p0, None)?;
+    // Onsets at every `d`-th of the period too (d = 4, 3, 2; at least 0.9 d times the steps on
+    // that grid), the finest first, repeatedly: the steps alternate in shape (one bigger than
+    // the next), which correlates better at twice the period than at the period, past what the
+    // octave check in `peak` accepts (every other step 30 ms of traffic, the others 12 ms, 150
+    // ms apart: read as 300 ms); real Soft-RoCE runs: a kernel-path series at 0.45 at 1,000 ms
+    // against 0.30 at 500 ms for steps 495.7-500.0 ms apart, and a capture read as 1,516 ms,
+    // three periods, for steps 494-517 ms apart.
+    while let Some(finer) = (2..=MAX_DIVISOR).rev().find_map(|d| {
+        let q = p / d as f64;
+        (q >= MIN_PERIOD_BINS)
+            .then(|| grid(&found, q, None))
+            .flatten()
+            .filter(|g| g.0.len() * 10 >= slots.len() * 9 * d)
+    }) {
+        (slots, a, p) = finer;
+    }
+    if let Some(j) = step_start(&found, a, p, close)
+        && let Some((s2, a2, p2)) = grid(&found, p, Some(j))
+        && s2.len() >= MIN_STEPS
+    {
+        (slots, a, p) = (s2, a2, p2);
+    }
+    if slots.len() < MIN_STEPS || confidence < confidence_needed(slots.len()) {
         return None;
     }
 
@@ -460,26 +494,30 @@ pub fn analyse(
     let idle = (3.0 * lo_sum / lo_n.max(1.0))
         .max(0.05 * hi_sum / hi_n.max(1.0))
         .min(thr);
-    let mut spans: Vec<(i64, usize, usize, bool)> = Vec::new();
+    // A step may communicate in several phases (forward and backward collectives, buckets
+    // far apart): after a gap of `close` bins or more, a burst bin (over `thr`) within the
+    // step's 0.9 period starts another phase. Its span ends with its last phase; its
+    // communication time is the phases' lengths.
+    // (step, start, end, communication bins, cut by the end of the window)
+    let mut spans: Vec<(i64, usize, usize, usize, bool)> = Vec::new();
     for (&k, &j) in &slots {
         let start = found[j].0;
         let limit = ((start as f64 + 0.9 * p) as usize).min(x.len());
-        let mut end = found[j].1;
+        let (mut end, mut phase_start, mut comm) = (found[j].1, start, 0);
         for (i, &v) in x.iter().enumerate().take(limit).skip(end) {
-            if i - end >= close {
-                break;
-            }
-            if v >= idle {
-                end = i + 1;
+            if i - end < close {
+                if v >= idle {
+                    end = i + 1;
+                }
+            } else if v >= thr {
+                comm += end - phase_start;
+                (phase_start, end) = (i, i + 1);
             }
         }
-        spans.push((k, start, end, end >= x.len()));
+        comm += end - phase_start;
+        spans.push((k, start, end, comm, end >= x.len()));
     }
-    let whole: Vec<f64> = spans
-        .iter()
-        .filter(|s| !s.3)
-        .map(|s| (s.2 - s.1) as f64)
-        .collect();
+    let whole: Vec<f64> = spans.iter().filter(|s| !s.4).map(|s| s.3 as f64).collect();
     let comm_fraction = if whole.is_empty() {
         0.0
     } else {
@@ -521,6 +559,56 @@ pub fn analyse(
         recent,
         stragglers,
     })
+}
+
+/// Where a step starts when it communicates in several phases (bursts at several offsets of
+/// the period `p`, grid intercept `a`, in bins): the grid goes through the biggest burst, which
+/// may be a later phase; a step then spans one phase and the next step's earlier ones, and a
+/// flow late in the later phase is not last at the step's end. The step starts with the phase
+/// that follows the longest quiet time (the compute between two steps' communication): the
+/// bursts are grouped by their offset in the period (within `close` bins), and the group
+/// whose median gap before its bursts is the longest wins. Returns one of its bursts (the
+/// biggest) to anchor the grid on, or `None` with a single phase.
+fn step_start(bursts: &[Burst], a: f64, p: f64, close: usize) -> Option<usize> {
+    let offset = |j: usize| (bursts[j].0 as f64 - a).rem_euclid(p);
+    let mut order: Vec<usize> = (0..bursts.len()).collect();
+    order.sort_by(|&x, &y| offset(x).total_cmp(&offset(y)));
+    // Groups of bursts with neighbouring offsets; the last joins the first across the wrap.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for &j in &order {
+        match groups.last_mut() {
+            Some(g) if offset(j) - offset(g[g.len() - 1]) <= close as f64 => g.push(j),
+            _ => groups.push(vec![j]),
+        }
+    }
+    if groups.len() > 1 {
+        let (first, last) = (offset(groups[0][0]), offset(*order.last()?));
+        if first + p - last <= close as f64 {
+            let tail = groups.pop()?;
+            groups[0].extend(tail);
+        }
+    }
+    let groups: Vec<Vec<usize>> = groups
+        .into_iter()
+        .filter(|g| g.len() >= MIN_STEPS)
+        .collect();
+    if groups.len() < 2 {
+        return None;
+    }
+    let gap_before = |j: usize| {
+        j.checked_sub(1)
+            .map(|i| bursts[j].0.saturating_sub(bursts[i].1))
+            .unwrap_or(0)
+    };
+    let median_gap = |g: &Vec<usize>| {
+        let mut gaps: Vec<usize> = g.iter().map(|&j| gap_before(j)).collect();
+        gaps.sort_unstable();
+        gaps[gaps.len() / 2]
+    };
+    let best = groups.iter().max_by_key(|g| median_gap(g))?;
+    best.iter()
+        .copied()
+        .max_by(|&x, &y| bursts[x].2.total_cmp(&bursts[y].2))
 }
 
 /// The step grid in ns: step `k` starts at `a + k p`; its window is
