@@ -45,7 +45,7 @@ const OCTAVE: f64 = 0.7;
 /// hundredth (READ requests: 8 x 78 B against 64 x 1,100 B of responses). A tenth keeps an order
 /// of magnitude from both.
 const PEER_SHARE: f64 = 0.1;
-/// The octave check on the onsets tries the period divided by 2 up to this.
+/// The finer-grid check on the onsets tries the period divided by 2 up to this.
 const MAX_DIVISOR: usize = 4;
 /// Steps listed in `recent`.
 const RECENT: usize = 10;

@@ -820,7 +820,7 @@ fn real_capture_as_kernel(name: &str) -> Option<StepsSnapshot> {
 /// (the kernel path's series, rebuilt here from the capture, gives the same 999 ms); `analyze`
 /// of the same capture was right. And a `steps_straggler` run (QP 18 delayed; capture: 12
 /// steps 494-517 ms apart, 505.04 ms) whose series both paths read as three periods (1,516
-/// ms; `steps` null, the grid then holding 4 steps). (Without the octave check on the onsets
+/// ms; `steps` null, the grid then holding 4 steps). (Without the finer-grid check on the onsets
 /// this test fails with a period of 999 ms; with divisors up to 2 only, at the second capture.)
 #[test]
 fn a_multiple_of_the_period_is_divided_by_the_onsets() {
