@@ -173,6 +173,31 @@ impl VethNs {
         Ok(f)
     }
 
+    /// A pcap file of one RC WRITE stream (192.0.2.1 -> 192.0.2.2, QP 0x12, 256-byte payloads)
+    /// with the PSNs `psns`, for [`VethNs::forward_dropping`]'s path: a temporary directory
+    /// named after `test` and this process, and the file in it.
+    pub fn psn_stream(
+        &self,
+        test: &str,
+        psns: impl IntoIterator<Item = u32>,
+    ) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+        let dir = std::env::temp_dir().join(format!("roce-observer-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let sent = dir.join("sent.pcap");
+        roce_observer_tools::write_pcap(
+            &sent,
+            psns.into_iter().map(|psn| {
+                roce_observer_common::frames::RoceFrame {
+                    tos: (26 << 2) | 2,
+                    payload: 256,
+                    ..roce_observer_common::frames::RoceFrame::new(0x0a, 0x12, psn)
+                }
+                .build()
+            }),
+        )?;
+        Ok((dir, sent))
+    }
+
     /// The kernel's interface index of `dev` in the namespace.
     pub fn ifindex(&self, dev: &str) -> anyhow::Result<u32> {
         let out = self

@@ -18,8 +18,6 @@ use integration_tests::{
     netns::{Forwarding, Observer, VethNs},
     observer_bin, require_root,
 };
-use roce_observer_common::frames::RoceFrame;
-use roce_observer_tools::write_pcap;
 
 /// PSNs of the flow, and the ones dropped between b1 and b2.
 const PSNS: std::ops::Range<u32> = 0..300;
@@ -33,22 +31,8 @@ fn a_drop_between_two_capture_points_names_the_dropped_psns() {
     let b1 = &ns.b;
     let Forwarding { b2, .. } = ns.forward_dropping(&DROPPED).expect("forwarding path");
 
-    let dir = std::env::temp_dir().join(format!("roce-observer-pathloss-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let sent = dir.join("sent.pcap");
+    let (dir, sent) = ns.psn_stream("pathloss", PSNS).expect("the frames to send");
     let captured = dir.join("b1-b2.pcapng");
-    write_pcap(
-        &sent,
-        PSNS.map(|psn| {
-            RoceFrame {
-                tos: (26 << 2) | 2,
-                payload: 256,
-                ..RoceFrame::new(0x0a, 0x12, psn)
-            }
-            .build()
-        }),
-    )
-    .expect("write the frames to send");
 
     let mut dumpcap = ns
         .exec("dumpcap")

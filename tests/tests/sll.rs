@@ -13,8 +13,7 @@ use integration_tests::{
     netns::{Forwarding, VethNs},
     observer_bin, require_root,
 };
-use roce_observer_common::frames::RoceFrame;
-use roce_observer_tools::{sh, write_pcap};
+use roce_observer_tools::sh;
 use serde_json::Value;
 
 /// PSNs of the flow, and the ones dropped between b1 and a2.
@@ -94,22 +93,8 @@ fn tcpdump_any_on_a_forwarding_host_names_the_psns_dropped_between_its_interface
     let (a1, b1) = (&ns.a, &ns.b);
     let Forwarding { a2, b2, .. } = ns.forward_dropping(&DROPPED).expect("forwarding path");
 
-    let dir = std::env::temp_dir().join(format!("roce-observer-sll-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let sent = dir.join("sent.pcap");
+    let (dir, sent) = ns.psn_stream("sll", PSNS).expect("the frames to send");
     let captured = dir.join("any.pcap");
-    write_pcap(
-        &sent,
-        PSNS.map(|psn| {
-            RoceFrame {
-                tos: (26 << 2) | 2,
-                payload: 256,
-                ..RoceFrame::new(0x0a, 0x12, psn)
-            }
-            .build()
-        }),
-    )
-    .expect("write the frames to send");
 
     // A busy machine can make tcpdump drop copies ("packets dropped by kernel"): such an
     // attempt says nothing about the reader, and is made again (three at most).

@@ -842,12 +842,18 @@ fn a_multiple_of_the_period_is_divided_by_the_onsets() {
 }
 
 /// `flows` flows (host f+1 -> f+2, QP 0x100 + f), each a packet every 100 us over each of the
-/// `phases` (start offset, length) of every step starting at `starts`; flow 0's last phase is
-/// `delay` longer.
-fn phased(starts: &[u64], phases: &[(u64, u64)], flows: u8, delay: u64) -> Vec<Timed> {
+/// phases (start offset, length) `phases(k)` gives step `k` starting at `starts[k]`; flow 0's
+/// last phase is `delay` longer.
+fn phased(
+    starts: &[u64],
+    phases: impl Fn(usize) -> Vec<(u64, u64)>,
+    flows: u8,
+    delay: u64,
+) -> Vec<Timed> {
     let mut out = Vec::new();
     let mut psn = vec![0u32; flows as usize];
-    for &start in starts {
+    for (k, &start) in starts.iter().enumerate() {
+        let phases = phases(k);
         for (n, &(offset, len)) in phases.iter().enumerate() {
             for f in 0..flows {
                 let last = n + 1 == phases.len();
@@ -873,23 +879,13 @@ fn phased(starts: &[u64], phases: &[(u64, u64)], flows: u8, delay: u64) -> Vec<T
 /// the 150 ms grid. (Without the half-grid check in `analyse_series`: 300 ms, 15 steps.)
 #[test]
 fn steps_of_alternating_size_give_the_period_of_their_onsets() {
-    let mut frames = Vec::new();
-    let mut psn = [0u32; 4];
-    for step in 0..30u64 {
-        for f in 0..4u8 {
-            let len = if step % 2 == 0 { 30 * MS } else { 12 * MS };
-            let mut t = T0 + step * 150 * MS + u64::from(f) * 20 * US;
-            let end = t + len;
-            while t < end {
-                frames.push((
-                    t,
-                    data(f + 1, f + 2, 0x100 + u32::from(f), psn[f as usize], false),
-                ));
-                psn[f as usize] += 1;
-                t += 100 * US;
-            }
-        }
-    }
+    let starts: Vec<u64> = (0..30).map(|k| T0 + k * 150 * MS).collect();
+    let frames = phased(
+        &starts,
+        |k| vec![(0, if k % 2 == 0 { 30 } else { 12 } * MS)],
+        4,
+        0,
+    );
     let (_, got) = run(frames);
     let got = got.expect("periodic");
     assert!(close(got.period_ms, 150.0, 0.01), "{got:?}");
@@ -909,7 +905,7 @@ fn after_the_step_time_changed_the_current_period_is_reported() {
         starts.push(t);
         t += if k < 20 { 300 * MS } else { 420 * MS };
     }
-    let (_, got) = run(phased(&starts, &[(0, 60 * MS)], 4, 0));
+    let (_, got) = run(phased(&starts, |_| vec![(0, 60 * MS)], 4, 0));
     let got = got.expect("the latest steps are periodic");
     assert!(close(got.period_ms, 420.0, 0.01), "{got:?}");
     let whole_s = (t - T0) as f64 / 1e9;
@@ -926,12 +922,8 @@ fn after_the_step_time_changed_the_current_period_is_reported() {
 #[test]
 fn a_step_with_two_phases_counts_both_and_finds_the_late_flow_in_the_second() {
     let starts: Vec<u64> = (0..30).map(|k| T0 + k * 200 * MS).collect();
-    let (_, got) = run(phased(
-        &starts,
-        &[(0, 10 * MS), (60 * MS, 15 * MS)],
-        4,
-        5 * MS,
-    ));
+    let two = |_| vec![(0, 10 * MS), (60 * MS, 15 * MS)];
+    let (_, got) = run(phased(&starts, two, 4, 5 * MS));
     let got = got.expect("periodic");
     assert!(close(got.period_ms, 200.0, 0.01), "{got:?}");
     // 25 ms of 200 (flow 0's 5 ms tail is above the idle level too: up to 30 ms).
