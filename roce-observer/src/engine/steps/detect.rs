@@ -454,8 +454,9 @@ fn analyse_series(
     let mut lengths: Vec<usize> = found.iter().map(|b| b.1 - b.0).collect();
     lengths.sort_unstable();
     let typical = lengths.get(lengths.len() / 2).copied().unwrap_or(0) as f64;
+    let mut cut = None;
     if found.len() > 1 && found[0].0 == 0 && ((found[0].1 - found[0].0) as f64) < 0.8 * typical {
-        found.remove(0);
+        cut = Some(found.remove(0));
     }
     let (mut slots, mut a, mut p) = grid(&found, p0, None)?;
     // Onsets at every `d`-th of the period too (d = 4, 3, 2; at least 0.9 d times the steps on
@@ -479,6 +480,26 @@ fn analyse_series(
         && s2.len() >= MIN_STEPS
     {
         (slots, a, p) = (s2, a2, p2);
+    }
+    // The burst set aside as cut by the start of the window was judged against every burst;
+    // on the grid, the steps' onsets are the ones to compare it with. On the grid before the
+    // first step and as long as most onsets (a step of several phases whose first phase is
+    // the shortest: 29 steps of 30 counted), it is a step.
+    if let (Some(b), Some(&first)) = (cut, slots.keys().next()) {
+        let mut onsets: Vec<usize> = slots.values().map(|&j| found[j].1 - found[j].0).collect();
+        onsets.sort_unstable();
+        let k = ((b.0 as f64 - a) / p).round();
+        let on_grid = (b.0 as f64 - (a + k * p)).abs() <= p / 10.0;
+        if on_grid
+            && (k as i64) < first
+            && (b.1 - b.0) as f64 >= 0.8 * onsets[onsets.len() / 2] as f64
+        {
+            found.insert(0, b);
+            for j in slots.values_mut() {
+                *j += 1;
+            }
+            slots.insert(k as i64, 0);
+        }
     }
     if slots.len() < MIN_STEPS || confidence < confidence_needed(slots.len()) {
         return None;

@@ -926,6 +926,9 @@ fn a_step_with_two_phases_counts_both_and_finds_the_late_flow_in_the_second() {
     let (_, got) = run(phased(&starts, two, 4, 5 * MS));
     let got = got.expect("periodic");
     assert!(close(got.period_ms, 200.0, 0.01), "{got:?}");
+    // The first step too: its first phase, at the window's first bin, is shorter than most
+    // bursts (the second phases), but as long as the other steps' onsets.
+    assert_eq!(got.count, 30, "{got:?}");
     // 25 ms of 200 (flow 0's 5 ms tail is above the idle level too: up to 30 ms).
     assert!(
         got.comm_fraction >= 0.12 && got.comm_fraction <= 0.155,
