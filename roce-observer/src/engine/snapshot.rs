@@ -637,6 +637,9 @@ pub struct StepsSnapshot {
     pub comm_fraction: f64,
     /// The analysed window (the last data bytes kept), seconds.
     pub window_s: f64,
+    /// The data kept (first to last non-empty bin), seconds: more than `window_s` when only its
+    /// latest part has one period (the step time changed).
+    pub retained_s: f64,
     /// Strength of the periodicity: the normalised autocorrelation at the period (0..1).
     pub confidence: f64,
     /// The last steps, oldest first (at most 10).

@@ -199,14 +199,27 @@ fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
     }
 }
 
+/// Where the steps were found: the whole data kept, or only its latest part (the step time
+/// changed: the earlier steps had another period, or none).
+pub fn steps_window(st: &StepsSnapshot) -> String {
+    if st.retained_s > st.window_s * 1.01 {
+        format!(
+            "the last {:.1} s of {:.1} s (no single period before)",
+            st.window_s, st.retained_s
+        )
+    } else {
+        format!("{:.1} s", st.window_s)
+    }
+}
+
 /// Training steps and their stragglers.
 fn steps(out: &mut String, st: &StepsSnapshot) {
     let _ = writeln!(
         out,
-        "steps: period {:.2} ms, {} steps in {:.1} s, communicating {:.0}% of a step (confidence {:.2})",
+        "steps: period {:.2} ms, {} steps in {}, communicating {:.0}% of a step (confidence {:.2})",
         st.period_ms,
         st.count,
-        st.window_s,
+        steps_window(st),
         st.comm_fraction * 100.0,
         st.confidence
     );

@@ -77,10 +77,10 @@ pub fn draw_steps(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_widget(
         Paragraph::new(vec![
             Line::from(format!(
-                "period {:.2} ms   {} steps in {:.1} s   communicating {:.0}% of a step",
+                "period {:.2} ms   {} steps in {}   communicating {:.0}% of a step",
                 st.period_ms,
                 st.count,
-                st.window_s,
+                crate::sink::table::steps_window(st),
                 st.comm_fraction * 100.0
             )),
             Line::from(format!(

@@ -409,10 +409,11 @@ pub fn analyse(
         // A part must hold the 10 steps at a confidence of 0.5: trying more windows
         // is more chances for random bursts to look periodic (3 of 16 short aperiodic captures
         // did at 5 steps, one still at 10 steps and 0.32).
-        if let Some(found) = analyse_series(steps, &x[from..], start, &name)
+        if let Some(mut found) = analyse_series(steps, &x[from..], start, &name)
             && (part == 0
                 || (found.count >= RECENT_MIN_STEPS && found.confidence >= RECENT_MIN_CONFIDENCE))
         {
+            found.retained_s = x.len() as f64 * BIN_NS as f64 / 1e9;
             return Some(found);
         }
     }
@@ -594,6 +595,7 @@ fn analyse_series(
         count: slots.len() as u64,
         comm_fraction,
         window_s: x.len() as f64 * bin_ms / 1e3,
+        retained_s: x.len() as f64 * bin_ms / 1e3,
         confidence,
         recent,
         stragglers,

@@ -910,6 +910,10 @@ fn after_the_step_time_changed_the_current_period_is_reported() {
     assert!(close(got.period_ms, 420.0, 0.01), "{got:?}");
     let whole_s = (t - T0) as f64 / 1e9;
     assert!(got.window_s < 0.6 * whole_s, "{got:?}");
+    // And it says so: the data kept is the whole.
+    assert!((got.retained_s - whole_s).abs() < 0.5, "{got:?}");
+    let line = crate::sink::table::steps_window(&got);
+    assert!(line.starts_with("the last "), "{line}");
     // The current steps only: every step of the analysed part is a 420 ms one.
     assert!(got.count >= 10 && got.count <= 20, "{got:?}");
 }
