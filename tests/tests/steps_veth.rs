@@ -235,16 +235,10 @@ impl AsSent {
     }
 }
 
-/// `AsSent` of the classic pcap file tcpdump wrote (little-endian, micro- or nanosecond
-/// timestamps), each captured frame matched to the frame built by `traffic()` by its bytes.
+/// `AsSent` of the capture tcpdump wrote (its frames and timestamps, read as `analyze` reads
+/// them; the steps and the lag from the frames' own times, not from the observer's analysis),
+/// each captured frame matched to the frame built by `traffic()` by its bytes.
 fn as_sent(pcap: &Path, frames: &[Frame]) -> AsSent {
-    let data = std::fs::read(pcap).expect("read the capture");
-    let u32_at = |i: usize| u32::from_le_bytes(data[i..i + 4].try_into().expect("4 bytes"));
-    let unit_ns = match u32_at(0) {
-        0xa1b2_c3d4 => 1_000,
-        0xa1b2_3c4d => 1,
-        magic => panic!("not a little-endian pcap file: magic {magic:#x}"),
-    };
     let tag: std::collections::HashMap<&[u8], (u64, u32)> = frames
         .iter()
         .filter_map(|f| Some((f.bytes.as_slice(), f.burst?)))
@@ -252,18 +246,19 @@ fn as_sent(pcap: &Path, frames: &[Frame]) -> AsSent {
     // Per step: onset and each QP's last frame, ns.
     let mut steps: std::collections::BTreeMap<u64, (u64, [u64; QPS as usize])> =
         std::collections::BTreeMap::new();
-    let mut at = 24;
-    while at + 16 <= data.len() {
-        let ts = u64::from(u32_at(at)) * 1_000_000_000 + u64::from(u32_at(at + 4)) * unit_ns;
-        let len = u32_at(at + 8) as usize;
-        let frame = &data[at + 16..at + 16 + len];
-        at += 16 + len;
-        if let Some(&(step, q)) = tag.get(frame) {
-            let s = steps.entry(step).or_insert((u64::MAX, [0; QPS as usize]));
-            s.0 = s.0.min(ts);
-            s.1[q as usize] = s.1[q as usize].max(ts);
-        }
-    }
+    let file = std::fs::File::open(pcap).expect("open the capture");
+    let end = roce_observer::wire::capture::read_capture(
+        file,
+        |_| {},
+        |f| {
+            if let Some(&(step, q)) = tag.get(f.data) {
+                let s = steps.entry(step).or_insert((u64::MAX, [0; QPS as usize]));
+                s.0 = s.0.min(f.ts_ns);
+                s.1[q as usize] = s.1[q as usize].max(f.ts_ns);
+            }
+        },
+    );
+    assert!(end.error.is_none(), "read the capture: {:?}", end.error);
     let n = steps.len() as f64;
     let (sk, ss) = steps
         .iter()

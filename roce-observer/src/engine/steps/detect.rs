@@ -304,6 +304,13 @@ fn bursts(x: &[f64], thr: f64, close: usize) -> Vec<Burst> {
     out
 }
 
+/// The grid index `k` whose step start `a + k p` (bins) is nearest to bin `start`, and how far
+/// `start` is from it.
+fn nearest_step(start: usize, a: f64, p: f64) -> (i64, f64) {
+    let k = ((start as f64 - a) / p).round();
+    (k as i64, (start as f64 - (a + k * p)).abs())
+}
+
 /// Grid slot -> index of the earliest burst on it; and the refined (intercept, period) in bins.
 ///
 /// Slots are chained outward from the anchor, each step's onset measured from the previous
@@ -364,10 +371,10 @@ fn grid(
     let (a, p) = fit_of(&slots)?;
     let mut slots: BTreeMap<i64, usize> = BTreeMap::new();
     for (j, b) in bursts.iter().enumerate() {
-        let k = ((b.0 as f64 - a) / p).round();
-        if (b.0 as f64 - (a + k * p)).abs() <= p / 4.0 {
+        let (k, off) = nearest_step(b.0, a, p);
+        if off <= p / 4.0 {
             // Bursts are in time order: the first on a slot is its earliest.
-            slots.entry(k as i64).or_insert(j);
+            slots.entry(k).or_insert(j);
         }
     }
     let (a, p) = fit_of(&slots)?;
@@ -489,17 +496,16 @@ fn analyse_series(
     if let (Some(b), Some(&first)) = (cut, slots.keys().next()) {
         let mut onsets: Vec<usize> = slots.values().map(|&j| found[j].1 - found[j].0).collect();
         onsets.sort_unstable();
-        let k = ((b.0 as f64 - a) / p).round();
-        let on_grid = (b.0 as f64 - (a + k * p)).abs() <= p / 10.0;
-        if on_grid
-            && (k as i64) < first
+        let (k, off) = nearest_step(b.0, a, p);
+        if off <= p / 10.0
+            && k < first
             && (b.1 - b.0) as f64 >= 0.8 * onsets[onsets.len() / 2] as f64
         {
             found.insert(0, b);
             for j in slots.values_mut() {
                 *j += 1;
             }
-            slots.insert(k as i64, 0);
+            slots.insert(k, 0);
         }
     }
     if slots.len() < MIN_STEPS || confidence < confidence_needed(slots.len()) {
@@ -512,10 +518,7 @@ fn analyse_series(
     // a strong autocorrelation says periodic then.
     let off = found
         .iter()
-        .filter(|b| {
-            let r = (b.0 as f64 - a).rem_euclid(p);
-            r.min(p - r) > p / 10.0
-        })
+        .filter(|b| nearest_step(b.0, a, p).1 > p / 10.0)
         .count();
     if off * 10 > found.len() * 6 && confidence < DENSE_MIN_CONFIDENCE {
         return None;
