@@ -56,7 +56,7 @@ fn flow_line(out: &mut String, cols: [&str; 12]) {
     );
 }
 
-/// `at_point`: the flows were seen at more than one observation point, so each row says where
+/// `at_point`: a flow was seen at more than one observation point, so each row says where
 /// (a capture of several interfaces, `tcpdump -i any` of a forwarding host, `run -i` on two
 /// interfaces): otherwise one QP seen at two points is two rows that look alike.
 fn flow_row(out: &mut String, f: &FlowSnapshot, at_point: bool) {
@@ -314,10 +314,12 @@ pub fn render(s: &Snapshot) -> String {
         rows.truncate(MAX_FLOW_ROWS);
     }
     rows.sort_unstable();
-    let at_point = s.flows.first().is_some_and(|first| {
-        s.flows
-            .iter()
-            .any(|f| f.iface != first.iface || f.direction != first.direction)
+    // Rows say where only when one flow has rows at several points (they would read as
+    // duplicates); the request and response flows of one interface's two directions do not.
+    let mut seen = std::collections::HashMap::new();
+    let at_point = s.flows.iter().any(|f| {
+        let point = (f.iface.as_str(), f.direction);
+        *seen.entry((f.src_ip, f.dst_ip, f.dst_qp)).or_insert(point) != point
     });
     for (_, i) in &rows {
         flow_row(&mut out, &s.flows[*i], at_point);
