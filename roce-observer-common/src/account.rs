@@ -192,6 +192,7 @@ enum Counted {
 /// atomic adds (`bytes`, its opcode count), an ECT-marked ACK too; only Not-ECT or CE
 /// marks, NAKs, CNPs and PSN anomalies add more. `packets`, `ecn_ect` and `acks` follow from
 /// the kept counters ([`FlowStats::packets`]).
+/// `scoreboard`: see `sequence::request`.
 #[inline(always)]
 pub fn account(
     stats: &mut FlowStats,
@@ -199,6 +200,7 @@ pub fn account(
     pmtu: u32,
     window: u32,
     now_ns: u64,
+    scoreboard: bool,
 ) -> Outcome {
     let mut out = Outcome::zeroed();
     let op = (pkt.opcode & 0x1f) as usize;
@@ -228,7 +230,7 @@ pub fn account(
                     // Once per flow: where its request PSNs began (path events).
                     stats.req_first = pkt.psn & crate::psn::PSN_MASK;
                 }
-                let step = sequence::request(stats, pkt.psn, span, window);
+                let step = sequence::request(stats, pkt.psn, span, window, scoreboard);
                 out.request = true;
                 take_step(&mut out, step);
             }
@@ -236,7 +238,7 @@ pub fn account(
                 let op = opcode::operation(pkt.opcode);
                 let continues = op == opcode::RDMA_READ_RESPONSE_MIDDLE
                     || op == opcode::RDMA_READ_RESPONSE_LAST;
-                let step = sequence::read_response(stats, pkt.psn, continues, window);
+                let step = sequence::read_response(stats, pkt.psn, continues, window, scoreboard);
                 out.response = true;
                 out.psn = step.verdict;
             }
@@ -325,7 +327,7 @@ mod tests {
     #[test]
     fn counts_opcodes_acks_naks_and_cnp() {
         let mut s = FlowStats::zeroed();
-        account(&mut s, &pkt(0x04, 1), 4096, 64, 10);
+        account(&mut s, &pkt(0x04, 1), 4096, 64, 10, true);
         account(
             &mut s,
             &RocePacket {
@@ -382,8 +384,8 @@ mod tests {
     #[test]
     fn other_transport_is_counted_apart() {
         let mut s = FlowStats::zeroed();
-        account(&mut s, &pkt(0x04, 1), 4096, 64, 0);
-        account(&mut s, &pkt(0x24, 9), 4096, 64, 0);
+        account(&mut s, &pkt(0x04, 1), 4096, 64, 0, true);
+        account(&mut s, &pkt(0x24, 9), 4096, 64, 0, true);
         assert_eq!(s.other_transport, 1);
         assert_eq!(s.opcodes[4], 1);
         assert_eq!(s.psn_gaps, 0);

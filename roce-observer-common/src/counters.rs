@@ -24,11 +24,14 @@ pub enum Counter {
     RingbufFull = 9,
     /// A latency timestamp could not be stored.
     PendingFull = 10,
+    /// A packet that needed the PSN scoreboard could not be handed to the kernel's scoreboard
+    /// program (observe.rs, `Tables::SCOREBOARD`): counted in its class, in no flow.
+    TailCallFailed = 11,
 }
 
 impl Counter {
     /// Number of counters per direction.
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
     /// All counters, in index order.
     pub const ALL: [Counter; Self::COUNT as usize] = [
         Counter::TotalPackets,
@@ -42,6 +45,7 @@ impl Counter {
         Counter::MapFull,
         Counter::RingbufFull,
         Counter::PendingFull,
+        Counter::TailCallFailed,
     ];
 
     /// Name used in JSON output and metrics.
@@ -58,6 +62,7 @@ impl Counter {
             Counter::MapFull => "map_full",
             Counter::RingbufFull => "ringbuf_full",
             Counter::PendingFull => "pending_full",
+            Counter::TailCallFailed => "tail_call_failed",
         }
     }
 

@@ -51,6 +51,10 @@ pub const BURST_WINDOW_NS: u64 = 100_000_000;
 /// marked incomplete rather than flooding the ring buffer.
 pub const PATH_EVENT_LIMIT: u32 = 64;
 pub const PATH_EVENT_WINDOW_NS: u64 = 100_000_000;
+/// Slots of the kernel's XDP scoreboard programs in `SCOREBOARD_XDP` (observe.rs,
+/// `Tables::SCOREBOARD`): that of the XDP program with frags, and of the one without.
+pub const SEQ_SLOT_XDP: u32 = 0;
+pub const SEQ_SLOT_XDP_PAGE: u32 = 1;
 /// Distinct UDP source ports remembered exactly per flow.
 pub const MAX_SPORTS: usize = 4;
 

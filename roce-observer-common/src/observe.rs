@@ -107,6 +107,18 @@ pub trait Tables {
     fn pmtu(&self) -> u32;
     /// Reorder window in PSNs (sequence.rs; 1..=`sequence::MAX_REORDER_WINDOW`).
     fn reorder_window(&self) -> u32;
+    /// Whether this side runs the PSN scoreboard (sequence.rs) in `observe` itself. The
+    /// kernel's main programs do not: a packet that needs it (`sequence::needs_scoreboard`:
+    /// out of order, resent, a sequence-error NAK) is handed, with its parse in scratch memory,
+    /// to a second program that runs [`observe_scoreboard`]. The verifier then checks the
+    /// scoreboard once, from one state, instead of once for every way through the parser
+    /// (which took it past its limit on 5.10).
+    const SCOREBOARD: bool = true;
+    /// Hand the packet to the scoreboard program (kernel: a tail call, which does not return
+    /// when it works). Returns only when it could not; `observe` then counts the packet in
+    /// `tail_call_failed`.
+    #[inline(always)]
+    fn to_scoreboard(&mut self) {}
     /// Burst rule of the `retransmit_burst` and `nak_burst` alerts: this many occurrences
     /// within this many ns on one flow (0 occurrences: never).
     fn burst_rule(&self) -> (u32, u64);
@@ -267,6 +279,13 @@ fn on_mirror<T: Tables>(
     }
 }
 
+/// The kernel's scoreboard program: the rest of `observe` for a RoCE packet that the main
+/// program parsed into `scratch` and handed over (`Tables::to_scoreboard`).
+#[inline(always)]
+pub fn observe_scoreboard<F: Flows, T: Tables>(flows: &mut F, t: &mut T, scratch: &mut Scratch) {
+    on_roce(flows, t, scratch);
+}
+
 #[inline(always)]
 fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
     let key = &s.key;
@@ -300,12 +319,17 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
     if stage == Stage::Lookup {
         return;
     }
+    if !T::SCOREBOARD && crate::sequence::needs_scoreboard(stats, pkt) {
+        t.to_scoreboard();
+        t.count(Counter::TailCallFailed, key.direction);
+        return;
+    }
     if data {
         // The data run sits in the record's last cache line: start loading it now, in
         // parallel with the accounting's lines (account::touch).
         touch(&stats.run.end_ns);
     }
-    let mut out = account(stats, pkt, t.pmtu(), t.reorder_window(), now);
+    let mut out = account(stats, pkt, t.pmtu(), t.reorder_window(), now, T::SCOREBOARD);
     // Anomalies are counted in the flow record, never sent one event each: in a go-back-N storm
     // every packet is a retransmission. Bursts are detected here, on the flow's own windows, so
     // that both sides raise the same alerts from the flow record (docs/metrics.md, "Events").
@@ -332,7 +356,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
     // A PSN sequence-error NAK says which request PSN the responder expected: the request
     // flow (this one's reverse, towards the peer QP learned from a latency match) judges it.
     // Rare, so the flow is looked up again afterwards rather than kept across the lookup.
-    let stats = if out.nak_seq {
+    let stats = if T::SCOREBOARD && out.nak_seq {
         if let Some(peer) = stats.peer_qp() {
             on_nak(
                 flows,

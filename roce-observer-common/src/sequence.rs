@@ -152,8 +152,11 @@ fn count_reordered(r: &mut Reorder, distance: u32, n: u64) {
 
 /// A request consuming `span` PSNs (1, or a READ's reservation) arrived with `psn`; `window`
 /// is the reorder window (1..=[`MAX_REORDER_WINDOW`]).
+///
+/// `scoreboard` false (the kernel's main programs, a constant there, see `observe::Tables::SCOREBOARD`): only the
+/// in-order case is handled; [`needs_scoreboard`] sent every other packet elsewhere.
 #[inline(always)]
-pub fn request(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
+pub fn request(s: &mut FlowStats, psn: u32, span: u32, window: u32, scoreboard: bool) -> Step {
     let psn = psn & PSN_MASK;
     let flags = s.psn.flags;
     if flags & REQ_VALID == 0 {
@@ -168,14 +171,14 @@ pub fn request(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
         s.psn.req_highest = psn;
         return Step::of(PsnVerdict::InOrder);
     }
+    if !scoreboard {
+        return Step::of(PsnVerdict::InOrder);
+    }
     request_window(s, psn, span, window)
 }
 
 /// The scoreboard's part of [`request`].
-// A subprogram in the kernel: the verifier explores its paths once per call instead of
-// multiplying them with the rest of the packet's.
-#[cfg_attr(target_arch = "bpf", inline(never))]
-#[cfg_attr(not(target_arch = "bpf"), inline(always))]
+#[inline(always)]
 fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
     let window = if window == 0 || window > MAX_REORDER_WINDOW {
         MAX_REORDER_WINDOW
@@ -463,10 +466,7 @@ fn advance_requests(s: &mut FlowStats) {
 /// A PSN sequence-error NAK answered request PSN `psn` of flow `s` (the NAK's request flow):
 /// an open hole there is declared lost; a PSN whose first copy arrived reordered makes it a
 /// NAK caused by reordering. Returns what was declared lost (path events).
-// A subprogram in the kernel: the verifier explores its paths once per call instead of
-// multiplying them with the rest of the packet's.
-#[cfg_attr(target_arch = "bpf", inline(never))]
-#[cfg_attr(not(target_arch = "bpf"), inline(always))]
+#[inline(always)]
 pub fn nak(s: &mut FlowStats, psn: u32) -> Step {
     let psn = psn & PSN_MASK;
     let mut step = Step::of(PsnVerdict::InOrder);
@@ -505,7 +505,13 @@ pub fn nak(s: &mut FlowStats, psn: u32) -> Step {
 /// PSNs skipped before a FIRST or ONLY are not (other requests' PSNs, acknowledged without a
 /// response), but a first copy of one that arrives later is still reordered.
 #[inline(always)]
-pub fn read_response(s: &mut FlowStats, psn: u32, continues: bool, window: u32) -> Step {
+pub fn read_response(
+    s: &mut FlowStats,
+    psn: u32,
+    continues: bool,
+    window: u32,
+    scoreboard: bool,
+) -> Step {
     let psn = psn & PSN_MASK;
     let flags = s.psn.flags;
     if flags & RESP_VALID == 0 {
@@ -520,13 +526,44 @@ pub fn read_response(s: &mut FlowStats, psn: u32, continues: bool, window: u32) 
         s.psn.resp_last = psn;
         return Step::of(PsnVerdict::InOrder);
     }
+    if !scoreboard {
+        return Step::of(PsnVerdict::InOrder);
+    }
     response_window(s, psn, continues, window)
 }
 
-// A subprogram in the kernel: the verifier explores its paths once per call instead of
-// multiplying them with the rest of the packet's.
-#[cfg_attr(target_arch = "bpf", inline(never))]
-#[cfg_attr(not(target_arch = "bpf"), inline(always))]
+/// Whether `pkt` needs more of its flow's sequence state than the in-order case: a request or
+/// READ response that is not the next PSN of a flow with nothing out of order, or a PSN
+/// sequence-error NAK. The kernel hands these to its scoreboard program.
+#[inline(always)]
+pub fn needs_scoreboard(s: &FlowStats, pkt: &crate::RocePacket) -> bool {
+    use crate::opcode::{self, PsnSpace};
+    let transport = opcode::transport(pkt.opcode);
+    if transport == opcode::TRANSPORT_CNP
+        || (s.transport != crate::flow::TRANSPORT_UNSET && s.transport != transport)
+    {
+        return false;
+    }
+    let flags = s.psn.flags;
+    let psn = pkt.psn & PSN_MASK;
+    match opcode::psn_space(pkt.opcode) {
+        PsnSpace::Request => {
+            flags & REQ_VALID != 0
+                && (flags & (REQ_WINDOW | REQ_TENTATIVE | REQ_RUN) != 0
+                    || psn != s.psn.req_expected)
+        }
+        PsnSpace::ReadResponse => {
+            flags & RESP_VALID != 0
+                && (flags & RESP_WINDOW != 0 || psn != psn_add(s.psn.resp_highest, 1))
+        }
+        PsnSpace::Ack => {
+            crate::account::nak_class(pkt.syndrome) == Some(crate::flow::nak::PSN_SEQ_ERR)
+        }
+        PsnSpace::None => false,
+    }
+}
+
+#[inline(always)]
 fn response_window(s: &mut FlowStats, psn: u32, continues: bool, window: u32) -> Step {
     let window = if window == 0 || window > MAX_REORDER_WINDOW {
         MAX_REORDER_WINDOW
@@ -656,6 +693,25 @@ pub fn open_holes(s: &FlowStats) -> u64 {
         n += u64::from((low(e) & !r.resp_seen & !r.resp_soft).count_ones());
     }
     n
+}
+
+/// The request holes still open, as runs (first PSN, how many), oldest first.
+pub fn open_request_holes(s: &FlowStats) -> impl Iterator<Item = (u32, u32)> {
+    let r = &s.reorder;
+    let (base, mut open) = if s.psn.flags & REQ_WINDOW != 0 {
+        let e = psn_diff(s.psn.req_expected, r.req_base);
+        (r.req_base, low(e) & !r.req_seen & !r.req_lost)
+    } else {
+        (0, 0)
+    };
+    core::iter::from_fn(move || {
+        if open == 0 {
+            return None;
+        }
+        let (first, len, _) = first_run(open);
+        open &= !bits(first, len);
+        Some((psn_add(base, first), len))
+    })
 }
 
 /// Reordering as a reader of the record reports it: the counters, with a pending run of first

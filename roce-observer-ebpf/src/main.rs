@@ -18,6 +18,7 @@ mod observe;
 mod view;
 
 use aya_ebpf::{
+    EbpfContext as _,
     bindings::{TC_ACT_PIPE, xdp_action},
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
@@ -29,7 +30,11 @@ use roce_observer_common::Direction;
 /// MTU exceeds one page. Needs kernel 5.18+ (frags, `bpf_xdp_get_buff_len`).
 #[xdp(frags)]
 pub fn roce_observer_xdp(ctx: XdpContext) -> u32 {
-    xdp(&ctx, view::XdpView::multi_buffer(&ctx))
+    xdp(
+        &ctx,
+        view::XdpView::multi_buffer(&ctx),
+        roce_observer_common::SEQ_SLOT_XDP,
+    )
 }
 
 /// The same observation for kernels without XDP frags (before 5.18): the loader picks this one
@@ -37,14 +42,25 @@ pub fn roce_observer_xdp(ctx: XdpContext) -> u32 {
 /// a jumbo MTU then needs generic (skb) XDP, which hands the program the whole frame.
 #[xdp]
 pub fn roce_observer_xdp_page(ctx: XdpContext) -> u32 {
-    xdp(&ctx, view::XdpView::single_buffer(&ctx))
+    xdp(
+        &ctx,
+        view::XdpView::single_buffer(&ctx),
+        roce_observer_common::SEQ_SLOT_XDP_PAGE,
+    )
 }
 
 #[inline(always)]
-fn xdp(ctx: &XdpContext, view: view::XdpView) -> u32 {
+fn xdp(ctx: &XdpContext, view: view::XdpView, slot: u32) -> u32 {
     // SAFETY: reading a field of the context the kernel passed in.
     let ifindex = unsafe { (*ctx.ctx).ingress_ifindex };
-    observe::observe(&view, ifindex, Direction::Ingress as u8);
+    observe::observe(
+        &view,
+        ctx.as_ptr(),
+        &maps::SCOREBOARD_XDP,
+        slot,
+        ifindex,
+        Direction::Ingress as u8,
+    );
     diag::flush();
     xdp_action::XDP_PASS
 }
@@ -53,9 +69,44 @@ fn xdp(ctx: &XdpContext, view: view::XdpView) -> u32 {
 pub fn roce_observer_tc(ctx: TcContext) -> i32 {
     // SAFETY: reading a field of the context the kernel passed in.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    observe::observe(&view::TcView::new(&ctx), ifindex, Direction::Egress as u8);
+    let view = view::TcView::new(&ctx);
+    observe::observe(
+        &view,
+        ctx.as_ptr(),
+        &maps::SCOREBOARD_TC,
+        0,
+        ifindex,
+        Direction::Egress as u8,
+    );
     diag::flush();
     // PIPE: let the next filter or the default action decide, as if we were not here.
+    TC_ACT_PIPE
+}
+
+/// The PSN scoreboard (roce-observer-common/src/sequence.rs) for the packets the XDP program
+/// hands over (out of order, resent, sequence-error NAKs): a program of its own, reached by a
+/// tail call, so that the verifier checks the scoreboard once rather than once for every way
+/// through the parser. Loaded, never attached.
+#[xdp(frags)]
+pub fn roce_observer_xdp_seq(_ctx: XdpContext) -> u32 {
+    observe::scoreboard();
+    diag::flush();
+    xdp_action::XDP_PASS
+}
+
+/// The same for the XDP program without frags.
+#[xdp]
+pub fn roce_observer_xdp_page_seq(_ctx: XdpContext) -> u32 {
+    observe::scoreboard();
+    diag::flush();
+    xdp_action::XDP_PASS
+}
+
+/// The same for the TC program.
+#[classifier]
+pub fn roce_observer_tc_seq(_ctx: TcContext) -> i32 {
+    observe::scoreboard();
+    diag::flush();
     TC_ACT_PIPE
 }
 

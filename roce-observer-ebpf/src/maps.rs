@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use roce_observer_common::{
     Counter, FlowStats,
@@ -97,6 +97,15 @@ pub struct KernelScratch {
 
 #[map]
 pub static SCRATCH: PerCpuArray<KernelScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// The scoreboard programs (main.rs, `*_seq`) that the main programs hand their out-of-order
+/// packets to, filled by the loader. One array per program type, since a program array holds
+/// programs of the type of the first program loaded that uses it: XDP's by the slot of the
+/// main program (`roce_observer_common::SEQ_SLOT_XDP`, `SEQ_SLOT_XDP_PAGE`), TC's in slot 0.
+#[map]
+pub static SCOREBOARD_XDP: ProgramArray = ProgramArray::with_max_entries(2, 0);
+#[map]
+pub static SCOREBOARD_TC: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 /// uapi/linux/bpf.h map flag.
 const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;

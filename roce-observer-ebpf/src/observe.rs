@@ -4,9 +4,11 @@
 //! buffer only for rare things (new flow, PFC, PAUSE, latency sample, finished activity run,
 //! request gap or finished resend run, the last two limited per flow), without a wakeup each.
 
+use core::ffi::c_void;
+
 use aya_ebpf::{
-    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns},
-    maps::HashMap,
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_tail_call},
+    maps::{HashMap, ProgramArray},
 };
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
@@ -19,8 +21,7 @@ use roce_observer_common::{
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, PENDING, PFC, SCRATCH, SESSIONS, SessionCache,
-    ZERO_FLOW, ZERO_PFC, count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, PENDING, PFC, SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -77,8 +78,17 @@ fn precise_now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
+/// The main programs' observation of one frame. `ctx` is the program's context, and `slot` of
+/// `programs` its scoreboard program, for the packets that need it.
 #[inline(always)]
-pub fn observe<P: PacketView>(p: &P, ifindex: u32, direction: u8) {
+pub fn observe<P: PacketView>(
+    p: &P,
+    ctx: *mut c_void,
+    programs: &'static ProgramArray,
+    slot: u32,
+    ifindex: u32,
+    direction: u8,
+) {
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
         // A per-CPU array lookup of index 0 does not fail; the verifier wants the check.
         count(Counter::MapFull, direction);
@@ -90,8 +100,11 @@ pub fn observe<P: PacketView>(p: &P, ifindex: u32, direction: u8) {
         key4: &mut scratch.key4,
         key6: &mut scratch.key6,
     };
-    let mut maps = Maps {
+    let mut maps = Maps::<false> {
         session: &mut scratch.session,
+        ctx,
+        programs: Some(programs),
+        slot,
     };
     roce_observer_common::observe::observe(
         p,
@@ -101,6 +114,29 @@ pub fn observe<P: PacketView>(p: &P, ifindex: u32, direction: u8) {
         ifindex,
         direction,
     );
+}
+
+/// The scoreboard programs' part: the packet the main program parsed into this CPU's scratch
+/// memory (a tail call runs on the same CPU, with the scratch as it was left), from its flow
+/// lookup on, with the PSN scoreboard.
+#[inline(always)]
+pub fn scoreboard() {
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: as in `observe`: this CPU's scratch, which the main program filled.
+    let scratch = unsafe { &mut *scratch };
+    let mut flows = FlowMap {
+        key4: &mut scratch.key4,
+        key6: &mut scratch.key6,
+    };
+    let mut maps = Maps::<true> {
+        session: &mut scratch.session,
+        ctx: core::ptr::null_mut(),
+        programs: None,
+        slot: 0,
+    };
+    roce_observer_common::observe::observe_scoreboard(&mut flows, &mut maps, &mut scratch.shared);
 }
 
 /// The flow maps `FLOWS4` and `FLOWS6`, keyed by the compact keys built in scratch memory.
@@ -157,8 +193,13 @@ fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Ent
 }
 
 /// The other maps, the clocks and the ring buffer; `session` is this CPU's last mirror session.
-struct Maps<'a> {
+/// `SCOREBOARD`: the scoreboard program (`Tables::SCOREBOARD`); the main programs hand their
+/// out-of-order packets to it through `ctx` and `slot`.
+struct Maps<'a, const SCOREBOARD: bool> {
     session: &'a mut SessionCache,
+    ctx: *mut c_void,
+    programs: Option<&'static ProgramArray>,
+    slot: u32,
 }
 
 /// Whether two mirror keys are equal, compared as eleven 32-bit words.
@@ -233,7 +274,25 @@ fn session_slot(cache: &mut SessionCache, key: &MirrorKey) -> bool {
     }
 }
 
-impl Tables for Maps<'_> {
+impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
+    const SCOREBOARD: bool = SCOREBOARD;
+
+    #[inline(always)]
+    fn to_scoreboard(&mut self) {
+        let Some(programs) = self.programs else {
+            return;
+        };
+        // SAFETY: `ctx` is the running program's context; `programs` a program array. On
+        // success the helper does not return.
+        unsafe {
+            bpf_tail_call(
+                self.ctx,
+                core::ptr::from_ref(programs).cast_mut().cast(),
+                self.slot,
+            );
+        }
+    }
+
     #[inline(always)]
     fn parse<P: PacketView>(&mut self, p: &P, point: &mut MirrorPoint) -> Frame {
         let ports = Ports {

@@ -15,12 +15,12 @@ fn every_variant_stays_well_within_the_verifier_budget() {
             ..KernelOptions::default()
         })
         .expect("BPF programs load (run as root)");
-        let [xdp, tc] = src.verified_instructions();
+        let [xdp, tc, xdp_seq, tc_seq] = src.verified_instructions();
         eprintln!(
-            "kernel_log {kernel_log}: load {:.1} s, verified insns XDP {xdp:?} TC {tc:?}",
+            "kernel_log {kernel_log}: load {:.1} s, verified insns XDP {xdp:?} TC {tc:?}, scoreboard XDP {xdp_seq:?} TC {tc_seq:?}",
             t.elapsed().as_secs_f64()
         );
-        for n in [xdp, tc].into_iter().flatten() {
+        for n in [xdp, tc, xdp_seq, tc_seq].into_iter().flatten() {
             assert!(
                 n < 500_000,
                 "{n} instructions: half the verifier's budget or more"

@@ -10,7 +10,7 @@ const W: u32 = 64;
 fn requests(psns: &[u32]) -> FlowStats {
     let mut s = FlowStats::zeroed();
     for &p in psns {
-        request(&mut s, p, 1, W);
+        request(&mut s, p, 1, W, true);
     }
     s
 }
@@ -44,7 +44,7 @@ fn a_late_first_copy_is_reordering_not_loss() {
     // out of the window, then the window is gone.
     let mut s = s;
     for p in 106..106 + W {
-        request(&mut s, p, 1, W);
+        request(&mut s, p, 1, W, true);
     }
     assert_eq!(s.psn.flags & REQ_WINDOW, 0);
     assert_eq!(counts(&s), (0, 0, 0, 1, 0));
@@ -78,16 +78,16 @@ fn sprayed_round_robin_over_four_paths_counts_every_late_copy() {
 #[test]
 fn a_hole_that_outlives_the_window_is_lost_and_its_late_copy_is_a_retransmission() {
     let mut s = FlowStats::zeroed();
-    request(&mut s, 0, 1, 8);
+    request(&mut s, 0, 1, 8, true);
     for p in 2..=8 {
-        request(&mut s, p, 1, 8);
+        request(&mut s, p, 1, 8, true);
     }
     // 1 is still within the 8 PSNs below the next expected one (9): open.
     assert_eq!(counts(&s), (0, 0, 0, 0, 1));
-    let step = request(&mut s, 9, 1, 8);
+    let step = request(&mut s, 9, 1, 8, true);
     assert_eq!((step.lost_first, step.lost_count), (1, 1));
     assert_eq!(counts(&s), (1, 1, 0, 0, 0));
-    let late = request(&mut s, 1, 1, 8);
+    let late = request(&mut s, 1, 1, 8, true);
     assert!(matches!(late.verdict, PsnVerdict::Retransmit { .. }));
     assert_eq!(counts(&s), (1, 1, 1, 0, 0));
 }
@@ -106,8 +106,8 @@ fn a_nak_declares_its_hole_lost_and_the_resend_is_a_retransmission() {
     assert_eq!((step.lost_first, step.lost_count), (3, 1));
     assert_eq!(counts(&s), (1, 1, 0, 0, 0));
     // The selective resend, then new PSNs.
-    request(&mut s, 3, 1, W);
-    request(&mut s, 6, 1, W);
+    request(&mut s, 3, 1, W, true);
+    request(&mut s, 6, 1, W, true);
     assert_eq!(counts(&s), (1, 1, 1, 0, 0));
     assert_eq!(reordering(&s).3, 0);
 }
@@ -118,9 +118,9 @@ fn go_back_n_after_a_nak_counts_each_lost_psn_once_and_each_copy_resent() {
     let mut s = requests(&[1, 2, 5, 6]);
     nak(&mut s, 3);
     for p in 3..=6 {
-        request(&mut s, p, 1, W);
+        request(&mut s, p, 1, W, true);
     }
-    request(&mut s, 7, 1, W);
+    request(&mut s, 7, 1, W, true);
     // One loss event of two PSNs; four copies resent (3 closing a lost hole, 4 continuing the
     // run, 5 and 6 duplicates).
     assert_eq!(counts(&s), (1, 2, 4, 0, 0));
@@ -158,10 +158,10 @@ fn a_lost_psn_that_turns_up_twice_was_not_lost() {
     let mut s = requests(&[1, 3, 4]);
     nak(&mut s, 2);
     assert_eq!(counts(&s), (1, 1, 0, 0, 0));
-    request(&mut s, 2, 1, W); // the late original: closes a lost hole
+    request(&mut s, 2, 1, W, true); // the late original: closes a lost hole
     assert_eq!(counts(&s), (1, 1, 1, 0, 0));
-    request(&mut s, 2, 1, W); // the resend
-    request(&mut s, 5, 1, W);
+    request(&mut s, 2, 1, W, true); // the resend
+    request(&mut s, 5, 1, W, true);
     assert_eq!(counts(&s), (0, 0, 1, 1, 0));
     let (_, hist, max, naks) = reordering(&s);
     // The distance the first copy had: 4 - 2.
@@ -186,15 +186,15 @@ fn reordering_across_the_psn_wrap() {
 #[test]
 fn read_reservations_are_not_holes() {
     let mut s = FlowStats::zeroed();
-    request(&mut s, 10, read_span(12288, 4096), W);
-    request(&mut s, 13, 1, W);
+    request(&mut s, 10, read_span(12288, 4096), W, true);
+    request(&mut s, 13, 1, W, true);
     assert_eq!(counts(&s), (0, 0, 0, 0, 0));
     // A READ arriving after the request that follows it: reordered, its PSNs all seen.
     let mut t = FlowStats::zeroed();
-    request(&mut t, 9, 1, W);
-    request(&mut t, 13, 1, W);
-    request(&mut t, 10, 3, W);
-    request(&mut t, 14, 1, W);
+    request(&mut t, 9, 1, W, true);
+    request(&mut t, 13, 1, W, true);
+    request(&mut t, 10, 3, W, true);
+    request(&mut t, 14, 1, W, true);
     assert_eq!(counts(&t), (0, 0, 0, 1, 0));
 }
 
@@ -202,12 +202,12 @@ fn read_reservations_are_not_holes() {
 fn loss_events_are_runs_of_consecutive_lost_psns() {
     let mut s = FlowStats::zeroed();
     for p in [0, 4, 8] {
-        request(&mut s, p, 1, 4);
+        request(&mut s, p, 1, 4, true);
     }
     // 1..=3 fell out when 8 arrived (window 4: base 5): one event; 5..=7 still open.
     assert_eq!(counts(&s), (1, 3, 0, 0, 3));
-    request(&mut s, 9, 1, 4);
-    request(&mut s, 12, 1, 4);
+    request(&mut s, 9, 1, 4, true);
+    request(&mut s, 12, 1, 4, true);
     // 5..=7 fell out too, right after 4 (seen): a second event; 10, 11 open.
     assert_eq!(counts(&s), (2, 6, 0, 0, 2));
 }
@@ -225,29 +225,29 @@ fn read_responses_sprayed_are_reordered_not_resent() {
         (13, true),
         (15, true),
     ] {
-        read_response(&mut s, p, continues, W);
+        read_response(&mut s, p, continues, W, true);
     }
     assert_eq!((s.resp_retransmits, s.psn_gaps, s.psn_missing), (0, 0, 0));
     assert_eq!(reordering(&s).0, 2);
     assert_eq!(open_holes(&s), 0);
     // A real resend.
-    read_response(&mut s, 12, true, W);
+    read_response(&mut s, 12, true, W, true);
     assert_eq!(s.resp_retransmits, 1);
 }
 
 #[test]
 fn a_read_response_hole_is_lost_when_it_falls_out_of_the_window() {
     let mut s = FlowStats::zeroed();
-    read_response(&mut s, 0, false, 4);
-    read_response(&mut s, 2, true, 4); // 1 skipped inside a response: a hole
+    read_response(&mut s, 0, false, 4, true);
+    read_response(&mut s, 2, true, 4, true); // 1 skipped inside a response: a hole
     assert_eq!(open_holes(&s), 1);
     for p in 3..=5 {
-        read_response(&mut s, p, true, 4);
+        read_response(&mut s, p, true, 4, true);
     }
     assert_eq!((s.psn_gaps, s.psn_missing, open_holes(&s)), (1, 1, 0));
     // PSNs skipped before a FIRST are not holes: nothing is lost when they fall out.
-    read_response(&mut s, 20, false, 4);
-    read_response(&mut s, 30, false, 4);
+    read_response(&mut s, 20, false, 4, true);
+    read_response(&mut s, 30, false, 4, true);
     assert_eq!((s.psn_gaps, s.psn_missing, open_holes(&s)), (1, 1, 0));
 }
 

@@ -498,7 +498,7 @@ mod tests {
             },
         ] {
             let before = stats;
-            let out = account(&mut stats, &pkt, 4096, 64, 1);
+            let out = account(&mut stats, &pkt, 4096, 64, 1, true);
             assert_eq!(Added::packet(&pkt, &out), Added::between(&before, &stats));
         }
     }

@@ -163,6 +163,30 @@ impl PathFlow {
         }
     }
 
+    /// PSNs declared lost at point `i` after it saw them arrive: copies that closed holes and
+    /// turned out to start a go-back-N resend run. Not sent the first time there after all:
+    /// each is one of its retransmissions.
+    fn declared_lost(&mut self, i: usize, first: u32, count: u32) {
+        let bit = 1u8 << i;
+        for k in 0..count.min(RING) {
+            let psn = psn_add(first, k);
+            let d = psn_diff(psn, self.base);
+            if !self.started || d >= RING {
+                continue;
+            }
+            let slot = self.slot(psn);
+            if self.ring[slot] & bit == 0 {
+                continue;
+            }
+            self.ring[slot] &= !bit;
+            let seq = self.base_seq + u64::from(d);
+            if self.pending.len() < MAX_PENDING_RESENDS || self.pending.contains_key(&(seq, i as u8))
+            {
+                *self.pending.entry((seq, i as u8)).or_default() += 1;
+            }
+        }
+    }
+
     fn slot(&self, psn: u32) -> usize {
         (self.head + psn_diff(psn, self.base) as usize) % RING as usize
     }
@@ -343,6 +367,9 @@ impl PathLoss {
         );
         let path = (key.src_ip, key.dst_ip, key.dst_qp);
         let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
+        // For a one-point run: PSNs declared lost by this packet (copies already seen that
+        // started a resend run) end the run of PSNs known to be seen first, as a resend does.
+        let breaks_run = retransmit || out.gap_missing != 0;
         let psn = pkt.psn & PSN_MASK;
         // Points announced once packets flowed (an SLL2 capture's interfaces appear with their
         // first packet): the one-point run followed so far is kept as any other first point's.
@@ -366,13 +393,13 @@ impl PathLoss {
                     if let Some((first_path, before)) = &mut self.first_flow
                         && *first_path == path
                     {
-                        before.see(psn, retransmit);
+                        before.see(psn, breaks_run);
                     }
                     return;
                 }
                 None => {
                     self.only_point = Some(point);
-                    self.first_flow = Some((path, Before::new(point, psn, retransmit)));
+                    self.first_flow = Some((path, Before::new(point, psn, breaks_run)));
                     return;
                 }
             }
@@ -393,12 +420,12 @@ impl PathLoss {
                 None => {
                     if self.seen_at.len() < 16 * MAX_FLOWS {
                         self.seen_at
-                            .insert(path, Before::new(point, psn, retransmit));
+                            .insert(path, Before::new(point, psn, breaks_run));
                     }
                     return;
                 }
                 Some(b) if b.point == point => {
-                    b.see(psn, retransmit);
+                    b.see(psn, breaks_run);
                     return;
                 }
                 Some(_) => {
@@ -423,6 +450,9 @@ impl PathLoss {
             return;
         };
         flow.see(i, psn, retransmit);
+        if out.gap_missing != 0 {
+            flow.declared_lost(i, out.gap_first, out.gap_missing);
+        }
     }
 
     pub fn flows(&self) -> impl Iterator<Item = (&Path, &PathFlow)> {

@@ -193,6 +193,7 @@ impl Engine {
                 map_full: total(Counter::MapFull),
                 ringbuf_full,
                 pending_full: total(Counter::PendingFull),
+                tail_call_failed: total(Counter::TailCallFailed),
                 events_lost: ringbuf_full,
                 mirror_seq_lost: mirror.iter().map(|m| m.seq_lost).sum(),
                 flows: flows.len() as u64,

@@ -478,6 +478,9 @@ pub struct Summary {
     pub map_full: u64,
     pub ringbuf_full: u64,
     pub pending_full: u64,
+    /// Packets the kernel could not hand to its scoreboard program (never expected: a loader
+    /// fault), counted in their class and in no flow.
+    pub tail_call_failed: u64,
     /// Ring-buffer events lost (equals `ringbuf_full`).
     pub events_lost: u64,
     /// Frames lost on the mirror path: the sum of the mirror sessions' `seq_lost`.

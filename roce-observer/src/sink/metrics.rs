@@ -632,6 +632,11 @@ fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health
         one(m.pending_full),
     );
     reg.register(
+        "roce_observer_tail_call_failed",
+        "RoCE packets the kernel could not hand to its scoreboard program (a loader fault)",
+        one(m.tail_call_failed),
+    );
+    reg.register(
         "roce_observer_alerts_dropped",
         "Alerts not kept (table full)",
         one(m.alerts_dropped),

@@ -291,11 +291,11 @@ pub fn render(s: &Snapshot) -> String {
         if m.pmtu_learned { " (learned)" } else { "" },
         m.link_gbps,
     );
-    if m.map_full + m.ringbuf_full + m.pending_full > 0 {
+    if m.map_full + m.ringbuf_full + m.pending_full + m.tail_call_failed > 0 {
         let _ = writeln!(
             out,
-            "lost: map_full {}  ringbuf_full {}  pending_full {}",
-            m.map_full, m.ringbuf_full, m.pending_full
+            "lost: map_full {}  ringbuf_full {}  pending_full {}  tail_call_failed {}",
+            m.map_full, m.ringbuf_full, m.pending_full, m.tail_call_failed
         );
     }
     if let Some(c) = &m.capture

@@ -42,6 +42,9 @@ pub struct RangePoint {
     /// Finished resend runs, and the one open at the last read.
     resends: Ranges,
     open_resend: Option<(u64, u64)>,
+    /// Holes open at the last read (skipped PSNs not arrived yet, not declared lost: no event
+    /// says so), from the flow record's scoreboard.
+    open_holes: Ranges,
     /// Events suppressed by the kernel's limit, or dropped past [`MAX_RANGES`].
     pub incomplete: bool,
 }
@@ -87,6 +90,7 @@ impl RangeFlow {
             gaps: Vec::new(),
             resends: Vec::new(),
             open_resend: None,
+            open_holes: Vec::new(),
             incomplete: false,
         });
         Some(self.points.len() - 1)
@@ -99,8 +103,8 @@ impl RangeFlow {
     pub fn pair(&self, a: usize, b: usize) -> Option<PairCount> {
         let (up, down) = (&self.points[a], &self.points[b]);
         let (up_first, down_first) = (up.first?, down.first?);
-        let up_gaps = merged(&up.gaps);
-        let down_gaps = merged(&down.gaps);
+        let up_gaps = merged(&[up.gaps.as_slice(), &up.open_holes].concat());
+        let down_gaps = merged(&[down.gaps.as_slice(), &down.open_holes].concat());
         let up_seen = subtract(&[(up_first, up.highest + 1)], &up_gaps);
         let down_seen = subtract(&[(down_first, down.highest + 1)], &down_gaps);
         let both = total(&intersect(&up_seen, &down_seen));
@@ -183,10 +187,17 @@ impl RangePaths {
                 flow.unwrap(stats.resend_last) + 1,
             )
         });
+        let holes: Ranges = roce_observer_common::sequence::open_request_holes(stats)
+            .map(|(start, n)| {
+                let s = flow.unwrap(start);
+                (s, s + u64::from(n))
+            })
+            .collect();
         let p = &mut flow.points[i];
         p.first = Some(first);
         p.highest = highest;
         p.open_resend = open;
+        p.open_holes = holes;
         // Events over the per-flow limit, or lost to a full ring buffer: either way gaps or
         // resend runs the kernel saw are missing here, so the counts are lower bounds.
         p.incomplete |= stats.path_suppressed > 0 || stats.path_lost > 0;

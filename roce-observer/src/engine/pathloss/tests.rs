@@ -76,7 +76,8 @@ fn drops_between_two_points_are_counted_by_psn() {
         .into_iter()
         .find(|f| f.iface == "down")
         .expect("downstream flow");
-    assert_eq!(down.psn_missing, 5);
+    // 2998 is within the reorder window of the flow's last PSN: still a hole, not declared lost.
+    assert_eq!((down.psn_missing, down.psn_holes), (4, 1));
 }
 
 #[test]
@@ -130,14 +131,15 @@ fn a_flow_seen_at_one_point_has_no_path_view() {
 fn a_resend_read_before_upstreams_first_copy_counts_as_unseen() {
     let psns = 3 * RING;
     let dropped = [17u32, 100, 5000];
-    // Each point's packets in time order: every PSN once (downstream without `dropped`); soon
-    // after (as a NAK would make them) 17 resent twice, go-back-N from 100 to 110, and 5000
-    // resent once.
+    // Each point's packets in time order: every PSN once (downstream without `dropped`);
+    // later, 17 resent twice and 5000 once (after a timeout: once the holes outlived the
+    // reorder window, so downstream declared them lost), and a go-back-N from 100 to 110 (its
+    // first copy closes downstream's hole, the next ones repeat PSNs it saw: lost).
     let resent = |p: u32| -> Vec<u32> {
         match p {
-            20 => vec![17, 17],
+            90 => vec![17, 17],
             110 => (100..=110).collect(),
-            5004 => vec![5000],
+            5070 => vec![5000],
             _ => Vec::new(),
         }
     };
@@ -396,7 +398,9 @@ fn a_replayed_stream_makes_no_path_event() {
 fn over_the_event_limit_the_view_is_marked_incomplete() {
     let limit = roce_observer_common::PATH_EVENT_LIMIT;
     let dropped: Vec<u32> = (0..limit + 10).map(|k| 10 + 2 * k).collect();
-    let psns: Vec<u32> = (0..2 * limit + 40).collect();
+    // Past the last drop by more than the reorder window: every hole is declared lost, one
+    // path event each.
+    let psns: Vec<u32> = (0..2 * limit + 40 + roce_observer_common::sequence::MAX_REORDER_WINDOW).collect();
     let kernel = as_kernel(|e| {
         // All within a few microseconds: one window.
         for &psn in &psns {

@@ -415,6 +415,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "map_full",
             "ringbuf_full",
             "pending_full",
+            "tail_call_failed",
             "events_lost",
             "mirror_seq_lost",
             "flows",

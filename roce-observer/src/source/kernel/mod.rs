@@ -46,6 +46,11 @@ static EBPF_OBJECT: &[u8] = &[];
 const XDP_PROGRAM: &str = "roce_observer_xdp";
 const XDP_PAGE_PROGRAM: &str = "roce_observer_xdp_page";
 const TC_PROGRAM: &str = "roce_observer_tc";
+/// Their scoreboard programs (roce-observer-ebpf main.rs): loaded with them, reached by tail
+/// calls through `SCOREBOARD_PROGRAMS`, never attached.
+const XDP_SEQ_PROGRAM: &str = "roce_observer_xdp_seq";
+const XDP_PAGE_SEQ_PROGRAM: &str = "roce_observer_xdp_page_seq";
+const TC_SEQ_PROGRAM: &str = "roce_observer_tc_seq";
 const BASELINE_PROGRAM: &str = "roce_observer_baseline";
 const FLOOR_HASH_PROGRAM: &str = "roce_observer_floor_hash";
 const FLOOR_ARRAY_PROGRAM: &str = "roce_observer_floor_array";
@@ -105,6 +110,9 @@ pub struct KernelSource {
     /// The XDP program loaded: [`XDP_PROGRAM`] or [`XDP_PAGE_PROGRAM`].
     xdp_program: &'static str,
     events: RingBuf<MapData>,
+    /// The program arrays of the scoreboard programs (XDP's, TC's): held for as long as the
+    /// programs run (the kernel empties a program array when user space closes it).
+    _scoreboard: [aya::maps::ProgramArray<MapData>; 2],
     attachments: Vec<Attachment>,
     /// Added to kernel monotonic timestamps to get ns since the Unix epoch.
     epoch_offset_ns: u64,
@@ -238,6 +246,7 @@ impl KernelSource {
         program_mut::<SchedClassifier>(&mut ebpf, TC_PROGRAM)?
             .load()
             .map_err(|e| program_load_error(TC_PROGRAM, &features, e))?;
+        let scoreboard = load_scoreboard(&mut ebpf, &features)?;
         let events = ebpf
             .take_map("EVENTS")
             .ok_or_else(|| KernelError::Load("the object has no EVENTS ring buffer".into()))?;
@@ -261,6 +270,7 @@ impl KernelSource {
             features,
             xdp_program,
             events,
+            _scoreboard: scoreboard,
             attachments: Vec::new(),
             epoch_offset_ns,
             warnings: Vec::new(),
@@ -316,10 +326,16 @@ impl KernelSource {
             .size_translated()
     }
 
-    /// Instructions the verifier processed to accept the XDP and the TC program (kernels from
-    /// 5.16 report it; `None` before): how close each is to the verifier's limit of 1,000,000.
-    pub fn verified_instructions(&self) -> [Option<u32>; 2] {
-        [self.xdp_program, TC_PROGRAM].map(|name| {
+    /// Instructions the verifier processed to accept the XDP and the TC program and their
+    /// scoreboard programs (kernels from 5.16 report it; `None` before): how close each is to
+    /// the verifier's limit of 1,000,000.
+    pub fn verified_instructions(&self) -> [Option<u32>; 4] {
+        let xdp_seq = if self.xdp_program == XDP_PROGRAM {
+            XDP_SEQ_PROGRAM
+        } else {
+            XDP_PAGE_SEQ_PROGRAM
+        };
+        [self.xdp_program, TC_PROGRAM, xdp_seq, TC_SEQ_PROGRAM].map(|name| {
             self.ebpf
                 .program(name)?
                 .info()
@@ -332,6 +348,49 @@ impl KernelSource {
     pub fn events_fd(&self) -> RawFd {
         self.events.as_raw_fd()
     }
+}
+
+/// Load the scoreboard programs of the main programs loaded (the XDP one of the same variant,
+/// and TC's) and put them in their slots of `SCOREBOARD_XDP` and `SCOREBOARD_TC`.
+fn load_scoreboard(
+    ebpf: &mut Ebpf,
+    features: &Features,
+) -> Result<[aya::maps::ProgramArray<MapData>; 2], KernelError> {
+    let (xdp_seq, xdp_slot) = if features.xdp_frags {
+        (XDP_SEQ_PROGRAM, roce_observer_common::SEQ_SLOT_XDP)
+    } else {
+        (XDP_PAGE_SEQ_PROGRAM, roce_observer_common::SEQ_SLOT_XDP_PAGE)
+    };
+    program_mut::<Xdp>(ebpf, xdp_seq)?
+        .load()
+        .map_err(|e| program_load_error(xdp_seq, features, e))?;
+    program_mut::<SchedClassifier>(ebpf, TC_SEQ_PROGRAM)?
+        .load()
+        .map_err(|e| program_load_error(TC_SEQ_PROGRAM, features, e))?;
+    let mut fill = |map_name: &'static str, name: &'static str, slot: u32| {
+        let map = ebpf
+            .take_map(map_name)
+            .ok_or_else(|| KernelError::Load(format!("the object has no {map_name} map").into()))?;
+        let mut array = aya::maps::ProgramArray::try_from(map).map_err(|source| {
+            KernelError::Map {
+                map: map_name,
+                source,
+            }
+        })?;
+        let fd = ebpf
+            .program(name)
+            .ok_or_else(|| KernelError::Load(format!("the object has no program {name}").into()))?
+            .fd()
+            .map_err(|e| program_load_error(name, features, e))?;
+        array.set(slot, fd, 0).map_err(|source| KernelError::Map {
+            map: map_name,
+            source,
+        })?;
+        Ok::<_, KernelError>(array)
+    };
+    let xdp = fill("SCOREBOARD_XDP", xdp_seq, xdp_slot)?;
+    let tc = fill("SCOREBOARD_TC", TC_SEQ_PROGRAM, 0)?;
+    Ok([xdp, tc])
 }
 
 impl Drop for KernelSource {
