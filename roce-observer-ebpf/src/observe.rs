@@ -21,7 +21,8 @@ use roce_observer_common::{
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, PENDING, PFC, SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_PFC, count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, PENDING, PFC, SCRATCH, SESSIONS, SessionCache,
+    ZERO_FLOW, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;

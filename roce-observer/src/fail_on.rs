@@ -109,6 +109,12 @@ const METRICS: &[Metric] = &[
     metric("naks", Kind::Count, |s| {
         Some(flow_sum(s, |f| f.naks.total()))
     }),
+    metric("reordered", Kind::Count, |s| {
+        Some(flow_sum(s, |f| f.reordered))
+    }),
+    metric("reorder_naks", Kind::Count, |s| {
+        Some(flow_sum(s, |f| f.reorder_naks))
+    }),
     metric("cnp", Kind::Count, |s| Some(flow_sum(s, |f| f.cnp))),
     metric("ecn_ce", Kind::Count, |s| Some(flow_sum(s, |f| f.ecn_ce))),
     metric("pause_frames", Kind::Count, |s| Some(xoff_frames(s))),

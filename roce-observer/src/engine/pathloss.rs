@@ -180,7 +180,8 @@ impl PathFlow {
             }
             self.ring[slot] &= !bit;
             let seq = self.base_seq + u64::from(d);
-            if self.pending.len() < MAX_PENDING_RESENDS || self.pending.contains_key(&(seq, i as u8))
+            if self.pending.len() < MAX_PENDING_RESENDS
+                || self.pending.contains_key(&(seq, i as u8))
             {
                 *self.pending.entry((seq, i as u8)).or_default() += 1;
             }

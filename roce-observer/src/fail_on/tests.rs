@@ -17,11 +17,16 @@ fn cnp(e: &mut Engine, t: u64) {
     e.ingest_frame(t, &f, f.len() as u32, 0);
 }
 
-/// One second of capture: SENDs with PSNs 1, 2, 5 (one gap, two missing), 1 again
-/// (a retransmission) and two CNPs back.
+/// One second of capture: SENDs with PSNs 1, 2, 5..=70 (3 and 4 skipped, declared lost once
+/// the flow is past the reorder window: one loss event, two PSNs), 1 again (a
+/// retransmission), 72 then 71 (one reordered) and two CNPs back.
 fn snapshot() -> Snapshot {
     let mut e = Engine::new(EngineConfig::default());
-    let sends = [1u32, 2, 5, 1];
+    let sends: Vec<u32> = [1u32, 2]
+        .into_iter()
+        .chain(5..=70)
+        .chain([1, 72, 71])
+        .collect();
     for (i, psn) in sends.iter().enumerate() {
         let f = RoceFrame {
             tos: (26 << 2) | 2,
@@ -52,6 +57,9 @@ fn counts_rates_and_comparisons() {
         ("psn_gaps!=1", false),
         ("psn_missing==2", true),
         ("retransmits<1", false),
+        ("retransmits==1", true),
+        ("reordered==1", true),
+        ("reorder_naks>0", false),
         ("cnp==2", true),
         // 2 CNPs over 1 s of capture.
         ("cnp_rate>1/s", true),

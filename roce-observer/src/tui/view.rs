@@ -817,7 +817,7 @@ fn draw_help(frame: &mut Frame) {
         Line::from("Flows: one row per (source IP, destination IP, destination QP)"),
         Line::from("seen on one interface and direction (in = XDP, eg = TC egress),"),
         Line::from("and for switch mirrors from one mirror source (seen column)."),
-        Line::from("gaps/miss: PSN gaps and PSNs skipped; retx: retransmissions;"),
+        Line::from("gaps/miss: loss events and PSNs lost; retx: retransmissions;"),
         Line::from("NAK: all NAK classes; CE: ECN congestion marks; p50/p99:"),
         Line::from("request -> answer latency seen at this observation point."),
         Line::from(""),

@@ -400,7 +400,8 @@ fn over_the_event_limit_the_view_is_marked_incomplete() {
     let dropped: Vec<u32> = (0..limit + 10).map(|k| 10 + 2 * k).collect();
     // Past the last drop by more than the reorder window: every hole is declared lost, one
     // path event each.
-    let psns: Vec<u32> = (0..2 * limit + 40 + roce_observer_common::sequence::MAX_REORDER_WINDOW).collect();
+    let psns: Vec<u32> =
+        (0..2 * limit + 40 + roce_observer_common::sequence::MAX_REORDER_WINDOW).collect();
     let kernel = as_kernel(|e| {
         // All within a few microseconds: one window.
         for &psn in &psns {

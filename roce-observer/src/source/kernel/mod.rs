@@ -359,7 +359,10 @@ fn load_scoreboard(
     let (xdp_seq, xdp_slot) = if features.xdp_frags {
         (XDP_SEQ_PROGRAM, roce_observer_common::SEQ_SLOT_XDP)
     } else {
-        (XDP_PAGE_SEQ_PROGRAM, roce_observer_common::SEQ_SLOT_XDP_PAGE)
+        (
+            XDP_PAGE_SEQ_PROGRAM,
+            roce_observer_common::SEQ_SLOT_XDP_PAGE,
+        )
     };
     program_mut::<Xdp>(ebpf, xdp_seq)?
         .load()
@@ -371,12 +374,11 @@ fn load_scoreboard(
         let map = ebpf
             .take_map(map_name)
             .ok_or_else(|| KernelError::Load(format!("the object has no {map_name} map").into()))?;
-        let mut array = aya::maps::ProgramArray::try_from(map).map_err(|source| {
-            KernelError::Map {
+        let mut array =
+            aya::maps::ProgramArray::try_from(map).map_err(|source| KernelError::Map {
                 map: map_name,
                 source,
-            }
-        })?;
+            })?;
         let fd = ebpf
             .program(name)
             .ok_or_else(|| KernelError::Load(format!("the object has no program {name}").into()))?
