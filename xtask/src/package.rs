@@ -104,6 +104,18 @@ pub fn build_deb(debug: bool) -> anyhow::Result<PathBuf> {
             "usr/share/doc/roce-observer/operations.md",
         ),
         (
+            root.join("docs/usage.md"),
+            "usr/share/doc/roce-observer/usage.md",
+        ),
+        (
+            root.join("docs/observation-points.md"),
+            "usr/share/doc/roce-observer/observation-points.md",
+        ),
+        (
+            root.join("docs/kernels.md"),
+            "usr/share/doc/roce-observer/kernels.md",
+        ),
+        (
             root.join("docs/prometheus/roce-observer.rules.yml"),
             "usr/share/doc/roce-observer/roce-observer.rules.yml",
         ),
