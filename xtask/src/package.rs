@@ -73,7 +73,7 @@ pub fn build_deb(debug: bool) -> anyhow::Result<PathBuf> {
 
     let packaging = root.join("packaging");
     let docs = "usr/share/doc/roce-observer";
-    let copies: [(PathBuf, &str); 12] = [
+    let copies: [(PathBuf, &str); 15] = [
         (bin.clone(), "usr/bin/roce-observer"),
         (
             packaging.join("roce-observer.service"),
