@@ -86,7 +86,7 @@ impl FlowKey {
 }
 
 /// The kernel's flow maps are keyed by a compact form of [`FlowKey`]: hashing and comparing
-/// the 64-byte key cost every RoCE packet ~14 ns more than the 44-byte one (issue 12), and a
+/// the 64-byte key cost every RoCE packet ~14 ns more than the 44-byte one, and a
 /// plain IPv4 flow needs 16 bytes. The interface and the mirror source are one 32-bit
 /// observation point: the interface index for a frame that was not mirrored, else
 /// [`POINT_MIRROR`] with the number the kernel gave the mirror session (`MirrorStats::point`;

@@ -1,4 +1,4 @@
-//! Benchmark floors (issue 12), never attached by the observer: the least a program can do to
+//! Benchmark floors, never attached by the observer: the least a program can do to
 //! keep an exact per-flow packet count, so that `cargo xtask bench` can show what part of the
 //! observer's per-packet cost any per-flow design pays on the same veth, in the same run.
 //!

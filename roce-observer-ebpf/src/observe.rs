@@ -429,7 +429,7 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     /// Filled in place in the reserved ring-buffer slot. Submitted without waking the reader,
     /// which drains on its report tick; the submit that fills the ring past half wakes it, so
     /// a burst of events is read early instead of lost. A wakeup per event cost microseconds
-    /// (issue 12: a reader that keeps up is woken on every submit).
+    /// (a reader that keeps up is woken on every submit).
     #[inline(always)]
     fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool {
         match EVENTS.reserve::<Event>(0) {

@@ -205,8 +205,8 @@ fn a_second_observer_is_refused_and_the_first_keeps_counting() {
 fn nothing_stays_attached_after_sigkill_or_a_clean_exit() {
     require_root();
     // SIGKILL: the kernel closes the process's descriptors, which removes its links (XDP,
-    // TCX) and then its programs. A netlink TC filter (kernels < 6.6) outlives SIGKILL, as the
-    // README says: on those kernels only the links are checked here.
+    // TCX) and then its programs. A netlink TC filter (kernels < 6.6) outlives SIGKILL, as
+    // docs/usage.md says: on those kernels only the links are checked here.
     let ns = VethNs::new().expect("namespace");
     let (killed, links, progs) = start_and_check(&ns, &["--no-tui"]);
     // SAFETY: signalling the observer this test started, by its pid.

@@ -153,7 +153,7 @@ fn vxlan_port_is_configurable() {
     assert_eq!(counters[Counter::NonRoce as usize], 6);
 }
 
-/// `run --kernel-log` (issue 12): with it, new flows past a tiny flow table are logged, and the
+/// `run --kernel-log`: with it, new flows past a tiny flow table are logged, and the
 /// first frame of its header combination; without it the same frames log nothing, and the
 /// verifier has removed the logging code (a smaller translated program).
 #[test]

@@ -1,4 +1,4 @@
-//! One flow processed on two CPUs at once (issue 12): two `tcpreplay` processes pinned to CPU 0
+//! One flow processed on two CPUs at once: two `tcpreplay` processes pinned to CPU 0
 //! and CPU 1 send the same RC flow through a veth with two queues, XPS mapping CPU i to TX queue
 //! i (and so to RX queue i of the receiving end). TC egress runs on both senders' CPUs and XDP
 //! on both receive queues at the same time; every per-flow counter must still be exact on both

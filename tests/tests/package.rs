@@ -20,7 +20,7 @@ use integration_tests::{
 };
 
 /// Every file the package installs (directories aside).
-const FILES: [&str; 17] = [
+const FILES: [&str; 20] = [
     "etc/default/roce-observer",
     "lib/systemd/system/roce-observer.service",
     "usr/bin/roce-observer",
@@ -28,10 +28,13 @@ const FILES: [&str; 17] = [
     "usr/share/bash-completion/completions/roce-observer",
     "usr/share/doc/roce-observer/README.md",
     "usr/share/doc/roce-observer/copyright",
+    "usr/share/doc/roce-observer/kernels.md",
     "usr/share/doc/roce-observer/log-schema.md",
     "usr/share/doc/roce-observer/metrics.md",
+    "usr/share/doc/roce-observer/observation-points.md",
     "usr/share/doc/roce-observer/operations.md",
     "usr/share/doc/roce-observer/roce-observer.rules.yml",
+    "usr/share/doc/roce-observer/usage.md",
     "usr/share/fish/vendor_completions.d/roce-observer.fish",
     "usr/share/man/man1/roce-observer-analyze.1.gz",
     "usr/share/man/man1/roce-observer-counters.1.gz",

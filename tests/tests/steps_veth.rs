@@ -16,8 +16,8 @@
 //! Tolerances, kernel path against `analyze` of the same packets:
 //! - period within 0.5%: both are least-squares fits over the same ~30 onsets; spreading a
 //!   run's bytes evenly over its bins can move an onset's threshold crossing by one 1 ms bin,
-//!   which moves a fit over 30 steps by well under 0.5%; and each within 1% (the issue's
-//!   target) of the period as sent: the least-squares period of the steps' first frames in the
+//!   which moves a fit over 30 steps by well under 0.5%; and each within 1% (what the docs
+//!   promise) of the period as sent: the least-squares period of the steps' first frames in the
 //!   capture, so that a sender delayed by a busy machine changes the expectation with the
 //!   traffic (`as_sent`);
 //! - `count` within 1: a step cut by the start or the end of the replay window may fall either

@@ -73,7 +73,7 @@ pub fn build_deb(debug: bool) -> anyhow::Result<PathBuf> {
 
     let packaging = root.join("packaging");
     let docs = "usr/share/doc/roce-observer";
-    let copies: [(PathBuf, &str); 12] = [
+    let copies: [(PathBuf, &str); 15] = [
         (bin.clone(), "usr/bin/roce-observer"),
         (
             packaging.join("roce-observer.service"),
@@ -102,6 +102,18 @@ pub fn build_deb(debug: bool) -> anyhow::Result<PathBuf> {
         (
             root.join("docs/operations.md"),
             "usr/share/doc/roce-observer/operations.md",
+        ),
+        (
+            root.join("docs/usage.md"),
+            "usr/share/doc/roce-observer/usage.md",
+        ),
+        (
+            root.join("docs/observation-points.md"),
+            "usr/share/doc/roce-observer/observation-points.md",
+        ),
+        (
+            root.join("docs/kernels.md"),
+            "usr/share/doc/roce-observer/kernels.md",
         ),
         (
             root.join("docs/prometheus/roce-observer.rules.yml"),

@@ -1,7 +1,7 @@
 //! ECMP prescriptions: for the modelled collisions (elephant 5-tuples sharing one uplink), new
 //! UDP source ports that spread them, or a number of QPs per connection (host pair) to split
 //! them over, found with the same hash model as the modelled view, and the imbalance that model
-//! predicts after the change (docs/metrics.md, "ECMP prescriptions").
+//! predicts after the change (docs/metrics.md, "ECMP views", `advice`).
 //! Deterministic: the same view gives the same advice (fixed orders, fixed port search).
 
 use std::net::IpAddr;

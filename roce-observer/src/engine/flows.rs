@@ -120,7 +120,7 @@ pub type FlowTable = HashMap<FlowKey, FlowEntry, FastHash>;
 
 /// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
 pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {
-    // Exactly as long as needed: the view is kept per flow (issue 12).
+    // Exactly as long as needed: the view is kept per flow, so a large table pays for any slack.
     let n = s.opcodes.iter().filter(|n| **n > 0).count()
         * usize::from(s.transport != TRANSPORT_UNSET)
         + usize::from(s.cnp > 0);

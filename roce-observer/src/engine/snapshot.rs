@@ -368,7 +368,7 @@ pub struct FlowSnapshot {
     pub udp_src_ports: u64,
     pub udp_src_port_overflow: u64,
     /// Shared by every flow without samples (most of them): a summary is 264 bytes, and a
-    /// large table holds one view per flow, two while a report replaces them (issue 12).
+    /// large table holds one view per flow, two while a report replaces them.
     pub rtt_ns: Arc<RttSummary>,
     /// ns since the Unix epoch (capture time, or the clock the live path converted to).
     pub first_ts: u64,
@@ -389,7 +389,7 @@ pub struct FlowSnapshot {
 /// must a view changed in place. A reader that keeps the stamps of the views it last saw (the
 /// log directory's baseline) tells a view it already wrote from one to look at again without
 /// holding the views: holding them kept two generations of views alive while the engine
-/// replaced them, a third of the memory of a table of 100,000 flows (issue 12). Not part of
+/// replaced them, a third of the memory of a table of 100,000 flows. Not part of
 /// the content: views that differ only in their stamps are equal.
 #[derive(Debug)]
 pub struct ViewStamp(u64);

@@ -184,7 +184,7 @@ pub(super) fn slowed_flow(qpn: u32) -> FlowKey {
 
 /// Checks of one JSON document's `steps` (`who`: "observer" or "analyze") against the
 /// capture's steps. The rules:
-/// - `period_ms` within 1% of the capture's least-squares period (the target);
+/// - `period_ms` within 1% of the capture's least-squares period (what a user can rely on);
 /// - `count` == the capture's steps, or one fewer: a first burst that starts at the window's
 ///   first bin and is shorter than most is taken as a step cut by the start of the window
 ///   (docs/metrics.md), which a real first step can be when its bins happen to be thin;
@@ -294,9 +294,9 @@ pub(super) fn steps_checks(
         // left out); on the kernel path a run of fewer than 8 packets is not sent (under TCG
         // the delayed flow's last packets come in small clumps more than 1 ms apart), so the
         // flow's end in a step is its last run of 8 or more. Measured with the peer rule on
-        // both sides (2026-12-02, 7 runs): analyze within the tolerance in 5, 7 ms above
-        // once, 30% below once on a host so loaded that steps took up to 270 ms; the kernel
-        // path 52-84% of the capture's lag.
+        // both sides over 7 runs: analyze within the tolerance in 5, 7 ms above once, 30%
+        // below once on a host so loaded that steps took up to 270 ms; the kernel path
+        // 52-84% of the capture's lag.
         ck.truth(
             &format!(
                 "{who} steps: the slowed flow's mean lag between half the capture's and the capture's + max(3 ms, 15%)"

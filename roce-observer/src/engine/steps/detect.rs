@@ -413,7 +413,7 @@ pub fn analyse(
             from += (x.len() - from) / 2;
         }
         let start = origin + from as u64 * BIN_NS;
-        // A part must hold the 10 steps at a confidence of 0.5: trying more windows
+        // A part must hold 10 steps at a confidence of 0.5: trying more windows
         // is more chances for random bursts to look periodic (3 of 16 short aperiodic captures
         // did at 5 steps, one still at 10 steps and 0.32).
         if let Some(mut found) = analyse_series(steps, &x[from..], start, &name)

@@ -228,8 +228,8 @@ pub struct Baseline {
     flows: HashMap<FlowId, FlowDelta>,
     /// The stamps of the flow views of the last written snapshot. The engine hands out the same
     /// view again for a flow that did not change, so a view found here has a zero delta: most
-    /// flows of a large table are passed over without building their id (issue 12: a table of
-    /// 100,000 flows, a few changing). Looked for at the same index only: the engine keeps its
+    /// flows of a large table are passed over without building their id (a table of
+    /// 100,000 flows, a few changing, is the common case). Looked for at the same index only: the engine keeps its
     /// order, and a flow missed (the order moved: new flows) takes the path by id, exact as
     /// well. Stamps, not the views: the engine frees a view it replaces.
     held: Vec<u64>,

@@ -104,7 +104,7 @@ impl KernelSource {
     /// number, `MIRRORS` read once when a mirrored flow is met) and times converted.
     /// Read through chunk buffers the source keeps: a table of 100,000 flows is 50 MB, and
     /// allocating and faulting that in afresh every report tick cost more than the read itself,
-    /// and keeping all of it between ticks cost 570 bytes per flow (issue 12). One batched
+    /// and keeping all of it between ticks cost 570 bytes per flow. One batched
     /// lookup per 4096 entries where the kernel has them (5.6), else two syscalls per entry.
     /// A flow of a session made after `MIRRORS` was read is left to the next read.
     pub(super) fn read_flow_table(

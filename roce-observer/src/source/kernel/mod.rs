@@ -129,7 +129,7 @@ pub struct KernelSource {
 /// index in two reads: an entry whose fingerprint equals the one at its index the time before
 /// was handed to the same engine then, and is not again (most of a large table, most ticks; a
 /// sequential compare instead of a hash lookup per flow). Eight bytes per flow where a copy of
-/// the last read cost 570 (issue 12).
+/// the last read cost 570.
 #[derive(Default)]
 struct FlowBuffers {
     keys4: Vec<roce_observer_common::flow::FlowKey4>,
