@@ -7,6 +7,8 @@
 #   ROLE=server|client  MY_IP=192.0.2.x  PEER_IP=192.0.2.y  MTU=1500|9000
 #   PERFTEST=ib_write_bw  PERFTEST_ARGS="-s 8192 -n 100"  (both roles; -d/-x/server are added here)
 #   LOSS=""|"2%"          netem loss on this VM's eth0 egress (requester side)
+#   NETEM=""|"delay 1ms reorder 30% 25% limit 100000"  netem with these arguments on this VM's
+#                         eth0 egress (the reorder scenarios; either VM)
 #   CAPTURE=0|1           tcpdump on eth0 into cap.pcap
 #   PRE_CAPTURE=0|1       also capture before the egress qdisc (netem) into pre.pcap: a clsact
 #                         egress matchall filter mirrors eth0's packets to a dummy device
@@ -219,6 +221,10 @@ fi
 if [ -n "$LOSS" ]; then
 	$TC qdisc add dev eth0 root netem loss "$LOSS" 2>>/tmp/init.log || log "netem failed"
 fi
+if [ -n "${NETEM:-}" ]; then
+	# shellcheck disable=SC2086 # netem's arguments, split on purpose
+	$TC qdisc add dev eth0 root netem $NETEM 2>>/tmp/init.log || log "netem $NETEM failed"
+fi
 
 # ---- capture ----
 TCPDUMP_PID=""
@@ -351,6 +357,7 @@ if [ -n "$TCPDUMP_PID" ]; then
 	cp /tmp/tcpdump.err $OUT/tcpdump.err
 fi
 [ -n "$LOSS" ] && $TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
+[ -n "${NETEM:-}" ] && $TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
 if [ -n "${SLOW_QPN:-}" ]; then
 	$TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
 	$TC -s filter show dev eth0 >$OUT/filter.txt 2>&1

@@ -33,6 +33,7 @@ mod observer;
 mod outputs;
 mod owners;
 mod paths;
+mod psn_truth;
 mod report;
 mod scenarios;
 mod steps;

@@ -24,6 +24,7 @@ fn pkt(src: &str, op: u8, psn: u32, syn: Option<u8>, len: Option<u32>) -> Pkt {
         ecn: 0,
         udp_sport: 49152,
         time: 0.0,
+        ack_req: false,
     }
 }
 

@@ -25,6 +25,8 @@ pub(super) struct Pkt {
     pub(super) udp_sport: u16,
     /// Capture timestamp, seconds since the epoch (tcpdump's, in the client VM).
     pub(super) time: f64,
+    /// BTH AckReq bit (the requests the observer timestamps, with READ requests).
+    pub(super) ack_req: bool,
 }
 
 pub(super) fn num(s: &str) -> Option<u64> {
@@ -49,6 +51,7 @@ pub(super) fn tshark_packets(cap: &Path) -> Result<Vec<Pkt>> {
         "ip.dsfield.ecn",
         "udp.srcport",
         "frame.time_epoch",
+        "infiniband.bth.a",
     ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-n").arg("-r").arg(cap).args([
@@ -86,6 +89,7 @@ pub(super) fn tshark_packets(cap: &Path) -> Result<Vec<Pkt>> {
             ecn: num(f[8]).unwrap_or(0) as u8,
             udp_sport: num(f[9]).unwrap_or(0) as u16,
             time: f[10].trim().parse().unwrap_or(0.0),
+            ack_req: matches!(f[11].trim(), "1" | "True" | "true"),
         });
     }
     Ok(v)
