@@ -548,13 +548,12 @@ pub(super) fn psn_truth(pkts: &[&Pkt], pmtu: u64) -> BTreeMap<FlowKey, PsnFigure
                 }
             }
             let answers = matches!(p.opcode, 0x11 | 0x12 | 0x0D | 0x10);
-            if answers {
-                if let Some(q) = waiting.remove(&(p.dst.clone(), p.src.clone(), p.psn)) {
-                    let st = flows.get_mut(&key).expect("flow");
-                    if st.peer_qp.is_none() {
-                        st.peer_qp = Some(q);
-                    }
-                }
+            if answers
+                && let Some(q) = waiting.remove(&(p.dst.clone(), p.src.clone(), p.psn))
+                && let Some(st) = flows.get_mut(&key)
+                && st.peer_qp.is_none()
+            {
+                st.peer_qp = Some(q);
             }
         } else {
             flows.entry(key).or_default();
