@@ -328,12 +328,14 @@ fi
 if [ -n "$EXTRA_PID" ]; then
 	# SIGINT first (Ctrl-C), then SIGTERM, then SIGKILL. A background job of a
 	# non-interactive shell starts with SIGINT ignored: programs that install their own
-	# handler (the observer does) still get it, others stop at SIGTERM.
+	# handler (the observer does) still get it, others stop at SIGTERM. 30 s each: after a
+	# go-back-N storm (the reorder scenarios, ~40,000 packets) on a loaded host the observer
+	# took over 10 s to print its document after SIGINT.
 	for sig in INT TERM KILL; do
 		kill -$sig $EXTRA_PID 2>/dev/null || break
 		status "EXTRA_SIGNAL=$sig"
 		i=0
-		while kill -0 $EXTRA_PID 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+		while kill -0 $EXTRA_PID 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 		kill -0 $EXTRA_PID 2>/dev/null || break
 	done
 	wait $EXTRA_PID

@@ -341,6 +341,12 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
                 n(&a["psn_gaps"]),
                 n(&o["psn_gaps"])
             ),
+            format!(
+                "{}/{}/{}",
+                wf.psn.reordered,
+                n(&a["reordered"]),
+                n(&o["reordered"])
+            ),
         ]);
         let pick = |f: &Value| -> Value {
             let mut m = serde_json::Map::new();
