@@ -432,6 +432,31 @@ pub(super) fn check_scenario(
         ),
         None => (Vec::new(), Value::Null),
     };
+    // the reorder scenarios: the documents that saw the capture's order against what netem did
+    let physical_json = match (sc.reorder, observer.as_deref()) {
+        (Some(r), Some(bin)) => {
+            let ana: Value = output_checked(
+                std::process::Command::new(bin)
+                    .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
+                    .arg(cap),
+            )
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null);
+            let obs: Value = fs::read_to_string(cdir.join("extra.out"))
+                .ok()
+                .and_then(|s| serde_json::from_str(&s).ok())
+                .unwrap_or(Value::Null);
+            let mut docs: Vec<(&str, &Value)> = vec![("analyze (capture)", &ana)];
+            if r.on_server {
+                // XDP ingress and TC egress see what the capture sees (no netem in the client)
+                docs.push(("observer (run -i, kernel path)", &obs));
+            }
+            super::reorder::physical_checks(&mut ck, &pkts, pmtu, &docs)
+        }
+        (Some(_), None) => super::reorder::physical_checks(&mut ck, &pkts, pmtu, &[]),
+        _ => Value::Null,
+    };
     // the steps scenarios: the capture's step structure, then the observer's and analyze's
     // `steps` against it
     let steps_json = if sc.steps.is_some_and(|s| s.per_second == 0) {
@@ -572,6 +597,7 @@ pub(super) fn check_scenario(
         "observer_vs_analyze_vs_wire": observer_json,
         "steps": steps_json,
         "reorder": reorder_json,
+        "reorder_physical": physical_json,
         "netem_reorder": sc.reorder.map(|r| json!({"netem": r.netem, "on": if r.on_server { "server" } else { "client" }})),
         "checks": ck.0.iter().map(|c| json!({"name": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok})).collect::<Vec<_>>(),
     });

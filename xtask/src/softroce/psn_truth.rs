@@ -63,6 +63,12 @@ pub(super) struct PsnFigures {
     /// higher PSN: (PSN, distance, why), at most 32 kept, and their number.
     pub(super) not_reordered_examples: Vec<(u32, u32, &'static str)>,
     pub(super) not_reordered: u64,
+    /// How long a request hole was open before its first copy closed it, seconds: for the
+    /// copies decided reordered, and for those the resend-run rules declared lost.
+    pub(super) hole_age_reordered: Vec<f64>,
+    pub(super) hole_age_resend_run: Vec<f64>,
+    /// Request to answer times of the matched answers (the observer's latency samples), s.
+    pub(super) answer_times: Vec<f64>,
 }
 
 impl PsnFigures {
@@ -113,6 +119,10 @@ struct ReqSpace {
     highest: u32,
     expected: u32,
     base: u32,
+    /// When each open hole was opened (capture time).
+    opened: HashMap<u32, f64>,
+    /// The time of the packet being processed.
+    now: f64,
     /// Unwrapped position of `highest` (PSN arithmetic stays 24-bit; this only numbers lost
     /// PSNs for the loss-event count).
     highest_abs: i64,
@@ -122,6 +132,8 @@ struct ReqSpace {
     pending: Vec<(u32, u32, u32)>,
     /// The previous request: PSN, span, whether it was a retransmission.
     prev: Option<(u32, u32, bool)>,
+    /// When the pending first copies arrived.
+    closed: HashMap<u32, f64>,
     /// Lost PSNs (unwrapped) for the loss-event count.
     lost: BTreeSet<i64>,
     /// Window-free evidence: every PSN ever seen (unwrapped), the highest.
@@ -129,7 +141,14 @@ struct ReqSpace {
     raw_first_abs: i64,
 }
 
+fn d_age(t0: f64, t1: f64) -> f64 {
+    (t1 - t0).max(0.0)
+}
+
 impl ReqSpace {
+    fn closed_at(&mut self, p: u32) -> f64 {
+        self.closed.remove(&p).unwrap_or(self.now)
+    }
     fn abs(&self, p: u32) -> i64 {
         self.highest_abs + psn_diff(p, self.highest) as i64
     }
@@ -160,10 +179,16 @@ impl ReqSpace {
                     );
                 }
                 if i == 0 {
+                    let age = self
+                        .opened
+                        .remove(&p)
+                        .map(|t0| d_age(t0, self.closed_at(p)));
                     if next_dup_after {
+                        f.hole_age_resend_run.extend(age);
                         f.req_retransmits += 1;
                         f.not_reordered(p, d, "closed a hole, then go-back-N resend run");
                     } else {
+                        f.hole_age_reordered.extend(age);
                         f.count_reordered(d);
                         if nak {
                             f.reorder_naks += 1;
@@ -255,6 +280,7 @@ impl ReqSpace {
             let mut q = self.expected;
             while q != p {
                 self.slots.insert(q, Slot::Hole);
+                self.opened.insert(q, self.now);
                 q = psn_add(q, 1);
             }
             for i in 0..s {
@@ -298,6 +324,9 @@ impl ReqSpace {
                             self.declare_lost(q);
                         }
                         f.not_reordered(p, d, "closed a hole continuing a resend run");
+                        if let Some(t0) = self.opened.remove(&p) {
+                            f.hole_age_resend_run.push(d_age(t0, self.now));
+                        }
                         retransmit = true;
                     } else {
                         for i in 0..s {
@@ -313,6 +342,7 @@ impl ReqSpace {
                                 );
                             }
                         }
+                        self.closed.insert(p, self.now);
                         self.pending.push((p, s, d));
                         retransmit = false;
                     }
@@ -520,14 +550,15 @@ pub(super) fn psn_truth(pkts: &[&Pkt], pmtu: u64) -> BTreeMap<FlowKey, PsnFigure
     let mut flows: BTreeMap<FlowKey, FlowState> = BTreeMap::new();
     // timestamped requests waiting for an answer: (requester IP, responder IP, PSN) -> the
     // request's destination QP
-    let mut waiting: HashMap<(String, String, u32), u32> = HashMap::new();
+    let mut waiting: HashMap<(String, String, u32), (u32, f64)> = HashMap::new();
     for p in pkts {
         let key: FlowKey = (p.src.clone(), p.dst.clone(), p.dest_qp);
         if is_request(p.opcode) {
             let st = flows.entry(key).or_default();
+            st.req.now = p.time;
             let retx = st.req.request(&mut st.f, p.psn, span(p, pmtu));
             if !retx && (p.ack_req || p.opcode == 0x0C) {
-                waiting.insert((p.src.clone(), p.dst.clone(), p.psn), p.dest_qp);
+                waiting.insert((p.src.clone(), p.dst.clone(), p.psn), (p.dest_qp, p.time));
             }
         } else if is_read_response(p.opcode) || matches!(p.opcode, 0x11 | 0x12) {
             let peer = flows.get(&key).and_then(|s| s.peer_qp);
@@ -542,6 +573,7 @@ pub(super) fn psn_truth(pkts: &[&Pkt], pmtu: u64) -> BTreeMap<FlowKey, PsnFigure
                     Some(q) => {
                         let rk = (p.dst.clone(), p.src.clone(), q);
                         let r = flows.entry(rk).or_default();
+                        r.req.now = p.time;
                         r.req.nak(&mut r.f, p.psn);
                     }
                     None => st.f.naks_unattributed += 1,
@@ -549,11 +581,15 @@ pub(super) fn psn_truth(pkts: &[&Pkt], pmtu: u64) -> BTreeMap<FlowKey, PsnFigure
             }
             let answers = matches!(p.opcode, 0x11 | 0x12 | 0x0D | 0x10);
             if answers
-                && let Some(q) = waiting.remove(&(p.dst.clone(), p.src.clone(), p.psn))
+                && let Some((q, t0)) = waiting.remove(&(p.dst.clone(), p.src.clone(), p.psn))
                 && let Some(st) = flows.get_mut(&key)
-                && st.peer_qp.is_none()
             {
-                st.peer_qp = Some(q);
+                if st.peer_qp.is_none() {
+                    st.peer_qp = Some(q);
+                }
+                if let Some(r) = flows.get_mut(&(p.dst.clone(), p.src.clone(), q)) {
+                    r.f.answer_times.push(d_age(t0, p.time));
+                }
             }
         } else {
             flows.entry(key).or_default();

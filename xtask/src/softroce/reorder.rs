@@ -124,6 +124,9 @@ pub(super) fn evidence_json(f: &PsnFigures) -> Value {
         "lost_by_resend_run": f.lost_by_resend_run, "corrections": f.corrections,
         "naks_unattributed": f.naks_unattributed,
         "not_reordered": f.not_reordered,
+        "hole_age_ms_reordered": quantiles_ms(&f.hole_age_reordered),
+        "hole_age_ms_resend_run_lost": quantiles_ms(&f.hole_age_resend_run),
+        "answer_time_ms": quantiles_ms(&f.answer_times),
         "not_reordered_examples": f.not_reordered_examples.iter()
             .map(|(p, d, why)| json!({"psn": p, "distance": d, "why": why})).collect::<Vec<_>>(),
     })
@@ -147,4 +150,195 @@ pub(super) fn egress_truth(
     merged.sort_by(|a, b| a.time.total_cmp(&b.time));
     let pre_client = pre.iter().filter(|p| p.src == CLIENT_IP).count() as u64;
     Ok((wire_flows_of(&merged, pmtu), pre_client))
+}
+
+/// min / median / max of durations in seconds, in ms, and their number.
+fn quantiles_ms(v: &[f64]) -> Value {
+    if v.is_empty() {
+        return Value::Null;
+    }
+    let mut v: Vec<f64> = v.iter().map(|s| s * 1e3).collect();
+    v.sort_by(f64::total_cmp);
+    let r = |x: f64| (x * 1000.0).round() / 1000.0;
+    json!({"n": v.len(), "min": r(v[0]), "median": r(v[v.len() / 2]), "max": r(v[v.len() - 1])})
+}
+
+/// What netem did to one request flow, counted without the definitions' rules for telling
+/// loss from reordering (which a capture of unknown losses needs, and this one does not:
+/// netem reorders and drops nothing, checked): RFC 4737's Type-P-Reordered singletons and
+/// every later copy a retransmission, with only the window's limit applied as the definitions
+/// state it (a hole open while the expected PSN moved more than `WINDOW` PSNs past it is
+/// declared lost, and its first copy is a retransmission). NAKs: rxe NAKs a PSN ahead of the
+/// expected one, and nothing was lost, so every attributed sequence-error NAK naming a PSN not
+/// lost to the window was caused by reordering.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct Physical {
+    pub(super) reordered: u64,
+    pub(super) reorder_distance_max: u32,
+    pub(super) reorder_hist: [u64; 6],
+    pub(super) req_retransmits: u64,
+    pub(super) psn_missing: u64,
+    pub(super) psn_gaps: u64,
+    pub(super) psn_holes: u64,
+    pub(super) reorder_naks: u64,
+}
+
+impl Physical {
+    pub(super) fn fields(&self) -> [(&'static str, Value); 7] {
+        [
+            ("reordered", json!(self.reordered)),
+            ("reorder_distance_max", json!(self.reorder_distance_max)),
+            (
+                "reorder_distance",
+                Value::Object(
+                    BUCKETS
+                        .iter()
+                        .zip(self.reorder_hist)
+                        .map(|(b, n)| ((*b).to_string(), json!(n)))
+                        .collect(),
+                ),
+            ),
+            ("req_retransmits", json!(self.req_retransmits)),
+            ("psn_missing", json!(self.psn_missing)),
+            ("psn_gaps", json!(self.psn_gaps)),
+            ("reorder_naks", json!(self.reorder_naks)),
+        ]
+    }
+}
+
+/// [`Physical`] of the requests `src` sends to `dst` (one QP each way in these scenarios). The
+/// NAKs are those `dst` sends back once an answer matched a timestamped request (the observer
+/// attributes a NAK to its request flow from then on).
+pub(super) fn physical(pkts: &[Pkt], src: &str, dst: &str, pmtu: u64) -> Physical {
+    use super::psn_truth::bucket;
+    use super::wire::{is_request, psn_diff, span};
+    use std::collections::{BTreeSet, HashSet};
+    let mut ph = Physical::default();
+    let (mut highest, mut expected, mut hi_abs): (Option<u32>, u32, i64) = (None, 0, 0);
+    let mut seen: HashSet<i64> = HashSet::new();
+    let mut lost: BTreeSet<i64> = BTreeSet::new();
+    // timestamped requests waiting for an answer (the observer's peer learning)
+    let mut waiting: HashSet<u32> = HashSet::new();
+    let mut peer_known = false;
+    let mut naks: Vec<i64> = Vec::new();
+    for p in pkts {
+        if p.src == src && p.dst == dst && is_request(p.opcode) {
+            let s = span(p, pmtu);
+            let Some(h) = highest else {
+                highest = Some(p.psn);
+                expected = super::wire::psn_add(p.psn, s);
+                for i in 0..s {
+                    seen.insert(i64::from(i));
+                }
+                continue;
+            };
+            let a = hi_abs + i64::from(psn_diff(p.psn, h));
+            let first = !seen.contains(&a);
+            for i in 0..s {
+                seen.insert(a + i64::from(i));
+            }
+            let older = psn_diff(p.psn, expected) < 0;
+            if !older {
+                highest = Some(p.psn);
+                hi_abs = a;
+                expected = super::wire::psn_add(p.psn, s);
+            } else if !first {
+                ph.req_retransmits += 1;
+            } else if psn_diff(expected, p.psn) > WINDOW as i32 {
+                // its hole outlived the window: lost, and this copy a retransmission
+                ph.req_retransmits += 1;
+                for i in 0..s {
+                    lost.insert(a + i64::from(i));
+                }
+            } else {
+                let d = psn_diff(h, p.psn).max(0) as u32;
+                ph.reordered += 1;
+                ph.reorder_distance_max = ph.reorder_distance_max.max(d);
+                ph.reorder_hist[bucket(d)] += 1;
+            }
+            if first && (p.ack_req || p.opcode == 0x0C) {
+                waiting.insert(p.psn);
+            }
+        } else if p.src == dst && p.dst == src && matches!(p.opcode, 0x11 | 0x12 | 0x0D | 0x10) {
+            if p.syndrome == Some(0x60) && matches!(p.opcode, 0x11 | 0x12) && peer_known {
+                if let Some(h) = highest {
+                    naks.push(hi_abs + i64::from(psn_diff(p.psn, h)));
+                }
+            }
+            if waiting.remove(&p.psn) {
+                peer_known = true;
+            }
+        }
+    }
+    // holes never closed: lost when the window moved past them, else still open
+    let Some(h) = highest else {
+        return ph;
+    };
+    let exp_abs = hi_abs + i64::from(psn_diff(expected, h));
+    for a in 0..exp_abs {
+        if !seen.contains(&a) {
+            if exp_abs - a > i64::from(WINDOW) {
+                lost.insert(a);
+            } else {
+                ph.psn_holes += 1;
+            }
+        }
+    }
+    ph.psn_missing = lost.len() as u64;
+    ph.psn_gaps = lost.iter().filter(|&&a| !lost.contains(&(a - 1))).count() as u64;
+    ph.reorder_naks = naks.iter().filter(|a| !lost.contains(a)).count() as u64;
+    ph
+}
+
+/// The reorder scenarios: the documents whose observation point saw the capture's order
+/// (`analyze`; the kernel path too when netem is on the server) against [`physical`], per
+/// request flow: do they count reordering as reordering and nothing as lost?
+pub(super) fn physical_checks(
+    ck: &mut Checks,
+    pkts: &[Pkt],
+    pmtu: u64,
+    docs: &[(&str, &Value)],
+) -> Value {
+    let mut out = Vec::new();
+    for (src, dst) in [(CLIENT_IP, SERVER_IP), (SERVER_IP, CLIENT_IP)] {
+        if !pkts
+            .iter()
+            .any(|p| p.src == src && super::wire::is_request(p.opcode))
+        {
+            continue;
+        }
+        let ph = physical(pkts, src, dst, pmtu);
+        for (what, doc) in docs {
+            let recs: Vec<&Value> = doc["flows"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|f| f["src_ip"] == src && f["dst_ip"] == dst)
+                .collect();
+            let Some(rec) = recs.first() else {
+                ck.truth(
+                    &format!("reorder, {what}: a record of {src}>{dst}"),
+                    "present",
+                    "absent".into(),
+                    false,
+                );
+                continue;
+            };
+            for (field, v) in ph.fields() {
+                ck.eq(
+                    &format!(
+                        "reorder: {what} == the capture's reordering (RFC 4737, window {WINDOW}, nothing lost), {src}>{dst}: {field}"
+                    ),
+                    v,
+                    rec[field].clone(),
+                );
+            }
+        }
+        out.push(json!({
+            "flow": format!("{src}>{dst}"),
+            "physical": Value::Object(ph.fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+            "psn_holes": ph.psn_holes,
+        }));
+    }
+    Value::Array(out)
 }
