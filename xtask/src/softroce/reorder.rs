@@ -260,10 +260,12 @@ pub(super) fn physical(pkts: &[Pkt], src: &str, dst: &str, pmtu: u64) -> Physica
                 waiting.insert(p.psn);
             }
         } else if p.src == dst && p.dst == src && matches!(p.opcode, 0x11 | 0x12 | 0x0D | 0x10) {
-            if p.syndrome == Some(0x60) && matches!(p.opcode, 0x11 | 0x12) && peer_known {
-                if let Some(h) = highest {
-                    naks.push(hi_abs + i64::from(psn_diff(p.psn, h)));
-                }
+            if p.syndrome == Some(0x60)
+                && matches!(p.opcode, 0x11 | 0x12)
+                && peer_known
+                && let Some(h) = highest
+            {
+                naks.push(hi_abs + i64::from(psn_diff(p.psn, h)));
             }
             if waiting.remove(&p.psn) {
                 peer_known = true;

@@ -649,6 +649,8 @@ fn psn_truth_read_responses() {
         v.push(pkt(SERVER_IP, op, psn, None, None));
     }
     v.push(pkt(CLIENT_IP, 0x0C, 12, None, Some(6144)));
+    // the retry is no new READ
+    assert_eq!(direction(&v, CLIENT_IP, 1024, None).read_requests, 1);
     let refs: Vec<&Pkt> = v.iter().collect();
     let t = super::psn_truth::psn_truth(&refs, 1024);
     let s = &t[&(SERVER_IP.to_string(), CLIENT_IP.to_string(), 0x11)];
