@@ -524,6 +524,21 @@ pub(super) fn check_scenario(
         Value::Null
     };
 
+    // the loss scenarios: analyze's loss figures against what netem dropped (pre.pcap)
+    let loss_json = match (sc.loss, observer.as_deref()) {
+        (Some(_), Some(bin)) => {
+            let ana: Value = output_checked(
+                std::process::Command::new(bin)
+                    .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
+                    .arg(cap),
+            )
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null);
+            super::reorder::loss_checks(&mut ck, cdir, &pkts, pmtu, &ana)
+        }
+        _ => Value::Null,
+    };
     // where was it lost: the loss scenarios' capture before netem against cap.pcap after it
     if let (Some(bin), true) = (observer.as_deref(), sc.loss.is_some()) {
         super::paths::path_checks(&mut ck, sc, bin, cap, cdir);
@@ -598,6 +613,7 @@ pub(super) fn check_scenario(
         "steps": steps_json,
         "reorder": reorder_json,
         "reorder_physical": physical_json,
+        "loss_truth": loss_json,
         "netem_reorder": sc.reorder.map(|r| json!({"netem": r.netem, "on": if r.on_server { "server" } else { "client" }})),
         "checks": ck.0.iter().map(|c| json!({"name": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok})).collect::<Vec<_>>(),
     });

@@ -366,6 +366,8 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
                 "resp_retransmits": wf.resp_retransmits, "psn_gaps": wf.psn_gaps,
                 "psn_missing": wf.psn_missing, "ecn_ce": wf.ecn_ce, "ecn_ect": wf.ecn_ect,
                 "udp_src_ports": wf.udp_src_ports,
+                "reorder": super::reorder::figures_json(wf),
+                "psn_evidence": super::reorder::evidence_json(&wf.psn),
             },
             "analyze": pick(a),
             "observer": pick(o),
@@ -511,8 +513,17 @@ fn lossy_egress_checks(
         hi as i64,
         u(&o["bytes"]) as i64 - u(&a["bytes"]) as i64,
     );
-    ck.eq(&name("psn_gaps"), json!(0), o["psn_gaps"].clone());
-    ck.eq(&name("psn_missing"), json!(0), o["psn_missing"].clone());
+    // TC sees rxe's own order: nothing skipped, nothing out of order
+    for field in [
+        "psn_gaps",
+        "psn_missing",
+        "reordered",
+        "reorder_distance_max",
+        "reorder_naks",
+        "psn_holes",
+    ] {
+        ck.eq(&name(field), json!(0), o[field].clone());
+    }
     let acks_naks = u(&o["acks"]) + naks_total(o);
     ck.eq(
         &name("req_retransmits == packets - ACK/NAKs - distinct request PSNs on the wire"),
@@ -529,6 +540,11 @@ fn lossy_egress_checks(
         "psn_missing",
         "retransmits",
         "req_retransmits",
+        "reordered",
+        "reorder_distance_max",
+        "reorder_distance",
+        "reorder_naks",
+        "psn_holes",
     ];
     for field in OBSERVER_FIELDS
         .iter()

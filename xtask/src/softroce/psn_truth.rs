@@ -63,6 +63,8 @@ pub(super) struct PsnFigures {
     /// higher PSN: (PSN, distance, why), at most 32 kept, and their number.
     pub(super) not_reordered_examples: Vec<(u32, u32, &'static str)>,
     pub(super) not_reordered: u64,
+    /// The first reordered PSNs (at most 32), with their distance.
+    pub(super) reordered_examples: Vec<(u32, u32)>,
     /// How long a request hole was open before its first copy closed it, seconds: for the
     /// copies decided reordered, and for those the resend-run rules declared lost.
     pub(super) hole_age_reordered: Vec<f64>,
@@ -80,7 +82,10 @@ impl PsnFigures {
             .collect();
         serde_json::Value::Object(m)
     }
-    fn count_reordered(&mut self, distance: u32) {
+    fn count_reordered(&mut self, psn: u32, distance: u32) {
+        if self.reordered_examples.len() < 32 {
+            self.reordered_examples.push((psn, distance));
+        }
         self.reordered += 1;
         self.reorder_distance_max = self.reorder_distance_max.max(distance);
         self.reorder_hist[bucket(distance)] += 1;
@@ -189,7 +194,7 @@ impl ReqSpace {
                         f.not_reordered(p, d, "closed a hole, then go-back-N resend run");
                     } else {
                         f.hole_age_reordered.extend(age);
-                        f.count_reordered(d);
+                        f.count_reordered(p, d);
                         if nak {
                             f.reorder_naks += 1;
                         }
@@ -368,7 +373,7 @@ impl ReqSpace {
                         // was reordered (and the NAK that declared it lost was caused by it)
                         self.lost.remove(&a);
                         f.corrections += 1;
-                        f.count_reordered(distance);
+                        f.count_reordered(p, distance);
                         if by_nak {
                             f.reorder_naks += 1;
                             f.lost_by_nak -= 1;
@@ -526,7 +531,7 @@ impl RespSpace {
         if d < 0 && dist < WINDOW && !self.seen.contains(&p) {
             self.seen.insert(p);
             self.holes.remove(&p);
-            f.count_reordered(dist);
+            f.count_reordered(p, dist);
         } else {
             f.resp_retransmits += 1;
         }

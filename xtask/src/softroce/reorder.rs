@@ -123,6 +123,8 @@ pub(super) fn evidence_json(f: &PsnFigures) -> Value {
         "lost_by_nak": f.lost_by_nak, "lost_by_window": f.lost_by_window,
         "lost_by_resend_run": f.lost_by_resend_run, "corrections": f.corrections,
         "naks_unattributed": f.naks_unattributed,
+        "reordered_examples": f.reordered_examples.iter()
+            .map(|(p, d)| json!({"psn": p, "distance": d})).collect::<Vec<_>>(),
         "not_reordered": f.not_reordered,
         "hole_age_ms_reordered": quantiles_ms(&f.hole_age_reordered),
         "hole_age_ms_resend_run_lost": quantiles_ms(&f.hole_age_resend_run),
@@ -343,4 +345,130 @@ pub(super) fn physical_checks(
         }));
     }
     Value::Array(out)
+}
+
+/// What netem loss did to the client's requests, from the two captures: cap.pcap (after netem)
+/// is pre.pcap (before it) less the packets netem dropped, in the same order, so aligning the
+/// two names the dropped packets. A PSN whose first transmission was dropped and whose first
+/// copy after netem (a resend) arrived after a higher PSN is lost as the capture can see it;
+/// a dropped last PSN resent before anything higher arrived cannot be told from an in-order
+/// one there. netem loss reorders nothing.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct LossTruth {
+    /// Request PSNs lost as the capture sees them (with the READ reservations), oldest first.
+    pub(super) lost: Vec<u32>,
+    /// Loss events: runs of consecutive lost PSNs.
+    pub(super) events: u64,
+    /// Request packets after netem that are not the first copy of their PSN, plus the first
+    /// copies that resend a lost PSN.
+    pub(super) req_retransmits: u64,
+    /// Request packets netem dropped (by the alignment).
+    pub(super) dropped: u64,
+    /// cap.pcap's request packets the alignment could not find in pre.pcap (0 if it is a
+    /// subsequence, as it must be).
+    pub(super) unmatched: u64,
+}
+
+pub(super) fn loss_truth(pre: &[Pkt], cap: &[Pkt], pmtu: u64) -> LossTruth {
+    use super::wire::{is_request, psn_diff, span};
+    use std::collections::{BTreeSet, HashSet};
+    let reqs = |v: &[Pkt]| -> Vec<Pkt> {
+        v.iter()
+            .filter(|p| p.src == CLIENT_IP && p.dst == SERVER_IP && is_request(p.opcode))
+            .cloned()
+            .collect()
+    };
+    let (pre, cap) = (reqs(pre), reqs(cap));
+    let mut t = LossTruth::default();
+    // align: greedy subsequence match on (PSN, opcode, length)
+    let mut dropped_first: HashSet<u32> = HashSet::new();
+    let mut sent: HashSet<u32> = HashSet::new();
+    let mut j = 0;
+    for p in &pre {
+        let first = sent.insert(p.psn);
+        if j < cap.len() && (cap[j].psn, cap[j].opcode, cap[j].len) == (p.psn, p.opcode, p.len) {
+            j += 1;
+        } else {
+            t.dropped += 1;
+            if first {
+                dropped_first.insert(p.psn);
+            }
+        }
+    }
+    t.unmatched = (cap.len() - j) as u64;
+    let Some(first) = cap.first() else {
+        return t;
+    };
+    let mut highest = first.psn;
+    let mut seen: HashSet<u32> = HashSet::new();
+    let mut lost: BTreeSet<i64> = BTreeSet::new();
+    for p in &cap {
+        let is_first = seen.insert(p.psn);
+        let older = psn_diff(p.psn, highest) < 0;
+        if !is_first {
+            t.req_retransmits += 1;
+        } else if older && dropped_first.contains(&p.psn) {
+            t.req_retransmits += 1;
+            for i in 0..span(p, pmtu) {
+                let q = super::wire::psn_add(p.psn, i);
+                lost.insert(i64::from(psn_diff(q, first.psn)));
+                t.lost.push(q);
+            }
+        }
+        if psn_diff(p.psn, highest) > 0 {
+            highest = p.psn;
+        }
+    }
+    t.lost.sort_by_key(|q| psn_diff(*q, first.psn));
+    t.events = lost.iter().filter(|&&a| !lost.contains(&(a - 1))).count() as u64;
+    t
+}
+
+/// The loss scenarios: `analyze` of cap.pcap against [`loss_truth`] (the request flow of the
+/// client): exact loss, no reordering.
+pub(super) fn loss_checks(
+    ck: &mut Checks,
+    cdir: &Path,
+    cap: &[Pkt],
+    pmtu: u64,
+    ana: &Value,
+) -> Value {
+    let pre = match tshark_packets(&cdir.join("pre.pcap")) {
+        Ok(p) => p,
+        Err(e) => {
+            ck.truth("loss: pre.pcap decoded", "decoded", format!("{e:#}"), false);
+            return Value::Null;
+        }
+    };
+    let t = loss_truth(&pre, cap, pmtu);
+    ck.eq(
+        "loss: cap.pcap's requests are pre.pcap's less the dropped ones, in order (unmatched)",
+        0,
+        t.unmatched,
+    );
+    let rec = ana["flows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["src_ip"] == CLIENT_IP && f["dst_ip"] == SERVER_IP)
+        .cloned()
+        .unwrap_or(Value::Null);
+    let name = |f: &str| {
+        format!(
+            "loss: analyze == what netem dropped (pre.pcap vs cap.pcap), {CLIENT_IP}>{SERVER_IP}: {f}"
+        )
+    };
+    for (field, v) in [
+        ("psn_missing", json!(t.lost.len())),
+        ("psn_gaps", json!(t.events)),
+        ("req_retransmits", json!(t.req_retransmits)),
+        ("reordered", json!(0)),
+        ("reorder_naks", json!(0)),
+    ] {
+        ck.eq(&name(field), v, rec[field].clone());
+    }
+    json!({
+        "lost": t.lost, "events": t.events, "req_retransmits": t.req_retransmits,
+        "dropped_request_packets": t.dropped,
+    })
 }
