@@ -232,6 +232,9 @@ pub(super) fn physical(pkts: &[Pkt], src: &str, dst: &str, pmtu: u64) -> Physica
                 for i in 0..s {
                     seen.insert(i64::from(i));
                 }
+                if p.ack_req || p.opcode == 0x0C {
+                    waiting.insert(p.psn);
+                }
                 continue;
             };
             let a = hi_abs + i64::from(psn_diff(p.psn, h));

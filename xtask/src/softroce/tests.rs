@@ -678,3 +678,101 @@ fn psn_truth_read_responses() {
     );
     assert_eq!(s.reorder_distance_max, 63);
 }
+
+fn script_pkts(script: &str) -> Vec<Pkt> {
+    script
+        .split_whitespace()
+        .map(|w| {
+            let psn: u32 = u32::from_str_radix(&w[1..], 16).expect("hex PSN");
+            match &w[..1] {
+                "R" => pkt(CLIENT_IP, 0x07, psn, None, None),
+                "r" => Pkt {
+                    ack_req: true,
+                    ..pkt(CLIENT_IP, 0x07, psn, None, None)
+                },
+                "A" => pkt(SERVER_IP, 0x11, psn, Some(0x1F), None),
+                "N" => pkt(SERVER_IP, 0x11, psn, Some(0x60), None),
+                x => panic!("{x}"),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn physical_reordering_against_the_definitions() {
+    use super::reorder::physical;
+    // the delayed first copy of 3 after its NAK: reordered, the NAK caused by it, 3 resent
+    let v = script_pkts("r1 A1 R2 R4 R5 N3 R3 R3 R4 R5 R6");
+    let ph = physical(&v, CLIENT_IP, SERVER_IP, 1024);
+    assert_eq!(
+        (
+            ph.reordered,
+            ph.req_retransmits,
+            ph.psn_missing,
+            ph.reorder_naks
+        ),
+        (1, 3, 0, 1)
+    );
+    // a go-back-N sweep resends 2 and 3, then sends 4 and 5 the first time, after 6 overtook
+    // them: RFC 4737 says 4 and 5 are reordered; the definitions' resend-run rule makes 4
+    // the first packet of a resend run (after the retransmission of 3) and 5 its continuation
+    let script = "R0 R1 R2 R3 R6 R2 R3 R4 R5";
+    let ph = physical(&script_pkts(script), CLIENT_IP, SERVER_IP, 1024);
+    assert_eq!(
+        (ph.reordered, ph.req_retransmits, ph.psn_missing),
+        (2, 2, 0)
+    );
+    let f = req_truth(script);
+    assert_eq!(five(&f), (0, 4, 2, 1, 0));
+    assert_eq!(f.lost_by_resend_run, 2);
+    // deeper than the window: 1..6 lost to it, 7..69 reordered, whatever the order
+    let mut script = String::from("R0 R46");
+    for p in 1..70 {
+        script += &format!(" R{p:x}");
+    }
+    let ph = physical(&script_pkts(&script), CLIENT_IP, SERVER_IP, 1024);
+    assert_eq!(
+        (
+            ph.reordered,
+            ph.req_retransmits,
+            ph.psn_missing,
+            ph.psn_gaps
+        ),
+        (63, 6, 6, 1)
+    );
+}
+
+#[test]
+fn loss_truth_aligns_the_two_captures() {
+    use super::reorder::loss_truth;
+    // 3's first transmission dropped: lost, resent with 4 and 5
+    let pre = script_pkts("R1 R2 R3 R4 R5 R3 R4 R5");
+    let cap = script_pkts("R1 R2 R4 R5 R3 R4 R5");
+    let t = loss_truth(&pre, &cap, 1024);
+    assert_eq!(
+        (
+            t.lost.clone(),
+            t.events,
+            t.req_retransmits,
+            t.dropped,
+            t.unmatched
+        ),
+        (vec![3], 1, 3, 1, 0)
+    );
+    // resent twice (two go-back-N rounds): still one lost PSN; the definitions' correction
+    // rule takes the second copy for proof that 3 was only reordered
+    let pre = script_pkts("r1 R2 R3 R4 R3 R4 R3 R4");
+    let cap = script_pkts("r1 R2 R4 R3 R4 R3 R4");
+    let t = loss_truth(&pre, &cap, 1024);
+    assert_eq!(
+        (t.lost.clone(), t.events, t.req_retransmits),
+        (vec![3], 1, 4)
+    );
+    let f = req_truth("r1 A1 R2 R4 N3 R3 R4 R3 R4");
+    assert_eq!(five(&f), (1, 3, 0, 0, 1));
+    // the last PSN dropped and resent before anything higher: not visible as a loss
+    let pre = script_pkts("R1 R2 R3 R3");
+    let cap = script_pkts("R1 R2 R3");
+    let t = loss_truth(&pre, &cap, 1024);
+    assert_eq!((t.lost.len(), t.req_retransmits, t.dropped), (0, 0, 1));
+}
