@@ -109,7 +109,9 @@ enum Slot {
         distance: u32,
     },
     /// Seen. `reordered`: its first copy was decided reordered; `pending`: its first copy
-    /// closed a hole and awaits the decision (`nak`: a NAK named it meanwhile).
+    /// closed a hole and awaits the decision. `nak`: pending, a NAK named it meanwhile;
+    /// reordered, a NAK caused by it was counted already (one per PSN, as the observer's
+    /// scoreboard flag).
     Seen {
         reordered: bool,
         pending: bool,
@@ -176,10 +178,23 @@ impl ReqSpace {
                 if self.in_window(q) {
                     self.slots.insert(
                         q,
-                        Slot::Seen {
-                            reordered: !next_dup_after,
-                            pending: false,
-                            nak: false,
+                        if next_dup_after {
+                            // lost; a later copy in the window corrects it (the observer)
+                            Slot::Lost {
+                                by_nak: false,
+                                copies: 1,
+                                distance: if i == 0 {
+                                    d
+                                } else {
+                                    psn_diff(self.highest, q) as u32
+                                },
+                            }
+                        } else {
+                            Slot::Seen {
+                                reordered: true,
+                                pending: false,
+                                nak,
+                            }
                         },
                     );
                 }
@@ -217,13 +232,17 @@ impl ReqSpace {
                     f.lost_by_window += 1;
                     self.declare_lost(b);
                 }
-                Some(Slot::Seen { pending: true, .. }) => {
-                    // a pending first copy leaving the window: decided as it stands
-                    // (reordered) when the group is decided; nothing to do here
-                }
                 _ => {}
             }
             self.base = psn_add(b, 1);
+        }
+        // a pending run whose first copy falls out of the window is decided now: reordering
+        if self
+            .pending
+            .first()
+            .is_some_and(|&(p, _, _)| psn_diff(p, self.base) < 0)
+        {
+            self.decide(f, false);
         }
     }
 
@@ -274,7 +293,13 @@ impl ReqSpace {
             let after = psn_add(lp, ls);
             if !(is_hole && p == after) {
                 let dup = older
-                    && (below_base || matches!(slot, Some(Slot::Seen { pending: false, .. })));
+                    && (below_base
+                        || matches!(
+                            slot,
+                            Some(
+                                Slot::Seen { pending: false, .. } | Slot::Lost { copies: 1.., .. }
+                            )
+                        ));
                 self.decide(f, dup && p == after);
             }
         }
@@ -318,10 +343,10 @@ impl ReqSpace {
                             if self.in_window(q) {
                                 self.slots.insert(
                                     q,
-                                    Slot::Seen {
-                                        reordered: false,
-                                        pending: false,
-                                        nak: false,
+                                    Slot::Lost {
+                                        by_nak: false,
+                                        copies: 1,
+                                        distance: psn_diff(self.highest, q) as u32,
                                     },
                                 );
                             }
@@ -383,13 +408,14 @@ impl ReqSpace {
                             Slot::Seen {
                                 reordered: true,
                                 pending: false,
-                                nak: false,
+                                nak: true,
                             },
                         );
                         // of the two copies exactly one is a retransmission (the first
-                        // already counted)
-                        self.prev = Some((p, s, false));
-                        return false;
+                        // already counted); this one is a copy all the same (a resend run
+                        // may continue from it)
+                        self.prev = Some((p, s, true));
+                        return true;
                     }
                 }
                 _ => retransmit = true,
@@ -428,8 +454,20 @@ impl ReqSpace {
                 self.declare_lost(x);
             }
             Some(Slot::Seen {
-                reordered: true, ..
-            }) => f.reorder_naks += 1,
+                reordered: true,
+                nak: false,
+                ..
+            }) => {
+                f.reorder_naks += 1;
+                self.slots.insert(
+                    x,
+                    Slot::Seen {
+                        reordered: true,
+                        pending: false,
+                        nak: true,
+                    },
+                );
+            }
             Some(Slot::Seen {
                 pending: true,
                 reordered,
