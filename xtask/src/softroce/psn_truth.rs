@@ -516,6 +516,9 @@ struct RespSpace {
     highest_abs: i64,
     /// Window-free evidence: every response PSN ever seen (unwrapped).
     raw_seen: HashSet<i64>,
+    /// Unwrapped position of the first response: the space starts there (as the request
+    /// space starts at the first request), an older response is a retransmission.
+    first_abs: i64,
 }
 
 impl RespSpace {
@@ -536,6 +539,8 @@ impl RespSpace {
             f.raw_hist[bucket(dist)] += 1;
             if dist >= WINDOW {
                 f.not_reordered(p, dist, "READ response beyond the window");
+            } else if a < self.first_abs {
+                f.not_reordered(p, dist, "READ response older than the first one seen");
             }
         }
         if d > 0 {
@@ -566,7 +571,7 @@ impl RespSpace {
             return;
         }
         let dist = (-d) as u32;
-        if d < 0 && dist < WINDOW && !self.seen.contains(&p) {
+        if d < 0 && dist < WINDOW && a > self.first_abs && !self.seen.contains(&p) {
             self.seen.insert(p);
             self.holes.remove(&p);
             f.count_reordered(p, dist);
