@@ -227,12 +227,9 @@ impl ReqSpace {
     fn slide(&mut self, f: &mut PsnFigures) {
         while psn_diff(self.expected, self.base) > WINDOW as i32 {
             let b = self.base;
-            match self.slots.remove(&b) {
-                Some(Slot::Hole) => {
-                    f.lost_by_window += 1;
-                    self.declare_lost(b);
-                }
-                _ => {}
+            if let Some(Slot::Hole) = self.slots.remove(&b) {
+                f.lost_by_window += 1;
+                self.declare_lost(b);
             }
             self.base = psn_add(b, 1);
         }
