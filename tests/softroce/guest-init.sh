@@ -7,6 +7,8 @@
 #   ROLE=server|client  MY_IP=192.0.2.x  PEER_IP=192.0.2.y  MTU=1500|9000
 #   PERFTEST=ib_write_bw  PERFTEST_ARGS="-s 8192 -n 100"  (both roles; -d/-x/server are added here)
 #   LOSS=""|"2%"          netem loss on this VM's eth0 egress (requester side)
+#   NETEM=""|"delay 1ms reorder 30% 25% limit 100000"  netem with these arguments on this VM's
+#                         eth0 egress (the reorder scenarios; either VM)
 #   CAPTURE=0|1           tcpdump on eth0 into cap.pcap
 #   PRE_CAPTURE=0|1       also capture before the egress qdisc (netem) into pre.pcap: a clsact
 #                         egress matchall filter mirrors eth0's packets to a dummy device
@@ -219,6 +221,10 @@ fi
 if [ -n "$LOSS" ]; then
 	$TC qdisc add dev eth0 root netem loss "$LOSS" 2>>/tmp/init.log || log "netem failed"
 fi
+if [ -n "${NETEM:-}" ]; then
+	# shellcheck disable=SC2086 # netem's arguments, split on purpose
+	$TC qdisc add dev eth0 root netem $NETEM 2>>/tmp/init.log || log "netem $NETEM failed"
+fi
 
 # ---- capture ----
 TCPDUMP_PID=""
@@ -322,12 +328,14 @@ fi
 if [ -n "$EXTRA_PID" ]; then
 	# SIGINT first (Ctrl-C), then SIGTERM, then SIGKILL. A background job of a
 	# non-interactive shell starts with SIGINT ignored: programs that install their own
-	# handler (the observer does) still get it, others stop at SIGTERM.
+	# handler (the observer does) still get it, others stop at SIGTERM. 30 s each: after a
+	# go-back-N storm (the reorder scenarios, ~40,000 packets) on a loaded host the observer
+	# took over 10 s to print its document after SIGINT.
 	for sig in INT TERM KILL; do
 		kill -$sig $EXTRA_PID 2>/dev/null || break
 		status "EXTRA_SIGNAL=$sig"
 		i=0
-		while kill -0 $EXTRA_PID 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+		while kill -0 $EXTRA_PID 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 		kill -0 $EXTRA_PID 2>/dev/null || break
 	done
 	wait $EXTRA_PID
@@ -351,6 +359,7 @@ if [ -n "$TCPDUMP_PID" ]; then
 	cp /tmp/tcpdump.err $OUT/tcpdump.err
 fi
 [ -n "$LOSS" ] && $TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
+[ -n "${NETEM:-}" ] && $TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
 if [ -n "${SLOW_QPN:-}" ]; then
 	$TC -s qdisc show dev eth0 >$OUT/qdisc.txt 2>&1
 	$TC -s filter show dev eth0 >$OUT/filter.txt 2>&1

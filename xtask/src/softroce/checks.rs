@@ -290,7 +290,7 @@ pub(super) fn check_scenario(
             s2c.sim_duplicates as i64,
         ),
     ];
-    if !lossy {
+    if !lossy && sc.reorder.is_none() {
         // without loss every resent request reaches the responder as a duplicate, and
         // there is no gap anywhere: the detector must not invent one (READ, ping-pong)
         equal.extend([
@@ -356,6 +356,26 @@ pub(super) fn check_scenario(
                 .map(|(_, w)| f(w))
                 .sum()
         };
+        if sc.reorder.is_some() || lossy {
+            // the per-direction figures follow the primer's rules (not newer than the highest
+            // = retransmission), the per-flow ones the reordering definitions: with reordering
+            // they differ by design, and under loss where the definitions correct a lost PSN
+            // that rxe resent twice (the `loss:` checks compare analyze with what netem
+            // dropped instead)
+            ck.eq(
+                &format!(
+                    "wire per-flow sums == per-direction figures {label} (packets, ACKs, NAKs)"
+                ),
+                format!("{} {} {}", d.packets, d.acks, d.naks_seq),
+                format!(
+                    "{} {} {}",
+                    sum(&|w| w.packets),
+                    sum(&|w| w.acks),
+                    sum(&|w| w.naks_psn_seq_err)
+                ),
+            );
+            continue;
+        }
         ck.eq(
             &format!("wire per-flow sums == per-direction figures {label} (packets, ACKs, NAKs, request/response retransmissions)"),
             format!(
@@ -373,6 +393,28 @@ pub(super) fn check_scenario(
         );
     }
 
+    // the reorder scenarios: the capture's premises and the window's evidence; with netem on
+    // the client, the kernel path's truth from pre.pcap
+    let reorder_json = sc
+        .reorder
+        .map(|r| super::reorder::capture_checks(&mut ck, sc, &r, (sdir, cdir), &wire));
+    let egress_truth = match (sc.reorder, observer.as_deref()) {
+        (Some(r), Some(_)) if !r.on_server => {
+            match super::reorder::egress_truth(cdir, &pkts, pmtu) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    ck.truth(
+                        "reorder: pre.pcap (the client's packets before netem) decoded",
+                        "decoded",
+                        format!("{e:#}"),
+                        false,
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     // the observer (kernel path) against analyze on the same capture, analyze against the wire
     let (flow_rows, observer_json) = match observer.as_deref() {
         Some(bin) => observer_checks(
@@ -387,9 +429,35 @@ pub(super) fn check_scenario(
                 s2c: &s2c,
                 client_sent_pkts: g(&cc, "sent_pkts"),
                 netem_dropped: netem_dropped(cdir),
+                egress_truth: egress_truth.as_ref(),
             },
         ),
         None => (Vec::new(), Value::Null),
+    };
+    // the reorder scenarios: the documents that saw the capture's order against what netem did
+    let physical_json = match (sc.reorder, observer.as_deref()) {
+        (Some(r), Some(bin)) => {
+            let ana: Value = output_checked(
+                std::process::Command::new(bin)
+                    .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
+                    .arg(cap),
+            )
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null);
+            let obs: Value = fs::read_to_string(cdir.join("extra.out"))
+                .ok()
+                .and_then(|s| serde_json::from_str(&s).ok())
+                .unwrap_or(Value::Null);
+            let mut docs: Vec<(&str, &Value)> = vec![("analyze (capture)", &ana)];
+            if r.on_server {
+                // XDP ingress and TC egress see what the capture sees (no netem in the client)
+                docs.push(("observer (run -i, kernel path)", &obs));
+            }
+            super::reorder::physical_checks(&mut ck, &pkts, pmtu, &docs)
+        }
+        (Some(_), None) => super::reorder::physical_checks(&mut ck, &pkts, pmtu, &[]),
+        _ => Value::Null,
     };
     // the steps scenarios: the capture's step structure, then the observer's and analyze's
     // `steps` against it
@@ -458,6 +526,21 @@ pub(super) fn check_scenario(
         Value::Null
     };
 
+    // the loss scenarios: analyze's loss figures against what netem dropped (pre.pcap)
+    let loss_json = match (sc.loss, observer.as_deref()) {
+        (Some(_), Some(bin)) => {
+            let ana: Value = output_checked(
+                std::process::Command::new(bin)
+                    .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
+                    .arg(cap),
+            )
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null);
+            super::reorder::loss_checks(&mut ck, cdir, &pkts, pmtu, &ana)
+        }
+        _ => Value::Null,
+    };
     // where was it lost: the loss scenarios' capture before netem against cap.pcap after it
     if let (Some(bin), true) = (observer.as_deref(), sc.loss.is_some()) {
         super::paths::path_checks(&mut ck, sc, bin, cap, cdir);
@@ -530,6 +613,10 @@ pub(super) fn check_scenario(
             .and_then(|s| serde_json::from_str::<Value>(&s).ok()),
         "observer_vs_analyze_vs_wire": observer_json,
         "steps": steps_json,
+        "reorder": reorder_json,
+        "reorder_physical": physical_json,
+        "loss_truth": loss_json,
+        "netem_reorder": sc.reorder.map(|r| json!({"netem": r.netem, "on": if r.on_server { "server" } else { "client" }})),
         "checks": ck.0.iter().map(|c| json!({"name": c.name, "expected": c.expected, "actual": c.actual, "ok": c.ok})).collect::<Vec<_>>(),
     });
     fs::write(

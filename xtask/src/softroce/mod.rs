@@ -33,6 +33,8 @@ mod observer;
 mod outputs;
 mod owners;
 mod paths;
+mod psn_truth;
+mod reorder;
 mod report;
 mod scenarios;
 mod steps;
@@ -228,7 +230,14 @@ pub fn run_counted(mut opts: SoftRoceOpts) -> Result<Vec<ScenarioOutcome>> {
                 s.mtu,
                 s.loss
                     .map(|l| format!(" netem loss {l}"))
-                    .unwrap_or_default(),
+                    .unwrap_or_default()
+                    + &s.reorder
+                        .map(|r| format!(
+                            " netem {} on the {}",
+                            r.netem,
+                            if r.on_server { "server" } else { "client" }
+                        ))
+                        .unwrap_or_default(),
                 if s.fast { "  [fast]" } else { "" }
             );
         }

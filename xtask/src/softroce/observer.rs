@@ -85,7 +85,24 @@ const OBSERVER_FIELDS: &[&str] = &[
     "other_transport",
     "dscp",
     "pcp",
+    "reordered",
+    "reorder_distance_max",
+    "reorder_distance",
+    "reorder_naks",
+    "psn_holes",
 ];
+
+/// The reordering figures of a wire record as the flow record spells them (docs/metrics.md).
+pub(super) fn wire_reorder_fields(wf: &WireFlow) -> [(&'static str, Value); 5] {
+    let f = &wf.psn;
+    [
+        ("reordered", json!(f.reordered)),
+        ("reorder_distance_max", json!(f.reorder_distance_max)),
+        ("reorder_distance", f.hist_json()),
+        ("reorder_naks", json!(f.reorder_naks)),
+        ("psn_holes", json!(f.psn_holes)),
+    ]
+}
 
 /// What the observer checks need from the rest of the analysis.
 pub(super) struct ObserverInputs<'a> {
@@ -98,6 +115,9 @@ pub(super) struct ObserverInputs<'a> {
     pub(super) s2c: &'a Dir,
     pub(super) client_sent_pkts: i64,
     pub(super) netem_dropped: Option<i64>,
+    /// The reorder scenarios with netem on the client: the flows as TC egress saw them (pre.pcap
+    /// before netem, merged with cap.pcap's server packets), and pre.pcap's client packets.
+    pub(super) egress_truth: Option<&'a (BTreeMap<FlowKey, WireFlow>, u64)>,
 }
 
 /// Checks of the observer's JSON document (kernel path, XDP ingress + TC egress on the client's
@@ -148,9 +168,12 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
         },
         ana.is_ok(),
     );
-    let (Some(doc), Ok(ana)) = (doc, ana) else {
+    let Ok(ana) = ana else {
         return (Vec::new(), Value::Null);
     };
+    // without the observer's document the checks of analyze against the wire still run (and
+    // every check of the observer fails: no records)
+    let doc = doc.unwrap_or_else(|| json!({"flows": [], "summary": {}}));
     let lossy = sc.loss.is_some();
     let owners = owner_checks(ck, sc, inp.cdir, &doc);
 
@@ -206,7 +229,7 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
             continue;
         };
         // 2. analyze against the wire (tshark + docs/metrics.md rules, computed here)
-        let wire_fields: [(&str, Value, Value); 13] = [
+        let mut wire_fields: Vec<(&str, Value, Value)> = vec![
             ("packets", json!(wf.packets), a["packets"].clone()),
             ("bytes", json!(wf.bytes), a["bytes"].clone()),
             ("opcodes", json!(wf.opcodes), a["opcodes"].clone()),
@@ -245,6 +268,9 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
                 a["udp_src_ports"].clone(),
             ),
         ];
+        for (field, w) in wire_reorder_fields(wf) {
+            wire_fields.push((field, w, a[field].clone()));
+        }
         for (field, w, av) in wire_fields {
             ck.eq(&format!("analyze == wire, {label}: {field}"), w, av);
         }
@@ -273,7 +299,9 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
         let Some(o) = o_all.first().copied() else {
             continue;
         };
-        if egress && lossy {
+        if let (true, Some(truth)) = (egress, inp.egress_truth) {
+            reorder_egress_checks(ck, inp, &label, truth, a, o);
+        } else if egress && lossy {
             lossy_egress_checks(ck, inp, &label, wf, a, o);
         } else {
             for field in OBSERVER_FIELDS {
@@ -316,6 +344,12 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
                 n(&a["psn_gaps"]),
                 n(&o["psn_gaps"])
             ),
+            format!(
+                "{}/{}/{}",
+                wf.psn.reordered,
+                n(&a["reordered"]),
+                n(&o["reordered"])
+            ),
         ]);
         let pick = |f: &Value| -> Value {
             let mut m = serde_json::Map::new();
@@ -335,6 +369,8 @@ pub(super) fn observer_checks(ck: &mut Checks, inp: &ObserverInputs) -> (Vec<Vec
                 "resp_retransmits": wf.resp_retransmits, "psn_gaps": wf.psn_gaps,
                 "psn_missing": wf.psn_missing, "ecn_ce": wf.ecn_ce, "ecn_ect": wf.ecn_ect,
                 "udp_src_ports": wf.udp_src_ports,
+                "reorder": super::reorder::figures_json(wf),
+                "psn_evidence": super::reorder::evidence_json(&wf.psn),
             },
             "analyze": pick(a),
             "observer": pick(o),
@@ -480,8 +516,17 @@ fn lossy_egress_checks(
         hi as i64,
         u(&o["bytes"]) as i64 - u(&a["bytes"]) as i64,
     );
-    ck.eq(&name("psn_gaps"), json!(0), o["psn_gaps"].clone());
-    ck.eq(&name("psn_missing"), json!(0), o["psn_missing"].clone());
+    // TC sees rxe's own order: nothing skipped, nothing out of order
+    for field in [
+        "psn_gaps",
+        "psn_missing",
+        "reordered",
+        "reorder_distance_max",
+        "reorder_naks",
+        "psn_holes",
+    ] {
+        ck.eq(&name(field), json!(0), o[field].clone());
+    }
     let acks_naks = u(&o["acks"]) + naks_total(o);
     ck.eq(
         &name("req_retransmits == packets - ACK/NAKs - distinct request PSNs on the wire"),
@@ -498,11 +543,82 @@ fn lossy_egress_checks(
         "psn_missing",
         "retransmits",
         "req_retransmits",
+        "reordered",
+        "reorder_distance_max",
+        "reorder_distance",
+        "reorder_naks",
+        "psn_holes",
     ];
     for field in OBSERVER_FIELDS
         .iter()
         .filter(|f| !about_the_dropped.contains(f))
     {
         ck.eq(&name(field), a[*field].clone(), o[*field].clone());
+    }
+}
+
+/// The client's requests reordered by netem after TC egress: the observer saw them as rxe sent
+/// them, which pre.pcap (captured at clsact egress, before the root qdisc) shows. Its record of
+/// that flow must equal the wire record of pre.pcap (merged with cap.pcap's server packets for
+/// the NAKs): every figure the wire record has, the PSN figures included (no first copy out of
+/// order there, so no reordering, no loss, no NAK caused by reordering, and every copy after
+/// the first a retransmission); the rest (peer QP, transport, DSCP ...) equals analyze's. And
+/// netem drops nothing: observer packets == capture packets == pre.pcap's == rxe's sent_pkts.
+fn reorder_egress_checks(
+    ck: &mut Checks,
+    inp: &ObserverInputs,
+    label: &str,
+    (truth, pre_packets): &(BTreeMap<FlowKey, WireFlow>, u64),
+    a: &Value,
+    o: &Value,
+) {
+    let name = |what: &str| format!("observer == pre.pcap, {label} (egress before netem): {what}");
+    let key = (
+        o["src_ip"].as_str().unwrap_or("?").to_string(),
+        o["dst_ip"].as_str().unwrap_or("?").to_string(),
+        o["dst_qp"].as_u64().unwrap_or(u64::MAX) as u32,
+    );
+    ck.eq(
+        &name("packets == capture packets == pre.pcap's == client sent_pkts"),
+        format!("{0} {0} {0}", inp.client_sent_pkts),
+        format!("{} {} {}", o["packets"], a["packets"], pre_packets),
+    );
+    let Some(t) = truth.get(&key) else {
+        ck.truth(&name("flow in pre.pcap"), "present", "absent".into(), false);
+        return;
+    };
+    let mut fields: Vec<(&str, Value)> = vec![
+        ("packets", json!(t.packets)),
+        ("bytes", json!(t.bytes)),
+        ("opcodes", json!(t.opcodes)),
+        ("acks", json!(t.acks)),
+        ("req_retransmits", json!(t.req_retransmits)),
+        ("resp_retransmits", json!(t.resp_retransmits)),
+        ("retransmits", json!(t.req_retransmits + t.resp_retransmits)),
+        ("psn_gaps", json!(t.psn_gaps)),
+        ("psn_missing", json!(t.psn_missing)),
+        ("ecn_ce", json!(t.ecn_ce)),
+        ("ecn_ect", json!(t.ecn_ect)),
+        ("udp_src_ports", json!(t.udp_src_ports)),
+    ];
+    fields.extend(wire_reorder_fields(t));
+    for (field, tv) in &fields {
+        ck.eq(&name(field), tv.clone(), o[*field].clone());
+    }
+    ck.eq(
+        &name("naks"),
+        json!(t.naks_psn_seq_err + t.naks_other),
+        json!(naks_total(o)),
+    );
+    let from_truth: Vec<&str> = fields.iter().map(|(f, _)| *f).collect();
+    for field in OBSERVER_FIELDS
+        .iter()
+        .filter(|f| !from_truth.contains(f) && **f != "naks")
+    {
+        ck.eq(
+            &format!("observer == analyze, {label} (egress): {field}"),
+            a[*field].clone(),
+            o[*field].clone(),
+        );
     }
 }

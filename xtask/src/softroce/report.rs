@@ -17,6 +17,7 @@ pub(super) fn flow_table(sums: &[Summary]) -> String {
         "retx w/a/o",
         "NAK w/a/o",
         "gaps w/a/o",
+        "reordered w/a/o",
     ];
     format_table(&head, rows)
 }

@@ -26,7 +26,31 @@ pub(super) struct Scenario {
     pub(super) qps: u32,
     /// Training-step-like traffic (periodic bursts on every QP at once), see [`StepsSpec`].
     pub(super) steps: Option<StepsSpec>,
+    /// netem reordering on one VM's egress, see [`Reorder`].
+    pub(super) reorder: Option<Reorder>,
 }
+
+/// Real reordering: netem `delay .. reorder ..` on one VM's eth0 egress. netem sends
+/// `reorder`% of the packets at once and delays the others, so a packet sent less than the
+/// delay after a delayed one overtakes it; nothing is dropped. rxe does not tolerate it: its
+/// responder NAKs every PSN that arrives ahead of the expected one and drops it, its requester
+/// retries a READ whose responses come out of order, so the NAKs, go-back-N resends and READ
+/// retries on the wire are real.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Reorder {
+    /// netem's arguments (after `netem`).
+    pub(super) netem: &'static str,
+    /// On the server's egress (the client's XDP ingress and capture see the reordered
+    /// packets, the observer's kernel path sees what the capture sees), else on the client's
+    /// (its requests: TC egress sees them in rxe's order, before netem; the capture after it;
+    /// pre.pcap, captured before netem, is then the kernel path's truth).
+    pub(super) on_server: bool,
+}
+
+/// netem of the reordering scenarios: 30% of the packets (25% correlated) leave at once, the
+/// others 1 ms later. The limit keeps netem from dropping in a go-back-N storm (its default is
+/// 1000 packets).
+pub(super) const REORDER_NETEM: &str = "delay 1ms reorder 30% 25% limit 100000";
 
 /// Periodic bursts over `qps` QPs of one ib_read_bw process, through perftest's software rate
 /// limiter: with `-t per_step` (at most that many READs outstanding per QP) and `--burst_size
@@ -71,6 +95,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         fast,
         qps: 1,
         steps: None,
+        reorder: None,
     };
     let steps = |name, slow, per_second, fast| {
         let spec = StepsSpec {
@@ -96,6 +121,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             fast,
             qps: 3,
             steps: Some(spec),
+            reorder: None,
         }
     };
     vec![
@@ -117,6 +143,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             fast: true,
             qps: 1,
             steps: None,
+            reorder: None,
         },
         bw("read_bw_mtu1500", "ib_read_bw", Op::Read, 1500, true),
         bw("send_bw_mtu1500", "ib_send_bw", Op::Send, 1500, false),
@@ -137,6 +164,28 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             false,
         ),
         steps("steps_aperiodic", None, 0, false),
+        // 300 WRITEs of 4 KiB (4 PSNs each), the client's requests reordered
+        Scenario {
+            name: "write_bw_mtu1500_reorder",
+            size: 4096,
+            iters: 300,
+            reorder: Some(Reorder {
+                netem: REORDER_NETEM,
+                on_server: false,
+            }),
+            ..bw("", "ib_write_bw", Op::Write, 1500, false)
+        },
+        // 300 READs of 4 KiB, the server's READ responses reordered
+        Scenario {
+            name: "read_bw_mtu1500_reorder",
+            size: 4096,
+            iters: 300,
+            reorder: Some(Reorder {
+                netem: REORDER_NETEM,
+                on_server: true,
+            }),
+            ..bw("", "ib_read_bw", Op::Read, 1500, false)
+        },
     ]
 }
 

@@ -24,6 +24,7 @@ fn pkt(src: &str, op: u8, psn: u32, syn: Option<u8>, len: Option<u32>) -> Pkt {
         ecn: 0,
         udp_sport: 49152,
         time: 0.0,
+        ack_req: false,
     }
 }
 
@@ -110,15 +111,28 @@ fn wire_flow_records_follow_the_metrics_rules() {
     let w = wire_flows(&v, 1024);
     let c = &w[&(CLIENT_IP.to_string(), SERVER_IP.to_string(), 0x11)];
     assert_eq!((c.packets, c.bytes), (6, 600));
-    assert_eq!((c.req_retransmits, c.psn_gaps, c.psn_missing), (1, 1, 1));
+    // by the reordering definitions: 3 closed its hole and the next request (6) was new, so
+    // it was reordered (distance 5 - 3), not lost and resent
+    assert_eq!((c.req_retransmits, c.psn_gaps, c.psn_missing), (0, 0, 0));
+    assert_eq!(
+        (
+            c.psn.reordered,
+            c.psn.reorder_distance_max,
+            c.psn.reorder_hist
+        ),
+        (1, 2, [0, 1, 0, 0, 0, 0])
+    );
     assert_eq!((c.ecn_ce, c.ecn_ect, c.udp_src_ports), (1, 1, 2));
     assert_eq!(c.opcodes["RC_RDMA_WRITE_MIDDLE"], 6);
     assert_eq!(c.distinct_request_psns, 6);
     let s = &w[&(SERVER_IP.to_string(), CLIENT_IP.to_string(), 0x11)];
-    assert_eq!((s.resp_retransmits, s.psn_gaps, s.psn_missing), (1, 1, 1));
+    // 12 is a hole still open at the end (within the window): not lost
+    assert_eq!((s.resp_retransmits, s.psn_gaps, s.psn_missing), (1, 0, 0));
+    assert_eq!((s.psn.psn_holes, s.psn.naks_unattributed), (1, 1));
     assert_eq!((s.acks, s.naks_psn_seq_err, s.naks_other), (1, 1, 0));
     assert_eq!(s.opcodes["RC_ACKNOWLEDGE"], 2);
-    // the per-direction figures agree
+    // the per-direction figures follow the primer's rules (a request not newer than the
+    // highest is a retransmission, a skip is a gap)
     let d = direction(&v, CLIENT_IP, 1024, None);
     assert_eq!((d.req_retransmissions, d.req_gaps), (1, 1));
     let d = direction(&v, SERVER_IP, 1024, None);
@@ -501,4 +515,264 @@ fn steady_checks_fail_on_steps_missing_documents_and_periodic_captures() {
         })
         .collect();
     assert_eq!(failed(&stalled, &[("a", &null)]), 0);
+}
+
+/// A request flow client -> server and its answers, from a compact script: `R5` a WRITE
+/// request with PSN 5, `r5` the same with the AckReq bit, `A5` an ACK, `N5` a PSN
+/// sequence-error NAK; the figures of the request flow (NAKs apply once an ACK matched).
+fn req_truth(script: &str) -> super::psn_truth::PsnFigures {
+    let v: Vec<Pkt> = script
+        .split_whitespace()
+        .map(|w| {
+            let psn: u32 = u32::from_str_radix(&w[1..], 16).expect("hex PSN");
+            match &w[..1] {
+                "R" => pkt(CLIENT_IP, 0x07, psn, None, None),
+                "r" => Pkt {
+                    ack_req: true,
+                    ..pkt(CLIENT_IP, 0x07, psn, None, None)
+                },
+                "A" => pkt(SERVER_IP, 0x11, psn, Some(0x1F), None),
+                "N" => pkt(SERVER_IP, 0x11, psn, Some(0x60), None),
+                x => panic!("{x}"),
+            }
+        })
+        .collect();
+    let refs: Vec<&Pkt> = v.iter().collect();
+    super::psn_truth::psn_truth(&refs, 1024)
+        .remove(&(CLIENT_IP.to_string(), SERVER_IP.to_string(), 0x11))
+        .expect("the request flow")
+}
+
+/// (reordered, req_retransmits, psn_missing, psn_gaps, reorder_naks)
+fn five(f: &super::psn_truth::PsnFigures) -> (u64, u64, u64, u64, u64) {
+    (
+        f.reordered,
+        f.req_retransmits,
+        f.psn_missing,
+        f.psn_gaps,
+        f.reorder_naks,
+    )
+}
+
+#[test]
+fn psn_truth_spraying_without_loss() {
+    let f = req_truth("R0 R2 R1 R3 R5 R4 R6");
+    assert_eq!(five(&f), (2, 0, 0, 0, 0));
+    assert_eq!((f.reorder_distance_max, f.reorder_hist[0]), (1, 2));
+    assert_eq!((f.raw_reordered, f.raw_never_seen, f.psn_holes), (2, 0, 0));
+    // across the 24-bit wrap
+    let f = req_truth("RFFFFFE R0 RFFFFFF R1");
+    assert_eq!(five(&f), (1, 0, 0, 0, 0));
+    // a duplicate of a reordered PSN is a retransmission
+    let f = req_truth("R0 R2 R1 R3 R1");
+    assert_eq!(five(&f), (1, 1, 0, 0, 0));
+}
+
+#[test]
+fn psn_truth_loss_nak_and_go_back_n() {
+    // 3 lost, NAKed, go-back-N from 3: lost and resent, like the primer's rule
+    let f = req_truth("r1 A1 R2 R4 R5 N3 R3 R4 R5");
+    assert_eq!(five(&f), (0, 3, 1, 1, 0));
+    assert_eq!(f.lost_by_nak, 1);
+    // before the first ACK matched a request, a NAK cannot be attributed: 3 closes its hole
+    // and the duplicate 4 after it makes it the first packet of a resend run (lost)
+    let f = req_truth("R1 R2 R4 R5 N3 R3 R4 R5");
+    assert_eq!(five(&f), (0, 3, 1, 1, 0));
+    assert_eq!(f.lost_by_resend_run, 1);
+    // timeout go-back-N (no NAK): two consecutive holes resent as one run, one loss event
+    let f = req_truth("R1 R4 R2 R3 R4");
+    assert_eq!(five(&f), (0, 3, 2, 1, 0));
+    // a first copy continuing a resend run: holes 3 and 5, two events
+    let f = req_truth("R1 R2 R4 R6 R7 R3 R4 R5 R6");
+    assert_eq!(five(&f), (0, 4, 2, 2, 0));
+}
+
+#[test]
+fn psn_truth_reordering_nak_and_its_correction() {
+    // the NAK comes before the delayed first copy of 3: 3 is declared lost, its first copy is
+    // a retransmission, the go-back-N copy (the second) corrects it: reordered, not lost, the
+    // NAK caused by reordering, one of the two copies a retransmission
+    let f = req_truth("r1 A1 R2 R4 R5 N3 R3 R3 R4 R5 R6");
+    assert_eq!(five(&f), (1, 3, 0, 0, 1));
+    assert_eq!((f.corrections, f.reorder_distance_max), (1, 2));
+    // the NAK after the delayed first copy, before the next request decides it
+    let f = req_truth("r1 A1 R2 R4 R5 R3 N3 R3 R4 R5 R6");
+    assert_eq!(five(&f), (1, 3, 0, 0, 1));
+    // the NAK after the decision
+    let f = req_truth("r1 A1 R2 R4 R5 R3 R6 N3 R3 R4 R5 R6");
+    assert_eq!(five(&f), (1, 4, 0, 0, 1));
+}
+
+#[test]
+fn psn_truth_reordering_deeper_than_the_window() {
+    // 0, then 70 (holes 1..69): the window keeps 64 PSNs below expected (71), so 1..6 are
+    // declared lost. Their copies, newest first, come below the window (retransmissions);
+    // 69 down to 7 are reordered
+    let mut script = String::from("R0 R46");
+    for p in (1..70).rev() {
+        script += &format!(" R{p:x}");
+    }
+    let f = req_truth(&script);
+    assert_eq!(five(&f), (63, 6, 6, 1, 0));
+    assert_eq!((f.reorder_distance_max, f.reorder_hist[5]), (63, 63 - 31));
+    assert_eq!((f.raw_reordered, f.raw_distance_max), (69, 69));
+    assert_eq!((f.lost_by_window, f.not_reordered), (6, 6));
+    // oldest first: 1..6 below the window are retransmissions, and 7 then continues their
+    // "resend run" (the previous request a retransmission with PSN 6), so by the definitions
+    // 7..69 are lost and resent too, each continuing the run: the whole late run is loss
+    let mut script = String::from("R0 R46");
+    for p in 1..70 {
+        script += &format!(" R{p:x}");
+    }
+    let f = req_truth(&script);
+    assert_eq!(five(&f), (0, 69, 69, 1, 0));
+    assert_eq!((f.lost_by_window, f.lost_by_resend_run), (6, 63));
+    assert_eq!((f.raw_reordered, f.not_reordered), (69, 69));
+}
+
+#[test]
+fn psn_truth_read_responses() {
+    // one 8 KiB READ (PSNs 10..17), 12 overtaken by 13, then a retried READ from 12
+    let mut v = vec![pkt(CLIENT_IP, 0x0C, 10, None, Some(8192))];
+    for (op, psn) in [
+        (0x0D, 10),
+        (0x0E, 11),
+        (0x0E, 13),
+        (0x0E, 12),
+        (0x0E, 14),
+        (0x0E, 15),
+        (0x0E, 16),
+        (0x0F, 17),
+        (0x0D, 12),
+        (0x0E, 13),
+    ] {
+        v.push(pkt(SERVER_IP, op, psn, None, None));
+    }
+    v.push(pkt(CLIENT_IP, 0x0C, 12, None, Some(6144)));
+    // the retry is no new READ
+    assert_eq!(direction(&v, CLIENT_IP, 1024, None).read_requests, 1);
+    let refs: Vec<&Pkt> = v.iter().collect();
+    let t = super::psn_truth::psn_truth(&refs, 1024);
+    let s = &t[&(SERVER_IP.to_string(), CLIENT_IP.to_string(), 0x11)];
+    assert_eq!(
+        (s.reordered, s.resp_retransmits, s.psn_missing, s.psn_holes),
+        (1, 2, 0, 0)
+    );
+    let c = &t[&(CLIENT_IP.to_string(), SERVER_IP.to_string(), 0x11)];
+    assert_eq!((c.req_retransmits, c.reordered, c.psn_missing), (1, 0, 0));
+    // beyond the window: FIRST 0, MIDDLE 100 (holes 1..99), then 1..99: 1..36 fell out of the
+    // window (lost, their copies retransmissions), 37..99 reordered
+    let mut v = vec![
+        pkt(SERVER_IP, 0x0D, 0, None, None),
+        pkt(SERVER_IP, 0x0E, 100, None, None),
+    ];
+    for p in 1..100 {
+        v.push(pkt(SERVER_IP, 0x0E, p, None, None));
+    }
+    let refs: Vec<&Pkt> = v.iter().collect();
+    let t = super::psn_truth::psn_truth(&refs, 1024);
+    let s = &t[&(SERVER_IP.to_string(), CLIENT_IP.to_string(), 0x11)];
+    assert_eq!(
+        (s.reordered, s.resp_retransmits, s.psn_missing, s.psn_gaps),
+        (63, 36, 36, 1)
+    );
+    assert_eq!(s.reorder_distance_max, 63);
+}
+
+fn script_pkts(script: &str) -> Vec<Pkt> {
+    script
+        .split_whitespace()
+        .map(|w| {
+            let psn: u32 = u32::from_str_radix(&w[1..], 16).expect("hex PSN");
+            match &w[..1] {
+                "R" => pkt(CLIENT_IP, 0x07, psn, None, None),
+                "r" => Pkt {
+                    ack_req: true,
+                    ..pkt(CLIENT_IP, 0x07, psn, None, None)
+                },
+                "A" => pkt(SERVER_IP, 0x11, psn, Some(0x1F), None),
+                "N" => pkt(SERVER_IP, 0x11, psn, Some(0x60), None),
+                x => panic!("{x}"),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn physical_reordering_against_the_definitions() {
+    use super::reorder::physical;
+    // the delayed first copy of 3 after its NAK: reordered, the NAK caused by it, 3 resent
+    let v = script_pkts("r1 A1 R2 R4 R5 N3 R3 R3 R4 R5 R6");
+    let ph = physical(&v, CLIENT_IP, SERVER_IP, 1024);
+    assert_eq!(
+        (
+            ph.reordered,
+            ph.req_retransmits,
+            ph.psn_missing,
+            ph.reorder_naks
+        ),
+        (1, 3, 0, 1)
+    );
+    // a go-back-N sweep resends 2 and 3, then sends 4 and 5 the first time, after 6 overtook
+    // them: RFC 4737 says 4 and 5 are reordered; the definitions' resend-run rule makes 4
+    // the first packet of a resend run (after the retransmission of 3) and 5 its continuation
+    let script = "R0 R1 R2 R3 R6 R2 R3 R4 R5";
+    let ph = physical(&script_pkts(script), CLIENT_IP, SERVER_IP, 1024);
+    assert_eq!(
+        (ph.reordered, ph.req_retransmits, ph.psn_missing),
+        (2, 2, 0)
+    );
+    let f = req_truth(script);
+    assert_eq!(five(&f), (0, 4, 2, 1, 0));
+    assert_eq!(f.lost_by_resend_run, 2);
+    // deeper than the window: 1..6 lost to it, 7..69 reordered, whatever the order
+    let mut script = String::from("R0 R46");
+    for p in 1..70 {
+        script += &format!(" R{p:x}");
+    }
+    let ph = physical(&script_pkts(&script), CLIENT_IP, SERVER_IP, 1024);
+    assert_eq!(
+        (
+            ph.reordered,
+            ph.req_retransmits,
+            ph.psn_missing,
+            ph.psn_gaps
+        ),
+        (63, 6, 6, 1)
+    );
+}
+
+#[test]
+fn loss_truth_aligns_the_two_captures() {
+    use super::reorder::loss_truth;
+    // 3's first transmission dropped: lost, resent with 4 and 5
+    let pre = script_pkts("R1 R2 R3 R4 R5 R3 R4 R5");
+    let cap = script_pkts("R1 R2 R4 R5 R3 R4 R5");
+    let t = loss_truth(&pre, &cap, 1024);
+    assert_eq!(
+        (
+            t.lost.clone(),
+            t.events,
+            t.req_retransmits,
+            t.dropped,
+            t.unmatched
+        ),
+        (vec![3], 1, 3, 1, 0)
+    );
+    // resent twice (two go-back-N rounds): still one lost PSN; the definitions' correction
+    // rule takes the second copy for proof that 3 was only reordered
+    let pre = script_pkts("r1 R2 R3 R4 R3 R4 R3 R4");
+    let cap = script_pkts("r1 R2 R4 R3 R4 R3 R4");
+    let t = loss_truth(&pre, &cap, 1024);
+    assert_eq!(
+        (t.lost.clone(), t.events, t.req_retransmits),
+        (vec![3], 1, 4)
+    );
+    let f = req_truth("r1 A1 R2 R4 N3 R3 R4 R3 R4");
+    assert_eq!(five(&f), (1, 3, 0, 0, 1));
+    // the last PSN dropped and resent before anything higher: not visible as a loss
+    let pre = script_pkts("R1 R2 R3 R3");
+    let cap = script_pkts("R1 R2 R3");
+    let t = loss_truth(&pre, &cap, 1024);
+    assert_eq!((t.lost.len(), t.req_retransmits, t.dropped), (0, 0, 1));
 }

@@ -145,8 +145,13 @@ fn write_config(share: &Path, sc: &Scenario, role: &str, opts: &SoftRoceOpts) ->
     if let (false, Some((qpn, ms))) = (client, sc.slow_qpn()) {
         writeln!(c, "SLOW_QPN={qpn}\nSLOW_DELAY={ms}ms")?;
     }
-    // the loss scenarios also capture before netem (pre.pcap): the path view's two points
-    let pre = client && sc.loss.is_some();
+    // netem reordering on this VM's egress (the reorder scenarios)
+    if let Some(r) = sc.reorder.filter(|r| r.on_server != client) {
+        writeln!(c, "NETEM=\"{}\"", r.netem)?;
+    }
+    // the loss scenarios also capture before netem (pre.pcap): the path view's two points;
+    // so do the scenarios reordering the client's requests (what the observer's TC egress sees)
+    let pre = client && (sc.loss.is_some() || sc.reorder.is_some_and(|r| !r.on_server));
     writeln!(c, "PRE_CAPTURE={}", if pre { 1 } else { 0 })?;
     if let (true, Some(cmd)) = (client, opts.extra_cmd.as_deref()) {
         let cmd = cmd

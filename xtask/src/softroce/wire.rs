@@ -25,6 +25,8 @@ pub(super) struct Pkt {
     pub(super) udp_sport: u16,
     /// Capture timestamp, seconds since the epoch (tcpdump's, in the client VM).
     pub(super) time: f64,
+    /// BTH AckReq bit (the requests the observer timestamps, with READ requests).
+    pub(super) ack_req: bool,
 }
 
 pub(super) fn num(s: &str) -> Option<u64> {
@@ -49,6 +51,7 @@ pub(super) fn tshark_packets(cap: &Path) -> Result<Vec<Pkt>> {
         "ip.dsfield.ecn",
         "udp.srcport",
         "frame.time_epoch",
+        "infiniband.bth.a",
     ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-n").arg("-r").arg(cap).args([
@@ -86,6 +89,7 @@ pub(super) fn tshark_packets(cap: &Path) -> Result<Vec<Pkt>> {
             ecn: num(f[8]).unwrap_or(0) as u8,
             udp_sport: num(f[9]).unwrap_or(0) as u16,
             time: f[10].trim().parse().unwrap_or(0.0),
+            ack_req: matches!(f[11].trim(), "1" | "True" | "true"),
         });
     }
     Ok(v)
@@ -193,6 +197,25 @@ pub(super) fn request_stream(reqs: &[&Pkt], pmtu: u64, first_psn: Option<u32>) -
     (retrans, gaps, missing)
 }
 
+/// Distinct READs: READ request PSNs, except those inside another READ's reservation (rxe
+/// retries a READ whose responses came out of order from the PSN it expects, with a READ
+/// request for the rest: PSN p + k of a READ p of span > k).
+pub(super) fn read_requests(reqs: &[&Pkt], pmtu: u64) -> u64 {
+    let mut firsts: BTreeMap<u32, u32> = BTreeMap::new();
+    for p in reqs.iter().filter(|p| p.opcode == 0x0C) {
+        firsts.entry(p.psn).or_insert_with(|| span(p, pmtu));
+    }
+    firsts
+        .keys()
+        .filter(|&&p| {
+            !firsts.iter().any(|(&q, &s)| {
+                let d = psn_diff(p, q);
+                d > 0 && (d as u32) < s
+            })
+        })
+        .count() as u64
+}
+
 /// `first_psn`: the initial PSN of the sending QP (from perftest), so that a loss of the very
 /// first request is seen as one; None = trust the first packet seen.
 pub(super) fn direction(pkts: &[Pkt], src: &str, pmtu: u64, first_psn: Option<u32>) -> Dir {
@@ -214,12 +237,7 @@ pub(super) fn direction(pkts: &[Pkt], src: &str, pmtu: u64, first_psn: Option<u3
             .collect();
         d.requests += reqs.len() as u64;
         d.distinct_request_psns += reqs.iter().map(|p| p.psn).collect::<HashSet<_>>().len() as u64;
-        d.read_requests += reqs
-            .iter()
-            .filter(|p| p.opcode == 0x0C)
-            .map(|p| p.psn)
-            .collect::<HashSet<_>>()
-            .len() as u64;
+        d.read_requests += read_requests(&reqs, pmtu);
         let (r, g, m) = request_stream(&reqs, pmtu, first_psn);
         d.req_retransmissions += r;
         d.req_gaps += g;

@@ -1,9 +1,11 @@
 //! Per-flow figures of the capture, by the rules of docs/metrics.md (for `analyze` and the
-//! observer). Computed here from tshark's decoding, independently of roce-observer's code.
+//! observer). Computed here from tshark's decoding, independently of roce-observer's code; the
+//! PSN figures (reordering, loss, retransmissions) by `psn_truth`.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use super::wire::{PSN_MOD, Pkt, is_read_response, is_request, psn_add, psn_diff, span};
+use super::psn_truth::{PsnFigures, psn_truth};
+use super::wire::{Pkt, is_request};
 
 /// A flow: (source IP, destination IP, BTH destination QP).
 pub(super) type FlowKey = (String, String, u32);
@@ -33,6 +35,9 @@ pub(super) struct WireFlow {
     pub(super) distinct_request_psns: u64,
     /// frame lengths seen per opcode name
     pub(super) op_lens: BTreeMap<String, BTreeSet<u32>>,
+    /// reordering, loss and retransmissions by the definitions (req_retransmits,
+    /// resp_retransmits, psn_gaps and psn_missing above are copies of its figures)
+    pub(super) psn: PsnFigures,
 }
 
 /// The opcode's name as the flow records spell it (`RC_RDMA_WRITE_FIRST`, `CNP`): the names
@@ -45,9 +50,17 @@ pub(super) fn opcode_name(op: u8) -> String {
     format!("{}_{}", transport_name(transport(op)), operation_name(op))
 }
 
-/// Every flow of the capture (RC traffic: the harness has no other). Request PSN rules start
-/// at the first request seen (like `analyze`, which does not know the QP's initial PSN).
+/// Every flow of the capture (RC traffic: the harness has no other), its packets in capture
+/// order. Request PSN rules start at the first request seen (like `analyze`, which does not
+/// know the QP's initial PSN).
 pub(super) fn wire_flows(pkts: &[Pkt], pmtu: u64) -> BTreeMap<FlowKey, WireFlow> {
+    let all: Vec<&Pkt> = pkts.iter().collect();
+    wire_flows_of(&all, pmtu)
+}
+
+/// [`wire_flows`] of packets given by reference (e.g. two captures merged).
+pub(super) fn wire_flows_of(pkts: &[&Pkt], pmtu: u64) -> BTreeMap<FlowKey, WireFlow> {
+    let mut truth = psn_truth(pkts, pmtu);
     let mut by_flow: BTreeMap<FlowKey, Vec<&Pkt>> = BTreeMap::new();
     for p in pkts {
         by_flow
@@ -57,13 +70,16 @@ pub(super) fn wire_flows(pkts: &[Pkt], pmtu: u64) -> BTreeMap<FlowKey, WireFlow>
     }
     let mut out = BTreeMap::new();
     for (key, pk) in by_flow {
-        let mut f = WireFlow::default();
+        let mut f = WireFlow {
+            psn: truth.remove(&key).unwrap_or_default(),
+            ..Default::default()
+        };
+        f.req_retransmits = f.psn.req_retransmits;
+        f.resp_retransmits = f.psn.resp_retransmits;
+        f.psn_gaps = f.psn.psn_gaps;
+        f.psn_missing = f.psn.psn_missing;
         let mut ports = HashSet::new();
         let mut req_psns = HashSet::new();
-        // request PSN space
-        let (mut req_expected, mut req_highest): (Option<u32>, Option<u32>) = (None, None);
-        // response PSN space (READ responses)
-        let (mut resp_highest, mut resp_last): (Option<u32>, Option<u32>) = (None, None);
         for p in pk {
             f.packets += 1;
             f.bytes += p.len as u64;
@@ -82,34 +98,6 @@ pub(super) fn wire_flows(pkts: &[Pkt], pmtu: u64) -> BTreeMap<FlowKey, WireFlow>
                 .insert(p.len);
             if is_request(p.opcode) {
                 req_psns.insert(p.psn);
-                if req_highest.is_some_and(|h| psn_diff(p.psn, h) <= 0) {
-                    f.req_retransmits += 1;
-                    continue;
-                }
-                if let Some(e) = req_expected {
-                    let d = psn_diff(p.psn, e);
-                    if d > 0 {
-                        f.psn_gaps += 1;
-                        f.psn_missing += d as u64;
-                    }
-                }
-                req_expected = Some(psn_add(p.psn, span(p, pmtu)));
-                req_highest = Some(p.psn);
-            } else if is_read_response(p.opcode) {
-                if resp_highest.is_some_and(|h| psn_diff(p.psn, h) <= 0) {
-                    f.resp_retransmits += 1;
-                    continue;
-                }
-                // MIDDLE / LAST must follow the previous response packet by exactly one
-                if let (0x0E | 0x0F, Some(last)) = (p.opcode, resp_last) {
-                    let e = psn_add(last, 1);
-                    if p.psn != e {
-                        f.psn_gaps += 1;
-                        f.psn_missing += (p.psn.wrapping_sub(e) & (PSN_MOD - 1)) as u64;
-                    }
-                }
-                resp_highest = Some(p.psn);
-                resp_last = Some(p.psn);
             } else if matches!(p.opcode, 0x11 | 0x12) {
                 let s = p.syndrome.unwrap_or(0);
                 match (s >> 5) & 3 {
