@@ -337,6 +337,7 @@ mod tests {
             4096,
             64,
             11,
+            true,
         );
         account(
             &mut s,
@@ -347,6 +348,7 @@ mod tests {
             4096,
             64,
             12,
+            true,
         );
         account(
             &mut s,
@@ -357,6 +359,7 @@ mod tests {
             4096,
             64,
             13,
+            true,
         );
         account(
             &mut s,
@@ -367,6 +370,7 @@ mod tests {
             4096,
             64,
             14,
+            true,
         );
         assert_eq!(s.packets(), 5);
         assert_eq!(s.bytes, 500);
@@ -404,6 +408,7 @@ mod tests {
                 4096,
                 64,
                 0,
+                true,
             );
         }
         assert_eq!(s.udp_src_ports(), 4);

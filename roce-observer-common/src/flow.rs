@@ -324,14 +324,19 @@ pub struct Reorder {
     pub req_seen: u64,
     pub req_lost: u64,
     pub req_flag: u64,
+    /// Requests: a lost PSN whose copy is known to be a resend (a resend run that went on
+    /// with a duplicate): a later copy does not make it reordered.
+    pub req_sure: u64,
     /// READ responses: a copy arrived / skipped between two responses (not a hole).
     pub resp_seen: u64,
     pub resp_soft: u64,
     /// The oldest PSN not yet resolved, per space.
     pub req_base: u32,
     pub resp_base: u32,
-    /// The PSN that continues the last request retransmission (`psn::REQ_RUN`).
+    /// The PSN that continues the last request retransmission (`psn::REQ_RUN`), and where
+    /// that resend run began.
     pub run_next: u32,
+    pub run_start: u32,
     /// The run of first copies waiting for a decision (`psn::REQ_TENTATIVE`): its PSNs
     /// `tent_first..tent_next`, its copies, the highest PSN before it, NAKs for it meanwhile.
     pub tent_first: u32,
@@ -343,6 +348,7 @@ pub struct Reorder {
     /// a second copy shows it was reordered).
     pub closer_psn: u32,
     pub closer_distance: u32,
+    pub _pad: u32,
     /// First copies that arrived reordered; their distances by bucket
     /// (`sequence::DISTANCE_NAMES`) and the largest.
     pub reordered: u64,
@@ -351,7 +357,7 @@ pub struct Reorder {
     /// PSN sequence-error NAKs for PSNs of this flow that were not lost: caused by reordering.
     pub naks: u64,
 }
-assert_size!(Reorder, 152);
+assert_size!(Reorder, 168);
 
 impl Reorder {
     pub const fn zeroed() -> Reorder {
@@ -359,11 +365,13 @@ impl Reorder {
             req_seen: 0,
             req_lost: 0,
             req_flag: 0,
+            req_sure: 0,
             resp_seen: 0,
             resp_soft: 0,
             req_base: 0,
             resp_base: 0,
             run_next: 0,
+            run_start: 0,
             tent_first: 0,
             tent_next: 0,
             tent_count: 0,
@@ -375,6 +383,7 @@ impl Reorder {
             distance: [0; 6],
             distance_max: 0,
             naks: 0,
+            _pad: 0,
         }
     }
 }
@@ -464,7 +473,7 @@ pub struct FlowStats {
     /// reordering counters. Last: touched only by packets that arrive out of order.
     pub reorder: Reorder,
 }
-assert_size!(FlowStats, 776);
+assert_size!(FlowStats, 792);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);

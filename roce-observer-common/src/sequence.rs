@@ -191,6 +191,7 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
         s.reorder.req_seen = 0;
         s.reorder.req_lost = 0;
         s.reorder.req_flag = 0;
+        s.reorder.req_sure = 0;
         s.psn.flags |= REQ_WINDOW;
         s.psn.flags2 &= !REQ_LOST_BELOW;
     }
@@ -246,15 +247,15 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
             highest: highest_now,
             got: psn,
         };
-        if s.reorder.req_lost & bit != 0 {
-            // The second copy of a PSN declared lost: it was not lost, the first copy was
-            // reordered. Of its two copies, one is a retransmission: the count stands.
+        if s.reorder.req_lost & bit != 0 && s.reorder.req_sure & bit == 0 {
+            // The second copy of a PSN declared lost, whose first copy was not known to be a
+            // resend: it was not lost, the first copy was reordered. Of its two copies, one
+            // is a retransmission: the count stands.
             correct(s, psn, bit);
         } else {
             add(&mut s.req_retransmits, 1);
         }
-        s.psn.flags |= REQ_RUN;
-        s.reorder.run_next = psn_add(psn, span);
+        continue_run(s, psn, span, true);
     } else if s.reorder.req_lost & bit != 0 {
         // The first copy of a PSN already declared lost: a retransmission (it stays lost
         // unless a second copy turns up).
@@ -263,8 +264,7 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
         s.reorder.closer_psn = psn;
         s.reorder.closer_distance = psn_diff(highest, psn);
         add(&mut s.req_retransmits, 1);
-        s.psn.flags |= REQ_RUN;
-        s.reorder.run_next = psn_add(psn, span);
+        continue_run(s, psn, span, false);
     } else if flags & REQ_RUN != 0 && psn == s.reorder.run_next {
         // Closes an open hole, continuing a resend run: lost, and this copy is resent.
         step.verdict = PsnVerdict::Retransmit { highest, got: psn };
@@ -273,7 +273,7 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
         s.reorder.req_seen |= bits(off, span);
         s.reorder.req_flag &= !mask;
         add(&mut s.req_retransmits, 1);
-        s.reorder.run_next = psn_add(psn, span);
+        continue_run(s, psn, span, false);
     } else {
         // Closes an open hole: reordered, decided by the next request.
         let distance = psn_diff(highest, psn);
@@ -296,6 +296,26 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
     }
     advance_requests(s);
     step
+}
+
+/// A retransmission of `psn` (`span` PSNs): it starts a resend run, or continues the one in
+/// progress when it is the PSN after it. A `duplicate` (a PSN seen before) that continues a
+/// run shows that the run is a resend: the lost PSNs its copies closed were resent, not
+/// reordered, and a later copy of one (another resend round) does not correct it.
+#[inline(always)]
+fn continue_run(s: &mut FlowStats, psn: u32, span: u32, duplicate: bool) {
+    let r = &mut s.reorder;
+    let continues = s.psn.flags & REQ_RUN != 0 && psn == r.run_next;
+    if !continues {
+        r.run_start = psn;
+    } else if duplicate && !psn_newer(r.req_base, r.run_start) {
+        r.req_sure |= bits(
+            psn_diff(r.run_start, r.req_base),
+            psn_diff(psn, r.run_start),
+        );
+    }
+    s.psn.flags |= REQ_RUN;
+    r.run_next = psn_add(psn, span);
 }
 
 /// Declare the open holes of `mask` (window bits) lost: `psn_missing`, and `psn_gaps` as the
@@ -335,11 +355,16 @@ fn tentative_lost(s: &mut FlowStats, step: &mut Step) {
         return;
     }
     let mask = bits(psn_diff(first, base), n);
-    // Seen, so `declare_lost` would not take them as holes: mark them lost directly.
+    // Seen, so `declare_lost` would not take them as holes: mark them lost directly. The
+    // duplicate that decides them continues their run: they were resent.
     s.reorder.req_flag &= !mask;
     declare_lost(s, mask, step);
+    s.reorder.req_sure |= mask;
     s.reorder.closer_psn = first;
     s.reorder.closer_distance = psn_diff(s.reorder.tent_highest, first);
+    s.reorder.run_start = first;
+    s.reorder.run_next = s.reorder.tent_next;
+    s.psn.flags |= REQ_RUN;
 }
 
 /// The pending run of first copies was reordering.
@@ -434,6 +459,7 @@ fn slide_requests(s: &mut FlowStats, k: u32, p: u32, step: &mut Step) {
     r.req_seen = shr(r.req_seen, k);
     r.req_lost = shr(r.req_lost, k);
     r.req_flag = shr(r.req_flag, k);
+    r.req_sure = shr(r.req_sure, k);
     r.req_base = psn_add(base, k);
 }
 
@@ -456,6 +482,7 @@ fn advance_requests(s: &mut FlowStats) {
     r.req_seen = shr(r.req_seen, k);
     r.req_lost = shr(r.req_lost, k);
     r.req_flag = shr(r.req_flag, k);
+    r.req_sure = shr(r.req_sure, k);
     r.req_base = psn_add(r.req_base, k);
     s.psn.flags2 &= !REQ_LOST_BELOW;
     if r.req_base == s.psn.req_expected && s.psn.flags & REQ_TENTATIVE == 0 {

@@ -169,6 +169,22 @@ fn a_lost_psn_that_turns_up_twice_was_not_lost() {
 }
 
 #[test]
+fn a_lost_psn_resent_in_two_go_back_n_rounds_stays_lost() {
+    // 3 lost; NAK for 3; go-back-N resends 3..=6, then (another NAK or a timeout) 3..=6 again.
+    // The first round's copy of 3 went on with duplicates: a resend, so the second round's
+    // copy of 3 is another resend, not proof that 3 was only reordered.
+    let mut s = requests(&[1, 2, 4, 5, 6]);
+    nak(&mut s, 3);
+    for p in [3, 4, 5, 6, 3, 4, 5, 6, 7] {
+        request(&mut s, p, 1, W, true);
+    }
+    assert_eq!(counts(&s), (1, 1, 8, 0, 0));
+    // The same without a NAK: the first round decides 3 lost by the duplicate after it.
+    let s = requests(&[1, 2, 4, 5, 6, 3, 4, 5, 6, 3, 4, 5, 6, 7]);
+    assert_eq!(counts(&s), (1, 1, 8, 0, 0));
+}
+
+#[test]
 fn a_duplicate_of_a_reordered_psn_is_a_retransmission() {
     let s = requests(&[1, 3, 2, 4, 2, 5]);
     assert_eq!(counts(&s), (0, 0, 1, 1, 0));

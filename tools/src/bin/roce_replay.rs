@@ -87,7 +87,8 @@ fn main() -> anyhow::Result<()> {
             if opcode::psn_space(pkt.opcode) == PsnSpace::Request && entry.0 == u32::MAX {
                 entry.0 = pkt.psn;
             }
-            account(&mut entry.1, &pkt, pmtu, 0);
+            let window = roce_observer_common::sequence::DEFAULT_REORDER_WINDOW;
+            account(&mut entry.1, &pkt, pmtu, window, 0, true);
         }
     }
     let span: HashMap<FlowId, u32> = stats

@@ -107,6 +107,9 @@ enum Slot {
         by_nak: bool,
         copies: u32,
         distance: u32,
+        /// Its copy is known to be a resend (its resend run went on with a duplicate): a
+        /// later copy does not correct it.
+        sure: bool,
     },
     /// Seen. `reordered`: its first copy was decided reordered; `pending`: its first copy
     /// closed a hole and awaits the decision. `nak`: pending, a NAK named it meanwhile;
@@ -139,6 +142,8 @@ struct ReqSpace {
     pending: Vec<(u32, u32, u32)>,
     /// The previous request: PSN, span, whether it was a retransmission.
     prev: Option<(u32, u32, bool)>,
+    /// Where the resend run of the previous retransmission began.
+    run_start: u32,
     /// When the pending first copies arrived.
     closed: HashMap<u32, f64>,
     /// Lost PSNs (unwrapped) for the loss-event count.
@@ -183,6 +188,7 @@ impl ReqSpace {
                             Slot::Lost {
                                 by_nak: false,
                                 copies: 1,
+                                sure: true,
                                 distance: if i == 0 {
                                     d
                                 } else {
@@ -297,7 +303,13 @@ impl ReqSpace {
                                 Slot::Seen { pending: false, .. } | Slot::Lost { copies: 1.., .. }
                             )
                         ));
+                let first = self.pending.first().map_or(lp, |&(fp, _, _)| fp);
                 self.decide(f, dup && p == after);
+                if dup && p == after {
+                    // the decided copies were a resend run, which this duplicate continues
+                    self.prev = Some((lp, ls, true));
+                    self.run_start = first;
+                }
             }
         }
         let slot = self.slots.get(&p).copied();
@@ -344,6 +356,7 @@ impl ReqSpace {
                                         by_nak: false,
                                         copies: 1,
                                         distance: psn_diff(self.highest, q) as u32,
+                                        sure: false,
                                     },
                                 );
                             }
@@ -378,6 +391,7 @@ impl ReqSpace {
                     by_nak,
                     copies,
                     distance,
+                    sure,
                 }) => {
                     if copies == 0 {
                         let d = psn_diff(self.highest, p) as u32;
@@ -387,8 +401,12 @@ impl ReqSpace {
                                 by_nak,
                                 copies: 1,
                                 distance: d,
+                                sure,
                             },
                         );
+                        retransmit = true;
+                    } else if sure {
+                        // another resend round of a PSN whose copy was a resend
                         retransmit = true;
                     } else {
                         // the second copy in the window: it was not lost, the first copy
@@ -411,6 +429,7 @@ impl ReqSpace {
                         // of the two copies exactly one is a retransmission (the first
                         // already counted); this one is a copy all the same (a resend run
                         // may continue from it)
+                        self.run(p, true);
                         self.prev = Some((p, s, true));
                         return true;
                     }
@@ -428,8 +447,38 @@ impl ReqSpace {
                 }
             }
         }
+        if retransmit {
+            let dup = below_base
+                || matches!(
+                    slot,
+                    Some(Slot::Seen { .. } | Slot::Lost { copies: 1.., .. })
+                );
+            self.run(p, dup);
+        }
         self.prev = Some((p, s, retransmit));
         retransmit
+    }
+
+    /// A retransmission of `p`: it starts a resend run, or continues the previous one (the
+    /// PSN after the previous retransmission); a duplicate that continues one shows the run
+    /// is a resend, and the lost PSNs it closed are not corrected by later copies.
+    fn run(&mut self, p: u32, dup: bool) {
+        let continues = self
+            .prev
+            .is_some_and(|(q, qs, retx)| retx && p == psn_add(q, qs));
+        if !continues {
+            self.run_start = p;
+            return;
+        }
+        if dup {
+            let mut q = self.run_start;
+            while q != p && self.in_window(q) {
+                if let Some(Slot::Lost { sure, .. }) = self.slots.get_mut(&q) {
+                    *sure = true;
+                }
+                q = psn_add(q, 1);
+            }
+        }
     }
 
     /// A PSN sequence-error NAK naming `x`.
@@ -445,6 +494,7 @@ impl ReqSpace {
                         by_nak: true,
                         copies: 0,
                         distance: 0,
+                        sure: false,
                     },
                 );
                 f.lost_by_nak += 1;
