@@ -198,6 +198,9 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
             failed = Some(e);
             STOP.store(true, Ordering::Relaxed);
         }
+        for warning in outputs.take_warnings() {
+            eprintln!("roce-observer: {warning}");
+        }
     };
     let (engine, damage) = if name == "-" {
         analyze_reader_reporting(UntilStopped(std::io::stdin()), cfg, every_ns, report)

@@ -206,6 +206,12 @@ pub async fn run_live<S: LiveSource>(
                 let now = src.now_ns();
                 let mut snap = schedule.snapshot(engine, now);
                 outputs.interval(&mut snap, stdout)?;
+                // Under the terminal UI they wait for the final report.
+                if ui.is_none() {
+                    for warning in outputs.take_warnings() {
+                        eprintln!("roce-observer: {warning}");
+                    }
+                }
                 if schedule.gate.each_interval {
                     tripped = schedule.gate.judge.judge(&snap).err();
                 } else {

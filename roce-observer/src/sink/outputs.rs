@@ -85,7 +85,12 @@ pub struct Outputs {
     prom_file: Option<PathBuf>,
     server: Option<MetricsServer>,
     top_flows: usize,
+    /// Warnings not yet taken (printed by `finish` if never taken).
+    warnings: Vec<String>,
 }
+
+/// Warnings kept while nobody takes them (the terminal UI is up): the first ones say enough.
+const MAX_HELD_WARNINGS: usize = 100;
 
 impl Outputs {
     /// Open what needs opening (the log directory, the metrics address), so that a bad path or
@@ -106,7 +111,14 @@ impl Outputs {
             prom_file: plan.prom_file,
             server,
             top_flows: plan.metrics_top_flows,
+            warnings: Vec::new(),
         })
+    }
+
+    /// Warnings since the last call (files refused in the log directory), one line each, for
+    /// stderr. Those not taken are printed by [`Outputs::finish`].
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// Start serving `/metrics` on the current tokio runtime (the live loop calls this once it
@@ -155,6 +167,10 @@ impl Outputs {
         self.files(snap)?;
         if let Some(log) = self.log.as_mut() {
             log.finish();
+            hold_warnings(&mut self.warnings, log.take_warnings());
+            for warning in self.warnings.drain(..) {
+                eprintln!("roce-observer: {warning}");
+            }
             let health = log.health();
             snap.summary.log_records_lost = Some(health.records_lost);
             if let Some(err) = log.last_error() {
@@ -190,6 +206,7 @@ impl Outputs {
         if let Some(log) = self.log.as_mut() {
             log.write(snap, snap.summary.interval_end_ts);
             let h = log.health();
+            hold_warnings(&mut self.warnings, log.take_warnings());
             snap.summary.log_records_lost = Some(h.records_lost);
             health.log_records_lost = Some(h.records_lost);
             health.log_records_written = Some(h.records_written);
@@ -205,6 +222,11 @@ impl Outputs {
         }
         Ok(())
     }
+}
+
+fn hold_warnings(held: &mut Vec<String>, new: Vec<String>) {
+    let room = MAX_HELD_WARNINGS.saturating_sub(held.len());
+    held.extend(new.into_iter().take(room));
 }
 
 fn write_metrics(path: &Path, text: &str) -> Result<(), OutputError> {
