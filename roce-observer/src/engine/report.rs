@@ -202,6 +202,7 @@ impl Engine {
                 by_direction,
                 alerts_dropped: self.alerts.dropped,
                 log_records_lost: None,
+                prom_file_errors: None,
                 capture: self.capture.clone(),
             },
             latency: LatencySnapshot {

@@ -447,6 +447,9 @@ pub struct Summary {
     /// Log lines that could not be written (`--log-dir`: full disk, removed directory, lost
     /// permission); null without a log directory. Filled in by the outputs, not the engine.
     pub log_records_lost: Option<u64>,
+    /// Failed writes of the `--prom-file` textfile (each retried the next interval); null
+    /// without one. Filled in by the outputs, not the engine.
+    pub prom_file_errors: Option<u64>,
     /// Present for captures (`analyze`).
     pub capture: Option<CaptureSummary>,
 }

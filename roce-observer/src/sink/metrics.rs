@@ -633,6 +633,13 @@ fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health
             one(written),
         );
     }
+    if let Some(errors) = m.prom_file_errors {
+        reg.register(
+            "roce_observer_prom_file_errors",
+            "Failed writes of the --prom-file textfile (each retried the next interval)",
+            one(errors),
+        );
+    }
     reg.register(
         "roce_observer_scrapes",
         "Scrapes of /metrics served",
