@@ -348,7 +348,8 @@ fn the_package_installs_and_runs_as_its_service_user_counting_exactly() {
         assert_eq!(code, Some(1), "without {missing}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "without {missing}: {stderr}");
         assert!(
-            stderr.contains("CAP_BPF + CAP_NET_ADMIN (+ CAP_PERFMON)"),
+            stderr.contains("CAP_BPF + CAP_NET_ADMIN + CAP_PERFMON")
+                && stderr.contains(&format!("this process lacks {missing})")),
             "without {missing}: {stderr}"
         );
     }

@@ -59,14 +59,32 @@ pub enum ServeError {
 }
 
 /// `PORT` means loopback (127.0.0.1:PORT): exposing flow details to the network is a choice the
-/// user makes by naming an address.
+/// user makes by naming an address. A host name (`localhost:9470`) is resolved now; its first
+/// IPv4 address is used, else its first address.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, ServeError> {
+    use std::net::ToSocketAddrs as _;
     let s = s.trim();
     if let Ok(port) = s.trim_start_matches(':').parse::<u16>() {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
-    s.parse::<SocketAddr>()
-        .map_err(|_| ServeError::BadAddress(s.to_string()))
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let bad = || ServeError::BadAddress(s.to_string());
+    // Only HOST:PORT is looked up (a bare word is no address).
+    if !s
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+    {
+        return Err(bad());
+    }
+    let addrs: Vec<SocketAddr> = s.to_socket_addrs().map_err(|_| bad())?.collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(bad)
 }
 
 /// What keeps the endpoint answering scrapes whatever other local users do.
@@ -472,6 +490,13 @@ mod tests {
         );
         assert!(matches!(
             parse_listen("eth0"),
+            Err(ServeError::BadAddress(_))
+        ));
+        // A host name that resolves (from /etc/hosts) to loopback.
+        let local = parse_listen("localhost:9470").expect("localhost resolves");
+        assert!(local.ip().is_loopback() && local.port() == 9470, "{local}");
+        assert!(matches!(
+            parse_listen("no-such-host.invalid:9470"),
             Err(ServeError::BadAddress(_))
         ));
     }

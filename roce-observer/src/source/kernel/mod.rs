@@ -187,7 +187,7 @@ impl KernelSource {
         }
         let features = Features::probe();
         if !features.privileged {
-            return Err(KernelError::NotPrivileged);
+            return Err(error::not_privileged());
         }
         if let Some(what) = features.missing() {
             return Err(KernelError::KernelTooOld {
