@@ -248,6 +248,19 @@ impl<F: Future<Output = ()>> Live<F> {
         for warning in ended.warnings {
             eprintln!("roce-observer: {warning}");
         }
+        if !ended.gone.is_empty() {
+            anyhow::bail!(
+                "{} removed while watched (the programs on it went with it); the report covers \
+                 what was seen until then. Exiting with an error so that the service manager \
+                 restarts the observer (it attaches again once the interface is back)",
+                ended
+                    .gone
+                    .iter()
+                    .map(|i| format!("interface `{i}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         match ended.tripped {
             Some(gate) => Err(gate.into()),
             None => Ok(()),

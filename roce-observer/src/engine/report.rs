@@ -203,6 +203,7 @@ impl Engine {
                 alerts_dropped: self.alerts.dropped,
                 log_records_lost: None,
                 prom_file_errors: None,
+                interfaces_up: BTreeMap::new(),
                 capture: self.capture.clone(),
             },
             latency: LatencySnapshot {

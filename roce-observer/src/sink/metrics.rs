@@ -633,6 +633,21 @@ fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health
             one(written),
         );
     }
+    let up = m
+        .interfaces_up
+        .iter()
+        .map(|(iface, up)| {
+            (
+                vec![("iface", iface.clone())],
+                ConstGauge::new(i64::from(*up)),
+            )
+        })
+        .collect();
+    reg.register(
+        "roce_observer_interface_up",
+        "1 while a watched interface is there, 0 once it was removed (run -i; the run then ends)",
+        ConstFamily(up),
+    );
     if let Some(errors) = m.prom_file_errors {
         reg.register(
             "roce_observer_prom_file_errors",

@@ -125,6 +125,21 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             0,
         ));
     }
+    let gone: Vec<String> = s
+        .interfaces_up
+        .iter()
+        .filter(|(_, up)| !**up)
+        .map(|(iface, _)| format::terminal_owned(iface.clone()))
+        .collect();
+    if !gone.is_empty() {
+        first.push((
+            Span::styled(
+                format!(" {MARK}interface removed: {} ", gone.join(", ")),
+                Style::new().white().on_red(),
+            ),
+            0,
+        ));
+    }
     if app.ended {
         first.push((
             Span::styled(

@@ -388,6 +388,15 @@ impl LiveSource for KernelSource {
     fn take_log(&mut self) -> Vec<String> {
         self.take_kernel_log()
     }
+
+    fn interfaces(&self) -> Vec<(String, bool)> {
+        // A deleted interface takes our programs with it; one created again under the same
+        // name has another index and none of them.
+        self.attachments
+            .iter()
+            .map(|a| (a.iface.clone(), ifindex(&a.iface) == Some(a.ifindex)))
+            .collect()
+    }
 }
 
 fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, KernelError>
