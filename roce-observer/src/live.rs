@@ -97,8 +97,7 @@ pub struct Ended {
 }
 
 /// The watched interfaces' state into the snapshot; returns those that are gone.
-fn note_interfaces<S: LiveSource>(src: &S, snap: &mut Snapshot) -> Vec<String> {
-    let ifaces = src.interfaces();
+fn note_interfaces(ifaces: Vec<(String, bool)>, snap: &mut Snapshot) -> Vec<String> {
     let gone = ifaces
         .iter()
         .filter(|(_, up)| !up)
@@ -220,7 +219,7 @@ pub async fn run_live<S: LiveSource>(
                 source_log(src, ui.is_some(), &mut held_log);
                 let now = src.now_ns();
                 let mut snap = schedule.snapshot(engine, now);
-                gone = note_interfaces(src, &mut snap);
+                gone = note_interfaces(src.interfaces(), &mut snap);
                 outputs.interval(&mut snap, stdout)?;
                 // Under the terminal UI they wait for the final report.
                 if ui.is_none() {
@@ -265,12 +264,14 @@ pub async fn run_live<S: LiveSource>(
     drop(events);
     let refreshed = src.refresh(engine);
     source_log(src, false, &mut held_log);
+    // Before stopping: a stopped kernel source has nothing attached to report on.
+    let ifaces = src.interfaces();
     let warnings = src.stop();
     refreshed?;
     // The final report analyses the steps of everything seen (no reused analysis).
     engine.forget_steps_analysis();
     let mut snap = schedule.snapshot(engine, src.now_ns());
-    note_interfaces(src, &mut snap);
+    note_interfaces(ifaces, &mut snap);
     outputs.finish(&mut snap, stdout)?;
     // The interval that ended the run is the reason; else the final report is judged.
     let tripped = tripped.or_else(|| schedule.gate.judge.judge(&snap).err());
