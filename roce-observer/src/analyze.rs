@@ -41,6 +41,10 @@ pub struct AnalyzeArgs {
     /// (docs/analyze.md lists the metrics).
     #[arg(long = "fail-on", value_name = "EXPR", value_parser = fail_on::parse)]
     pub fail_on: Vec<FailOn>,
+    /// Flow table size: up to N flows (default 131072, ~2-3 KB of memory each); packets of new
+    /// flows past it are counted in map_full, as the kernel counts them.
+    #[arg(long, value_name = "N")]
+    pub max_flows: Option<u32>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -164,7 +168,8 @@ pub fn capture_summary(end: &CaptureEnd) -> CaptureSummary {
 }
 
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
-    let cfg = args.engine.engine_config()?;
+    let mut cfg = args.engine.engine_config()?;
+    cfg.max_flows = crate::run::capture_max_flows(args.max_flows)?;
     let name = args.input.display().to_string();
     let every_ns = match args.report_every {
         Some(secs) if secs > 0.0 && secs.is_finite() => Some((secs * 1e9) as u64),
@@ -197,6 +202,9 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         {
             failed = Some(e);
             STOP.store(true, Ordering::Relaxed);
+        }
+        for warning in outputs.take_warnings() {
+            eprintln!("roce-observer: {warning}");
         }
     };
     let (engine, damage) = if name == "-" {

@@ -98,6 +98,51 @@ pub fn shorten(s: &str, w: usize) -> String {
     format!("{head}~{tail}")
 }
 
+/// A character a terminal would act on instead of showing: C0 and C1 controls, DEL, and the
+/// bidirectional embeddings, overrides and isolates that reorder what is shown.
+fn acts_on_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape_for_terminal(s: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
+    let escaped = |c: char| acts_on_terminal(c) && !(keep_newlines && c == '\n');
+    if !s.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if !escaped(c) {
+            out.push(c);
+        } else if u32::from(c) < 0x100 {
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        } else {
+            let _ = write!(out, "\\u{{{:04x}}}", u32::from(c));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `s` safe to print on a terminal, for one field: text from a capture or from another
+/// process (interface names, process names) may hold escape sequences that would retitle,
+/// clear or reprogram the terminal; those characters are shown as `\x1b`, `\u{202e}`.
+pub fn terminal(s: &str) -> std::borrow::Cow<'_, str> {
+    escape_for_terminal(s, false)
+}
+
+/// [`terminal`] for a multi-line text: newlines are kept.
+pub fn terminal_lines(s: &str) -> std::borrow::Cow<'_, str> {
+    escape_for_terminal(s, true)
+}
+
+/// [`terminal`] of an owned string, without copying when nothing needs escaping.
+pub fn terminal_owned(s: String) -> String {
+    if let std::borrow::Cow::Owned(escaped) = terminal(&s) {
+        return escaped;
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +213,18 @@ mod tests {
         assert_eq!(shorten("abcdefghij", 5), "ab~ij");
         assert_eq!(shorten("abc", 5), "abc");
         assert_eq!(shorten("2001:db8::1 > 2001:db8::2", 12), "2001:~db8::2");
+    }
+
+    #[test]
+    fn escape_sequences_are_shown_not_sent() {
+        let name = "eth\x1b]0;pwned\x07\x1b[2J\u{9b}x\u{202e}";
+        assert_eq!(
+            terminal(name),
+            "eth\\x1b]0;pwned\\x07\\x1b[2J\\x9bx\\u{202e}"
+        );
+        assert!(matches!(terminal("eth0 ü"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(terminal("a\nb\tc"), "a\\x0ab\\x09c");
+        assert_eq!(terminal_lines("a\x1b\nb\n"), "a\\x1b\nb\n");
+        assert_eq!(terminal_owned("plain".to_string()), "plain");
     }
 }

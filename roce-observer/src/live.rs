@@ -92,6 +92,19 @@ pub struct Ended {
     /// The `--fail-on` conditions that held: on the interval report that ended the run, or
     /// on the final report.
     pub tripped: Option<GateFailed>,
+    /// Watched interfaces that were removed: the run ended because of them.
+    pub gone: Vec<String>,
+}
+
+/// The watched interfaces' state into the snapshot; returns those that are gone.
+fn note_interfaces(ifaces: Vec<(String, bool)>, snap: &mut Snapshot) -> Vec<String> {
+    let gone = ifaces
+        .iter()
+        .filter(|(_, up)| !up)
+        .map(|(name, _)| name.clone())
+        .collect();
+    snap.summary.interfaces_up = ifaces.into_iter().collect();
+    gone
 }
 
 /// How often QP owners are read between reports: a QP that lives this long (a short perftest
@@ -172,6 +185,7 @@ pub async fn run_live<S: LiveSource>(
     // Set once the source has ended and its last state is on screen.
     let mut ended = false;
     let mut tripped: Option<GateFailed> = None;
+    let mut gone: Vec<String> = Vec::new();
     // The source's log lines while the terminal UI is up, shown once it is gone.
     let mut held_log = Vec::new();
     loop {
@@ -205,13 +219,23 @@ pub async fn run_live<S: LiveSource>(
                 source_log(src, ui.is_some(), &mut held_log);
                 let now = src.now_ns();
                 let mut snap = schedule.snapshot(engine, now);
+                gone = note_interfaces(src.interfaces(), &mut snap);
                 outputs.interval(&mut snap, stdout)?;
+                // Under the terminal UI they wait for the final report.
+                if ui.is_none() {
+                    for warning in outputs.take_warnings() {
+                        eprintln!("roce-observer: {warning}");
+                    }
+                }
                 if schedule.gate.each_interval {
                     tripped = schedule.gate.judge.judge(&snap).err();
                 } else {
                     schedule.gate.judge.note(&snap);
                 }
-                if tripped.is_some() {
+                // Its programs went with it: nothing more can be seen there. The unit
+                // restarts the observer on the failure this ends with.
+                // Under the terminal UI the header says so until the user quits.
+                if tripped.is_some() || (!gone.is_empty() && ui.is_none()) {
                     break;
                 }
                 if let Some(ui) = ui.as_mut() {
@@ -240,15 +264,22 @@ pub async fn run_live<S: LiveSource>(
     drop(events);
     let refreshed = src.refresh(engine);
     source_log(src, false, &mut held_log);
+    // Before stopping: a stopped kernel source has nothing attached to report on.
+    let ifaces = src.interfaces();
     let warnings = src.stop();
     refreshed?;
     // The final report analyses the steps of everything seen (no reused analysis).
     engine.forget_steps_analysis();
     let mut snap = schedule.snapshot(engine, src.now_ns());
+    note_interfaces(ifaces, &mut snap);
     outputs.finish(&mut snap, stdout)?;
     // The interval that ended the run is the reason; else the final report is judged.
     let tripped = tripped.or_else(|| schedule.gate.judge.judge(&snap).err());
-    Ok(Ended { warnings, tripped })
+    Ok(Ended {
+        warnings,
+        tripped,
+        gone,
+    })
 }
 
 /// The source's log lines (`run --kernel-log`) go to stderr, except while the terminal UI is
@@ -303,6 +334,8 @@ mod tests {
         next: usize,
         now: u64,
         stopped: bool,
+        /// The watched interface is removed once this many steps were read.
+        removed_after: Option<usize>,
     }
 
     impl LiveSource for Scripted {
@@ -333,6 +366,10 @@ mod tests {
         fn stop(&mut self) -> Vec<String> {
             self.stopped = true;
             vec!["scripted warning".into()]
+        }
+        fn interfaces(&self) -> Vec<(String, bool)> {
+            let up = self.removed_after.is_none_or(|n| self.next < n);
+            vec![("veth-gone".into(), up), ("veth-kept".into(), true)]
         }
     }
 
@@ -410,6 +447,7 @@ mod tests {
             next: 0,
             now: 0,
             stopped: false,
+            removed_after: None,
         };
         let (stdout, warnings) = run(
             &mut src,
@@ -534,6 +572,7 @@ mod tests {
             next: 0,
             now: 0,
             stopped: false,
+            removed_after: None,
         }
     }
 
@@ -586,6 +625,57 @@ mod tests {
         assert!(ended.tripped.is_none());
     }
 
+    /// A watched interface removed mid-run ends the run (without a UI) at that interval: the
+    /// interval's outputs and the final report say which one, and the caller learns it.
+    #[test]
+    fn a_removed_interface_ends_the_run_and_is_reported() {
+        let mut src = Scripted {
+            steps: (2..12)
+                .map(|t| (t * SEC, vec![flow(0x11, t, 1000 * t, t * SEC)]))
+                .collect(),
+            removed_after: Some(2),
+            ..three_intervals()
+        };
+        let prom = temp_log("gone.prom");
+        let plan = OutputPlan {
+            json: true,
+            interval_tables: IntervalTables::Off,
+            log_dir: None,
+            prom_file: Some(prom.clone()),
+            metrics: None,
+            metrics_top_flows: 10,
+        };
+        let (stdout, ended) = run_gated(&mut src, plan, Gate::default());
+        assert_eq!(ended.gone, ["veth-gone"]);
+        assert!(src.stopped);
+        // Two intervals, then the final report's read: not the ten steps the source had.
+        assert_eq!(src.next, 3);
+        let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+        assert_eq!(
+            doc["summary"]["interfaces_up"],
+            serde_json::json!({"veth-gone": false, "veth-kept": true})
+        );
+        let text = std::fs::read_to_string(&prom).expect("metrics file");
+        assert!(
+            text.contains("\nroce_observer_interface_up{iface=\"veth-gone\"} 0\n")
+                && text.contains("\nroce_observer_interface_up{iface=\"veth-kept\"} 1\n"),
+            "{text}"
+        );
+        let (_, ended) = run_gated(&mut three_intervals(), plan_off(), Gate::default());
+        assert!(ended.gone.is_empty());
+    }
+
+    fn plan_off() -> OutputPlan {
+        OutputPlan {
+            json: true,
+            interval_tables: IntervalTables::Off,
+            log_dir: None,
+            prom_file: None,
+            metrics: None,
+            metrics_top_flows: 10,
+        }
+    }
+
     #[test]
     fn json_mode_prints_one_document_at_the_end_only() {
         let mut src = Scripted {
@@ -593,6 +683,7 @@ mod tests {
             next: 0,
             now: 0,
             stopped: false,
+            removed_after: None,
         };
         let (stdout, _) = run(
             &mut src,

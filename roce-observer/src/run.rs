@@ -50,7 +50,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "FILE|-",
-        conflicts_with_all = ["ifaces", "max_flows", "xdp_mode", "kernel_log", "no_steps"]
+        conflicts_with_all = ["ifaces", "xdp_mode", "kernel_log", "no_steps"]
     )]
     pub capture: Option<PathBuf>,
     /// With --capture: replay frames at the pace they were recorded (default: as fast as
@@ -86,10 +86,11 @@ pub struct RunArgs {
     /// Seconds between two reports.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
-    /// Flow table size in the kernel: up to N IPv4 flows and up to N IPv6 flows (two maps;
-    /// packets of new flows past it are counted in map_full).
-    #[arg(long, default_value_t = 16384)]
-    pub max_flows: u32,
+    /// Flow table size: in the kernel up to N IPv4 flows and up to N IPv6 flows (two maps;
+    /// default 16384); with --capture up to N flows (default 131072, ~3 KB of memory each).
+    /// Packets of new flows past it are counted in map_full.
+    #[arg(long, value_name = "N")]
+    pub max_flows: Option<u32>,
     /// XDP attach mode.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: XdpModeArg,
@@ -130,6 +131,20 @@ fn parse_iface(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// Default of `--max-flows` for the kernel's two maps (preallocated: ~9 MiB for IPv4).
+pub const KERNEL_MAX_FLOWS: u32 = 16384;
+/// Default of `--max-flows` for captures (`analyze`, `run --capture`): at ~2-3 KB per flow
+/// (the engine's record, its history and snapshot), a few hundred MB at most.
+pub const CAPTURE_MAX_FLOWS: u32 = 131_072;
+
+/// The engine's table size for a capture source.
+pub fn capture_max_flows(n: Option<u32>) -> anyhow::Result<usize> {
+    match n.unwrap_or(CAPTURE_MAX_FLOWS) {
+        0 => anyhow::bail!("--max-flows must be at least 1"),
+        n => Ok(n as usize),
+    }
+}
+
 fn seconds(name: &str, secs: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(secs)
         .ok()
@@ -168,7 +183,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             each_interval: args.capture.is_none(),
         },
     };
-    let cfg = args.engine.engine_config()?;
+    let mut cfg = args.engine.engine_config()?;
+    if args.capture.is_some() {
+        cfg.max_flows = capture_max_flows(args.max_flows)?;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -248,6 +266,19 @@ impl<F: Future<Output = ()>> Live<F> {
         for warning in ended.warnings {
             eprintln!("roce-observer: {warning}");
         }
+        if !ended.gone.is_empty() {
+            anyhow::bail!(
+                "{} removed while watched (the programs on it went with it); the report covers \
+                 what was seen until then. Exiting with an error so that the service manager \
+                 restarts the observer (it attaches again once the interface is back)",
+                ended
+                    .gone
+                    .iter()
+                    .map(|i| format!("interface `{i}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         match ended.tripped {
             Some(gate) => Err(gate.into()),
             None => Ok(()),
@@ -267,7 +298,7 @@ async fn run_kernel<F: Future<Output = ()>>(
         vxlan_port: args.engine.vxlan_port,
         pmtu: args.engine.pmtu(),
         reorder_window: cfg.reorder_window,
-        max_flows: args.max_flows,
+        max_flows: args.max_flows.unwrap_or(KERNEL_MAX_FLOWS),
         xdp_mode: match args.xdp_mode {
             XdpModeArg::Auto => aya::programs::XdpMode::Default,
             XdpModeArg::Skb => aya::programs::XdpMode::Skb,

@@ -33,7 +33,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Watch interfaces live: XDP on ingress and TC on egress (needs root or CAP_BPF +
-    /// CAP_NET_ADMIN).
+    /// CAP_NET_ADMIN + CAP_PERFMON).
     Run(crate::run::RunArgs),
     /// The RDMA NIC's own RoCE and PFC counters (sysfs hw_counters, ethtool -S): for hosts
     /// whose NIC handles RoCE where XDP cannot see it.
@@ -93,6 +93,19 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_help_names_every_capability_it_needs() {
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("run")
+            .expect("run subcommand")
+            .render_long_help()
+            .to_string();
+        for cap in ["CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON"] {
+            assert!(help.contains(cap), "run --help lacks {cap}:\n{help}");
+        }
     }
 
     #[test]

@@ -206,6 +206,8 @@ impl Engine {
                 by_direction,
                 alerts_dropped: self.alerts.dropped,
                 log_records_lost: None,
+                prom_file_errors: None,
+                interfaces_up: BTreeMap::new(),
                 capture: self.capture.clone(),
             },
             latency: LatencySnapshot {

@@ -500,6 +500,12 @@ pub struct Summary {
     /// Log lines that could not be written (`--log-dir`: full disk, removed directory, lost
     /// permission); null without a log directory. Filled in by the outputs, not the engine.
     pub log_records_lost: Option<u64>,
+    /// Failed writes of the `--prom-file` textfile (each retried the next interval); null
+    /// without one. Filled in by the outputs, not the engine.
+    pub prom_file_errors: Option<u64>,
+    /// The interfaces `run -i` watches and whether each is still there (a removed interface
+    /// ends the run); empty for captures. Filled in by the live loop, not the engine.
+    pub interfaces_up: BTreeMap<String, bool>,
     /// Present for captures (`analyze`).
     pub capture: Option<CaptureSummary>,
 }

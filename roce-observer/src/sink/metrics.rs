@@ -663,6 +663,28 @@ fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health
             one(written),
         );
     }
+    let up = m
+        .interfaces_up
+        .iter()
+        .map(|(iface, up)| {
+            (
+                vec![("iface", iface.clone())],
+                ConstGauge::new(i64::from(*up)),
+            )
+        })
+        .collect();
+    reg.register(
+        "roce_observer_interface_up",
+        "1 while a watched interface is there, 0 once it was removed (run -i; the run then ends)",
+        ConstFamily(up),
+    );
+    if let Some(errors) = m.prom_file_errors {
+        reg.register(
+            "roce_observer_prom_file_errors",
+            "Failed writes of the --prom-file textfile (each retried the next interval)",
+            one(errors),
+        );
+    }
     reg.register(
         "roce_observer_scrapes",
         "Scrapes of /metrics served",
@@ -688,12 +710,33 @@ pub fn render(snap: &Snapshot, top_flows: usize, health: &Health) -> String {
     out
 }
 
-/// Replace `path` with the exposition atomically (write a sibling, then rename), for
-/// node_exporter's textfile collector (`--prom-file`).
+/// Replace `path` with the exposition atomically, for node_exporter's textfile collector
+/// (`--prom-file`): written to a sibling `.NAME.<random>.tmp` created exclusively (a link
+/// planted there is never written through; node_exporter reads only `*.prom`), then renamed
+/// over `path` (which replaces a link at `path` instead of following it). On failure the
+/// temporary file is removed.
 pub fn write_textfile(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("prom.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (mut file, tmp) = crate::sink::files::create_temp(dir, &format!(".{name}."), ".tmp")?;
+    let written = file
+        .write_all(text.as_bytes())
+        .and_then(|()| file.flush())
+        .and_then(|()| {
+            drop(file);
+            std::fs::rename(&tmp, path)
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Renderers of an engine snapshot.
 
+pub mod files;
 pub mod json;
 pub mod logdir;
 pub mod metrics;

@@ -7,8 +7,11 @@
 //! - the log directory never ends the command afterwards: lines that cannot be written (full
 //!   disk, removed directory, lost permission) are counted in `summary.log_records_lost`
 //!   (shown in the TUI header, the JSON document and the metrics) and writing resumes by itself;
-//! - the first failed write to stdout or to the metrics file ends the command with an error that
-//!   names it.
+//! - nor does the metrics file (`--prom-file`): a failed write is counted in
+//!   `summary.prom_file_errors` (and `roce_observer_prom_file_errors_total`), its temporary
+//!   file removed, and the next interval writes it again; the failure and the recovery are
+//!   each said once on stderr;
+//! - the first failed write to stdout ends the command with an error that names it.
 
 use std::{
     io::Write,
@@ -63,10 +66,12 @@ pub enum OutputError {
     LogDir(#[from] LogDirError),
     #[error(transparent)]
     Serve(#[from] ServeError),
-    #[error("writing metrics to {}", .path.display())]
-    Metrics {
+    #[error(
+        "cannot write the metrics file {}: {source} (create its directory, make it writable for this user, or pass another --prom-file)",
+        .path.display()
+    )]
+    PromFile {
         path: PathBuf,
-        #[source]
         source: std::io::Error,
     },
     #[error("writing the {what} to stdout")]
@@ -82,10 +87,77 @@ pub struct Outputs {
     json: bool,
     interval_tables: IntervalTables,
     log: Option<LogDir>,
-    prom_file: Option<PathBuf>,
+    prom_file: Option<PromFile>,
     server: Option<MetricsServer>,
     top_flows: usize,
+    /// Warnings not yet taken (printed by `finish` if never taken).
+    warnings: Vec<String>,
 }
+
+/// The `--prom-file` textfile and its failed writes.
+struct PromFile {
+    path: PathBuf,
+    errors: u64,
+    /// The error of the last write while writing fails (said once, until it changes).
+    failing: Option<String>,
+}
+
+impl PromFile {
+    /// A file that cannot be created in the directory at start is the user's to fix.
+    fn open(path: PathBuf) -> Result<PromFile, OutputError> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let probe = crate::sink::files::create_temp(dir, ".roce-observer-probe.", ".tmp")
+            .and_then(|(_, tmp)| std::fs::remove_file(tmp));
+        match probe {
+            Ok(()) => Ok(PromFile {
+                path,
+                errors: 0,
+                failing: None,
+            }),
+            Err(source) => Err(OutputError::PromFile { path, source }),
+        }
+    }
+
+    /// Replace the file; a failure is counted and said (once), never returned.
+    fn write(&mut self, text: &str, warnings: &mut Vec<String>) {
+        match metrics::write_textfile(&self.path, text) {
+            Ok(()) => {
+                if self.failing.take().is_some() {
+                    hold_warnings(
+                        warnings,
+                        vec![format!(
+                            "the metrics file {} is written again ({} failed writes so far)",
+                            self.path.display(),
+                            self.errors
+                        )],
+                    );
+                }
+            }
+            Err(e) => {
+                self.errors += 1;
+                let msg = e.to_string();
+                if self.failing.as_deref() != Some(msg.as_str()) {
+                    hold_warnings(
+                        warnings,
+                        vec![format!(
+                            "cannot write the metrics file {}: {msg}; counted in \
+                             prom_file_errors and tried again every interval (free space on its \
+                             file system or make its directory writable for this user)",
+                            self.path.display()
+                        )],
+                    );
+                }
+                self.failing = Some(msg);
+            }
+        }
+    }
+}
+
+/// Warnings kept while nobody takes them (the terminal UI is up): the first ones say enough.
+const MAX_HELD_WARNINGS: usize = 100;
 
 impl Outputs {
     /// Open what needs opening (the log directory, the metrics address), so that a bad path or
@@ -95,6 +167,7 @@ impl Outputs {
             Some(cfg) => Some(LogDir::open(cfg, crate::sink::logdir::now_ns())?),
             None => None,
         };
+        let prom_file = plan.prom_file.map(PromFile::open).transpose()?;
         let server = match plan.metrics {
             Some(addr) => Some(MetricsServer::bind(addr, plan.metrics_top_flows)?),
             None => None,
@@ -103,10 +176,17 @@ impl Outputs {
             json: plan.json,
             interval_tables: plan.interval_tables,
             log,
-            prom_file: plan.prom_file,
+            prom_file,
             server,
             top_flows: plan.metrics_top_flows,
+            warnings: Vec::new(),
         })
+    }
+
+    /// Warnings since the last call (files refused in the log directory), one line each, for
+    /// stderr. Those not taken are printed by [`Outputs::finish`].
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// Start serving `/metrics` on the current tokio runtime (the live loop calls this once it
@@ -125,7 +205,7 @@ impl Outputs {
         snap: &mut Snapshot,
         stdout: &mut dyn Write,
     ) -> Result<(), OutputError> {
-        self.files(snap)?;
+        self.files(snap);
         let stdout_err = |source| OutputError::Stdout {
             what: "interval table",
             source,
@@ -152,9 +232,13 @@ impl Outputs {
         snap: &mut Snapshot,
         stdout: &mut dyn Write,
     ) -> Result<(), OutputError> {
-        self.files(snap)?;
+        self.files(snap);
         if let Some(log) = self.log.as_mut() {
             log.finish();
+            hold_warnings(&mut self.warnings, log.take_warnings());
+            for warning in self.warnings.drain(..) {
+                eprintln!("roce-observer: {warning}");
+            }
             let health = log.health();
             snap.summary.log_records_lost = Some(health.records_lost);
             if let Some(err) = log.last_error() {
@@ -185,11 +269,16 @@ impl Outputs {
         })
     }
 
-    fn files(&mut self, snap: &mut Snapshot) -> Result<(), OutputError> {
+    /// The log directory, the endpoint's snapshot and the metrics file: never fails.
+    fn files(&mut self, snap: &mut Snapshot) {
         let mut health = Health::default();
+        if let Some(prom) = &self.prom_file {
+            snap.summary.prom_file_errors = Some(prom.errors);
+        }
         if let Some(log) = self.log.as_mut() {
             log.write(snap, snap.summary.interval_end_ts);
             let h = log.health();
+            hold_warnings(&mut self.warnings, log.take_warnings());
             snap.summary.log_records_lost = Some(h.records_lost);
             health.log_records_lost = Some(h.records_lost);
             health.log_records_written = Some(h.records_written);
@@ -200,18 +289,19 @@ impl Outputs {
                 health.log_records_lost.zip(health.log_records_written),
             );
         }
-        if let Some(path) = &self.prom_file {
-            write_metrics(path, &metrics::render(snap, self.top_flows, &health))?;
+        if let Some(prom) = self.prom_file.as_mut() {
+            prom.write(
+                &metrics::render(snap, self.top_flows, &health),
+                &mut self.warnings,
+            );
+            snap.summary.prom_file_errors = Some(prom.errors);
         }
-        Ok(())
     }
 }
 
-fn write_metrics(path: &Path, text: &str) -> Result<(), OutputError> {
-    metrics::write_textfile(path, text).map_err(|source| OutputError::Metrics {
-        path: path.to_path_buf(),
-        source,
-    })
+fn hold_warnings(held: &mut Vec<String>, new: Vec<String>) {
+    let room = MAX_HELD_WARNINGS.saturating_sub(held.len());
+    held.extend(new.into_iter().take(room));
 }
 
 #[cfg(test)]
@@ -285,6 +375,66 @@ mod tests {
     }
 
     #[test]
+    fn a_failing_metrics_file_is_counted_and_written_again_never_fatal() {
+        let dir = temp_dir("prom-errors");
+        let prom_dir = dir.join("textfiles");
+        std::fs::create_dir_all(&prom_dir).expect("create");
+        let prom = prom_dir.join("roce.prom");
+        let mut outputs = Outputs::open(OutputPlan {
+            prom_file: Some(prom.clone()),
+            ..plan()
+        })
+        .expect("open");
+        let engine = Engine::new(EngineConfig::default());
+        let mut stdout = Vec::new();
+        let mut snap = engine.snapshot(1);
+        outputs.interval(&mut snap, &mut stdout).expect("interval");
+        assert_eq!(snap.summary.prom_file_errors, Some(0));
+        assert!(outputs.take_warnings().is_empty());
+        // The directory goes away: two intervals fail, are counted, and said once.
+        std::fs::remove_dir_all(&prom_dir).expect("remove");
+        for n in 1..=2 {
+            let mut snap = engine.snapshot(1 + n);
+            outputs
+                .interval(&mut snap, &mut stdout)
+                .expect("a failed metrics file write does not stop the command");
+            assert_eq!(snap.summary.prom_file_errors, Some(n));
+        }
+        let warnings = outputs.take_warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains(&prom.display().to_string())
+                && warnings[0].contains("prom_file_errors")
+                && warnings[0].contains("tried again"),
+            "{warnings:?}"
+        );
+        // Back: written again, with the count, and the recovery is said.
+        std::fs::create_dir_all(&prom_dir).expect("create");
+        let mut snap = engine.snapshot(5);
+        outputs.interval(&mut snap, &mut stdout).expect("interval");
+        let text = std::fs::read_to_string(&prom).expect("metrics file");
+        assert!(
+            text.contains("\nroce_observer_prom_file_errors_total 2\n"),
+            "{text}"
+        );
+        let warnings = outputs.take_warnings();
+        assert!(
+            warnings.len() == 1 && warnings[0].contains("written again"),
+            "{warnings:?}"
+        );
+        let mut snap = engine.snapshot(6);
+        outputs.finish(&mut snap, &mut stdout).expect("finish");
+        let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON on stdout");
+        assert_eq!(doc["summary"]["prom_file_errors"], 2);
+        let left: Vec<_> = std::fs::read_dir(&prom_dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(left, ["roce.prom"], "no temporary file is left");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
     fn unusable_log_dir_or_busy_address_fails_before_any_work_and_says_what() {
         let dir = temp_dir("unusable");
         let file = dir.join("a-file");
@@ -314,6 +464,18 @@ mod tests {
         .err()
         .expect("address in use");
         assert!(err.to_string().contains("already in use"), "{err}");
+        let missing = dir.join("no-such-dir/roce.prom");
+        let err = Outputs::open(OutputPlan {
+            prom_file: Some(missing.clone()),
+            ..plan()
+        })
+        .err()
+        .expect("a metrics file in a missing directory");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&missing.display().to_string()) && msg.contains("--prom-file"),
+            "{msg}"
+        );
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 

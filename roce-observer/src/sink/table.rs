@@ -267,7 +267,17 @@ fn steps(out: &mut String, st: &StepsSnapshot) {
 }
 
 /// Render the snapshot as text.
+/// The report as text for a terminal or a pipe. Text that comes from a capture or another
+/// process (interface names, process names) is printed with its control characters escaped.
 pub fn render(s: &Snapshot) -> String {
+    let out = render_text(s);
+    if let std::borrow::Cow::Owned(escaped) = crate::format::terminal_lines(&out) {
+        return escaped;
+    }
+    out
+}
+
+fn render_text(s: &Snapshot) -> String {
     let mut out = String::new();
     let m = &s.summary;
     let _ = writeln!(
@@ -669,8 +679,99 @@ pub fn render(s: &Snapshot) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An interface name and a process name as a hostile capture or local user could make
+    /// them: set the terminal's title, then clear the screen.
+    pub(crate) const HOSTILE: &str = "\x1b]0;pwned\x07\x1b[2J";
+    pub(crate) const HOSTILE_SHOWN: &str = "\\x1b]0;pwned\\x07\\x1b[2J";
+
+    /// One pcapng block: type, total length, body padded to 4 bytes, total length.
+    fn block(out: &mut Vec<u8>, kind: u32, body: &[u8]) {
+        let padded = body.len().div_ceil(4) * 4;
+        let total = (12 + padded) as u32;
+        out.extend(kind.to_le_bytes());
+        out.extend(total.to_le_bytes());
+        out.extend(body);
+        out.resize(out.len() + padded - body.len(), 0);
+        out.extend(total.to_le_bytes());
+    }
+
+    /// A pcapng capture of one RoCE WRITE on an interface named `{HOSTILE}eth0`, read as
+    /// `analyze` reads it, with the flow owned by a process named `{HOSTILE}job`.
+    pub(crate) fn hostile_snapshot() -> Snapshot {
+        use roce_observer_common::frames::RoceFrame;
+        let mut cap = Vec::new();
+        let mut shb = Vec::new();
+        shb.extend(0x1A2B_3C4Du32.to_le_bytes());
+        shb.extend(1u16.to_le_bytes());
+        shb.extend(0u16.to_le_bytes());
+        shb.extend((-1i64).to_le_bytes());
+        block(&mut cap, 0x0A0D_0D0A, &shb);
+        let name = format!("{HOSTILE}eth0");
+        let mut idb = Vec::new();
+        idb.extend(1u16.to_le_bytes()); // LINKTYPE_ETHERNET
+        idb.extend(0u16.to_le_bytes());
+        idb.extend(65535u32.to_le_bytes());
+        idb.extend(2u16.to_le_bytes()); // if_name
+        idb.extend((name.len() as u16).to_le_bytes());
+        idb.extend(name.as_bytes());
+        idb.resize(idb.len().div_ceil(4) * 4, 0);
+        idb.extend([0u8; 4]); // opt_endofopt
+        block(&mut cap, 1, &idb);
+        let frame = RoceFrame {
+            payload: 64,
+            ..RoceFrame::new(0x0a, 0x11, 0)
+        }
+        .build();
+        let mut epb = Vec::new();
+        epb.extend(0u32.to_le_bytes());
+        epb.extend(0u32.to_le_bytes());
+        epb.extend(1_000_000u32.to_le_bytes());
+        epb.extend((frame.len() as u32).to_le_bytes());
+        epb.extend((frame.len() as u32).to_le_bytes());
+        epb.extend(&frame);
+        block(&mut cap, 6, &epb);
+        let (engine, err) =
+            crate::analyze::analyze_reader(&cap[..], crate::engine::EngineConfig::default());
+        assert!(err.is_none(), "{err:?}");
+        let mut snap = crate::sink::metrics::tests::with_host(engine.snapshot(0));
+        snap.qp_owners[0].comm = format!("{HOSTILE}job");
+        snap.nic.clear();
+        crate::source::qp_owner::label_flows(&snap.qp_owners, &mut snap.flows);
+        assert_eq!(snap.flows.len(), 1);
+        assert_eq!(
+            snap.flows[0].iface, name,
+            "the capture's name reaches the snapshot"
+        );
+        snap
+    }
+
+    /// Escape sequences in names never reach the terminal: they are printed visibly; JSON keeps
+    /// the name itself (escaped as JSON escapes it).
+    #[test]
+    fn escape_sequences_in_names_are_printed_escaped() {
+        let mut snap = hostile_snapshot();
+        // Rows say where only for flows seen at several points: a second point shows the name.
+        let mut other = crate::engine::snapshot::FlowSnapshot::clone(&snap.flows[0]);
+        other.iface = "if1".into();
+        snap.flows.push(std::sync::Arc::new(other));
+        let out = render(&snap);
+        assert!(
+            !out.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character reaches the terminal:\n{out:?}"
+        );
+        assert!(
+            out.contains(&format!("at {HOSTILE_SHOWN}eth0/capture")),
+            "{out}"
+        );
+        assert!(out.contains(&format!("{HOSTILE_SHOWN}job/4242")), "{out}");
+        let mut json = Vec::new();
+        crate::sink::json::write_document(&mut json, &snap).expect("JSON");
+        let doc: serde_json::Value = serde_json::from_slice(&json).expect("parses");
+        assert_eq!(doc["flows"][0]["iface"], format!("{HOSTILE}eth0"));
+    }
 
     fn analyzed(name: &str) -> Snapshot {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

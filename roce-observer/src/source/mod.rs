@@ -44,6 +44,12 @@ pub trait LiveSource {
     /// something that could not be cleaned up.
     fn stop(&mut self) -> Vec<String>;
 
+    /// The interfaces watched and whether each is still there (the kernel programs: the name
+    /// still leads to the interface they were attached to); none for a capture.
+    fn interfaces(&self) -> Vec<(String, bool)> {
+        Vec::new()
+    }
+
     /// Diagnostic lines from the source itself since the last call (the kernel programs'
     /// log with `run --kernel-log`); none by default.
     fn take_log(&mut self) -> Vec<String> {

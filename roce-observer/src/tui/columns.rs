@@ -52,8 +52,11 @@ impl Column {
         self
     }
 
+    /// A cell; text from captures and other processes is shown with its control characters
+    /// escaped (ratatui would drop them silently).
     pub fn push(&mut self, text: String, style: Style) {
-        self.cells.push((text, style));
+        self.cells
+            .push((crate::format::terminal_owned(text), style));
     }
 
     fn width(&self) -> usize {

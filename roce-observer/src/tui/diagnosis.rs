@@ -253,7 +253,7 @@ fn source_label(r: &PfcRef) -> String {
     format!(
         "{} {}/{} prio {}",
         r.src_mac,
-        r.iface,
+        format::terminal(&r.iface),
         &r.direction[..2],
         r.priority.map_or("link".into(), |p| p.to_string())
     )

@@ -871,3 +871,26 @@ fn incomplete_path_pairs_are_marked_as_lower_bounds() {
     let screen = render_at(&app, 200, 50);
     assert!(screen.contains(&format!("{missing}+ ")), "{screen}");
 }
+
+/// Escape sequences in a capture's interface name and a process name are shown escaped in the
+/// flows view and the detail pane (ratatui alone would drop the control characters silently,
+/// leaving the rest of the sequence as if it were the name).
+#[test]
+fn escape_sequences_in_names_are_shown_escaped() {
+    use crate::sink::table::tests::{HOSTILE_SHOWN, hostile_snapshot};
+    let mut app = App::new("capture.pcapng".into(), hostile_snapshot());
+    app.update(Action::ToggleDetail);
+    let screen = render_at(&app, 200, 50);
+    assert!(
+        screen.contains(&format!("{HOSTILE_SHOWN}eth0/ca")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(&format!("owner {HOSTILE_SHOWN}job/4242")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(&format!("on {HOSTILE_SHOWN}eth0 capture")),
+        "{screen}"
+    );
+}

@@ -24,9 +24,10 @@ pub const MARK: &str = "!";
 
 /// "comm/pid", or the kernel module's name for a kernel QP.
 fn owner_label(o: &QpOwner) -> String {
+    let comm = format::terminal(&o.comm);
     match o.pid {
-        Some(pid) => format!("{}/{pid}", o.comm),
-        None => o.comm.clone(),
+        Some(pid) => format!("{comm}/{pid}"),
+        None => comm.into_owned(),
     }
 }
 
@@ -90,7 +91,10 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     // (item, rank): higher ranks are dropped first on a narrow terminal.
     let mut first = vec![
         (
-            Span::styled(format!("roce-observer {}", app.source), Style::new().bold()),
+            Span::styled(
+                format!("roce-observer {}", format::terminal(&app.source)),
+                Style::new().bold(),
+            ),
             0,
         ),
         (Span::raw(format!("flows {}", s.flows)), 1),
@@ -118,6 +122,21 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     if app.paused {
         first.push((
             Span::styled(" PAUSED ", Style::new().black().on_yellow()),
+            0,
+        ));
+    }
+    let gone: Vec<String> = s
+        .interfaces_up
+        .iter()
+        .filter(|(_, up)| !**up)
+        .map(|(iface, _)| format::terminal_owned(iface.clone()))
+        .collect();
+    if !gone.is_empty() {
+        first.push((
+            Span::styled(
+                format!(" {MARK}interface removed: {} ", gone.join(", ")),
+                Style::new().white().on_red(),
+            ),
             0,
         ));
     }
@@ -433,7 +452,7 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
             f.dst_ip,
             format::qp(f.dst_qp),
             f.transport.unwrap_or("CNP only"),
-            f.iface,
+            format::terminal(&f.iface),
             f.direction,
             f.peer_qp.map_or("unknown".into(), format::qp),
         )),
@@ -494,7 +513,7 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
             Line::from(format!(
                 "owner {} on {}/{} local QP {} ({}); NIC SQ PSN {} RQ PSN {}",
                 owner_label(o),
-                o.device,
+                format::terminal(&o.device),
                 o.port.map_or("-".into(), |p| p.to_string()),
                 format::qp(o.lqpn),
                 if o.gone {
@@ -659,7 +678,7 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_stateful_widget(table, list, &mut table_state(app.selected));
     if let Some(a) = app.snapshot.alerts.get(app.selected) {
         frame.render_widget(
-            Paragraph::new(a.reason.clone())
+            Paragraph::new(format::terminal_owned(a.reason.clone()))
                 .block(
                     Block::new()
                         .borders(Borders::TOP)

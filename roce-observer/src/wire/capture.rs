@@ -152,10 +152,12 @@ pub fn linktype_name(lt: Linktype) -> String {
         276 => "LINUX_SLL2 (tcpdump -i any)",
         _ => "",
     };
+    // pcap's link type is an unsigned 32-bit field (pcap-parser keeps it as i32).
+    let number = lt.0 as u32;
     if name.is_empty() {
-        format!("{}", lt.0)
+        format!("{number}")
     } else {
-        format!("{} {}", lt.0, name)
+        format!("{number} {name}")
     }
 }
 
@@ -562,5 +564,17 @@ impl Sll2Points {
             }
         }
         on_frame(frame);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_types_print_unsigned() {
+        assert_eq!(linktype_name(Linktype(-1)), "4294967295");
+        assert_eq!(linktype_name(Linktype(1)), "1 ETHERNET");
+        assert_eq!(linktype_name(Linktype(147)), "147");
     }
 }

@@ -11,12 +11,17 @@
 //!   directory, lost permission) is cut back out of the file, its lines are counted in
 //!   `records_lost`, and the next interval tries again (recreating the directory and file if
 //!   they vanished). Only an unusable directory at start is an error.
+//! - Never follows a link planted in the directory: the live file is created exclusively,
+//!   temporary files have random names, and a file with one of our names that is not a
+//!   regular file of ours is never opened (a live path is moved aside, rotated ones are left
+//!   alone); each is counted in `files_refused` and named once in a warning.
 
 mod records;
 mod rotate;
 
 use std::{
-    fs::{self, File, OpenOptions},
+    collections::BTreeSet,
+    fs::{self, File},
     io::{self, Write as _},
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
@@ -26,7 +31,10 @@ use std::{
 pub use records::{LOG_SCHEMA_VERSION, LogHealth};
 pub use rotate::{LIVE_NAME, utc_stamp};
 
-use crate::engine::snapshot::Snapshot;
+use crate::{
+    engine::snapshot::Snapshot,
+    sink::files::{self, Refusal},
+};
 
 /// Settings of the log directory.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,6 +87,10 @@ pub struct LogDir {
     /// The last failure, for the status line (cleared by the next written batch).
     last_error: Option<String>,
     worker: Option<JoinHandle<rotate::Pass>>,
+    /// Paths refused so far (each is warned about and counted once).
+    refused: BTreeSet<PathBuf>,
+    /// Warnings not yet taken by [`LogDir::take_warnings`].
+    warnings: Vec<String>,
 }
 
 pub fn now_ns() -> u64 {
@@ -113,9 +125,6 @@ impl LogDir {
             source,
         };
         fs::create_dir_all(&cfg.dir).map_err(unusable)?;
-        if cfg.dir.join(LIVE_NAME).exists() {
-            rotate::rename_live(&cfg.dir, ts).map_err(unusable)?;
-        }
         let mut log = LogDir {
             host: hostname(),
             live: None,
@@ -124,8 +133,15 @@ impl LogDir {
             health: LogHealth::default(),
             last_error: None,
             worker: None,
+            refused: BTreeSet::new(),
+            warnings: Vec::new(),
             cfg,
         };
+        log.clear_live_path(ts)
+            .map_err(|source| LogDirError::Unusable {
+                dir: log.cfg.dir.clone(),
+                source,
+            })?;
         let live = log
             .create_live(ts)
             .map_err(|source| LogDirError::Unusable {
@@ -145,6 +161,55 @@ impl LogDir {
         self.health
     }
 
+    /// Warnings since the last call (files refused), one line each.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// Count and name a refused file, once per path it stays at.
+    fn refuse(&mut self, path: &Path, why: Refusal, moved_to: Option<&Path>) {
+        if !self.refused.insert(moved_to.unwrap_or(path).to_path_buf()) {
+            return;
+        }
+        self.health.files_refused += 1;
+        let moved = moved_to.map_or(String::new(), |to| {
+            format!(" (moved aside to {})", to.display())
+        });
+        self.warnings.push(format!(
+            "log directory: {} {why}: not opened{moved}; remove it, and keep --log-dir writable \
+             only by this user",
+            path.display()
+        ));
+    }
+
+    /// Make room for a new live file: a live file left by an earlier run (or replaced under
+    /// us) is rotated like any other; anything else there is moved aside unread.
+    fn clear_live_path(&mut self, ts: u64) -> io::Result<()> {
+        let path = self.live_path();
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match files::check_ours(&meta) {
+            Ok(()) => {
+                rotate::rename_live(&self.cfg.dir, ts)?;
+            }
+            Err(why) => {
+                let to = rotate::move_aside(&self.cfg.dir, ts)?;
+                self.refuse(&path, why, Some(&to));
+            }
+        }
+        Ok(())
+    }
+
+    fn note_pass(&mut self, pass: rotate::Pass) {
+        self.health.files_deleted += pass.deleted;
+        for (path, why) in pass.refused {
+            self.refuse(&path, why, None);
+        }
+    }
+
     /// Why the last batch was lost, while writing has not recovered.
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
@@ -157,10 +222,7 @@ impl LogDir {
     /// A new live file with its `file_start` line.
     fn create_live(&self, ts: u64) -> io::Result<Live> {
         let path = self.live_path();
-        let mut file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)?;
+        let mut file = files::create_exclusive(&path)?;
         let start =
             records::file_start_line(ts, &self.host, self.cfg.max_bytes, self.cfg.max_files);
         if let Err(e) = file.write_all(&start) {
@@ -181,8 +243,9 @@ impl LogDir {
     /// directory was removed or the file deleted or moved by someone else).
     fn ensure_live(&mut self, ts: u64) -> io::Result<&mut Live> {
         let path = self.live_path();
-        let intact = match (&self.live, fs::metadata(&path)) {
-            (Some(live), Ok(m)) => file_id(&m) == live.id,
+        // The path itself, not what a link there leads to.
+        let intact = match (&self.live, fs::symlink_metadata(&path)) {
+            (Some(live), Ok(m)) => m.file_type().is_file() && file_id(&m) == live.id,
             _ => false,
         };
         if !intact {
@@ -190,9 +253,7 @@ impl LogDir {
             // A new file must begin with a full batch to stand alone.
             self.last_full_ts = None;
             fs::create_dir_all(&self.cfg.dir)?;
-            if path.exists() {
-                rotate::rename_live(&self.cfg.dir, ts)?;
-            }
+            self.clear_live_path(ts)?;
             self.live = Some(self.create_live(ts)?);
         }
         self.live
@@ -242,7 +303,7 @@ impl LogDir {
         if let Some(w) = self.worker.take_if(|w| w.is_finished())
             && let Ok(pass) = w.join()
         {
-            self.health.files_deleted += pass.deleted;
+            self.note_pass(pass);
         }
     }
 
@@ -309,7 +370,7 @@ impl LogDir {
         if let Some(w) = self.worker.take()
             && let Ok(pass) = w.join()
         {
-            self.health.files_deleted += pass.deleted;
+            self.note_pass(pass);
         }
         // Rotations that happened while a pass was running left their files for the next pass.
         let pass = rotate::retention(
@@ -317,7 +378,7 @@ impl LogDir {
             self.cfg.max_files,
             self.cfg.max_bytes.saturating_mul(self.cfg.max_files as u64),
         );
-        self.health.files_deleted += pass.deleted;
+        self.note_pass(pass);
     }
 }
 

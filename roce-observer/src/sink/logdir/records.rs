@@ -185,6 +185,9 @@ pub struct LogHealth {
     pub files_rotated: u64,
     /// Rotated files deleted to keep within --log-max-files / the disk budget.
     pub files_deleted: u64,
+    /// Files with our names that are not regular files of ours (links, other users' files):
+    /// never opened, each named once in a warning.
+    pub files_refused: u64,
 }
 
 #[derive(Serialize)]

@@ -2,9 +2,13 @@
 //! keeps the directory within `--log-max-files` and `max_files x max_bytes` bytes.
 //!
 //! A rotated file is first renamed to `roce-observer-<UTC time>.jsonl`, then compressed to
-//! `<same>.jsonl.gz` through a `.tmp` file, and the plain file is removed once the compressed
-//! one is complete. When compression fails (full disk) the plain file stays and counts
-//! against the budget like any other.
+//! `<same>.jsonl.gz` through a temporary file with a random name, and the plain file is removed
+//! once the compressed one is complete. When compression fails (full disk) the plain file stays
+//! and counts against the budget like any other.
+//!
+//! Only regular files owned by this user are compressed, counted or deleted: anything else
+//! with one of our names (a link, a FIFO, another user's file) is reported and left alone
+//! (see `sink::files`).
 
 use std::{
     fs, io,
@@ -13,9 +17,16 @@ use std::{
 
 use flate2::{Compression, write::GzEncoder};
 
+use crate::sink::files::{self, OpenError, Refusal};
+
 /// Name of the file being written (plain text, for `tail -f` and log shippers).
 pub const LIVE_NAME: &str = "roce-observer.jsonl";
 const ROTATED_PREFIX: &str = "roce-observer-";
+/// Temporary files of a compression: `<rotated>.jsonl.gz.<random>.tmp`.
+const TEMP_INFIX: &str = ".jsonl.gz.";
+const TEMP_SUFFIX: &str = ".tmp";
+/// Where a live path that is not ours is moved: `roce-observer.jsonl.refused-<UTC time>`.
+const REFUSED_INFIX: &str = ".refused-";
 
 /// `YYYYMMDDTHHMMSS.mmmZ` for `ns` since the Unix epoch (UTC; sorts by time).
 pub fn utc_stamp(ns: u64) -> String {
@@ -46,12 +57,23 @@ fn is_rotated(name: &str) -> bool {
     name.starts_with(ROTATED_PREFIX) && (name.ends_with(".jsonl") || name.ends_with(".jsonl.gz"))
 }
 
+/// A temporary file of a compression (left behind only when the process died during one).
+fn is_temp(name: &str) -> bool {
+    name.starts_with(ROTATED_PREFIX) && name.contains(TEMP_INFIX) && name.ends_with(TEMP_SUFFIX)
+}
+
+/// Whether anything, a dangling link included, is at `path`.
+fn occupied(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok()
+}
+
 /// Rename the live file to a stamped name that does not exist yet; returns the new path.
+/// Renaming moves a link itself, never its target.
 pub fn rename_live(dir: &Path, ts: u64) -> io::Result<PathBuf> {
     let stamp = utc_stamp(ts);
     let mut target = dir.join(format!("{ROTATED_PREFIX}{stamp}.jsonl"));
     let mut n = 1;
-    while target.exists() || target.with_extension("jsonl.gz").exists() {
+    while occupied(&target) || occupied(&target.with_extension("jsonl.gz")) {
         target = dir.join(format!("{ROTATED_PREFIX}{stamp}-{n}.jsonl"));
         n += 1;
     }
@@ -59,17 +81,38 @@ pub fn rename_live(dir: &Path, ts: u64) -> io::Result<PathBuf> {
     Ok(target)
 }
 
-/// Compress `plain` to `plain.gz` and remove `plain`. On failure nothing but `plain` remains.
-pub fn compress(plain: &Path) -> io::Result<PathBuf> {
+/// Move a live path that is not ours out of the way, to a name retention never touches;
+/// returns the new path.
+pub fn move_aside(dir: &Path, ts: u64) -> io::Result<PathBuf> {
+    let stamp = utc_stamp(ts);
+    let mut target = dir.join(format!("{LIVE_NAME}{REFUSED_INFIX}{stamp}"));
+    let mut n = 1;
+    while occupied(&target) {
+        target = dir.join(format!("{LIVE_NAME}{REFUSED_INFIX}{stamp}-{n}"));
+        n += 1;
+    }
+    fs::rename(dir.join(LIVE_NAME), &target)?;
+    Ok(target)
+}
+
+/// Compress `plain` to `plain.gz` and remove `plain`. On failure nothing but `plain` remains;
+/// a `plain` that is not a regular file of ours is refused without being read.
+pub fn compress(plain: &Path) -> Result<PathBuf, OpenError> {
     let gz = plain.with_extension("jsonl.gz");
-    let tmp = plain.with_extension("jsonl.gz.tmp");
+    let mut input = files::open_ours(plain)?;
+    let dir = plain.parent().unwrap_or(Path::new("."));
+    let name = plain
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let prefix = format!("{name}.gz.");
+    let (out, tmp) = files::create_temp(dir, &prefix, TEMP_SUFFIX)?;
     let result = (|| {
-        let mut input = fs::File::open(plain)?;
-        let out = fs::File::create(&tmp)?;
         let mut enc = GzEncoder::new(io::BufWriter::new(out), Compression::default());
         io::copy(&mut input, &mut enc)?;
         let out = enc.finish()?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        // A link planted at the .gz name is replaced, not followed.
         fs::rename(&tmp, &gz)
     })();
     match result {
@@ -79,34 +122,49 @@ pub fn compress(plain: &Path) -> io::Result<PathBuf> {
         }
         Err(e) => {
             let _ = fs::remove_file(&tmp);
-            Err(e)
+            Err(e.into())
         }
     }
 }
 
 /// What a retention pass did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Pass {
     pub compressed: u64,
     pub deleted: u64,
+    /// Files with our names that are not regular files of ours: never opened nor deleted.
+    pub refused: Vec<(PathBuf, Refusal)>,
 }
 
 /// Compress rotated plain files, then delete the oldest rotated files until at most
 /// `max_files - 1` remain beside the live file and all of ours fit in `budget` bytes.
 pub fn retention(dir: &Path, max_files: usize, budget: u64) -> Pass {
     let mut pass = Pass::default();
-    let Ok(rotated) = list_rotated(dir) else {
+    let Ok(scan) = scan(dir) else {
         return pass;
     };
-    for (path, _) in &rotated {
-        if path.extension().is_some_and(|e| e == "jsonl") && compress(path).is_ok() {
-            pass.compressed += 1;
+    // A compression that died with the process: only this pass writes such files.
+    for tmp in &scan.temps {
+        let _ = fs::remove_file(tmp);
+    }
+    pass.refused = scan.refused;
+    for (path, _) in &scan.rotated {
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            match compress(path) {
+                Ok(_) => pass.compressed += 1,
+                // Swapped for something else since the scan: report it like the others.
+                Err(OpenError::Refused(why)) => pass.refused.push((path.clone(), why)),
+                Err(OpenError::Io(_)) => {}
+            }
         }
     }
     let Ok(mut rotated) = list_rotated(dir) else {
         return pass;
     };
-    let live = fs::metadata(dir.join(LIVE_NAME)).map_or(0, |m| m.len());
+    let live = fs::symlink_metadata(dir.join(LIVE_NAME))
+        .ok()
+        .filter(|m| files::check_ours(m).is_ok())
+        .map_or(0, |m| m.len());
     let mut total: u64 = live + rotated.iter().map(|(_, len)| len).sum::<u64>();
     // Oldest first (the names sort by time).
     rotated.reverse();
@@ -122,19 +180,43 @@ pub fn retention(dir: &Path, max_files: usize, budget: u64) -> Pass {
     pass
 }
 
-/// Our rotated files with their sizes, oldest first.
-pub fn list_rotated(dir: &Path) -> io::Result<Vec<(PathBuf, u64)>> {
-    let mut files = Vec::new();
+/// The directory's files with our names, sorted by name.
+#[derive(Debug, Default)]
+struct Scan {
+    /// Rotated regular files of ours with their sizes, oldest first.
+    rotated: Vec<(PathBuf, u64)>,
+    temps: Vec<PathBuf>,
+    refused: Vec<(PathBuf, Refusal)>,
+}
+
+fn scan(dir: &Path) -> io::Result<Scan> {
+    let mut scan = Scan::default();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        if is_rotated(&name.to_string_lossy()) {
-            let len = entry.metadata().map_or(0, |m| m.len());
-            files.push((entry.path(), len));
+        let name = name.to_string_lossy();
+        let rotated = is_rotated(&name);
+        if !rotated && !is_temp(&name) {
+            continue;
+        }
+        // The entry's own metadata: a link is not followed.
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        match files::check_ours(&meta) {
+            Ok(()) if rotated => scan.rotated.push((entry.path(), meta.len())),
+            Ok(()) => scan.temps.push(entry.path()),
+            Err(why) => scan.refused.push((entry.path(), why)),
         }
     }
-    files.sort();
-    Ok(files)
+    scan.rotated.sort();
+    scan.refused.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(scan)
+}
+
+/// Our rotated files with their sizes, oldest first (regular files of ours only).
+pub fn list_rotated(dir: &Path) -> io::Result<Vec<(PathBuf, u64)>> {
+    Ok(scan(dir)?.rotated)
 }
 
 #[cfg(test)]
@@ -171,7 +253,8 @@ pub(super) mod tests {
             pass,
             Pass {
                 compressed: 5,
-                deleted: 3
+                deleted: 3,
+                refused: Vec::new(),
             }
         );
         let left: Vec<String> = list_rotated(&dir)

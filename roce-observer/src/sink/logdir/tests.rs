@@ -251,6 +251,191 @@ fn unusable_directory_at_start_is_a_clear_error() {
     fs::remove_dir_all(&dir).expect("cleanup");
 }
 
+/// A file outside the log directory that only root may read or write (what an attacker
+/// points a link at), and its content.
+struct Target {
+    dir: PathBuf,
+    path: PathBuf,
+    text: &'static [u8],
+}
+
+impl Target {
+    fn new(tag: &str, text: &'static [u8]) -> Target {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = rotate::tests::tempdir(tag);
+        let path = dir.join("root-only");
+        fs::write(&path, text).expect("write target");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
+        Target { dir, path, text }
+    }
+
+    /// The target was not written (same content) and its content reached no file in `dir`
+    /// (plain or gzip).
+    fn assert_untouched(&self, dir: &Path) {
+        assert_eq!(fs::read(&self.path).expect("read target"), self.text);
+        for entry in fs::read_dir(dir).expect("list") {
+            let path = entry.expect("entry").path();
+            let meta = fs::symlink_metadata(&path).expect("lstat");
+            if !meta.file_type().is_file() {
+                continue;
+            }
+            let mut bytes = fs::read(&path).expect("read");
+            if path.extension().is_some_and(|e| e == "gz") {
+                let mut plain = Vec::new();
+                flate2::read::GzDecoder::new(&bytes[..])
+                    .read_to_end(&mut plain)
+                    .expect("gunzip");
+                bytes = plain;
+            }
+            assert!(
+                !bytes.windows(self.text.len()).any(|w| w == self.text),
+                "{path:?} holds the target's content"
+            );
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn is_link(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+#[test]
+fn a_live_file_linked_to_another_file_is_moved_aside_unread_at_start_and_mid_run() {
+    use std::os::unix::fs::symlink;
+    let secret = Target::new("secret", b"root-only secret line\n");
+    let dir = rotate::tests::tempdir("live-link");
+    let live = dir.join(LIVE_NAME);
+    // At start: the "stale live file" of an earlier run is a link to the secret.
+    symlink(&secret.path, &live).expect("plant link");
+    let mut engine = Engine::new(EngineConfig::default());
+    feed(&mut engine, &frames("nak_go_back_n"));
+    let mut log = LogDir::open(cfg(&dir), 1_000_000_000).expect("open");
+    log.write(&engine.snapshot(0), 2_000_000_000);
+    assert_eq!(log.health().files_refused, 1);
+    let warnings = log.take_warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains(&live.display().to_string())
+            && warnings[0].contains("symbolic link")
+            && warnings[0].contains("moved aside"),
+        "{warnings:?}"
+    );
+    let aside = dir.join(format!("{LIVE_NAME}.refused-{}", utc_stamp(1_000_000_000)));
+    assert!(
+        is_link(&aside),
+        "the link is kept, renamed, for the user to inspect"
+    );
+    assert!(
+        fs::symlink_metadata(&live)
+            .expect("live")
+            .file_type()
+            .is_file()
+    );
+    // Mid-run: the live file is replaced by a link.
+    fs::remove_file(&live).expect("remove live");
+    symlink(&secret.path, &live).expect("plant link");
+    log.write(&engine.snapshot(0), 3_000_000_000);
+    log.finish();
+    assert_eq!(log.health().files_refused, 2);
+    assert_eq!(log.take_warnings().len(), 1);
+    assert!(
+        fs::symlink_metadata(&live)
+            .expect("live")
+            .file_type()
+            .is_file()
+    );
+    // The new live file starts over with a full batch, written to a file of ours.
+    assert_eq!(kinds(&lines(&live))[..2], ["file_start", "flow"]);
+    secret.assert_untouched(&dir);
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn links_at_predictable_temporary_names_are_never_written_through() {
+    use std::os::unix::fs::symlink;
+    let victim = Target::new("victim", b"a root-owned 0600 file\n");
+    let dir = rotate::tests::tempdir("tmp-link");
+    // A stale live file of ours, rotated at start to roce-observer-<stamp>.jsonl and then
+    // compressed: links wait at the temporary names that used to be derived from that name.
+    let ts = 1_796_094_245_678_000_000;
+    fs::write(dir.join(LIVE_NAME), b"{\"kind\":\"file_start\"}\n").expect("stale live");
+    let stamp = utc_stamp(ts);
+    for name in [
+        format!("roce-observer-{stamp}.jsonl.gz.tmp"),
+        format!("roce-observer-{stamp}-1.jsonl.gz.tmp"),
+        format!("roce-observer-{stamp}.jsonl.tmp"),
+    ] {
+        symlink(&victim.path, dir.join(name)).expect("plant link");
+    }
+    let mut log = LogDir::open(cfg(&dir), ts).expect("open");
+    log.finish();
+    victim.assert_untouched(&dir);
+    // The stale file was still compressed, through a temporary file of its own.
+    let rotated = rotate::list_rotated(&dir).expect("list");
+    assert_eq!(rotated.len(), 1, "{rotated:?}");
+    assert!(
+        rotated[0]
+            .0
+            .ends_with(format!("roce-observer-{stamp}.jsonl.gz"))
+    );
+    assert_eq!(kinds(&lines(&rotated[0].0)), ["file_start"]);
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn rotated_names_that_are_links_or_other_users_files_are_never_read_nor_deleted() {
+    use std::os::unix::fs::symlink;
+    let secret = Target::new("secret-rot", b"root-only secret line\n");
+    let dir = rotate::tests::tempdir("rot-link");
+    let link = dir.join(format!("roce-observer-{}.jsonl", utc_stamp(0)));
+    symlink(&secret.path, &link).expect("plant link");
+    let foreign = dir.join(format!("roce-observer-{}.jsonl", utc_stamp(1_000_000_000)));
+    let running_as_root = crate::sink::files::euid() == 0;
+    if running_as_root {
+        fs::write(&foreign, b"another user's file\n").expect("write");
+        std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).expect("chown");
+    }
+    // One file kept: retention would delete every older rotated file if they were ours.
+    let mut log = LogDir::open(
+        LogDirConfig {
+            max_files: 2,
+            ..cfg(&dir)
+        },
+        2_000_000_000,
+    )
+    .expect("open");
+    log.write(
+        &Engine::new(EngineConfig::default()).snapshot(0),
+        3_000_000_000,
+    );
+    log.finish();
+    let expected = 1 + u64::from(running_as_root);
+    assert_eq!(log.health().files_refused, expected);
+    let warnings = log.take_warnings();
+    assert_eq!(warnings.len() as u64, expected, "{warnings:?}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains(&link.display().to_string()))
+    );
+    assert!(is_link(&link));
+    if running_as_root {
+        assert_eq!(
+            fs::read(&foreign).expect("foreign file kept"),
+            b"another user's file\n"
+        );
+        assert!(warnings.iter().any(|w| w.contains("uid 65534")));
+    }
+    secret.assert_untouched(&dir);
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
 /// The fields each kind of line carries, as docs/log-schema.md lists them. Changes are additive
 /// only: a field may be added here (and documented), never removed or renamed.
 const PINNED: &[(&str, &[&str])] = &[
@@ -459,6 +644,7 @@ const PINNED_NESTED: &[(&str, &[&str])] = &[
             "records_written",
             "files_rotated",
             "files_deleted",
+            "files_refused",
         ],
     ),
 ];

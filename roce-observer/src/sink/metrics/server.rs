@@ -1,11 +1,26 @@
 //! `run --metrics ADDR`: serve `/metrics` over HTTP/1.1 with hyper on the runtime `run`
-//! already drives (bound at start, served once the live loop runs). The run loop publishes each interval's snapshot; a scrape encodes the latest
-//! one (so the time a scrape takes is measured and reported in the next).
+//! already drives (bound at start, served once the live loop runs). The run loop publishes each
+//! interval's snapshot; a scrape encodes the latest one (so the time a scrape takes is measured
+//! and reported in the next).
+//!
+//! Any local user can connect, so no client can starve the endpoint ([`Limits`]):
+//! - at most `max_connections` connections are open; at the cap, the connection that has
+//!   waited longest for a request (at least `evict_after`) is closed to make room, and
+//!   otherwise accepting waits until one ends;
+//! - a connection that has not sent a whole request within `idle_timeout` of connecting or of
+//!   its last response is closed (idle and slowloris clients, and clients that do not read);
+//! - when the process runs out of file descriptors (EMFILE, ENFILE) accepting backs off
+//!   (10 ms doubling to 1 s) and the longest-waiting connection is closed, instead of retrying
+//!   at once on the same error.
 
 use std::{
+    collections::HashMap,
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    sync::{Arc, Mutex},
-    time::Instant,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use http_body_util::Full;
@@ -16,8 +31,12 @@ use hyper::{
     server::conn::http1,
     service::service_fn,
 };
-use hyper_util::rt::TokioIo;
-use tokio::{net::TcpListener, task::JoinHandle};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::Notify,
+    task::JoinHandle,
+};
 
 use super::{CONTENT_TYPE as METRICS_CONTENT_TYPE, Health, render};
 use crate::engine::snapshot::Snapshot;
@@ -40,14 +59,141 @@ pub enum ServeError {
 }
 
 /// `PORT` means loopback (127.0.0.1:PORT): exposing flow details to the network is a choice the
-/// user makes by naming an address.
+/// user makes by naming an address. A host name (`localhost:9470`) is resolved now; its first
+/// IPv4 address is used, else its first address.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, ServeError> {
+    use std::net::ToSocketAddrs as _;
     let s = s.trim();
     if let Ok(port) = s.trim_start_matches(':').parse::<u16>() {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
-    s.parse::<SocketAddr>()
-        .map_err(|_| ServeError::BadAddress(s.to_string()))
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let bad = || ServeError::BadAddress(s.to_string());
+    // Only HOST:PORT is looked up (a bare word is no address).
+    if !s
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+    {
+        return Err(bad());
+    }
+    let addrs: Vec<SocketAddr> = s.to_socket_addrs().map_err(|_| bad())?.collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(bad)
+}
+
+/// What keeps the endpoint answering scrapes whatever other local users do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_connections: usize,
+    /// A connection without a whole request this long after connecting or after its last
+    /// response is closed.
+    pub idle_timeout: Duration,
+    /// At the cap, a connection that has waited this long for a request gives its place.
+    pub evict_after: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            // Far below the unit's LimitNOFILE (and the usual 1,024 default), so connections
+            // never take the descriptors the kernel programs need.
+            max_connections: 256,
+            idle_timeout: Duration::from_secs(10),
+            evict_after: Duration::from_secs(1),
+        }
+    }
+}
+
+/// One open connection: since when it waits for a request (None while one is served), and
+/// how to close it.
+struct Slot {
+    waiting_since: Mutex<Option<Instant>>,
+    close: Notify,
+}
+
+impl Slot {
+    fn waiting_since(&self) -> Option<Instant> {
+        self.waiting_since.lock().map_or(None, |w| *w)
+    }
+
+    fn set_waiting(&self, since: Option<Instant>) {
+        if let Ok(mut w) = self.waiting_since.lock() {
+            *w = since;
+        }
+    }
+}
+
+/// The open connections.
+#[derive(Default)]
+struct Connections {
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    next: AtomicU64,
+    /// Signalled when a connection ends.
+    freed: Notify,
+}
+
+impl Connections {
+    fn len(&self) -> usize {
+        self.slots.lock().map_or(0, |s| s.len())
+    }
+
+    fn insert(&self) -> (u64, Arc<Slot>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            waiting_since: Mutex::new(Some(Instant::now())),
+            close: Notify::new(),
+        });
+        if let Ok(mut s) = self.slots.lock() {
+            s.insert(id, slot.clone());
+        }
+        (id, slot)
+    }
+
+    fn remove(&self, id: u64) {
+        if let Ok(mut s) = self.slots.lock() {
+            s.remove(&id);
+        }
+        self.freed.notify_one();
+    }
+
+    /// Close the connection that has waited longest for a request, if it has waited at least
+    /// `min`; it stops counting at once. Returns whether one was closed.
+    fn evict(&self, min: Duration) -> bool {
+        let Ok(mut slots) = self.slots.lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        let oldest = slots
+            .iter()
+            .filter_map(|(id, s)| Some((s.waiting_since()?, *id)))
+            .filter(|(since, _)| now.duration_since(*since) >= min)
+            .min();
+        let Some((_, id)) = oldest else {
+            return false;
+        };
+        if let Some(slot) = slots.remove(&id) {
+            slot.close.notify_one();
+        }
+        true
+    }
+}
+
+/// Removes a connection from the table when its task ends, however it ends.
+struct Registered {
+    conns: Arc<Connections>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.conns.remove(self.id);
+    }
 }
 
 /// What a scrape reads.
@@ -63,6 +209,7 @@ pub struct MetricsServer {
     addr: SocketAddr,
     shared: Arc<Mutex<Shared>>,
     top_flows: usize,
+    limits: Limits,
     state: State,
 }
 
@@ -95,8 +242,15 @@ impl MetricsServer {
             addr,
             shared: Arc::new(Mutex::new(Shared::default())),
             top_flows,
+            limits: Limits::default(),
             state: State::Bound(listener),
         })
+    }
+
+    /// Other limits than the defaults (before [`MetricsServer::serve`]).
+    pub fn with_limits(mut self, limits: Limits) -> MetricsServer {
+        self.limits = limits;
+        self
     }
 
     /// Start serving on the current tokio runtime (must be called inside one); returns the
@@ -108,7 +262,12 @@ impl MetricsServer {
                 .set_nonblocking(true)
                 .and_then(|()| TcpListener::from_std(listener))
                 .map_err(|source| ServeError::Bind { addr, source })?;
-            let accept = tokio::spawn(accept_loop(listener, self.shared.clone(), self.top_flows));
+            let accept = tokio::spawn(accept_loop(
+                listener,
+                self.shared.clone(),
+                self.top_flows,
+                self.limits,
+            ));
             self.state = State::Serving(accept);
         } else if matches!(self.state, State::Failed) {
             return Err(ServeError::Bind {
@@ -134,25 +293,107 @@ impl MetricsServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Mutex<Shared>>, top_flows: usize) {
+/// Back-off after running out of file descriptors: doubling from the first to the last.
+const FD_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
+/// How often a full table is looked at again for a connection that may give its place.
+const FULL_RECHECK: Duration = Duration::from_millis(50);
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Mutex<Shared>>,
+    top_flows: usize,
+    limits: Limits,
+) {
+    let conns = Arc::new(Connections::default());
+    let mut backoff = FD_BACKOFF.0;
     loop {
-        // A failed accept (out of file descriptors, a reset connection) only loses that
-        // connection; the endpoint keeps listening.
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::task::yield_now().await;
-            continue;
+        // Room for the next connection before taking it off the backlog.
+        while conns.len() >= limits.max_connections && !conns.evict(limits.evict_after) {
+            tokio::select! {
+                _ = conns.freed.notified() => {}
+                _ = tokio::time::sleep(FULL_RECHECK) => {}
+            }
+        }
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = FD_BACKOFF.0;
+                stream
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                // Retrying at once would fail the same way, on a full core: free a descriptor
+                // and wait a little.
+                conns.evict(Duration::ZERO);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(FD_BACKOFF.1);
+                continue;
+            }
+            // A connection reset before it was accepted only loses that connection.
+            Err(_) => {
+                tokio::task::yield_now().await;
+                continue;
+            }
         };
+        let (id, slot) = conns.insert();
+        let registered = Registered {
+            conns: conns.clone(),
+            id,
+        };
+        tokio::spawn(serve_connection(
+            stream,
+            slot,
+            registered,
+            shared.clone(),
+            top_flows,
+            limits,
+        ));
+    }
+}
+
+/// Serve one connection until the client closes it, it stays without a request for
+/// `idle_timeout`, or it is evicted.
+async fn serve_connection(
+    stream: TcpStream,
+    slot: Arc<Slot>,
+    _registered: Registered,
+    shared: Arc<Mutex<Shared>>,
+    top_flows: usize,
+    limits: Limits,
+) {
+    let in_service = slot.clone();
+    let service = service_fn(move |req| {
         let shared = shared.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, std::convert::Infallible>(respond(&req, &shared, top_flows)) }
-            });
+        let slot = in_service.clone();
+        async move {
+            slot.set_waiting(None);
+            let resp = respond(&req, &shared, top_flows);
+            slot.set_waiting(Some(Instant::now()));
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    loop {
+        // While a request is served, look again after a while.
+        let deadline = slot.waiting_since().map_or_else(
+            || Instant::now() + limits.idle_timeout,
+            |since| since + limits.idle_timeout,
+        );
+        tokio::select! {
             // A client that goes away mid-request is its own problem, not ours.
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+            _ = &mut conn => return,
+            _ = slot.close.notified() => return,
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                if slot
+                    .waiting_since()
+                    .is_some_and(|since| since.elapsed() >= limits.idle_timeout)
+                {
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -251,6 +492,13 @@ mod tests {
             parse_listen("eth0"),
             Err(ServeError::BadAddress(_))
         ));
+        // A host name that resolves (from /etc/hosts) to loopback.
+        let local = parse_listen("localhost:9470").expect("localhost resolves");
+        assert!(local.ip().is_loopback() && local.port() == 9470, "{local}");
+        assert!(matches!(
+            parse_listen("no-such-host.invalid:9470"),
+            Err(ServeError::BadAddress(_))
+        ));
     }
 
     #[test]
@@ -291,6 +539,88 @@ mod tests {
         );
         assert!(second.contains("roce_observer_last_scrape_duration_seconds "));
         assert!(get(addr, "/nope").starts_with("HTTP/1.1 404"));
+        drop(server);
+    }
+
+    /// Whether the server closed `conn` (EOF or reset) within `within`.
+    fn closed_within(mut conn: &std::net::TcpStream, within: std::time::Duration) -> bool {
+        conn.set_read_timeout(Some(within)).expect("timeout");
+        let mut buf = [0u8; 256];
+        loop {
+            match conn.read(&mut buf) {
+                Ok(0) => return true,
+                // A response to a request it sent (none of them do) would be bytes.
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Many idle and slowloris connections (more than the cap): scrapes are still answered,
+    /// at most the cap stays open, and every idle one is closed after the idle timeout.
+    #[test]
+    fn idle_and_slow_clients_cannot_starve_scrapes() {
+        use std::time::{Duration, Instant};
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let limits = Limits {
+            max_connections: 8,
+            idle_timeout: Duration::from_secs(3),
+            evict_after: Duration::from_millis(100),
+        };
+        let any = parse_listen("127.0.0.1:0").expect("addr");
+        let mut server = MetricsServer::bind(any, 10)
+            .expect("bind")
+            .with_limits(limits);
+        let addr = server.local_addr();
+        let _guard = rt.enter();
+        server.serve().expect("serve");
+        let snap = crate::engine::Engine::new(crate::engine::EngineConfig::default()).snapshot(0);
+        server.publish(Arc::new(snap), None);
+        let start = Instant::now();
+        // 40 connections that send nothing and 20 that send half a request header.
+        let idle: Vec<std::net::TcpStream> = (0..60)
+            .map(|i| {
+                let mut c = std::net::TcpStream::connect(addr).expect("connect");
+                if i >= 40 {
+                    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                        .expect("send");
+                }
+                c
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        for _ in 0..5 {
+            let t = Instant::now();
+            let got = get(addr, "/metrics");
+            assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+            assert!(
+                t.elapsed() < limits.idle_timeout,
+                "a scrape waited for the idle ones"
+            );
+        }
+        // Everything beyond the cap was closed to make room, well before the idle timeout.
+        let evicted = idle
+            .iter()
+            .filter(|c| closed_within(c, Duration::from_millis(20)))
+            .count();
+        assert!(evicted >= 60 - limits.max_connections, "{evicted} closed");
+        assert!(start.elapsed() < limits.idle_timeout);
+        // The rest are closed by the idle timeout.
+        let open: Vec<_> = idle
+            .iter()
+            .filter(|c| !closed_within(c, Duration::from_millis(1)))
+            .collect();
+        let late = open
+            .into_iter()
+            .filter(|c| !closed_within(c, limits.idle_timeout * 2))
+            .count();
+        assert_eq!(late, 0, "idle connections left open after the idle timeout");
+        assert!(get(addr, "/metrics").starts_with("HTTP/1.1 200"));
         drop(server);
     }
 }

@@ -414,3 +414,48 @@ fn mirror_sessions_and_mirrored_flows() {
     assert_eq!(value(&text, "roce_flow_packets_total", &other), 5.0);
     assert_eq!(value(&text, "roce_flow_psn_gaps_total", &other), 0.0);
 }
+
+#[test]
+fn the_textfile_never_writes_through_a_planted_link() {
+    use std::os::unix::fs::symlink;
+    let dir = std::env::temp_dir().join(format!(
+        "roce-observer-promfile-links-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("outside")).expect("temp dir");
+    let victim = dir.join("outside/root-only");
+    std::fs::write(&victim, b"do not overwrite").expect("write");
+    let prom = dir.join("roce.prom");
+    // The fixed temporary name used to be FILE.prom.tmp; the file itself may be a link too.
+    symlink(&victim, dir.join("roce.prom.tmp")).expect("plant link");
+    symlink(&victim, dir.join("roce.prom.prom.tmp")).expect("plant link");
+    symlink(&victim, &prom).expect("plant link");
+    write_textfile(&prom, "roce_frames_total 1\n").expect("write");
+    assert_eq!(
+        std::fs::read(&victim).expect("read victim"),
+        b"do not overwrite"
+    );
+    // The link at FILE was replaced by a file of ours; no temporary file is left.
+    let meta = std::fs::symlink_metadata(&prom).expect("lstat");
+    assert!(meta.file_type().is_file());
+    assert_eq!(
+        std::fs::read_to_string(&prom).expect("read"),
+        "roce_frames_total 1\n"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "outside",
+            "roce.prom",
+            "roce.prom.prom.tmp",
+            "roce.prom.tmp"
+        ]
+    );
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}

@@ -12,11 +12,16 @@ pub enum KernelError {
     )]
     NotBuilt,
     #[error(
-        "loading BPF programs needs root, or CAP_BPF + CAP_NET_ADMIN (+ CAP_PERFMON): run with \
-         sudo; on a host where that is impossible, capture instead \
-         (`tcpdump -i IFACE -w - udp port 4791 | roce-observer analyze -`)"
+        "loading BPF programs needs root, or CAP_BPF + CAP_NET_ADMIN + CAP_PERFMON{}: run with \
+         sudo or grant {}; on a host where that is impossible, capture instead \
+         (`tcpdump -i IFACE -w - udp port 4791 | roce-observer analyze -`)",
+        missing_note(.missing),
+        grant(.missing)
     )]
-    NotPrivileged,
+    NotPrivileged {
+        /// The needed capabilities this process lacks (empty: none, or unknown).
+        missing: Vec<&'static str>,
+    },
     #[error(
         "this kernel ({release}) lacks {what}; roce-observer needs Linux >= 5.8 with BPF ring \
          buffers and BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF=y); use \
@@ -92,25 +97,70 @@ pub fn is_busy(err: &(dyn std::error::Error + 'static)) -> bool {
     matches!(errno(err), Some(libc::EBUSY | libc::EEXIST))
 }
 
+fn missing_note(missing: &[&str]) -> String {
+    if missing.is_empty() {
+        String::new()
+    } else {
+        format!(" (this process lacks {})", missing.join(" and "))
+    }
+}
+
+fn grant(missing: &[&str]) -> String {
+    match missing {
+        [] => "the three capabilities".to_string(),
+        [one] => (*one).to_string(),
+        _ => "them".to_string(),
+    }
+}
+
+/// This process's effective capability set (/proc/self/status `CapEff`), if readable.
+fn effective_caps() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// Of the capabilities the programs need, those missing from `eff` (CAP_SYS_ADMIN stands in
+/// for CAP_BPF and CAP_PERFMON, as the kernel lets it); none when the set is unknown.
+pub fn missing_caps(eff: Option<u64>) -> Vec<&'static str> {
+    const CAP_NET_ADMIN: u32 = 12;
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    let Some(eff) = eff else {
+        return Vec::new();
+    };
+    let has = |bit: u32| eff & (1 << bit) != 0;
+    let admin = has(CAP_SYS_ADMIN);
+    let mut missing = Vec::new();
+    if !has(CAP_BPF) && !admin {
+        missing.push("CAP_BPF");
+    }
+    if !has(CAP_NET_ADMIN) {
+        missing.push("CAP_NET_ADMIN");
+    }
+    if !has(CAP_PERFMON) && !admin {
+        missing.push("CAP_PERFMON");
+    }
+    missing
+}
+
+/// The privilege error, naming what this process lacks.
+pub fn not_privileged() -> KernelError {
+    KernelError::NotPrivileged {
+        missing: missing_caps(effective_caps()),
+    }
+}
+
 /// A load error, told apart by privilege. The verifier also refuses with EACCES: a refusal that
 /// comes with a verifier log is a program the kernel rejected, not a missing privilege.
 /// Whether this process may use the verifier's trusted mode: CAP_PERFMON (bit 38) or
 /// CAP_SYS_ADMIN (bit 21) in its effective set (/proc/self/status `CapEff`). Unknown counts as
 /// yes, so a refusal is then reported with the verifier's own log.
 fn has_perfmon() -> bool {
-    const CAP_SYS_ADMIN: u32 = 21;
-    const CAP_PERFMON: u32 = 38;
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return true;
-    };
-    let Some(eff) = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-    else {
-        return true;
-    };
-    eff & (1 << CAP_PERFMON | 1 << CAP_SYS_ADMIN) != 0
+    effective_caps().is_none_or(|eff| !missing_caps(Some(eff)).contains(&"CAP_PERFMON"))
 }
 
 pub(super) fn load_error<E: std::error::Error + Send + Sync + 'static>(err: E) -> KernelError {
@@ -123,7 +173,7 @@ pub(super) fn load_error<E: std::error::Error + Send + Sync + 'static>(err: E) -
     // refuses pointer arithmetic the programs need, with EACCES and a log: that is a missing
     // privilege, not a bug in the program.
     if is_privilege(&err) && (!verifier_refused || !has_perfmon()) {
-        KernelError::NotPrivileged
+        not_privileged()
     } else {
         KernelError::Load(Box::new(err))
     }
@@ -143,7 +193,7 @@ pub(super) fn program_load_error(
             if !verifier_log.to_string().trim().is_empty()
     );
     if is_privilege(&err) && (!verifier_refused || !has_perfmon()) {
-        return KernelError::NotPrivileged;
+        return not_privileged();
     }
     let ProgramError::LoadError {
         io_error,
@@ -234,7 +284,7 @@ mod tests {
         assert!(!is_privilege(&syscall(libc::EBUSY)));
         assert!(matches!(
             load_error(syscall(libc::EPERM)),
-            KernelError::NotPrivileged
+            KernelError::NotPrivileged { .. }
         ));
         assert!(matches!(
             load_error(syscall(libc::E2BIG)),
@@ -243,6 +293,36 @@ mod tests {
         // A message that merely mentions the words is not a privilege error.
         let text = std::io::Error::other("Operation not permitted (text only)");
         assert!(!is_privilege(&text));
+    }
+
+    #[test]
+    fn the_missing_capability_is_named() {
+        let bit = |b: u32| 1u64 << b;
+        let all = bit(12) | bit(38) | bit(39);
+        assert!(missing_caps(Some(all)).is_empty());
+        assert_eq!(missing_caps(Some(bit(12) | bit(39))), ["CAP_PERFMON"]);
+        assert_eq!(missing_caps(Some(bit(38) | bit(39))), ["CAP_NET_ADMIN"]);
+        assert_eq!(missing_caps(Some(bit(12) | bit(38))), ["CAP_BPF"]);
+        // CAP_SYS_ADMIN stands in for CAP_BPF and CAP_PERFMON.
+        assert_eq!(missing_caps(Some(bit(21))), ["CAP_NET_ADMIN"]);
+        assert_eq!(
+            missing_caps(Some(0)),
+            ["CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON"]
+        );
+        assert!(missing_caps(None).is_empty());
+        let one = KernelError::NotPrivileged {
+            missing: vec!["CAP_PERFMON"],
+        }
+        .to_string();
+        assert!(
+            one.contains("(this process lacks CAP_PERFMON)") && one.contains("grant CAP_PERFMON"),
+            "{one}"
+        );
+        let two = KernelError::NotPrivileged {
+            missing: vec!["CAP_BPF", "CAP_PERFMON"],
+        }
+        .to_string();
+        assert!(two.contains("lacks CAP_BPF and CAP_PERFMON"), "{two}");
     }
 
     #[test]

@@ -198,7 +198,7 @@ impl KernelSource {
         }
         let features = Features::probe();
         if !features.privileged {
-            return Err(KernelError::NotPrivileged);
+            return Err(error::not_privileged());
         }
         if let Some(what) = features.missing() {
             return Err(KernelError::KernelTooOld {
@@ -464,6 +464,15 @@ impl LiveSource for KernelSource {
 
     fn take_log(&mut self) -> Vec<String> {
         self.take_kernel_log()
+    }
+
+    fn interfaces(&self) -> Vec<(String, bool)> {
+        // A deleted interface takes our programs with it; one created again under the same
+        // name has another index and none of them.
+        self.attachments
+            .iter()
+            .map(|a| (a.iface.clone(), ifindex(&a.iface) == Some(a.ifindex)))
+            .collect()
     }
 }
 
