@@ -6,6 +6,7 @@ use crate::{
     flow::{FLAG_PEER_KNOWN, TRANSPORT_UNSET, nak},
     opcode::{self, PsnSpace},
     psn::{PsnVerdict, read_span},
+    sequence::{self, Step},
 };
 
 /// The fields of one RoCE packet that the accounting needs.
@@ -27,6 +28,22 @@ pub struct RocePacket {
 }
 
 impl RocePacket {
+    pub const fn zeroed() -> RocePacket {
+        RocePacket {
+            opcode: 0,
+            psn: 0,
+            dst_qp: 0,
+            ack_req: false,
+            dma_len: 0,
+            syndrome: 0,
+            ecn: 0,
+            dscp: 0,
+            pcp: 0,
+            udp_sport: 0,
+            frame_len: 0,
+        }
+    }
+
     /// Requests timestamped for latency: AckReq set, or a READ request.
     #[inline(always)]
     pub fn wants_timestamp(&self) -> bool {
@@ -93,18 +110,39 @@ pub struct Outcome {
     pub response: bool,
     /// The packet was accounted as a request (its PSN went through the request stream).
     pub request: bool,
-    /// A request gap: its first missing PSN and how many (`missing` 0: no gap). Copied out of
-    /// the verdict where it is made, so that the path events read plain initialised fields:
-    /// read later from the verdict, the 5.10 verifier saw a read of uninitialised stack on the
-    /// paths where the verdict has no payload.
+    /// Request PSNs this packet caused to be declared lost: the first and how many (0: none;
+    /// `lost_split`: more than that run, path view incomplete). Plain fields copied out of the
+    /// step, so that the path events read initialised values: read later from an enum, the
+    /// 5.10 verifier saw a read of uninitialised stack on the paths without a payload.
     pub gap_first: u32,
     pub gap_missing: u32,
+    pub lost_split: bool,
     pub nak: bool,
+    /// A PSN sequence-error NAK (applied to its request flow by `observe`).
+    pub nak_seq: bool,
     pub cnp: bool,
     /// This packet completed a retransmission burst / a NAK burst on its flow (set by
     /// `observe`, which keeps the burst windows).
     pub retransmit_burst: bool,
     pub nak_burst: bool,
+}
+
+impl Outcome {
+    pub const fn zeroed() -> Outcome {
+        Outcome {
+            psn: PsnVerdict::InOrder,
+            response: false,
+            request: false,
+            gap_first: 0,
+            gap_missing: 0,
+            lost_split: false,
+            nak: false,
+            nak_seq: false,
+            cnp: false,
+            retransmit_burst: false,
+            nak_burst: false,
+        }
+    }
 }
 
 /// Add `n` to a counter that other CPUs may update at the same moment: in the kernel one flow
@@ -125,7 +163,8 @@ pub fn add(counter: &mut u64, n: u64) {
     }
     #[cfg(not(target_arch = "bpf"))]
     {
-        *counter += n;
+        // Wrapping, as the kernel's add: a correction adds `u64::MAX` (minus one).
+        *counter = counter.wrapping_add(n);
     }
 }
 
@@ -154,18 +193,14 @@ enum Counted {
 /// marks, NAKs, CNPs and PSN anomalies add more. `packets`, `ecn_ect` and `acks` follow from
 /// the kept counters ([`FlowStats::packets`]).
 #[inline(always)]
-pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) -> Outcome {
-    let mut out = Outcome {
-        psn: PsnVerdict::InOrder,
-        response: false,
-        request: false,
-        gap_first: 0,
-        gap_missing: 0,
-        nak: false,
-        cnp: false,
-        retransmit_burst: false,
-        nak_burst: false,
-    };
+pub fn account(
+    stats: &mut FlowStats,
+    pkt: &RocePacket,
+    pmtu: u32,
+    window: u32,
+    now_ns: u64,
+) -> Outcome {
+    let mut out = Outcome::zeroed();
     let op = (pkt.opcode & 0x1f) as usize;
     touch(&stats.opcodes[op]);
     stats.last_ns = now_ns;
@@ -193,29 +228,23 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
                     // Once per flow: where its request PSNs began (path events).
                     stats.req_first = pkt.psn & crate::psn::PSN_MASK;
                 }
-                out.psn = stats.psn.request(pkt.psn, span);
+                let step = sequence::request(stats, pkt.psn, span, window);
                 out.request = true;
-                if let PsnVerdict::Gap {
-                    expected, missing, ..
-                } = out.psn
-                {
-                    out.gap_first = expected;
-                    out.gap_missing = missing;
-                }
-                count_psn(stats, out.psn, false);
+                take_step(&mut out, step);
             }
             PsnSpace::ReadResponse => {
                 let op = opcode::operation(pkt.opcode);
                 let continues = op == opcode::RDMA_READ_RESPONSE_MIDDLE
                     || op == opcode::RDMA_READ_RESPONSE_LAST;
-                out.psn = stats.psn.read_response(pkt.psn, continues);
+                let step = sequence::read_response(stats, pkt.psn, continues, window);
                 out.response = true;
-                count_psn(stats, out.psn, true);
+                out.psn = step.verdict;
             }
             PsnSpace::Ack => {
                 if let Some(class) = nak_class(pkt.syndrome) {
                     add(&mut stats.naks[class], 1);
                     out.nak = true;
+                    out.nak_seq = class == nak::PSN_SEQ_ERR;
                 }
             }
             PsnSpace::None => {}
@@ -236,21 +265,13 @@ pub fn account(stats: &mut FlowStats, pkt: &RocePacket, pmtu: u32, now_ns: u64) 
     out
 }
 
-/// Count a PSN anomaly. Called where the verdict is made, not after the other adds: carried
-/// to the end of `account`, the verdict's payload and the flow pointer shared a register on
-/// paths the 5.10 verifier cannot tell apart, and it refused the program ("pointer arithmetic
-/// with <<= operator prohibited").
+/// Copy a request's step into the outcome (sequence.rs counted it already).
 #[inline(always)]
-fn count_psn(stats: &mut FlowStats, verdict: PsnVerdict, response: bool) {
-    match verdict {
-        PsnVerdict::InOrder => {}
-        PsnVerdict::Gap { missing, .. } => {
-            add(&mut stats.psn_gaps, 1);
-            add(&mut stats.psn_missing, missing as u64);
-        }
-        PsnVerdict::Retransmit { .. } if response => add(&mut stats.resp_retransmits, 1),
-        PsnVerdict::Retransmit { .. } => add(&mut stats.req_retransmits, 1),
-    }
+fn take_step(out: &mut Outcome, step: Step) {
+    out.psn = step.verdict;
+    out.gap_first = step.lost_first;
+    out.gap_missing = step.lost_count;
+    out.lost_split = step.lost_split;
 }
 
 #[inline(always)]
@@ -304,7 +325,7 @@ mod tests {
     #[test]
     fn counts_opcodes_acks_naks_and_cnp() {
         let mut s = FlowStats::zeroed();
-        account(&mut s, &pkt(0x04, 1), 4096, 10);
+        account(&mut s, &pkt(0x04, 1), 4096, 64, 10);
         account(
             &mut s,
             &RocePacket {
@@ -312,6 +333,7 @@ mod tests {
                 ..pkt(0x11, 1)
             },
             4096,
+            64,
             11,
         );
         account(
@@ -321,6 +343,7 @@ mod tests {
                 ..pkt(0x11, 1)
             },
             4096,
+            64,
             12,
         );
         account(
@@ -330,6 +353,7 @@ mod tests {
                 ..pkt(0x11, 1)
             },
             4096,
+            64,
             13,
         );
         account(
@@ -339,6 +363,7 @@ mod tests {
                 ..pkt(opcode::OP_CNP, 0)
             },
             4096,
+            64,
             14,
         );
         assert_eq!(s.packets(), 5);
@@ -357,8 +382,8 @@ mod tests {
     #[test]
     fn other_transport_is_counted_apart() {
         let mut s = FlowStats::zeroed();
-        account(&mut s, &pkt(0x04, 1), 4096, 0);
-        account(&mut s, &pkt(0x24, 9), 4096, 0);
+        account(&mut s, &pkt(0x04, 1), 4096, 64, 0);
+        account(&mut s, &pkt(0x24, 9), 4096, 64, 0);
         assert_eq!(s.other_transport, 1);
         assert_eq!(s.opcodes[4], 1);
         assert_eq!(s.psn_gaps, 0);
@@ -375,6 +400,7 @@ mod tests {
                     ..pkt(0x64, 0)
                 },
                 4096,
+                64,
                 0,
             );
         }

@@ -314,6 +314,71 @@ impl BurstWindow {
     }
 }
 
+/// The PSN scoreboards and reordering counters of one flow (sequence.rs; docs/metrics.md,
+/// "Reordering and loss"). Window bit `i` stands for PSN `base + i`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reorder {
+    /// Requests: a copy arrived / declared lost / (lost) declared by a NAK, (seen) its first
+    /// copy arrived reordered.
+    pub req_seen: u64,
+    pub req_lost: u64,
+    pub req_flag: u64,
+    /// READ responses: a copy arrived / skipped between two responses (not a hole).
+    pub resp_seen: u64,
+    pub resp_soft: u64,
+    /// The oldest PSN not yet resolved, per space.
+    pub req_base: u32,
+    pub resp_base: u32,
+    /// The PSN that continues the last request retransmission (`psn::REQ_RUN`).
+    pub run_next: u32,
+    /// The run of first copies waiting for a decision (`psn::REQ_TENTATIVE`): its PSNs
+    /// `tent_first..tent_next`, its copies, the highest PSN before it, NAKs for it meanwhile.
+    pub tent_first: u32,
+    pub tent_next: u32,
+    pub tent_count: u32,
+    pub tent_highest: u32,
+    pub tent_naks: u32,
+    /// The last first copy that closed a lost hole, and its distance (the distance counted if
+    /// a second copy shows it was reordered).
+    pub closer_psn: u32,
+    pub closer_distance: u32,
+    /// First copies that arrived reordered; their distances by bucket
+    /// (`sequence::DISTANCE_NAMES`) and the largest.
+    pub reordered: u64,
+    pub distance: [u64; 6],
+    pub distance_max: u64,
+    /// PSN sequence-error NAKs for PSNs of this flow that were not lost: caused by reordering.
+    pub naks: u64,
+}
+assert_size!(Reorder, 152);
+
+impl Reorder {
+    pub const fn zeroed() -> Reorder {
+        Reorder {
+            req_seen: 0,
+            req_lost: 0,
+            req_flag: 0,
+            resp_seen: 0,
+            resp_soft: 0,
+            req_base: 0,
+            resp_base: 0,
+            run_next: 0,
+            tent_first: 0,
+            tent_next: 0,
+            tent_count: 0,
+            tent_highest: 0,
+            tent_naks: 0,
+            closer_psn: 0,
+            closer_distance: 0,
+            reordered: 0,
+            distance: [0; 6],
+            distance_max: 0,
+            naks: 0,
+        }
+    }
+}
+
 /// Per-flow counters and sequence state (see docs/metrics.md for every definition).
 ///
 /// Laid out hot first: every field a data packet touches, but for its opcode count, sits in
@@ -347,11 +412,13 @@ pub struct FlowStats {
     pub pcp: u8,
     pub flags: u8,
     // Second 64 bytes: what a loss storm touches on every packet.
+    /// Loss events (runs of consecutive PSNs declared lost) and the PSNs declared lost
+    /// (sequence.rs).
     pub psn_gaps: u64,
     pub psn_missing: u64,
-    /// Requests whose PSN was not newer than the highest request PSN.
+    /// Request and READ-response retransmissions: copies of a PSN after its first, and first
+    /// copies of a PSN declared lost.
     pub req_retransmits: u64,
-    /// READ responses whose PSN was not newer than the highest response PSN.
     pub resp_retransmits: u64,
     pub retransmit_bursts: BurstWindow,
     /// Packets per operation (opcode bits 4-0) of the flow's transport (`transport`).
@@ -393,8 +460,11 @@ pub struct FlowStats {
     /// also counted in the global `ringbuf_full`); user space marks the flow's path view
     /// incomplete, as for `path_suppressed`.
     pub path_lost: u64,
+    /// Reordering and loss (sequence.rs): the scoreboards of both PSN spaces and the
+    /// reordering counters. Last: touched only by packets that arrive out of order.
+    pub reorder: Reorder,
 }
-assert_size!(FlowStats, 624);
+assert_size!(FlowStats, 776);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
@@ -439,6 +509,7 @@ impl FlowStats {
             path_window_ns: 0,
             path_suppressed: 0,
             path_lost: 0,
+            reorder: Reorder::zeroed(),
         }
     }
 

@@ -29,6 +29,7 @@ pub mod parse;
 pub mod pfc;
 pub mod psn;
 pub mod run;
+pub mod sequence;
 
 pub use account::{Outcome, RocePacket, account};
 pub use counters::Counter;

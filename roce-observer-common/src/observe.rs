@@ -43,6 +43,12 @@ pub struct Scratch {
     /// held across helper calls is spilled to the stack, where on some paths the 5.10
     /// verifier saw it read unwritten.
     pub flow_point: u32,
+    /// The RoCE packet's fields, as parsed. Kept here rather than on the stack so that every
+    /// way through the parser (VLAN tags, IPv4/IPv6, each kind of mirror) reaches the flow's
+    /// accounting in one verifier state: values on the stack differ from path to path, those in
+    /// scratch memory are not tracked, and the verifier then checks the accounting once, not
+    /// once per parse path.
+    pub pkt: RocePacket,
 }
 
 impl Scratch {
@@ -53,6 +59,7 @@ impl Scratch {
             pending: PendingKey::zeroed(),
             request_flow: FlowKey::zeroed(),
             flow_point: 0,
+            pkt: RocePacket::zeroed(),
         }
     }
 }
@@ -98,6 +105,8 @@ pub trait Tables {
     fn parse<P: PacketView>(&mut self, p: &P, point: &mut MirrorPoint) -> Frame;
     /// Path MTU for READ PSN reservations.
     fn pmtu(&self) -> u32;
+    /// Reorder window in PSNs (sequence.rs; 1..=`sequence::MAX_REORDER_WINDOW`).
+    fn reorder_window(&self) -> u32;
     /// Burst rule of the `retransmit_burst` and `nak_burst` alerts: this many occurrences
     /// within this many ns on one flow (0 occurrences: never).
     fn burst_rule(&self) -> (u32, u64);
@@ -209,7 +218,8 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
                     None => return,
                 }
             }
-            on_roce(flows, t, scratch, &pkt);
+            scratch.pkt = pkt;
+            on_roce(flows, t, scratch);
             return;
         }
         Frame::Pfc {
@@ -258,8 +268,9 @@ fn on_mirror<T: Tables>(
 }
 
 #[inline(always)]
-fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: &RocePacket) {
+fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
     let key = &s.key;
+    let pkt = &s.pkt;
     // The packet time. Data packets, CNPs and NAKs take the precise clock: their activity
     // runs are cut at 1 ms gaps (run.rs), finer than the coarse clock's tick (4 ms at
     // HZ=250); the same reading then timestamps a request or an answer, so such a packet reads
@@ -294,7 +305,7 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
         // parallel with the accounting's lines (account::touch).
         touch(&stats.run.end_ns);
     }
-    let mut out = account(stats, pkt, t.pmtu(), now);
+    let mut out = account(stats, pkt, t.pmtu(), t.reorder_window(), now);
     // Anomalies are counted in the flow record, never sent one event each: in a go-back-N storm
     // every packet is a retransmission. Bursts are detected here, on the flow's own windows, so
     // that both sides raise the same alerts from the flow record (docs/metrics.md, "Events").
@@ -318,6 +329,29 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch, pkt: 
     if stage == Stage::Account {
         return;
     }
+    // A PSN sequence-error NAK says which request PSN the responder expected: the request
+    // flow (this one's reverse, towards the peer QP learned from a latency match) judges it.
+    // Rare, so the flow is looked up again afterwards rather than kept across the lookup.
+    let stats = if out.nak_seq {
+        if let Some(peer) = stats.peer_qp() {
+            on_nak(
+                flows,
+                t,
+                key,
+                &mut s.request_flow,
+                s.flow_point,
+                peer,
+                pkt.psn,
+                now,
+            );
+        }
+        match flows.get(key, s.flow_point) {
+            Some(stats) => stats,
+            None => return,
+        }
+    } else {
+        stats
+    };
 
     // Latency (docs/metrics.md, "Latency"): timestamp requests that ask for an answer, match
     // answers to them.
@@ -480,12 +514,66 @@ fn path_events<T: Tables>(
             crate::account::add(&mut stats.path_lost, 1);
         }
     }
+    if out.lost_split {
+        // More PSNs were declared lost than one event carries: the view is incomplete.
+        stats.path_suppressed += 1;
+    }
     if retransmit {
-        stats.psn.flags = flags | REQ_RESENDING;
-        stats.resend_first = psn;
+        stats.psn.flags = stats.psn.flags | REQ_RESENDING;
+        // A resend run that a later packet showed to have started earlier (its first copy
+        // closed a hole and looked reordered) starts at the PSNs declared lost.
+        stats.resend_first = if gap { out.gap_first } else { psn };
         stats.resend_last = psn;
     } else if finished || gap {
-        stats.psn.flags = (flags & !REQ_RESENDING) | if gap { REQ_GAPPED } else { 0 };
+        stats.psn.flags &= !REQ_RESENDING;
+    }
+}
+
+/// A PSN sequence-error NAK for request PSN `psn`, seen on flow `key` whose peer QP is `peer`:
+/// the request flow is `key` reversed towards `peer`, at the same point, in the same direction
+/// (a capture, a mirror) or, on a host's own interface, the other one (requests leave by TC
+/// egress, NAKs come in by XDP ingress). What the NAK declares lost is a path event of the
+/// request flow.
+#[inline(always)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the scratch fields apart, for the borrows"
+)]
+fn on_nak<F: Flows, T: Tables>(
+    flows: &mut F,
+    t: &mut T,
+    key: &FlowKey,
+    request_flow: &mut FlowKey,
+    point: u32,
+    peer: u32,
+    psn: u32,
+    now: u64,
+) {
+    *request_flow = *key;
+    request_flow.src_ip = key.dst_ip;
+    request_flow.dst_ip = key.src_ip;
+    request_flow.dst_qp = peer;
+    if flows.get(request_flow, point).is_none() {
+        if key.encap != encap::NONE || key.direction >= 2 {
+            return;
+        }
+        request_flow.direction = key.direction ^ 1;
+    }
+    let Some(stats) = flows.get(request_flow, point) else {
+        return;
+    };
+    let step = crate::sequence::nak(stats, psn);
+    if step.lost_count == 0 {
+        return;
+    }
+    if path_event_allowed(stats, now) {
+        let record_flow = &*request_flow;
+        let sent = t.emit(record_flow.direction, now, |ev| {
+            ev.set_path(record_flow, false, (0, 0), step.lost_first, step.lost_count)
+        });
+        if !sent {
+            crate::account::add(&mut stats.path_lost, 1);
+        }
     }
 }
 

@@ -24,15 +24,34 @@ pub const fn psn_add(a: u32, n: u32) -> u32 {
     a.wrapping_add(n) & PSN_MASK
 }
 
-const REQ_VALID: u8 = 1;
-const RESP_VALID: u8 = 2;
-/// `PsnState::flags`: the request stream has had a gap (from then on its retransmissions
-/// are followed as resend runs, observe.rs); kept here, in the line every packet reads.
+/// `PsnState::flags`: a request was seen (`req_expected` and `req_highest` are set).
+pub const REQ_VALID: u8 = 1;
+/// `PsnState::flags`: a READ response was seen.
+pub const RESP_VALID: u8 = 2;
+/// `PsnState::flags`: the request stream has had a PSN declared lost (from then on its
+/// retransmissions are followed as resend runs, observe.rs); kept here, in the line every
+/// packet reads.
 pub const REQ_GAPPED: u8 = 4;
 /// `PsnState::flags`: a resend run is open (`FlowStats::resend_first..resend_last`).
 pub const REQ_RESENDING: u8 = 8;
+/// `PsnState::flags`: the request scoreboard is in use (`Reorder::req_base` and its bits;
+/// sequence.rs). Clear: every request PSN before `req_expected` is resolved.
+pub const REQ_WINDOW: u8 = 16;
+/// `PsnState::flags`: a run of first copies that closed holes waits for the next request to
+/// say whether it was reordering or the start of a resend run (`Reorder::tent_*`).
+pub const REQ_TENTATIVE: u8 = 32;
+/// `PsnState::flags`: the last request was a retransmission; `Reorder::run_next` continues it.
+pub const REQ_RUN: u8 = 64;
+/// `PsnState::flags`: the READ-response scoreboard is in use.
+pub const RESP_WINDOW: u8 = 128;
+/// `PsnState::flags2`: the request PSN just below `Reorder::req_base` was declared lost (loss
+/// events are runs of consecutive lost PSNs).
+pub const REQ_LOST_BELOW: u8 = 1;
+/// `PsnState::flags2`: likewise for the READ-response PSN below `Reorder::resp_base`.
+pub const RESP_LOST_BELOW: u8 = 2;
 
-/// Sequence state of both PSN spaces of one flow.
+/// Sequence state of both PSN spaces of one flow: what every packet reads. The scoreboards
+/// behind it (`FlowStats::reorder`) are touched only when something arrived out of order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PsnState {
@@ -41,21 +60,27 @@ pub struct PsnState {
     pub resp_highest: u32,
     pub resp_last: u32,
     pub flags: u8,
-    pub _pad: [u8; 3],
+    pub flags2: u8,
+    pub _pad: [u8; 2],
 }
 assert_size!(PsnState, 20);
 
-/// What one packet did to a PSN space.
+/// What one packet did to a PSN space (sequence.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PsnVerdict {
     InOrder,
-    /// PSNs were skipped: `expected` was due, `got` arrived, `missing` PSNs in between.
+    /// PSNs were skipped: `expected` was due, `got` arrived; the `skipped` PSNs in between are
+    /// holes (lost or reordered: decided later).
     Gap {
         expected: u32,
         got: u32,
-        missing: u32,
+        skipped: u32,
     },
-    /// Not newer than the highest PSN seen: a retransmission (or a resent READ response).
+    /// The first copy of a PSN older than the highest seen, at `distance` below it.
+    Reordered {
+        distance: u32,
+    },
+    /// A copy of a PSN seen before, or the first copy of one declared lost.
     Retransmit {
         highest: u32,
         got: u32,
@@ -70,7 +95,8 @@ impl PsnState {
             resp_highest: 0,
             resp_last: 0,
             flags: 0,
-            _pad: [0; 3],
+            flags2: 0,
+            _pad: [0; 2],
         }
     }
 
@@ -78,60 +104,6 @@ impl PsnState {
     #[inline(always)]
     pub const fn has_requests(&self) -> bool {
         self.flags & REQ_VALID != 0
-    }
-
-    /// A request consuming `span` PSNs (1, or the READ reservation) arrived with `psn`.
-    #[inline(always)]
-    pub fn request(&mut self, psn: u32, span: u32) -> PsnVerdict {
-        let psn = psn & PSN_MASK;
-        let mut verdict = PsnVerdict::InOrder;
-        if self.flags & REQ_VALID != 0 {
-            if !psn_newer(psn, self.req_highest) {
-                return PsnVerdict::Retransmit {
-                    highest: self.req_highest,
-                    got: psn,
-                };
-            }
-            if psn_newer(psn, self.req_expected) {
-                verdict = PsnVerdict::Gap {
-                    expected: self.req_expected,
-                    got: psn,
-                    missing: psn_diff(psn, self.req_expected),
-                };
-            }
-        }
-        self.flags |= REQ_VALID;
-        self.req_expected = psn_add(psn, span);
-        self.req_highest = psn;
-        verdict
-    }
-
-    /// A READ response packet arrived; `continues` is true for MIDDLE and LAST, which must
-    /// follow the previous response packet by exactly one.
-    #[inline(always)]
-    pub fn read_response(&mut self, psn: u32, continues: bool) -> PsnVerdict {
-        let psn = psn & PSN_MASK;
-        let mut verdict = PsnVerdict::InOrder;
-        if self.flags & RESP_VALID != 0 {
-            if !psn_newer(psn, self.resp_highest) {
-                return PsnVerdict::Retransmit {
-                    highest: self.resp_highest,
-                    got: psn,
-                };
-            }
-            let expected = psn_add(self.resp_last, 1);
-            if continues && psn != expected {
-                verdict = PsnVerdict::Gap {
-                    expected,
-                    got: psn,
-                    missing: psn_diff(psn, expected),
-                };
-            }
-        }
-        self.flags |= RESP_VALID;
-        self.resp_highest = psn;
-        self.resp_last = psn;
-        verdict
     }
 }
 
@@ -157,81 +129,6 @@ mod tests {
         assert!(psn_newer(5 + HALF - 1, 5));
         assert!(!psn_newer(5 + HALF, 5));
         assert_eq!(psn_diff(2, PSN_MASK), 3);
-    }
-
-    #[test]
-    fn requests_in_order_across_wrap_have_no_gap() {
-        let mut s = PsnState::zeroed();
-        for psn in [PSN_MASK - 1, PSN_MASK, 0, 1] {
-            assert_eq!(s.request(psn, 1), PsnVerdict::InOrder);
-        }
-    }
-
-    #[test]
-    fn gap_counts_missing_psns() {
-        let mut s = PsnState::zeroed();
-        s.request(100, 1);
-        s.request(101, 1);
-        assert_eq!(
-            s.request(105, 1),
-            PsnVerdict::Gap {
-                expected: 102,
-                got: 105,
-                missing: 3
-            }
-        );
-        assert_eq!(s.request(106, 1), PsnVerdict::InOrder);
-    }
-
-    #[test]
-    fn read_reservation_is_not_a_gap() {
-        let mut s = PsnState::zeroed();
-        s.request(10, read_span(12288, 4096));
-        assert_eq!(s.request(13, 1), PsnVerdict::InOrder);
-        // A wrong (larger) path MTU would reserve 1 PSN and report a false gap.
-        let mut t = PsnState::zeroed();
-        t.request(10, read_span(8192, 8192));
-        assert!(matches!(
-            t.request(13, 1),
-            PsnVerdict::Gap { missing: 2, .. }
-        ));
-    }
-
-    #[test]
-    fn go_back_n_counts_retransmits_not_gaps() {
-        let mut s = PsnState::zeroed();
-        for psn in 10..20 {
-            assert_eq!(s.request(psn, 1), PsnVerdict::InOrder);
-        }
-        let mut resent = 0;
-        for psn in 13..20 {
-            if let PsnVerdict::Retransmit { .. } = s.request(psn, 1) {
-                resent += 1;
-            }
-        }
-        assert_eq!(resent, 7);
-        assert_eq!(s.request(20, 1), PsnVerdict::InOrder);
-    }
-
-    #[test]
-    fn read_responses() {
-        let mut s = PsnState::zeroed();
-        assert_eq!(s.read_response(50, false), PsnVerdict::InOrder);
-        assert_eq!(s.read_response(51, true), PsnVerdict::InOrder);
-        // Between responses the PSN may jump freely.
-        assert_eq!(s.read_response(60, false), PsnVerdict::InOrder);
-        assert_eq!(
-            s.read_response(63, true),
-            PsnVerdict::Gap {
-                expected: 61,
-                got: 63,
-                missing: 2
-            }
-        );
-        assert!(matches!(
-            s.read_response(51, false),
-            PsnVerdict::Retransmit { .. }
-        ));
     }
 
     #[test]

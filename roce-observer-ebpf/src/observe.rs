@@ -35,6 +35,9 @@ static VXLAN_PORT: u16 = roce_observer_common::headers::VXLAN_PORT;
 /// Path MTU for READ PSN reservations; set by the loader.
 #[unsafe(no_mangle)]
 static PMTU: u32 = roce_observer_common::DEFAULT_PMTU;
+/// Reorder window in PSNs (sequence.rs); set by the loader.
+#[unsafe(no_mangle)]
+static REORDER_WINDOW: u32 = roce_observer_common::sequence::DEFAULT_REORDER_WINDOW;
 /// Burst rule of the retransmission and NAK alerts; set by the loader.
 #[unsafe(no_mangle)]
 static BURST_COUNT: u32 = roce_observer_common::BURST_COUNT;
@@ -245,6 +248,11 @@ impl Tables for Maps<'_> {
     #[inline(always)]
     fn pmtu(&self) -> u32 {
         global(&PMTU)
+    }
+
+    #[inline(always)]
+    fn reorder_window(&self) -> u32 {
+        global(&REORDER_WINDOW)
     }
 
     #[inline(always)]

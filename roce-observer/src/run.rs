@@ -266,6 +266,7 @@ async fn run_kernel<F: Future<Output = ()>>(
         roce_port: args.engine.roce_port,
         vxlan_port: args.engine.vxlan_port,
         pmtu: args.engine.pmtu(),
+        reorder_window: cfg.reorder_window,
         max_flows: args.max_flows,
         xdp_mode: match args.xdp_mode {
             XdpModeArg::Auto => aya::programs::XdpMode::Default,

@@ -20,6 +20,13 @@ pub struct EngineArgs {
     /// [default: 4096; `analyze` learns it from READ responses unless it is given].
     #[arg(long, value_name = "BYTES", value_parser = parse_pmtu)]
     pub pmtu: Option<u32>,
+    /// Reorder window in PSNs: a skipped PSN whose first copy has not arrived by the time the
+    /// flow is this many PSNs further is declared lost (a NAK for it, or a resend run starting
+    /// with it, declares it lost sooner); a later first copy is reordering, not loss (1-64).
+    #[arg(long = "reorder-window", value_name = "PSNS",
+        default_value_t = roce_observer_common::sequence::DEFAULT_REORDER_WINDOW,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(roce_observer_common::sequence::MAX_REORDER_WINDOW)))]
+    pub reorder_window: u32,
     /// Link speed in Gb/s, to turn PFC pause quanta into time.
     #[arg(long = "link-speed", value_name = "GBPS", default_value_t = 100.0)]
     pub link_speed: f64,
@@ -93,6 +100,7 @@ impl EngineArgs {
         Ok(EngineConfig {
             pmtu: self.pmtu(),
             pmtu_explicit: self.pmtu.is_some(),
+            reorder_window: self.reorder_window,
             link_gbps: self.link_speed,
             roce_port: self.roce_port,
             vxlan_port: self.vxlan_port,

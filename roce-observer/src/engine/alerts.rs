@@ -39,7 +39,8 @@ pub enum AlertKind {
     HighLatency,
     /// CE-marked packets on a flow with no CNP ever seen in the opposite direction.
     CeWithoutCnp,
-    /// PSN gaps on a flow: packets lost before the observation point (or reordered).
+    /// PSNs declared lost on a flow (docs/metrics.md, "Reordering and loss"): packets lost
+    /// before the observation point.
     PacketLoss,
     /// Retransmitted requests or READ responses on a flow.
     Retransmissions,
@@ -51,6 +52,12 @@ pub enum AlertKind {
     Congestion,
     /// CNPs on a flow: its source asks its destination to slow down.
     Cnp,
+    /// PSN sequence-error NAKs for PSNs that were only reordered, not lost: the responder does
+    /// not tolerate out-of-order arrival and falls back to go-back-N.
+    ReorderNaks,
+    /// Packets of a flow arrive out of PSN order with nothing lost: the fabric spreads the flow
+    /// over several paths (adaptive routing, packet spraying). Information, not a problem.
+    Reordering,
 }
 
 impl AlertKind {
@@ -70,6 +77,8 @@ impl AlertKind {
             AlertKind::RnrNak => "rnr_nak",
             AlertKind::Congestion => "congestion",
             AlertKind::Cnp => "cnp",
+            AlertKind::ReorderNaks => "reorder_naks",
+            AlertKind::Reordering => "reordering",
         }
     }
 }
@@ -178,14 +187,14 @@ impl Alerts {
         let Added {
             packets,
             cnps,
-            marked,
+            data,
+            not_ect_data,
             dscp,
             pcp,
         } = added;
         if packets == 0 {
             return;
         }
-        let data = packets - cnps.min(packets);
         let subject = Subject::Flow(*key);
         if cnps == 0 {
             let pcp_ok = pcp == PCP_UNTAGGED || pcp == cfg.lossless_pcp;
@@ -204,10 +213,8 @@ impl Alerts {
                 format!("CNPs on DSCP {dscp}, not the CNP DSCP {want}: they may queue behind the data they should slow down")
             });
         }
-        // In a mixed batch CNPs could be the marked ones; count conservatively.
-        let not_ect = data.saturating_sub(marked);
-        if not_ect > 0 {
-            self.raise(AlertKind::NotEct, subject, ts, not_ect, || {
+        if not_ect_data > 0 {
+            self.raise(AlertKind::NotEct, subject, ts, not_ect_data, || {
                 "RoCE data sent Not-ECT: switches cannot mark it, so ECN congestion control (DCQCN) is off for this flow".to_string()
             });
         }
@@ -219,8 +226,11 @@ impl Alerts {
 pub struct Added {
     pub packets: u64,
     pub cnps: u64,
-    /// Packets marked ECT or CE.
-    pub marked: u64,
+    /// Packets that are neither CNPs nor ACKs/NAKs: the data the class checks judge.
+    pub data: u64,
+    /// Data packets sent Not-ECT (live path: at least this many, the Not-ECT packets that
+    /// the other packets added cannot account for).
+    pub not_ect_data: u64,
     /// DSCP and PCP of the flow's last packet.
     pub dscp: u8,
     pub pcp: u8,
@@ -229,11 +239,17 @@ pub struct Added {
 impl Added {
     /// Live path: from the flow's counters before and after a map read.
     pub fn between(before: &FlowStats, after: &FlowStats) -> Added {
+        let packets = after.packets().saturating_sub(before.packets());
+        let cnps = after.cnp.saturating_sub(before.cnp);
+        let answers = |s: &FlowStats| s.acks() + s.naks.iter().sum::<u64>();
+        let answers = answers(after).saturating_sub(answers(before));
+        let not_ect = after.ecn_not_ect.saturating_sub(before.ecn_not_ect);
+        let data = packets.saturating_sub(cnps).saturating_sub(answers);
         Added {
-            packets: after.packets().saturating_sub(before.packets()),
-            cnps: after.cnp.saturating_sub(before.cnp),
-            marked: (after.ecn_ect() + after.ecn_ce)
-                .saturating_sub(before.ecn_ect() + before.ecn_ce),
+            packets,
+            cnps,
+            data,
+            not_ect_data: not_ect.saturating_sub(packets - data).min(data),
             dscp: after.dscp,
             pcp: after.pcp,
         }
@@ -241,10 +257,14 @@ impl Added {
 
     /// Capture path: one packet as `account` applied it (what `between` gives around that call).
     pub fn packet(pkt: &RocePacket, out: &Outcome) -> Added {
+        let answer = roce_observer_common::opcode::psn_space(pkt.opcode)
+            == roce_observer_common::opcode::PsnSpace::Ack;
+        let data = u64::from(!out.cnp && !answer);
         Added {
             packets: 1,
             cnps: u64::from(out.cnp),
-            marked: u64::from(pkt.ecn != 0),
+            data,
+            not_ect_data: data & u64::from(pkt.ecn == 0),
             dscp: pkt.dscp,
             pcp: pkt.pcp,
         }
@@ -334,16 +354,32 @@ where
         let retransmits = s.req_retransmits + s.resp_retransmits;
         // The reasons are formatted only for counts above zero: judged on every flow every
         // report, formatting them all was most of a report's cost at 100,000 flows.
-        let found: [(AlertKind, u64, &dyn Fn() -> String); 6] = [
-            (AlertKind::PacketLoss, s.psn_gaps, &|| {
+        let (reordered, _, distance_max, reorder_naks) =
+            roce_observer_common::sequence::reordering(s);
+        let sequenced = s
+            .packets()
+            .saturating_sub(s.acks() + s.naks.iter().sum::<u64>() + s.cnp);
+        let found: [(AlertKind, u64, &dyn Fn() -> String); 8] = [
+            (AlertKind::PacketLoss, s.psn_missing, &|| {
                 format!(
-                    "{} PSN gaps, {} PSNs missing: packets lost before this observation point (or reordered)",
-                    s.psn_gaps, s.psn_missing
+                    "{} PSNs lost before this observation point ({} loss events): NAKed by the responder, resent in a go-back-N run, or not arrived within the reorder window",
+                    s.psn_missing, s.psn_gaps
+                )
+            }),
+            (AlertKind::ReorderNaks, reorder_naks, &|| {
+                format!(
+                    "{reorder_naks} PSN sequence-error NAKs for packets that were only reordered: the responder's RNIC does not tolerate out-of-order arrival and answers each reordering with go-back-N; enable out-of-order placement on the RNICs (e.g. ConnectX adaptive-routing support), or stop spraying this traffic class"
+                )
+            }),
+            (AlertKind::Reordering, reordered, &|| {
+                format!(
+                    "{reordered} of {sequenced} packets ({:.2}%) arrived reordered, at most {distance_max} PSNs late, nothing lost for it: the fabric spreads this flow over several paths (adaptive routing, packet spraying)",
+                    reordered as f64 * 100.0 / sequenced.max(1) as f64
                 )
             }),
             (AlertKind::Retransmissions, retransmits, &|| {
                 format!(
-                    "{retransmits} retransmissions ({} requests, {} READ responses): the sender is recovering from loss or a timeout",
+                    "{retransmits} retransmissions ({} requests, {} READ responses): the sender is recovering from loss, a timeout or a NAK",
                     s.req_retransmits, s.resp_retransmits
                 )
             }),
@@ -462,7 +498,7 @@ mod tests {
             },
         ] {
             let before = stats;
-            let out = account(&mut stats, &pkt, 4096, 1);
+            let out = account(&mut stats, &pkt, 4096, 64, 1);
             assert_eq!(Added::packet(&pkt, &out), Added::between(&before, &stats));
         }
     }

@@ -83,6 +83,7 @@ impl Engine {
                 u32::try_from(self.cfg.burst_count).unwrap_or(u32::MAX),
                 self.cfg.burst_window_ns,
             ),
+            reorder_window: self.cfg.reorder_window,
             pmtu: PmtuLearner {
                 pmtu: &mut self.pmtu,
                 learned: &mut self.pmtu_learned,
@@ -201,6 +202,7 @@ struct CaptureTables<'a> {
     ports: Ports,
     /// The kernel's `BURST_COUNT` and `BURST_WINDOW_NS`.
     burst_rule: (u32, u64),
+    reorder_window: u32,
     pmtu: PmtuLearner<'a>,
     counters: &'a mut Counters,
     pending: &'a mut Pending,
@@ -229,6 +231,10 @@ impl Tables for CaptureTables<'_> {
 
     fn burst_rule(&self) -> (u32, u64) {
         self.burst_rule
+    }
+
+    fn reorder_window(&self) -> u32 {
+        self.reorder_window
     }
 
     fn coarse_ns(&self) -> u64 {

@@ -137,7 +137,14 @@ pub struct FlowLoad {
     /// 0 for none (inline, not a vector: one allocation per flow per report was measurable at
     /// 100,000 flows).
     pub sports: [u16; roce_observer_common::MAX_SPORTS],
+    /// Its packets arrived reordered: the fabric spreads it over several paths (adaptive
+    /// routing, packet spraying), so a per-5-tuple hash says nothing about where it goes.
+    pub multipath: bool,
 }
+
+/// A 5-tuple is an elephant only from this many bytes on (besides its share of the total):
+/// a capture of a few packets has no elephants to move.
+pub const ELEPHANT_MIN_BYTES: u64 = 1_000_000;
 
 /// Host pairs listed in the entropy view (`EcmpSnapshot::entropy`).
 pub const MAX_PAIRS: usize = 1000;
@@ -165,9 +172,16 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
         jain: jain(&loads),
     };
 
-    // 5-tuples: a flow's bytes go to its 5-tuple (its first source port).
+    // 5-tuples: a flow's bytes go to its 5-tuple (its first source port). Flows sprayed over
+    // several paths are left out of the model, and counted.
     let mut tuples: HashMap<FiveTuple, (u64, u64), FastHash> = HashMap::default();
+    let (mut multipath_flows, mut multipath_bytes) = (0u64, 0u64);
     for f in flows {
+        if f.multipath {
+            multipath_flows += 1;
+            multipath_bytes += f.bytes;
+            continue;
+        }
         let e = tuples.entry(f.tuple).or_default();
         e.0 += f.bytes;
         e.1 += 1;
@@ -190,7 +204,7 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
             let p = hash.path(t, seed, paths);
             bytes[p as usize] += v.0;
             count[p as usize] += 1;
-            if v.0 > 0 && (v.0 as u128) * 2 * (paths as u128) >= total as u128 {
+            if v.0 >= ELEPHANT_MIN_BYTES && (v.0 as u128) * 2 * (paths as u128) >= total as u128 {
                 elephants.entry(p).or_default().push(tuple_load(t, *v));
             }
         }
@@ -225,6 +239,8 @@ pub fn compute(flows: &[FlowLoad], hash: EcmpHash, paths: u32, seed: u32) -> Ecm
             bytes_per_path: bytes,
             tuples_per_path: count,
             collisions,
+            multipath_flows,
+            multipath_bytes,
             advice: None,
             qp_advice: None,
         }
@@ -338,6 +354,7 @@ mod tests {
             point: "pcap/capture".into(),
             bytes,
             sports: [sport, 0, 0, 0],
+            multipath: false,
         }
     }
 
@@ -372,12 +389,38 @@ mod tests {
     #[test]
     fn collisions_list_elephants_sharing_a_path() {
         // xor folds the source port into the low bits: ports of equal parity share a path.
-        let flows = [load(1, 2, 500), load(2, 4, 400), load(3, 3, 1)];
+        let mb = ELEPHANT_MIN_BYTES;
+        let flows = [load(1, 2, 5 * mb), load(2, 4, 4 * mb), load(3, 3, 1)];
         let m = compute(&flows, EcmpHash::Xor, 2, 0)
             .modelled
             .expect("model");
         assert_eq!(m.collisions.len(), 1);
         assert_eq!(m.collisions[0].elephants.len(), 2);
-        assert_eq!(m.collisions[0].bytes, 900);
+        assert_eq!(m.collisions[0].bytes, 9 * mb);
+        // The same shares in a few packets' worth of bytes: no elephants, nothing to move.
+        let small = [load(1, 2, 5000), load(2, 4, 4000), load(3, 3, 1)];
+        let m = compute(&small, EcmpHash::Xor, 2, 0)
+            .modelled
+            .expect("model");
+        assert!(m.collisions.is_empty());
+    }
+
+    #[test]
+    fn sprayed_flows_are_left_out_of_the_hash_model_and_counted() {
+        let mb = ELEPHANT_MIN_BYTES;
+        let mut flows = vec![load(1, 2, 5 * mb), load(2, 4, 4 * mb)];
+        for f in &mut flows {
+            f.multipath = true;
+        }
+        flows.push(load(3, 3, mb));
+        let m = compute(&flows, EcmpHash::Xor, 2, 0)
+            .modelled
+            .expect("model");
+        assert!(
+            m.collisions.is_empty(),
+            "sprayed flows do not collide on a hash path"
+        );
+        assert_eq!((m.multipath_flows, m.multipath_bytes), (2, 9 * mb));
+        assert_eq!(m.bytes_per_path.iter().sum::<u64>(), mb);
     }
 }

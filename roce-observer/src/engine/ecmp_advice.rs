@@ -193,6 +193,7 @@ mod tests {
             point: "pcap/capture".into(),
             bytes,
             sports: [sport, 0, 0, 0],
+            multipath: false,
         }
     }
 

@@ -59,6 +59,8 @@ pub struct EngineConfig {
     pub pmtu: u32,
     /// `pmtu` was given by the user: do not learn it from READ responses.
     pub pmtu_explicit: bool,
+    /// Reorder window in PSNs (roce-observer-common sequence.rs).
+    pub reorder_window: u32,
     /// Link speed for PFC pause time, Gb/s.
     pub link_gbps: f64,
     /// RoCEv2 UDP destination port.
@@ -93,6 +95,7 @@ impl Default for EngineConfig {
         EngineConfig {
             pmtu: roce_observer_common::DEFAULT_PMTU,
             pmtu_explicit: false,
+            reorder_window: roce_observer_common::sequence::DEFAULT_REORDER_WINDOW,
             link_gbps: 100.0,
             roce_port: roce_observer_common::ROCE_V2_PORT,
             vxlan_port: roce_observer_common::headers::VXLAN_PORT,

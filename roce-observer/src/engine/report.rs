@@ -69,6 +69,9 @@ fn may_alert(s: &FlowStats) -> bool {
         || s.cnp > 0
         || s.retransmit_bursts.bursts > 0
         || s.nak_bursts.bursts > 0
+        || s.reorder.reordered > 0
+        || s.reorder.naks > 0
+        || s.psn.flags & roce_observer_common::psn::REQ_TENTATIVE != 0
 }
 
 impl Engine {
@@ -361,6 +364,7 @@ impl Engine {
                 point,
                 bytes: s.bytes,
                 sports: s.udp_sports,
+                multipath: roce_observer_common::sequence::reordering(s).0 > 0,
             });
             let rate = if interval_ns > 0 {
                 s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
@@ -400,6 +404,8 @@ impl Engine {
 
     fn flow_view(&self, k: &FlowKey, e: &FlowEntry, rate_bps: f64) -> FlowSnapshot {
         let s = e.stats();
+        let (reordered, distance, distance_max, reorder_naks) =
+            roce_observer_common::sequence::reordering(s);
         FlowSnapshot {
             src_ip: show_ip(k.src_ip),
             dst_ip: show_ip(k.dst_ip),
@@ -417,6 +423,11 @@ impl Engine {
             retransmits: s.retransmits(),
             req_retransmits: s.req_retransmits,
             resp_retransmits: s.resp_retransmits,
+            reordered,
+            reorder_distance_max: distance_max,
+            reorder_distance: super::snapshot::ReorderDistance::new(distance),
+            reorder_naks,
+            psn_holes: roce_observer_common::sequence::open_holes(s),
             acks: s.acks(),
             naks: flows::nak_counts(s),
             cnp: s.cnp,

@@ -287,6 +287,47 @@ pub struct MirrorSnapshot {
     pub seq_resyncs: u64,
 }
 
+/// Reorder distances by bucket (`sequence::DISTANCE_NAMES`).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ReorderDistance {
+    #[serde(rename = "1")]
+    pub d1: u64,
+    #[serde(rename = "2-3")]
+    pub d2_3: u64,
+    #[serde(rename = "4-7")]
+    pub d4_7: u64,
+    #[serde(rename = "8-15")]
+    pub d8_15: u64,
+    #[serde(rename = "16-31")]
+    pub d16_31: u64,
+    #[serde(rename = "32+")]
+    pub d32: u64,
+}
+
+impl ReorderDistance {
+    pub fn new(b: [u64; roce_observer_common::sequence::DISTANCE_BUCKETS]) -> ReorderDistance {
+        ReorderDistance {
+            d1: b[0],
+            d2_3: b[1],
+            d4_7: b[2],
+            d8_15: b[3],
+            d16_31: b[4],
+            d32: b[5],
+        }
+    }
+
+    pub fn buckets(&self) -> [u64; roce_observer_common::sequence::DISTANCE_BUCKETS] {
+        [
+            self.d1,
+            self.d2_3,
+            self.d4_7,
+            self.d8_15,
+            self.d16_31,
+            self.d32,
+        ]
+    }
+}
+
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct FlowSnapshot {
     pub src_ip: IpAddr,
@@ -307,6 +348,15 @@ pub struct FlowSnapshot {
     pub retransmits: u64,
     pub req_retransmits: u64,
     pub resp_retransmits: u64,
+    /// First copies that arrived after a newer PSN (docs/metrics.md, "Reordering and loss"),
+    /// the largest distance and the distances by bucket.
+    pub reordered: u64,
+    pub reorder_distance_max: u64,
+    pub reorder_distance: ReorderDistance,
+    /// PSN sequence-error NAKs for this flow's requests that were not lost.
+    pub reorder_naks: u64,
+    /// Skipped PSNs neither arrived nor declared lost yet.
+    pub psn_holes: u64,
     pub acks: u64,
     pub naks: NakCounts,
     pub cnp: u64,
@@ -559,6 +609,10 @@ pub struct ModelledView {
     /// Paths that carry two or more elephant 5-tuples (at least half a path's fair share,
     /// total / 2N, each), busiest first; at most 10.
     pub collisions: Vec<Collision>,
+    /// Flows left out of the model: their packets arrived reordered, the fabric sprays them
+    /// over several paths (no per-5-tuple hash decides their path), and their bytes.
+    pub multipath_flows: u64,
+    pub multipath_bytes: u64,
     /// New source ports for colliding elephants, and the model's view after (ecmp_advice.rs).
     pub advice: Option<EcmpAdvice>,
     /// QPs per connection that spread the colliding elephants, and the model's view after

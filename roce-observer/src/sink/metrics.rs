@@ -227,7 +227,10 @@ struct Totals {
     packets: u64,
     bytes: u64,
     psn_gaps: u64,
+    psn_missing: u64,
     retransmits: u64,
+    reordered: u64,
+    reorder_naks: u64,
     cnp: u64,
     ecn_ce: u64,
     naks: [u64; NAK_CLASSES],
@@ -240,7 +243,10 @@ impl Totals {
         self.packets += f.packets;
         self.bytes += f.bytes;
         self.psn_gaps += f.psn_gaps;
+        self.psn_missing += f.psn_missing;
         self.retransmits += f.retransmits;
+        self.reordered += f.reordered;
+        self.reorder_naks += f.reorder_naks;
         self.cnp += f.cnp;
         self.ecn_ce += f.ecn_ce;
         for (sum, (_, v)) in self.naks.iter_mut().zip(f.naks.by_class()) {
@@ -260,13 +266,32 @@ fn register_totals(
     detail: bool,
 ) {
     type Get = fn(&Totals) -> u64;
-    let fields: [(&str, &str, Get); 6] = [
+    let fields: [(&str, &str, Get); 9] = [
         ("packets", "RoCE packets", |t| t.packets),
         ("bytes", "Frame bytes of RoCE packets", |t| t.bytes),
-        ("psn_gaps", "PSN gaps", |t| t.psn_gaps),
+        (
+            "psn_gaps",
+            "Loss events (runs of consecutive PSNs declared lost)",
+            |t| t.psn_gaps,
+        ),
+        (
+            "psn_missing",
+            "PSNs declared lost before the observation point",
+            |t| t.psn_missing,
+        ),
         ("retransmits", "Requests and READ responses resent", |t| {
             t.retransmits
         }),
+        (
+            "reordered",
+            "Packets that arrived after a newer PSN, first copies (not lost)",
+            |t| t.reordered,
+        ),
+        (
+            "reorder_naks",
+            "PSN sequence-error NAKs for packets that were only reordered",
+            |t| t.reorder_naks,
+        ),
         ("cnp", "Congestion notification packets", |t| t.cnp),
         ("ecn_ce", "RoCE packets marked ECN CE", |t| t.ecn_ce),
     ];

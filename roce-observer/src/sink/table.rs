@@ -96,6 +96,26 @@ fn flow_row(out: &mut String, f: &FlowSnapshot, at_point: bool) {
         }
         (None, false) => {}
     }
+    reordering_line(out, f);
+}
+
+/// A flow whose packets arrived out of order: how many, how late, and the NAKs it caused.
+fn reordering_line(out: &mut String, f: &FlowSnapshot) {
+    if f.reordered == 0 && f.reorder_naks == 0 && f.psn_holes == 0 {
+        return;
+    }
+    let mut line = format!(
+        "  reordered {} (at most {} PSNs late)",
+        format::count(f.reordered),
+        f.reorder_distance_max
+    );
+    if f.reorder_naks > 0 {
+        let _ = write!(line, ", {} NAKs caused by reordering", f.reorder_naks);
+    }
+    if f.psn_holes > 0 {
+        let _ = write!(line, ", {} PSNs skipped and not arrived yet", f.psn_holes);
+    }
+    let _ = writeln!(out, "{line}");
 }
 
 /// The owners of the flows listed above (live runs on a host with RDMA devices): process,
@@ -468,6 +488,14 @@ pub fn render(s: &Snapshot) -> String {
                 mdl.imbalance,
                 mdl.jain,
             );
+            if mdl.multipath_flows > 0 {
+                let _ = writeln!(
+                    out,
+                    "  left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
+                    mdl.multipath_flows,
+                    format::bytes(mdl.multipath_bytes)
+                );
+            }
             let total: u64 = mdl.bytes_per_path.iter().sum();
             let shares: Vec<String> = mdl
                 .bytes_per_path

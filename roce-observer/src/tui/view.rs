@@ -446,8 +446,21 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
             f.udp_src_ports
         )),
         Line::from(format!(
-            "PSN gaps {} (missing {})  retransmits: requests {}, READ responses {}",
-            f.psn_gaps, f.psn_missing, f.req_retransmits, f.resp_retransmits
+            "lost {} PSNs in {} events  retransmits: requests {}, READ responses {}",
+            f.psn_missing, f.psn_gaps, f.req_retransmits, f.resp_retransmits
+        )),
+        Line::from(format!(
+            "reordered {} (at most {} PSNs late; by distance {})  NAKs caused by reordering {}  holes open {}",
+            f.reordered,
+            f.reorder_distance_max,
+            roce_observer_common::sequence::DISTANCE_NAMES
+                .iter()
+                .zip(f.reorder_distance.buckets())
+                .map(|(name, n)| format!("{name}:{n}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            f.reorder_naks,
+            f.psn_holes
         )),
         Line::from(format!(
             "ACKs {}  NAKs: {}",

@@ -292,14 +292,8 @@ fn memory_is_bounded() {
     };
     let out = roce_observer_common::account::Outcome {
         psn: PsnVerdict::InOrder,
-        response: false,
         request: true,
-        gap_first: 0,
-        gap_missing: 0,
-        nak: false,
-        cnp: false,
-        retransmit_burst: false,
-        nak_burst: false,
+        ..roce_observer_common::account::Outcome::zeroed()
     };
     let key = FlowKey {
         dst_qp: 1,

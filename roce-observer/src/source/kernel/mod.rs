@@ -57,6 +57,8 @@ pub struct KernelOptions {
     /// UDP destination port of VXLAN mirrors to unwrap.
     pub vxlan_port: u16,
     pub pmtu: u32,
+    /// Reorder window in PSNs (sequence.rs).
+    pub reorder_window: u32,
     pub max_flows: u32,
     pub xdp_mode: XdpMode,
     /// Burst rule of the retransmission and NAK alerts (the engine's `burst_count`,
@@ -83,6 +85,7 @@ impl Default for KernelOptions {
             roce_port: roce_observer_common::ROCE_V2_PORT,
             vxlan_port: roce_observer_common::headers::VXLAN_PORT,
             pmtu: roce_observer_common::DEFAULT_PMTU,
+            reorder_window: roce_observer_common::sequence::DEFAULT_REORDER_WINDOW,
             max_flows: 16384,
             xdp_mode: XdpMode::Default,
             burst_count: roce_observer_common::BURST_COUNT,
@@ -207,6 +210,7 @@ impl KernelSource {
             .override_global("ROCE_PORT", &opts.roce_port, true)
             .override_global("VXLAN_PORT", &opts.vxlan_port, true)
             .override_global("PMTU", &opts.pmtu, true)
+            .override_global("REORDER_WINDOW", &opts.reorder_window, true)
             .override_global("BURST_COUNT", &opts.burst_count, true)
             .override_global("BURST_WINDOW_NS", &opts.burst_window_ns, true)
             .override_global("COARSE_CLOCK", &u8::from(features.coarse_clock), true)
@@ -310,6 +314,18 @@ impl KernelSource {
             .info()
             .ok()?
             .size_translated()
+    }
+
+    /// Instructions the verifier processed to accept the XDP and the TC program (kernels from
+    /// 5.16 report it; `None` before): how close each is to the verifier's limit of 1,000,000.
+    pub fn verified_instructions(&self) -> [Option<u32>; 2] {
+        [self.xdp_program, TC_PROGRAM].map(|name| {
+            self.ebpf
+                .program(name)?
+                .info()
+                .ok()?
+                .verified_instruction_count()
+        })
     }
 
     /// File descriptor of the ring buffer, for readiness polling.
