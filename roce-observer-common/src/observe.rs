@@ -543,7 +543,7 @@ fn path_events<T: Tables>(
         stats.path_suppressed += 1;
     }
     if retransmit {
-        stats.psn.flags = stats.psn.flags | REQ_RESENDING;
+        stats.psn.flags |= REQ_RESENDING;
         // A resend run that a later packet showed to have started earlier (its first copy
         // closed a hole and looked reordered) starts at the PSNs declared lost.
         stats.resend_first = if gap { out.gap_first } else { psn };
