@@ -247,10 +247,13 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
             highest: highest_now,
             got: psn,
         };
-        if s.reorder.req_lost & bit != 0 && s.reorder.req_sure & bit == 0 {
+        if s.reorder.req_lost & bit != 0 && s.reorder.req_sure & bit == 0 && s.reorder.reordered > 0
+        {
             // The second copy of a PSN declared lost, whose first copy was not known to be a
-            // resend: it was not lost, the first copy was reordered. Of its two copies, one
-            // is a retransmission: the count stands.
+            // resend, on a flow that reorders (a first copy of another PSN arrived late and
+            // was not lost: on a path that keeps order, a late copy is a resend): it was not
+            // lost, the first copy was reordered. Of its two copies, one is a retransmission:
+            // the count stands.
             correct(s, psn, bit);
         } else {
             add(&mut s.req_retransmits, 1);

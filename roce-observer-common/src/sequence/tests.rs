@@ -153,19 +153,29 @@ fn a_nak_caused_by_reordering_is_counted_when_the_first_copy_came_first() {
 
 #[test]
 fn a_lost_psn_that_turns_up_twice_was_not_lost() {
-    // NAK for 2 before its late original arrives; then the resend: 2 was reordered, the NAK
-    // was caused by reordering, one of the two copies is a retransmission.
-    let mut s = requests(&[1, 3, 4]);
+    // A flow that reorders (-1 arrives after 0); NAK for 2 before its late original arrives;
+    // then the resend: 2 was reordered, the NAK was caused by reordering, one of the two
+    // copies is a retransmission.
+    let mut s = requests(&[-2i32 as u32 & PSN_MASK, 0, -1i32 as u32 & PSN_MASK, 1, 3, 4]);
+    assert_eq!(counts(&s), (0, 0, 0, 1, 1));
     nak(&mut s, 2);
-    assert_eq!(counts(&s), (1, 1, 0, 0, 0));
+    assert_eq!(counts(&s), (1, 1, 0, 1, 0));
     request(&mut s, 2, 1, W, true); // the late original: closes a lost hole
-    assert_eq!(counts(&s), (1, 1, 1, 0, 0));
+    assert_eq!(counts(&s), (1, 1, 1, 1, 0));
     request(&mut s, 2, 1, W, true); // the resend
     request(&mut s, 5, 1, W, true);
-    assert_eq!(counts(&s), (0, 0, 1, 1, 0));
+    assert_eq!(counts(&s), (0, 0, 1, 2, 0));
     let (_, hist, max, naks) = reordering(&s);
-    // The distance the first copy had: 4 - 2.
-    assert_eq!((hist, max, naks), ([0, 1, 0, 0, 0, 0], 2, 1));
+    // -1 at distance 1; 2 at the distance its first copy had: 4 - 2.
+    assert_eq!((hist, max, naks), ([1, 1, 0, 0, 0, 0], 2, 1));
+    // On a flow that has not reordered, a late copy after a NAK is a resend: the same PSN
+    // twice does not undo the loss.
+    let mut s = requests(&[1, 3, 4]);
+    nak(&mut s, 2);
+    for p in [2, 2, 5] {
+        request(&mut s, p, 1, W, true);
+    }
+    assert_eq!(counts(&s), (1, 1, 2, 0, 0));
 }
 
 #[test]

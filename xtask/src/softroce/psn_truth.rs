@@ -405,8 +405,9 @@ impl ReqSpace {
                             },
                         );
                         retransmit = true;
-                    } else if sure {
-                        // another resend round of a PSN whose copy was a resend
+                    } else if sure || f.reordered == 0 {
+                        // another resend round of a PSN whose copy was a resend, or on a flow
+                        // that has shown no reordering (its late copies are resends)
                         retransmit = true;
                     } else {
                         // the second copy in the window: it was not lost, the first copy

@@ -589,12 +589,16 @@ fn psn_truth_loss_nak_and_go_back_n() {
 
 #[test]
 fn psn_truth_reordering_nak_and_its_correction() {
-    // the NAK comes before the delayed first copy of 3: 3 is declared lost, its first copy is
-    // a retransmission, the go-back-N copy (the second) corrects it: reordered, not lost, the
-    // NAK caused by reordering, one of the two copies a retransmission
-    let f = req_truth("r1 A1 R2 R4 R5 N3 R3 R3 R4 R5 R6");
-    assert_eq!(five(&f), (1, 3, 0, 0, 1));
+    // on a flow that reorders (2 after 3), the NAK comes before the delayed first copy of 4: 4
+    // is declared lost, its first copy is a retransmission, the go-back-N copy (the second)
+    // corrects it: reordered, not lost, the NAK caused by reordering, one of the two copies a
+    // retransmission
+    let f = req_truth("r1 A1 R3 R2 R5 R6 N4 R4 R4 R5 R6 R7");
+    assert_eq!(five(&f), (2, 3, 0, 0, 1));
     assert_eq!((f.corrections, f.reorder_distance_max), (1, 2));
+    // the same on a flow that has not reordered: the late copy is a resend, 4 stays lost
+    let f = req_truth("r1 A1 R2 R3 R5 R6 N4 R4 R4 R5 R6 R7");
+    assert_eq!(five(&f), (0, 4, 1, 1, 0));
     // the NAK after the delayed first copy, before the next request decides it
     let f = req_truth("r1 A1 R2 R4 R5 R3 N3 R3 R4 R5 R6");
     assert_eq!(five(&f), (1, 3, 0, 0, 1));
