@@ -11,12 +11,10 @@ use std::{
 
 use anyhow::Context;
 
+use crate::report::{Beside, CaptureSummary, Snapshot};
 use crate::{
     cli::{EngineArgs, OutputArgs},
-    engine::{
-        Engine, EngineConfig,
-        snapshot::{CaptureSummary, Snapshot},
-    },
+    engine::{Engine, EngineConfig},
     fail_on::{self, FailOn},
     sink::outputs::{IntervalTables, OutputError, OutputPlan, Outputs},
     wire::capture::{CaptureEnd, CaptureError, read_capture},
@@ -195,10 +193,10 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     let mut failed: Option<OutputError> = None;
     // Interval reports are the base of the final report's rates (the rates it prints).
     let mut gate = fail_on::Judge::new(args.fail_on.clone());
-    let report = |mut snap: Snapshot| {
+    let report = |snap: Snapshot| {
         gate.note(&snap);
         if failed.is_none()
-            && let Err(e) = outputs.interval(&mut snap, &mut out)
+            && let Err(e) = outputs.interval(&snap, &mut out)
         {
             failed = Some(e);
             STOP.store(true, Ordering::Relaxed);
@@ -232,8 +230,14 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         }
         eprintln!("warning: {name}: {err}");
     }
-    let mut snap = engine.snapshot(engine.last_ts());
-    outputs.finish(&mut snap, &mut BufWriter::new(out))?;
+    let snap = engine.report(
+        engine.last_ts(),
+        Beside {
+            outputs: outputs.health(),
+            ..Beside::default()
+        },
+    );
+    outputs.finish(&snap, &mut BufWriter::new(out))?;
     gate.judge(&snap)?;
     Ok(())
 }

@@ -11,7 +11,10 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::json;
 
-use crate::source::hw::{self, KEY_COUNTERS, PortCounters};
+use crate::{
+    report::nic::KEY_COUNTERS,
+    source::hw::{self, PortCounters},
+};
 
 #[derive(Args, Debug)]
 pub struct CountersArgs {

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::engine::snapshot::{FlowSnapshot, RttSummary, Snapshot};
+use crate::report::{FlowSnapshot, RttSummary, Snapshot};
 
 /// What a metric measures, which decides the units it accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! roce-observer: per-QP RoCEv2 observation. One pipeline: sources (kernel programs, captures)
-//! -> one analysis state ([`engine::Engine`]) -> renderers ([`sink`]) that read its snapshot.
+//! -> one analysis state ([`engine::Engine`]) -> the report ([`report`]) -> renderers ([`sink`],
+//! [`tui`]) that read only the report.
 
 pub mod analyze;
 pub mod cli;
@@ -9,6 +10,7 @@ pub mod engine;
 pub mod fail_on;
 pub mod format;
 pub mod live;
+pub mod report;
 pub mod run;
 pub mod sink;
 pub mod source;

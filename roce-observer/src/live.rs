@@ -17,14 +17,11 @@ use tokio::{
 };
 
 use crate::{
-    engine::{Engine, snapshot::Snapshot},
+    engine::Engine,
     fail_on::{GateFailed, Judge},
+    report::{Beside, Snapshot},
     sink::outputs::Outputs,
-    source::{
-        LiveSource, SourceState,
-        hw::NicWatch,
-        qp_owner::{OwnerBook, label_flows},
-    },
+    source::{LiveSource, SourceState, hw::NicWatch, qp_owner::OwnerBook},
     tui::{self, Action, App, TerminalGuard},
 };
 
@@ -96,15 +93,13 @@ pub struct Ended {
     pub gone: Vec<String>,
 }
 
-/// The watched interfaces' state into the snapshot; returns those that are gone.
-fn note_interfaces(ifaces: Vec<(String, bool)>, snap: &mut Snapshot) -> Vec<String> {
-    let gone = ifaces
+/// The watched interfaces that are gone.
+fn gone_interfaces(ifaces: &[(String, bool)]) -> Vec<String> {
+    ifaces
         .iter()
         .filter(|(_, up)| !up)
         .map(|(name, _)| name.clone())
-        .collect();
-    snap.summary.interfaces_up = ifaces.into_iter().collect();
-    gone
+        .collect()
 }
 
 /// How often QP owners are read between reports: a QP that lives this long (a short perftest
@@ -112,19 +107,33 @@ fn note_interfaces(ifaces: Vec<(String, bool)>, snap: &mut Snapshot) -> Vec<Stri
 pub const OWNER_POLL: Duration = Duration::from_millis(200);
 
 impl Schedule {
-    /// The engine's snapshot at `now`, with the NIC counters read now.
-    fn snapshot(&mut self, engine: &Engine, now: u64) -> Snapshot {
-        let mut snap = engine.snapshot(now);
-        if let Some(nic) = self.nic.as_mut() {
-            snap.nic = nic.sample();
-        }
-        if let Some(book) = self.owners.as_mut() {
-            // A host whose RDMA netlink cannot be read (no RDMA core) simply has no owners.
-            let _ = book.refresh();
-            snap.qp_owners = book.owners();
-            label_flows(&snap.qp_owners, &mut snap.flows);
-        }
-        snap
+    /// The report at `now`: the engine's sections, the NIC counters and QP owners read now,
+    /// the watched interfaces and the outputs' health.
+    fn report(
+        &mut self,
+        engine: &Engine,
+        now: u64,
+        interfaces: &[(String, bool)],
+        outputs: &Outputs,
+    ) -> Snapshot {
+        let nic = self.nic.as_mut().map(NicWatch::sample).unwrap_or_default();
+        let qp_owners = match self.owners.as_mut() {
+            Some(book) => {
+                // A host whose RDMA netlink cannot be read (no RDMA core) simply has no owners.
+                let _ = book.refresh();
+                book.owners()
+            }
+            None => Vec::new(),
+        };
+        engine.report(
+            now,
+            Beside {
+                nic,
+                qp_owners,
+                interfaces_up: interfaces.iter().cloned().collect(),
+                outputs: outputs.health(),
+            },
+        )
     }
 }
 
@@ -194,7 +203,7 @@ pub async fn run_live<S: LiveSource>(
             ready = readable(events.as_ref()), if !ended => {
                 ready.context("polling the source")?;
                 if src.pump(engine)? == SourceState::Ended {
-                    if !show_end(src, engine, ui.as_mut(), &mut schedule)? {
+                    if !show_end(src, engine, ui.as_mut(), &mut schedule, &outputs)? {
                         break;
                     }
                     ended = true;
@@ -218,9 +227,10 @@ pub async fn run_live<S: LiveSource>(
                 let state = src.refresh(engine)?;
                 source_log(src, ui.is_some(), &mut held_log);
                 let now = src.now_ns();
-                let mut snap = schedule.snapshot(engine, now);
-                gone = note_interfaces(src.interfaces(), &mut snap);
-                outputs.interval(&mut snap, stdout)?;
+                let interfaces = src.interfaces();
+                let snap = schedule.report(engine, now, &interfaces, &outputs);
+                gone = gone_interfaces(&interfaces);
+                outputs.interval(&snap, stdout)?;
                 // Under the terminal UI they wait for the final report.
                 if ui.is_none() {
                     for warning in outputs.take_warnings() {
@@ -251,7 +261,7 @@ pub async fn run_live<S: LiveSource>(
                     break;
                 }
                 if state == SourceState::Ended {
-                    if !show_end(src, engine, ui.as_mut(), &mut schedule)? {
+                    if !show_end(src, engine, ui.as_mut(), &mut schedule, &outputs)? {
                         break;
                     }
                     ended = true;
@@ -270,9 +280,8 @@ pub async fn run_live<S: LiveSource>(
     refreshed?;
     // The final report analyses the steps of everything seen (no reused analysis).
     engine.forget_steps_analysis();
-    let mut snap = schedule.snapshot(engine, src.now_ns());
-    note_interfaces(ifaces, &mut snap);
-    outputs.finish(&mut snap, stdout)?;
+    let snap = schedule.report(engine, src.now_ns(), &ifaces, &outputs);
+    outputs.finish(&snap, stdout)?;
     // The interval that ended the run is the reason; else the final report is judged.
     let tripped = tripped.or_else(|| schedule.gate.judge.judge(&snap).err());
     Ok(Ended {
@@ -303,13 +312,14 @@ fn show_end<S: LiveSource>(
     engine: &mut Engine,
     ui: Option<&mut Ui>,
     schedule: &mut Schedule,
+    outputs: &Outputs,
 ) -> anyhow::Result<bool> {
     let Some(ui) = ui else {
         return Ok(false);
     };
     src.refresh(engine)?;
     engine.forget_steps_analysis();
-    let snap = schedule.snapshot(engine, src.now_ns());
+    let snap = schedule.report(engine, src.now_ns(), &src.interfaces(), outputs);
     ui.app.update(Action::Snapshot(Box::new(snap)));
     ui.app.update(Action::SourceEnded);
     ui.draw()?;
@@ -551,7 +561,7 @@ mod tests {
         let got = engine.snapshot(engine.last_ts());
         assert_eq!(got.summary.total_packets, want.summary.total_packets);
         assert_eq!(got.summary.capture, want.summary.capture);
-        let counts = |s: &crate::engine::snapshot::Snapshot| {
+        let counts = |s: &crate::report::Snapshot| {
             s.flows
                 .iter()
                 .map(|f| (f.dst_qp, f.packets, f.psn_gaps, f.cnp))

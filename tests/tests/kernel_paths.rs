@@ -11,8 +11,9 @@
 use std::time::{Duration, Instant};
 
 use integration_tests::{fill_event_ring, require_root};
+use roce_observer::report::PathPair;
 use roce_observer::{
-    engine::{Engine, EngineConfig, snapshot::PathPair},
+    engine::{Engine, EngineConfig},
     run::refresh,
     source::kernel::{KernelOptions, KernelSource},
 };

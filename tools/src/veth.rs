@@ -327,7 +327,7 @@ impl Tui {
         })
     }
 
-    fn tick(&mut self, snap: roce_observer::engine::snapshot::Snapshot) -> anyhow::Result<()> {
+    fn tick(&mut self, snap: roce_observer::report::Snapshot) -> anyhow::Result<()> {
         self.app
             .update(roce_observer::tui::Action::Snapshot(Box::new(snap)));
         let app = &self.app;
@@ -350,9 +350,15 @@ fn live_tick(
     roce_observer::source::kernel::refresh(src, engine)?;
     let c1 = cpu_time();
     let now = roce_observer::sink::logdir::now_ns();
-    let mut snap = engine.snapshot(now);
+    let snap = engine.report(
+        now,
+        roce_observer::report::Beside {
+            outputs: outputs.health(),
+            ..Default::default()
+        },
+    );
     let c_snap = cpu_time();
-    outputs.interval(&mut snap, &mut std::io::sink())?;
+    outputs.interval(&snap, &mut std::io::sink())?;
     let c_out = cpu_time();
     engine.begin_interval(now);
     let flows = snap.flows.len();

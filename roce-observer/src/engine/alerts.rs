@@ -16,7 +16,8 @@ use roce_observer_common::{
 };
 use serde::Serialize;
 
-use super::{EngineConfig, snapshot::show_ip};
+use super::EngineConfig;
+use crate::report::show_ip;
 
 pub const MAX_ALERTS: usize = 10_000;
 

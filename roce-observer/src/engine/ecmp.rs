@@ -9,12 +9,10 @@ use std::{
     sync::Arc,
 };
 
-pub use super::snapshot::EcmpHash;
-use super::{
-    flows::FastHash,
-    snapshot::{
-        Collision, EcmpSnapshot, HostPairEntropy, MeasuredView, ModelledView, PathLoad, TupleLoad,
-    },
+use super::flows::FastHash;
+pub use crate::report::EcmpHash;
+use crate::report::{
+    Collision, EcmpSnapshot, HostPairEntropy, MeasuredView, ModelledView, PathLoad, TupleLoad,
 };
 
 /// The UDP 5-tuple of a RoCE flow (protocol 17, destination port = the RoCE port).

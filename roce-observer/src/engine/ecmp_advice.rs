@@ -6,10 +6,8 @@
 
 use std::net::IpAddr;
 
-use super::{
-    ecmp::{FiveTuple, imbalance, jain},
-    snapshot::{EcmpAdvice, ModelledView, PortChange, QpAdvice, QpCount},
-};
+use super::ecmp::{FiveTuple, imbalance, jain};
+use crate::report::{EcmpAdvice, ModelledView, PortChange, QpAdvice, QpCount};
 
 /// Most QPs per connection the prescription considers (NCCL_IB_QPS_PER_CONNECTION and similar
 /// settings go this far in practice).
@@ -177,7 +175,7 @@ pub fn qp_counts(view: &ModelledView, dport: u16) -> Option<QpAdvice> {
 mod tests {
     use super::*;
     use crate::engine::ecmp::{FlowLoad, compute};
-    use crate::engine::snapshot::EcmpHash;
+    use crate::report::EcmpHash;
     use std::net::Ipv4Addr;
 
     fn load(src: u8, sport: u16, bytes: u64) -> FlowLoad {

@@ -10,12 +10,10 @@ use roce_observer_common::{
     opcode,
 };
 
-use super::{
-    latency::sketch::Sketch,
-    snapshot::{FlowSnapshot, NakCounts, OpcodeCounts},
-};
+use super::latency::sketch::Sketch;
+use crate::report::{FlowSnapshot, NakCounts, OpcodeCounts};
 // The address form of the snapshot; re-exported where the flow table's users look for it.
-pub use super::snapshot::{show_ip, store_ip};
+pub use crate::report::{show_ip, store_ip};
 
 /// One flow. `stats` and `rtt` change only through [`FlowEntry::stats_mut`] and
 /// [`FlowEntry::add_rtt_sample`], which drop the flow's cached view: the snapshot rebuilds a

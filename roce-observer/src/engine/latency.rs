@@ -13,7 +13,8 @@ use roce_observer_common::{
     observe::Stored,
 };
 
-use super::{Engine, flows::FastHash, flows::FlowEntry, snapshot::RttSummary};
+use super::{Engine, flows::FastHash, flows::FlowEntry};
+use crate::report::RttSummary;
 use sketch::Sketch;
 
 /// Timestamped requests waiting for their answer, bounded like the kernel's map (past `max`,

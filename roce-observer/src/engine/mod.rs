@@ -12,7 +12,7 @@
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
 //! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started); `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
+//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started); `report` builds the snapshot, whose types ([`crate::report`]) import nothing from here.
 
 pub mod alerts;
 mod capture;
@@ -26,7 +26,7 @@ pub mod pathloss;
 pub mod pfc;
 pub mod pfc_origin;
 mod report;
-pub mod snapshot;
+
 pub mod steps;
 
 use std::{
@@ -39,6 +39,7 @@ use roce_observer_common::{
     mirror::{MirrorKey, MirrorStats},
 };
 
+use crate::report::CaptureSummary;
 use alerts::Alerts;
 use ecmp::EcmpHash;
 use flows::FlowTable;
@@ -46,7 +47,6 @@ use latency::{Pending, sketch::Sketch};
 use pathloss::PathLoss;
 use pfc::PfcEntry;
 use pfc_origin::PauseLog;
-use snapshot::CaptureSummary;
 use steps::Steps;
 
 /// Valid RoCE path MTUs, largest first.
@@ -161,7 +161,7 @@ pub struct Engine {
     /// that changed (report.rs).
     shown: RefCell<report::Shown>,
     /// The last steps analysis and the series' extent it saw (report.rs, `steps_snapshot`).
-    steps_cache: RefCell<Option<(u64, Option<snapshot::StepsSnapshot>)>>,
+    steps_cache: RefCell<Option<(u64, Option<crate::report::StepsSnapshot>)>>,
     /// Flows changed since the last snapshot (kernel path: `update_flow`, latency samples).
     dirty: RefCell<Vec<FlowKey>>,
 }

@@ -22,11 +22,8 @@ use roce_observer_common::{
     psn::{PSN_MASK, PsnVerdict, psn_add, psn_diff, psn_newer},
 };
 
-use super::{
-    Engine,
-    flows::FastHash,
-    snapshot::{MirrorSource, PathPair, PointRef, show_ip},
-};
+use super::{Engine, flows::FastHash};
+use crate::report::{MirrorSource, PathPair, PointRef, show_ip};
 
 /// PSNs held per flow.
 pub const RING: u32 = 4096;

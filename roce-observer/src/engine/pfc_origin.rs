@@ -8,10 +8,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use roce_observer_common::{Direction, PfcKey, pfc::PRIORITY_LINK};
 
-use super::{
-    Engine, show_mac,
-    snapshot::{PauseSource, PfcOrigin, PfcRef},
-};
+use super::{Engine, show_mac};
+use crate::report::{PauseSource, PfcOrigin, PfcRef};
 
 /// Frames kept per source (the latest).
 pub const MAX_FRAMES: usize = 4096;
@@ -329,7 +327,7 @@ mod tests {
             }
         }
         let o = e.snapshot(T0 + 900 * MS).pfc_origin.expect("a storm");
-        let row = |s: &crate::engine::snapshot::PauseSource| {
+        let row = |s: &crate::report::PauseSource| {
             (
                 s.source.iface.clone(),
                 s.source.priority,

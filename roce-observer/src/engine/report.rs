@@ -20,12 +20,11 @@ use super::{
     ecmp_advice,
     flows::{self, FastHash, FlowEntry},
     latency::{rtt_summary, sketch},
-    show_mac,
-    snapshot::{
-        AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
-        PfcRef, PfcSnapshot, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, show_ip,
-    },
-    steps,
+    show_mac, steps,
+};
+use crate::report::{
+    AlertSnapshot, Beside, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
+    PfcRef, PfcSnapshot, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners, show_ip,
 };
 
 /// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
@@ -75,14 +74,28 @@ fn may_alert(s: &FlowStats) -> bool {
 }
 
 impl Engine {
-    /// Everything the renderers show, as of `now_ns` (the end of the reporting interval).
+    /// Everything the engine knows, as of `now_ns` (the end of the reporting interval), with
+    /// nothing from beside it (no NIC counters, QP owners, interfaces or output health).
     pub fn snapshot(&self, now_ns: u64) -> Snapshot {
+        self.report(now_ns, Beside::default())
+    }
+
+    /// The report as of `now_ns`: the engine's sections, and those from beside it; flows are
+    /// labelled with their QP owners.
+    pub fn report(&self, now_ns: u64, beside: Beside) -> Snapshot {
+        let Beside {
+            nic,
+            qp_owners,
+            interfaces_up,
+            outputs,
+        } = beside;
         let start = self.interval_start.or(self.first_ns).unwrap_or(now_ns);
         let interval_ns = now_ns.saturating_sub(start);
         let interval_s = interval_ns as f64 / 1e9;
 
         let pass = self.flow_pass(interval_ns, interval_s);
-        let flows = pass.flows;
+        let mut flows = pass.flows;
+        owners::label_flows(&qp_owners, &mut flows);
 
         let mut pfc: Vec<PfcSnapshot> = self
             .pfc
@@ -205,9 +218,9 @@ impl Engine {
                 interval_s,
                 by_direction,
                 alerts_dropped: self.alerts.dropped,
-                log_records_lost: None,
-                prom_file_errors: None,
-                interfaces_up: BTreeMap::new(),
+                log_records_lost: outputs.log_records_lost,
+                prom_file_errors: outputs.prom_file_errors,
+                interfaces_up,
                 capture: self.capture.clone(),
             },
             latency: LatencySnapshot {
@@ -225,8 +238,8 @@ impl Engine {
             paths: self.path_pairs(),
             pfc_origin: self.pfc_origin(),
             steps: self.steps_snapshot(),
-            nic: Vec::new(),
-            qp_owners: Vec::new(),
+            nic,
+            qp_owners,
         }
     }
 
@@ -234,7 +247,7 @@ impl Engine {
     /// its length (at least a bin) since the last analysis: an analysis of the full 300 s
     /// window (an FFT of 2^20 points) took 130 ms here, and a live report every second would
     /// repeat it for 1.6% more data; at most 4.7 s of the newest data wait for the next one.
-    fn steps_snapshot(&self) -> Option<super::snapshot::StepsSnapshot> {
+    fn steps_snapshot(&self) -> Option<crate::report::StepsSnapshot> {
         let (extent, len) = self.steps.extent();
         let mut cache = self.steps_cache.borrow_mut();
         if let Some((at, result)) = &*cache
@@ -428,7 +441,7 @@ impl Engine {
             resp_retransmits: s.resp_retransmits,
             reordered,
             reorder_distance_max: distance_max,
-            reorder_distance: super::snapshot::ReorderDistance::new(distance),
+            reorder_distance: crate::report::ReorderDistance::new(distance),
             reorder_naks,
             psn_holes: roce_observer_common::sequence::open_holes(s),
             acks: s.acks(),

@@ -7,10 +7,8 @@ use roce_observer_common::{
     frames::{RoceFrame, pfc_frame},
 };
 
-use super::{
-    Engine, EngineConfig,
-    snapshot::{FlowSnapshot, Snapshot},
-};
+use super::{Engine, EngineConfig};
+use crate::report::{FlowSnapshot, Snapshot};
 
 const A: [u8; 4] = [192, 0, 2, 1];
 const B: [u8; 4] = [192, 0, 2, 2];

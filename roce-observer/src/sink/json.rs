@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use crate::engine::snapshot::Snapshot;
+use crate::report::Snapshot;
 
 /// Write the whole document, pretty-printed, with a final newline.
 pub fn write_document<W: Write>(mut w: W, snap: &Snapshot) -> std::io::Result<()> {

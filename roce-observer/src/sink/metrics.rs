@@ -32,10 +32,8 @@ use prometheus_client::{
 
 use roce_observer_common::flow::{NAK_CLASSES, nak};
 
-use crate::engine::{
-    flows::FastHash,
-    snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, RttSummary, Snapshot},
-};
+use crate::engine::flows::FastHash;
+use crate::report::{FlowSnapshot, LATENCY_BUCKETS_NS, RttSummary, Snapshot};
 
 /// Host pairs exported, most bytes first.
 pub const MAX_HOST_PAIRS: usize = 256;
@@ -177,7 +175,7 @@ fn register_mirrors(reg: &mut Registry, snap: &Snapshot) {
     if snap.mirror.is_empty() {
         return;
     }
-    let labels = |m: &crate::engine::snapshot::MirrorSnapshot| -> Labels {
+    let labels = |m: &crate::report::MirrorSnapshot| -> Labels {
         vec![
             ("encap", m.source.encap.to_string()),
             ("outer_src", m.source.outer_src.to_string()),
@@ -187,7 +185,7 @@ fn register_mirrors(reg: &mut Registry, snap: &Snapshot) {
             ("direction", m.direction.to_string()),
         ]
     };
-    type Field = fn(&crate::engine::snapshot::MirrorSnapshot) -> u64;
+    type Field = fn(&crate::report::MirrorSnapshot) -> u64;
     let fields: [(&str, &str, Field); 4] = [
         (
             "roce_mirror_frames",

@@ -5,7 +5,8 @@
 //! - everything that can be refused is opened when the command starts: the log directory
 //!   (created if missing) and the metrics address (bound), so a mistake fails before any work;
 //! - the log directory never ends the command afterwards: lines that cannot be written (full
-//!   disk, removed directory, lost permission) are counted in `summary.log_records_lost`
+//!   disk, removed directory, lost permission) are counted ([`Outputs::health`], the next
+//!   report's `summary.log_records_lost`)
 //!   (shown in the TUI header, the JSON document and the metrics) and writing resumes by itself;
 //! - nor does the metrics file (`--prom-file`): a failed write is counted in
 //!   `summary.prom_file_errors` (and `roce_observer_prom_file_errors_total`), its temporary
@@ -21,7 +22,7 @@ use std::{
 };
 
 use crate::{
-    engine::snapshot::Snapshot,
+    report::{OutputHealth, Snapshot},
     sink::{
         json,
         logdir::{LogDir, LogDirConfig, LogDirError},
@@ -198,13 +199,16 @@ impl Outputs {
         }
     }
 
-    /// The end of one report interval. Fills in `summary.log_records_lost`, which the terminal
-    /// UI then shows.
-    pub fn interval(
-        &mut self,
-        snap: &mut Snapshot,
-        stdout: &mut dyn Write,
-    ) -> Result<(), OutputError> {
+    /// What the outputs say about themselves in the next report.
+    pub fn health(&self) -> OutputHealth {
+        OutputHealth {
+            log_records_lost: self.log.as_ref().map(|log| log.health().records_lost),
+            prom_file_errors: self.prom_file.as_ref().map(|prom| prom.errors),
+        }
+    }
+
+    /// The end of one report interval.
+    pub fn interval(&mut self, snap: &Snapshot, stdout: &mut dyn Write) -> Result<(), OutputError> {
         self.files(snap);
         let stdout_err = |source| OutputError::Stdout {
             what: "interval table",
@@ -227,11 +231,7 @@ impl Outputs {
 
     /// The final report: files first (so they are complete even if stdout is a closed pipe),
     /// then the JSON document or the table.
-    pub fn finish(
-        mut self,
-        snap: &mut Snapshot,
-        stdout: &mut dyn Write,
-    ) -> Result<(), OutputError> {
+    pub fn finish(mut self, snap: &Snapshot, stdout: &mut dyn Write) -> Result<(), OutputError> {
         self.files(snap);
         if let Some(log) = self.log.as_mut() {
             log.finish();
@@ -240,7 +240,6 @@ impl Outputs {
                 eprintln!("roce-observer: {warning}");
             }
             let health = log.health();
-            snap.summary.log_records_lost = Some(health.records_lost);
             if let Some(err) = log.last_error() {
                 eprintln!(
                     "roce-observer: {} log lines could not be written to {}: {err}",
@@ -270,16 +269,12 @@ impl Outputs {
     }
 
     /// The log directory, the endpoint's snapshot and the metrics file: never fails.
-    fn files(&mut self, snap: &mut Snapshot) {
+    fn files(&mut self, snap: &Snapshot) {
         let mut health = Health::default();
-        if let Some(prom) = &self.prom_file {
-            snap.summary.prom_file_errors = Some(prom.errors);
-        }
         if let Some(log) = self.log.as_mut() {
             log.write(snap, snap.summary.interval_end_ts);
             let h = log.health();
             hold_warnings(&mut self.warnings, log.take_warnings());
-            snap.summary.log_records_lost = Some(h.records_lost);
             health.log_records_lost = Some(h.records_lost);
             health.log_records_written = Some(h.records_written);
         }
@@ -294,7 +289,6 @@ impl Outputs {
                 &metrics::render(snap, self.top_flows, &health),
                 &mut self.warnings,
             );
-            snap.summary.prom_file_errors = Some(prom.errors);
         }
     }
 }
@@ -307,7 +301,10 @@ fn hold_warnings(held: &mut Vec<String>, new: Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Engine, EngineConfig};
+    use crate::{
+        engine::{Engine, EngineConfig},
+        report::Beside,
+    };
 
     fn temp_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
@@ -330,6 +327,17 @@ mod tests {
         }
     }
 
+    /// The engine's report with the outputs' health, as the pipeline assembles it.
+    fn report(engine: &Engine, outputs: &Outputs, now: u64) -> Snapshot {
+        engine.report(
+            now,
+            Beside {
+                outputs: outputs.health(),
+                ..Beside::default()
+            },
+        )
+    }
+
     #[test]
     fn log_dir_and_metrics_file_get_every_report_and_the_lost_count_reaches_the_summary() {
         let dir = temp_dir("files");
@@ -349,11 +357,11 @@ mod tests {
         .expect("open");
         let engine = Engine::new(EngineConfig::default());
         let mut stdout = Vec::new();
-        let mut snap = engine.snapshot(5);
-        outputs.interval(&mut snap, &mut stdout).expect("interval");
-        assert_eq!(snap.summary.log_records_lost, Some(0));
-        let mut snap = engine.snapshot(6);
-        outputs.finish(&mut snap, &mut stdout).expect("finish");
+        let snap = report(&engine, &outputs, 5);
+        outputs.interval(&snap, &mut stdout).expect("interval");
+        assert_eq!(outputs.health().log_records_lost, Some(0));
+        let snap = report(&engine, &outputs, 6);
+        outputs.finish(&snap, &mut stdout).expect("finish");
         let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON on stdout");
         assert_eq!(doc["summary"]["log_records_lost"], 0);
         let text = std::fs::read_to_string(logs.join(crate::sink::logdir::LIVE_NAME))
@@ -387,18 +395,18 @@ mod tests {
         .expect("open");
         let engine = Engine::new(EngineConfig::default());
         let mut stdout = Vec::new();
-        let mut snap = engine.snapshot(1);
-        outputs.interval(&mut snap, &mut stdout).expect("interval");
-        assert_eq!(snap.summary.prom_file_errors, Some(0));
+        let snap = report(&engine, &outputs, 1);
+        outputs.interval(&snap, &mut stdout).expect("interval");
+        assert_eq!(outputs.health().prom_file_errors, Some(0));
         assert!(outputs.take_warnings().is_empty());
         // The directory goes away: two intervals fail, are counted, and said once.
         std::fs::remove_dir_all(&prom_dir).expect("remove");
         for n in 1..=2 {
-            let mut snap = engine.snapshot(1 + n);
+            let snap = report(&engine, &outputs, 1 + n);
             outputs
-                .interval(&mut snap, &mut stdout)
+                .interval(&snap, &mut stdout)
                 .expect("a failed metrics file write does not stop the command");
-            assert_eq!(snap.summary.prom_file_errors, Some(n));
+            assert_eq!(outputs.health().prom_file_errors, Some(n));
         }
         let warnings = outputs.take_warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -410,8 +418,8 @@ mod tests {
         );
         // Back: written again, with the count, and the recovery is said.
         std::fs::create_dir_all(&prom_dir).expect("create");
-        let mut snap = engine.snapshot(5);
-        outputs.interval(&mut snap, &mut stdout).expect("interval");
+        let snap = report(&engine, &outputs, 5);
+        outputs.interval(&snap, &mut stdout).expect("interval");
         let text = std::fs::read_to_string(&prom).expect("metrics file");
         assert!(
             text.contains("\nroce_observer_prom_file_errors_total 2\n"),
@@ -422,8 +430,8 @@ mod tests {
             warnings.len() == 1 && warnings[0].contains("written again"),
             "{warnings:?}"
         );
-        let mut snap = engine.snapshot(6);
-        outputs.finish(&mut snap, &mut stdout).expect("finish");
+        let snap = report(&engine, &outputs, 6);
+        outputs.finish(&snap, &mut stdout).expect("finish");
         let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON on stdout");
         assert_eq!(doc["summary"]["prom_file_errors"], 2);
         let left: Vec<_> = std::fs::read_dir(&prom_dir)

@@ -5,8 +5,11 @@
 use std::fmt::Write as _;
 
 use crate::{
-    engine::snapshot::{FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot},
     format::{self, shorten as fit},
+    report::{
+        FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot, nic::nic_rows,
+        steps::steps_window,
+    },
 };
 
 /// Flows listed (busiest first); the rest are counted.
@@ -178,7 +181,7 @@ fn owners(out: &mut String, flows: &[&FlowSnapshot]) {
 /// The RDMA NIC counters of the interval (live runs on a host with RDMA devices): the key RoCE
 /// counters, the others that changed, and the pause counters that are not zero.
 fn nic(out: &mut String, s: &Snapshot) {
-    let rows = crate::source::hw::nic_rows(s);
+    let rows = nic_rows(s);
     if rows.is_empty() {
         return;
     }
@@ -216,19 +219,6 @@ fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
     }
     if !line.is_empty() {
         let _ = writeln!(out, "{indent}{line}");
-    }
-}
-
-/// Where the steps were found: the whole data kept, or only its latest part (the step time
-/// changed: the earlier steps had another period, or none).
-pub fn steps_window(st: &StepsSnapshot) -> String {
-    if st.retained_s > st.window_s * 1.01 {
-        format!(
-            "the last {:.1} s of {:.1} s (no single period before)",
-            st.window_s, st.retained_s
-        )
-    } else {
-        format!("{:.1} s", st.window_s)
     }
 }
 
@@ -604,7 +594,7 @@ fn render_text(s: &Snapshot) -> String {
         let _ = writeln!(out, "lost between observation points (request PSNs):");
         for p in lossy.iter().take(10) {
             // A point inside switch mirrors is named by its mirror source.
-            let point = |r: &crate::engine::snapshot::PointRef| match &r.mirror {
+            let point = |r: &crate::report::PointRef| match &r.mirror {
                 Some(m) => format!("{}/{} via {}", r.iface, r.direction, m.label()),
                 None => format!("{}/{}", r.iface, r.direction),
             };
@@ -739,7 +729,7 @@ pub(crate) mod tests {
         let mut snap = crate::sink::metrics::tests::with_host(engine.snapshot(0));
         snap.qp_owners[0].comm = format!("{HOSTILE}job");
         snap.nic.clear();
-        crate::source::qp_owner::label_flows(&snap.qp_owners, &mut snap.flows);
+        crate::report::owners::label_flows(&snap.qp_owners, &mut snap.flows);
         assert_eq!(snap.flows.len(), 1);
         assert_eq!(
             snap.flows[0].iface, name,
@@ -754,7 +744,7 @@ pub(crate) mod tests {
     fn escape_sequences_in_names_are_printed_escaped() {
         let mut snap = hostile_snapshot();
         // Rows say where only for flows seen at several points: a second point shows the name.
-        let mut other = crate::engine::snapshot::FlowSnapshot::clone(&snap.flows[0]);
+        let mut other = crate::report::FlowSnapshot::clone(&snap.flows[0]);
         other.iface = "if1".into();
         snap.flows.push(std::sync::Arc::new(other));
         let out = render(&snap);

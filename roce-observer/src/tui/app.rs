@@ -5,7 +5,7 @@ use std::{collections::HashSet, net::IpAddr, sync::Arc};
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 use super::history::History;
-use crate::engine::snapshot::{FlowSnapshot, MirrorSource, Snapshot};
+use crate::report::{FlowSnapshot, MirrorSource, Snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tab {
@@ -502,4 +502,4 @@ pub fn merge_points(flows: &[Arc<FlowSnapshot>]) -> Vec<Arc<FlowSnapshot>> {
     out
 }
 
-pub use crate::source::hw::{NicRow, nic_rows};
+pub use crate::report::nic::{NicRow, nic_rows};

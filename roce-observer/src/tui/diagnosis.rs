@@ -16,8 +16,8 @@ use super::{
     view::{HIGHLIGHT, MARK, table_state},
 };
 use crate::{
-    engine::snapshot::{PfcRef, StepsSnapshot},
     format,
+    report::{PfcRef, StepsSnapshot},
 };
 
 fn titled(title: String) -> Block<'static> {
@@ -80,7 +80,7 @@ pub fn draw_steps(frame: &mut Frame, app: &App, area: Rect) {
                 "period {:.2} ms   {} steps in {}   communicating {:.0}% of a step",
                 st.period_ms,
                 st.count,
-                crate::sink::table::steps_window(st),
+                crate::report::steps::steps_window(st),
                 st.comm_fraction * 100.0
             )),
             Line::from(format!(

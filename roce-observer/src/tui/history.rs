@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::engine::snapshot::{FlowSnapshot, PfcSnapshot, Snapshot};
+use crate::report::{FlowSnapshot, PfcSnapshot, Snapshot};
 
 /// Samples kept per series (two minutes at the default one-second interval).
 pub const DEPTH: usize = 120;
@@ -60,7 +60,7 @@ impl Series {
 }
 
 /// A flow's identity across snapshots (as the snapshot names it).
-pub use crate::engine::snapshot::FlowId;
+pub use crate::report::FlowId;
 
 pub fn flow_id(f: &FlowSnapshot) -> FlowId {
     f.id()

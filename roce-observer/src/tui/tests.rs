@@ -11,11 +11,11 @@ use crate::{
     wire,
 };
 
-fn fixture_snapshot(name: &str) -> crate::engine::snapshot::Snapshot {
+fn fixture_snapshot(name: &str) -> crate::report::Snapshot {
     fixture_snapshot_with(name, EngineConfig::default())
 }
 
-fn fixture_snapshot_with(name: &str, config: EngineConfig) -> crate::engine::snapshot::Snapshot {
+fn fixture_snapshot_with(name: &str, config: EngineConfig) -> crate::report::Snapshot {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")
         .join(format!("{name}.pcap"));
@@ -351,7 +351,7 @@ fn slash_filters_flows() {
 
 /// A fixture cut into `parts` report intervals by frame count, as the live loop would see it:
 /// a snapshot at the end of each, then a new interval.
-fn interval_snapshots(name: &str, parts: usize) -> Vec<crate::engine::snapshot::Snapshot> {
+fn interval_snapshots(name: &str, parts: usize) -> Vec<crate::report::Snapshot> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")
         .join(format!("{name}.pcap"));
@@ -554,7 +554,7 @@ fn nic_view_shows_counter_rates() {
 /// process column, the detail pane with the NIC's PSNs, and `/` by command.
 #[test]
 fn qp_owners_label_flows_and_filter_by_process() {
-    use crate::engine::snapshot::QpOwner;
+    use crate::report::QpOwner;
     let mut snap = fixture_snapshot("psn_gap");
     let into = snap.flows[0].dst_qp;
     snap.qp_owners = vec![QpOwner {
@@ -569,7 +569,7 @@ fn qp_owners_label_flows_and_filter_by_process() {
         comm: "ib_write_bw".into(),
         gone: false,
     }];
-    crate::source::qp_owner::label_flows(&snap.qp_owners, &mut snap.flows);
+    crate::report::owners::label_flows(&snap.qp_owners, &mut snap.flows);
     let mut app = App::new("capture".into(), snap);
     let screen = render_at(&app, 200, 20);
     assert!(screen.contains("ib_write_bw/4242"), "{screen}");
@@ -596,7 +596,7 @@ fn qp_owners_label_flows_and_filter_by_process() {
 /// with CE marks and CNPs); one flow seen on leaf1 and spine1 with four PSNs lost between them,
 /// one on spine1 and leaf2 without loss; a PFC storm that starts on leaf1 and spreads along
 /// those flows to spine1 (20 ms later) and leaf2 (45 ms).
-fn diagnosis_snapshot() -> crate::engine::snapshot::Snapshot {
+fn diagnosis_snapshot() -> crate::report::Snapshot {
     use roce_observer_common::{
         frames::{RoceFrame, pfc_frame},
         opcode::OP_CNP,
@@ -760,7 +760,7 @@ fn diagnosis_views_without_data_say_why() {
 
 /// A snapshot of `n` flows (one RC WRITE each, a different QP and size per flow, so the order by
 /// bytes is known): more than a screen holds.
-fn many_flows_snapshot(n: u32) -> crate::engine::snapshot::Snapshot {
+fn many_flows_snapshot(n: u32) -> crate::report::Snapshot {
     use roce_observer_common::frames::RoceFrame;
     let mut engine = Engine::new(EngineConfig::default());
     let mut t = 1_700_000_000_000_000_000u64;

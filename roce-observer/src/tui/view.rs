@@ -13,7 +13,7 @@ use super::{
     columns::{self, Column},
     history::{DEPTH, FlowHistory, bars, pfc_id},
 };
-use crate::{engine::snapshot::QpOwner, format};
+use crate::{format, report::QpOwner};
 
 pub(super) const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 

@@ -13,7 +13,7 @@
 //! Beside the sketch, every sample is also counted exactly in fixed classic buckets
 //! ([`LATENCY_BUCKETS_NS`]), which Prometheus histograms need to aggregate across hosts.
 
-use crate::engine::snapshot::LATENCY_BUCKETS_NS;
+use crate::report::LATENCY_BUCKETS_NS;
 
 /// Samples kept exactly before switching to buckets.
 pub const EXACT_SAMPLES: usize = 64;

@@ -4,7 +4,8 @@
 use roce_observer_common::frames::RoceFrame;
 
 use super::*;
-use crate::engine::{EngineConfig, snapshot::PathPair};
+use crate::engine::EngineConfig;
+use crate::report::PathPair;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 const UP: u32 = 1;

@@ -17,10 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 use roce_observer_common::FlowKey;
 
 use super::{BIN_NS, Signal, Steps};
-use crate::engine::{
-    flows::FastHash,
-    snapshot::{StepSpan, StepsSnapshot, Straggler, StragglerEvidence, show_ip},
-};
+use crate::engine::flows::FastHash;
+use crate::report::{StepSpan, StepsSnapshot, Straggler, StragglerEvidence, show_ip};
 
 /// Fewer steps than this on the grid: not reported.
 pub const MIN_STEPS: usize = 5;

@@ -9,7 +9,8 @@ use roce_observer_common::{
 };
 
 use super::*;
-use crate::engine::{Engine, EngineConfig, snapshot::StepsSnapshot};
+use crate::engine::{Engine, EngineConfig};
+use crate::report::StepsSnapshot;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 const MS: u64 = 1_000_000;
@@ -906,7 +907,7 @@ fn after_the_step_time_changed_the_current_period_is_reported() {
     assert!(got.window_s < 0.6 * whole_s, "{got:?}");
     // And it says so: the data kept is the whole.
     assert!((got.retained_s - whole_s).abs() < 0.5, "{got:?}");
-    let line = crate::sink::table::steps_window(&got);
+    let line = crate::report::steps::steps_window(&got);
     assert!(line.starts_with("the last "), "{line}");
     // The current steps only: every step of the analysed part is a 420 ms one.
     assert!(got.count >= 10 && got.count <= 20, "{got:?}");

@@ -32,7 +32,7 @@ pub use records::{LOG_SCHEMA_VERSION, LogHealth};
 pub use rotate::{LIVE_NAME, utc_stamp};
 
 use crate::{
-    engine::snapshot::Snapshot,
+    report::Snapshot,
     sink::files::{self, Refusal},
 };
 

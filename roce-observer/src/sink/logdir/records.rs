@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::engine::snapshot::{
+use crate::report::{
     AlertSnapshot, EcmpSnapshot, FlowId, FlowSnapshot, LatencySnapshot, MirrorSnapshot,
     MirrorSource, PathPair, PfcOrigin, PfcSnapshot, Snapshot, StepsSnapshot, Summary,
 };

@@ -39,7 +39,7 @@ use tokio::{
 };
 
 use super::{CONTENT_TYPE as METRICS_CONTENT_TYPE, Health, render};
-use crate::engine::snapshot::Snapshot;
+use crate::report::Snapshot;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

@@ -20,7 +20,7 @@ pub(crate) fn fixture_snapshot(names: &[&str]) -> Snapshot {
 /// What a live run on a host with an RDMA device adds: one QP owned by a process (the first
 /// flow goes into it) and one port's counters (every renderer reads them).
 pub(crate) fn with_host(mut snap: Snapshot) -> Snapshot {
-    use crate::engine::snapshot::{NicCounter, NicPortSnapshot, QpOwner};
+    use crate::report::{NicCounter, NicPortSnapshot, QpOwner};
     let into = snap.flows[0].dst_qp;
     snap.qp_owners = vec![QpOwner {
         device: "rxe0".into(),
@@ -34,7 +34,7 @@ pub(crate) fn with_host(mut snap: Snapshot) -> Snapshot {
         comm: "ib_write_bw".into(),
         gone: false,
     }];
-    crate::source::qp_owner::label_flows(&snap.qp_owners, &mut snap.flows);
+    crate::report::owners::label_flows(&snap.qp_owners, &mut snap.flows);
     let c = |total, delta| NicCounter {
         total,
         delta,
@@ -231,7 +231,7 @@ fn per_flow_series_are_bounded_to_top_flows_plus_problem_flows() {
             f.bytes = u64::from(i) * 10;
             f.psn_gaps = 0;
             f.retransmits = u64::from(i % 1000 == 7);
-            f.naks = crate::engine::snapshot::NakCounts::default();
+            f.naks = crate::report::NakCounts::default();
             std::sync::Arc::new(f)
         })
         .collect();

@@ -1,5 +1,5 @@
-//! The snapshot: everything the engine knows at one moment, as plain data that every renderer
-//! (table, JSON, flow log, TUI) reads. Field names are the JSON names (docs/metrics.md).
+//! The report's types: everything the engine knows at one moment, as plain data that every
+//! renderer (table, JSON, flow log, TUI) reads. Field names are the JSON names (docs/metrics.md).
 //! The output contract: this module imports nothing from the engine's analysis modules.
 
 use std::{
@@ -50,7 +50,7 @@ pub struct Snapshot {
     /// Where the first PFC storm started and how it spread (null without a storm).
     pub pfc_origin: Option<PfcOrigin>,
     /// The host's RDMA NIC counters over the interval (live runs on a host with RDMA
-    /// devices; absent otherwise). Not engine data: the live loop attaches them.
+    /// devices; absent otherwise). Not engine data: assembled from [`super::Beside`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nic: Vec<NicPortSnapshot>,
     /// The host's QPs and their owners from RDMA netlink (live runs on a host with RDMA
@@ -498,13 +498,13 @@ pub struct Summary {
     pub by_direction: BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
     pub alerts_dropped: u64,
     /// Log lines that could not be written (`--log-dir`: full disk, removed directory, lost
-    /// permission); null without a log directory. Filled in by the outputs, not the engine.
+    /// permission); null without a log directory. From the outputs ([`super::OutputHealth`]).
     pub log_records_lost: Option<u64>,
     /// Failed writes of the `--prom-file` textfile (each retried the next interval); null
-    /// without one. Filled in by the outputs, not the engine.
+    /// without one. From the outputs ([`super::OutputHealth`]).
     pub prom_file_errors: Option<u64>,
     /// The interfaces `run -i` watches and whether each is still there (a removed interface
-    /// ends the run); empty for captures. Filled in by the live loop, not the engine.
+    /// ends the run); empty for captures. From the live loop ([`super::Beside`]).
     pub interfaces_up: BTreeMap<String, bool>,
     /// Present for captures (`analyze`).
     pub capture: Option<CaptureSummary>,
