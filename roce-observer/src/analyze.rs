@@ -11,13 +11,14 @@ use std::{
 
 use anyhow::Context;
 
-use crate::report::{Beside, CaptureSummary, Snapshot};
+use crate::report::{Beside, Snapshot};
 use crate::{
     cli::{EngineArgs, OutputArgs},
     engine::{Engine, EngineConfig},
     fail_on::{self, FailOn},
     sink::outputs::{IntervalTables, OutputError, OutputPlan, Outputs},
-    wire::capture::{CaptureEnd, CaptureError, read_capture},
+    source::capture::capture_summary,
+    wire::capture::{CaptureError, read_capture},
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -141,28 +142,6 @@ pub fn analyze_reader_reporting<R: Read + Send>(
     };
     engine.set_capture_summary(capture_summary(&end));
     (engine, end.error)
-}
-
-/// The capture's own counts as the snapshot shows them (shared with `run --capture`).
-pub fn capture_summary(end: &CaptureEnd) -> CaptureSummary {
-    CaptureSummary {
-        format: if end.stats.format.is_empty() {
-            "unknown"
-        } else {
-            end.stats.format
-        },
-        frames: end.stats.frames,
-        snap_truncated: end.stats.snap_truncated,
-        skipped_link_type: end.stats.skipped_link_type,
-        link_types: end.stats.link_types.iter().map(|l| l.name()).collect(),
-        unseen: end
-            .stats
-            .link_types
-            .iter()
-            .filter_map(|l| l.unseen().map(|u| format!("{}: {u}", l.name())))
-            .collect(),
-        error: end.error.as_ref().map(|e| e.to_string()),
-    }
 }
 
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {

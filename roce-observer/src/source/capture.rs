@@ -24,8 +24,8 @@ use anyhow::Context as _;
 use bytes::{Bytes, BytesMut};
 
 use crate::{
-    analyze::capture_summary,
     engine::Engine,
+    report::CaptureSummary,
     source::{LiveSource, SourceState},
     wire::{
         Link,
@@ -248,6 +248,28 @@ impl CaptureSource {
         } else {
             SourceState::Open
         })
+    }
+}
+
+/// The capture's own counts as the snapshot shows them (`analyze` and `run --capture`).
+pub fn capture_summary(end: &CaptureEnd) -> CaptureSummary {
+    CaptureSummary {
+        format: if end.stats.format.is_empty() {
+            "unknown"
+        } else {
+            end.stats.format
+        },
+        frames: end.stats.frames,
+        snap_truncated: end.stats.snap_truncated,
+        skipped_link_type: end.stats.skipped_link_type,
+        link_types: end.stats.link_types.iter().map(|l| l.name()).collect(),
+        unseen: end
+            .stats
+            .link_types
+            .iter()
+            .filter_map(|l| l.unseen().map(|u| format!("{}: {u}", l.name())))
+            .collect(),
+        error: end.error.as_ref().map(|e| e.to_string()),
     }
 }
 
