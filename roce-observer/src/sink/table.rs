@@ -269,6 +269,22 @@ pub fn render(s: &Snapshot) -> String {
 
 fn render_text(s: &Snapshot) -> String {
     let mut out = String::new();
+    summary(&mut out, s);
+    flows(&mut out, s);
+    nic(&mut out, s);
+    mirrors(&mut out, s);
+    pfc(&mut out, s);
+    pfc_origin(&mut out, s);
+    latency(&mut out, s);
+    ecmp(&mut out, s);
+    paths(&mut out, s);
+    training_steps(&mut out, s);
+    alerts(&mut out, s);
+    out
+}
+
+/// The counters: packets by kind, what could not be kept, the capture's own counts.
+fn summary(out: &mut String, s: &Snapshot) {
     let m = &s.summary;
     let _ = writeln!(
         out,
@@ -311,16 +327,19 @@ fn render_text(s: &Snapshot) -> String {
                 .map(|e| format!("; {e}"))
                 .unwrap_or_default()
         );
-        wrap(&mut out, &text, "", 118);
+        wrap(out, &text, "", 118);
     }
     if let Some(c) = &m.capture {
         for u in &c.unseen {
-            wrap(&mut out, &format!("capture {u}"), "", 118);
+            wrap(out, &format!("capture {u}"), "", 118);
         }
     }
+}
 
+/// The flows, busiest first, and who owns them.
+fn flows(out: &mut String, s: &Snapshot) {
     let _ = writeln!(out);
-    flow_line(&mut out, FLOW_HEADER);
+    flow_line(out, FLOW_HEADER);
     // The rows shown: most bytes first, ties in snapshot order. Selected, then only they are
     // sorted: sorting every flow for 50 rows was measurable at 100,000 flows.
     let mut rows: Vec<(std::cmp::Reverse<u64>, usize)> = s
@@ -342,7 +361,7 @@ fn render_text(s: &Snapshot) -> String {
         *seen.entry((f.src_ip, f.dst_ip, f.dst_qp)).or_insert(point) != point
     });
     for (_, i) in &rows {
-        flow_row(&mut out, &s.flows[*i], at_point);
+        flow_row(out, &s.flows[*i], at_point);
     }
     if s.flows.len() > MAX_FLOW_ROWS {
         let _ = writeln!(
@@ -352,9 +371,12 @@ fn render_text(s: &Snapshot) -> String {
         );
     }
     let listed: Vec<&FlowSnapshot> = rows.iter().map(|(_, i)| &*s.flows[*i]).collect();
-    owners(&mut out, &listed);
-    nic(&mut out, s);
+    owners(out, &listed);
+}
 
+/// Switch-mirror sessions and the frames lost on the mirror path.
+fn mirrors(out: &mut String, s: &Snapshot) {
+    let m = &s.summary;
     if !s.mirror.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -388,7 +410,10 @@ fn render_text(s: &Snapshot) -> String {
             m.mirror_seq_lost
         );
     }
+}
 
+/// PFC and PAUSE per source.
+fn pfc(out: &mut String, s: &Snapshot) {
     if !s.pfc.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -414,7 +439,10 @@ fn render_text(s: &Snapshot) -> String {
             );
         }
     }
+}
 
+/// Where the first PFC storm started and how it spread.
+fn pfc_origin(out: &mut String, s: &Snapshot) {
     if let Some(o) = &s.pfc_origin {
         let prio = |p: Option<u8>| p.map(|v| v.to_string()).unwrap_or_else(|| "link".into());
         let _ = writeln!(
@@ -451,7 +479,10 @@ fn render_text(s: &Snapshot) -> String {
             );
         }
     }
+}
 
+/// Latency over all flows.
+fn latency(out: &mut String, s: &Snapshot) {
     let l = &s.latency.overall;
     if l.count > 0 {
         let _ = writeln!(out);
@@ -467,7 +498,10 @@ fn render_text(s: &Snapshot) -> String {
             format::ns(l.max)
         );
     }
+}
 
+/// ECMP: the measured and modelled views and the advice.
+fn ecmp(out: &mut String, s: &Snapshot) {
     let e = &s.ecmp;
     if !e.measured.paths.is_empty() {
         let _ = writeln!(out);
@@ -583,7 +617,10 @@ fn render_text(s: &Snapshot) -> String {
             );
         }
     }
+}
 
+/// Where request PSNs went missing between observation points.
+fn paths(out: &mut String, s: &Snapshot) {
     let lossy: Vec<_> = s
         .paths
         .iter()
@@ -621,15 +658,21 @@ fn render_text(s: &Snapshot) -> String {
             } else {
                 text
             };
-            wrap(&mut out, &text, "  ", 118);
+            wrap(out, &text, "  ", 118);
         }
     }
+}
 
+/// Training steps.
+fn training_steps(out: &mut String, s: &Snapshot) {
     if let Some(st) = &s.steps {
         let _ = writeln!(out);
-        steps(&mut out, st);
+        steps(out, st);
     }
+}
 
+/// The alerts.
+fn alerts(out: &mut String, s: &Snapshot) {
     if !s.alerts.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(out, "alerts:");
@@ -655,7 +698,7 @@ fn render_text(s: &Snapshot) -> String {
                 _ => String::new(),
             };
             let _ = writeln!(out, "  {:<18} {} (x{})", a.kind, fit(&subject, 80), a.count);
-            wrap(&mut out, &a.reason, "      ", 118);
+            wrap(out, &a.reason, "      ", 118);
         }
         if s.alerts.len() > 20 {
             let _ = writeln!(
@@ -665,7 +708,6 @@ fn render_text(s: &Snapshot) -> String {
             );
         }
     }
-    out
 }
 
 #[cfg(test)]
