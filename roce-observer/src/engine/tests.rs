@@ -544,3 +544,53 @@ fn unchanged_flows_keep_their_view_and_changed_ones_are_rebuilt() {
         serde_json::to_string(&fresh).expect("serializes")
     );
 }
+
+/// The sections from beside the engine are assembled with its own: NIC counters, QP owners
+/// (each flow labelled with its owner), the watched interfaces and the outputs' health; a
+/// report without them has none.
+#[test]
+fn report_assembles_the_sections_from_beside_the_engine() {
+    use crate::report::{Beside, NicPortSnapshot, OutputHealth, QpOwner};
+    let mut e = Engine::new(EngineConfig::default());
+    feed(&mut e, T0, req(1));
+    let bare = e.snapshot(T0 + US);
+    assert!(bare.nic.is_empty() && bare.qp_owners.is_empty());
+    assert!(flow(&bare, A, 0x12).owner.is_none());
+    assert_eq!(bare.summary.log_records_lost, None);
+    let owner = QpOwner {
+        device: "rxe0".into(),
+        lqpn: 0x12,
+        comm: "ib_write_bw".into(),
+        pid: Some(4242),
+        ..QpOwner::default()
+    };
+    let port = NicPortSnapshot {
+        device: "rxe0".into(),
+        port: 1,
+        netdev: Some("veth0".into()),
+        interval_s: 1.0,
+        rdma: Default::default(),
+        pause: Default::default(),
+    };
+    let s = e.report(
+        T0 + US,
+        Beside {
+            nic: vec![port.clone()],
+            qp_owners: vec![owner.clone()],
+            interfaces_up: [("veth0".to_string(), true)].into_iter().collect(),
+            outputs: OutputHealth {
+                log_records_lost: Some(3),
+                prom_file_errors: Some(1),
+            },
+        },
+    );
+    assert_eq!(s.nic, [port]);
+    assert_eq!(s.qp_owners, std::slice::from_ref(&owner));
+    assert_eq!(flow(&s, A, 0x12).owner.as_deref(), Some(&owner));
+    assert_eq!(s.summary.interfaces_up.get("veth0"), Some(&true));
+    assert_eq!(s.summary.log_records_lost, Some(3));
+    assert_eq!(s.summary.prom_file_errors, Some(1));
+    // The engine's own sections are those of the bare report.
+    assert_eq!(s.flows.len(), bare.flows.len());
+    assert_eq!(s.summary.roce_packets, bare.summary.roce_packets);
+}

@@ -489,7 +489,7 @@ mod tests {
 
     #[test]
     fn interval_tables_carry_the_capture_span_only_when_asked() {
-        let mut snap = Engine::new(EngineConfig::default()).snapshot(0);
+        let snap = Engine::new(EngineConfig::default()).snapshot(0);
         for (style, header) in [
             (IntervalTables::Plain, false),
             (IntervalTables::WithCaptureSpan, true),
@@ -502,7 +502,7 @@ mod tests {
             })
             .expect("nothing to open");
             let mut stdout = Vec::new();
-            outputs.interval(&mut snap, &mut stdout).expect("interval");
+            outputs.interval(&snap, &mut stdout).expect("interval");
             let text = String::from_utf8(stdout).expect("utf-8");
             assert_eq!(text.contains("s of capture"), header, "{style:?}: {text}");
             assert_eq!(text.contains("SRC > DST"), style != IntervalTables::Off);

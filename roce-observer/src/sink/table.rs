@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::{
     format::{self, shorten as fit},
     report::{
-        FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot, nic::nic_rows,
+        FlowSnapshot, ModelledView, QpOwner, RttSummary, Snapshot, StepsSnapshot, nic::nic_rows,
         steps::steps_window,
     },
 };
@@ -513,97 +513,7 @@ fn ecmp(out: &mut String, s: &Snapshot) {
             e.measured.jain
         );
         if let Some(mdl) = &e.modelled {
-            let _ = writeln!(
-                out,
-                "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}",
-                mdl.paths,
-                mdl.hash.name(),
-                mdl.seed,
-                mdl.imbalance,
-                mdl.jain,
-            );
-            if mdl.multipath_flows > 0 {
-                let _ = writeln!(
-                    out,
-                    "  left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
-                    mdl.multipath_flows,
-                    format::bytes(mdl.multipath_bytes)
-                );
-            }
-            let total: u64 = mdl.bytes_per_path.iter().sum();
-            let shares: Vec<String> = mdl
-                .bytes_per_path
-                .iter()
-                .take(24)
-                .map(|b| format!("{:.0}%", *b as f64 * 100.0 / total.max(1) as f64))
-                .collect();
-            let more = if mdl.bytes_per_path.len() > 24 {
-                " ..."
-            } else {
-                ""
-            };
-            let _ = writeln!(out, "  byte share per path: {}{more}", shares.join(" "));
-            for c in mdl.collisions.iter().take(3) {
-                let _ = writeln!(
-                    out,
-                    "  path {} carries {} elephant 5-tuples ({})",
-                    c.path,
-                    c.elephants.len(),
-                    format::bytes(c.bytes)
-                );
-            }
-            if let Some(a) = mdl.advice.as_ref().filter(|a| !a.changes.is_empty()) {
-                let _ = writeln!(
-                    out,
-                    "  advice: move {} 5-tuples to new UDP source ports: max/mean {:.2} -> {:.2}",
-                    a.changes.len(),
-                    mdl.imbalance,
-                    a.imbalance_after
-                );
-                for c in a.changes.iter().take(5) {
-                    let _ = writeln!(
-                        out,
-                        "    {} > {} sport {} -> {} (path {} -> {}, {})",
-                        c.src_ip,
-                        c.dst_ip,
-                        c.udp_src_port,
-                        c.new_udp_src_port,
-                        c.from_path,
-                        c.to_path,
-                        format::bytes(c.bytes)
-                    );
-                }
-            }
-            if let Some(q) = &mdl.qp_advice {
-                // The connections whose QP count changes (the JSON lists every one).
-                let changed: Vec<_> = q
-                    .connections
-                    .iter()
-                    .filter(|c| u64::from(c.qps) != c.qps_now)
-                    .collect();
-                let mut counts: Vec<String> = changed
-                    .iter()
-                    .take(5)
-                    .map(|c| {
-                        format!(
-                            "{} > {} {} QPs (now {})",
-                            c.src_ip, c.dst_ip, c.qps, c.qps_now
-                        )
-                    })
-                    .collect();
-                if changed.len() > 5 {
-                    counts.push(format!("{} more", changed.len() - 5));
-                }
-                if !counts.is_empty() {
-                    let _ = writeln!(
-                        out,
-                        "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
-                        mdl.imbalance,
-                        q.imbalance_after,
-                        counts.join(", ")
-                    );
-                }
-            }
+            ecmp_modelled(out, mdl);
         }
         for p in e.entropy.iter().take(5) {
             let _ = writeln!(
@@ -614,6 +524,106 @@ fn ecmp(out: &mut String, s: &Snapshot) {
                 p.qps,
                 p.udp_src_ports,
                 p.busiest_tuple_share * 100.0
+            );
+        }
+    }
+}
+
+/// The modelled ECMP view: the hash, the byte share per path, the collisions.
+fn ecmp_modelled(out: &mut String, mdl: &ModelledView) {
+    let _ = writeln!(
+        out,
+        "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}",
+        mdl.paths,
+        mdl.hash.name(),
+        mdl.seed,
+        mdl.imbalance,
+        mdl.jain,
+    );
+    if mdl.multipath_flows > 0 {
+        let _ = writeln!(
+            out,
+            "  left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
+            mdl.multipath_flows,
+            format::bytes(mdl.multipath_bytes)
+        );
+    }
+    let total: u64 = mdl.bytes_per_path.iter().sum();
+    let shares: Vec<String> = mdl
+        .bytes_per_path
+        .iter()
+        .take(24)
+        .map(|b| format!("{:.0}%", *b as f64 * 100.0 / total.max(1) as f64))
+        .collect();
+    let more = if mdl.bytes_per_path.len() > 24 {
+        " ..."
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "  byte share per path: {}{more}", shares.join(" "));
+    for c in mdl.collisions.iter().take(3) {
+        let _ = writeln!(
+            out,
+            "  path {} carries {} elephant 5-tuples ({})",
+            c.path,
+            c.elephants.len(),
+            format::bytes(c.bytes)
+        );
+    }
+    ecmp_advice(out, mdl);
+}
+
+/// The ECMP advice: new UDP source ports for the colliding 5-tuples, and the QP advice.
+fn ecmp_advice(out: &mut String, mdl: &ModelledView) {
+    if let Some(a) = mdl.advice.as_ref().filter(|a| !a.changes.is_empty()) {
+        let _ = writeln!(
+            out,
+            "  advice: move {} 5-tuples to new UDP source ports: max/mean {:.2} -> {:.2}",
+            a.changes.len(),
+            mdl.imbalance,
+            a.imbalance_after
+        );
+        for c in a.changes.iter().take(5) {
+            let _ = writeln!(
+                out,
+                "    {} > {} sport {} -> {} (path {} -> {}, {})",
+                c.src_ip,
+                c.dst_ip,
+                c.udp_src_port,
+                c.new_udp_src_port,
+                c.from_path,
+                c.to_path,
+                format::bytes(c.bytes)
+            );
+        }
+    }
+    if let Some(q) = &mdl.qp_advice {
+        // The connections whose QP count changes (the JSON lists every one).
+        let changed: Vec<_> = q
+            .connections
+            .iter()
+            .filter(|c| u64::from(c.qps) != c.qps_now)
+            .collect();
+        let mut counts: Vec<String> = changed
+            .iter()
+            .take(5)
+            .map(|c| {
+                format!(
+                    "{} > {} {} QPs (now {})",
+                    c.src_ip, c.dst_ip, c.qps, c.qps_now
+                )
+            })
+            .collect();
+        if changed.len() > 5 {
+            counts.push(format!("{} more", changed.len() - 5));
+        }
+        if !counts.is_empty() {
+            let _ = writeln!(
+                out,
+                "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
+                mdl.imbalance,
+                q.imbalance_after,
+                counts.join(", ")
             );
         }
     }
