@@ -67,6 +67,20 @@ pub fn us(v: f64) -> String {
     ns(Some((v.max(0.0) * 1e3).round() as u64))
 }
 
+/// `1 QP`, `2 QPs`, `0 QPs`: a count with its noun in the right number.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A latency measured with timestamps of `resolution_ns` (a microsecond pcap: 1000): values
+/// below the resolution print `< 1 us` instead of a false `0 ns`; others as [`ns`].
+pub fn latency(v: Option<u64>, resolution_ns: u64) -> String {
+    match v {
+        Some(v) if resolution_ns > 1 && v < resolution_ns => format!("< {}", ns(Some(resolution_ns))),
+        _ => ns(v),
+    }
+}
+
 /// QPs are shown in hex, six digits (24 bits), as RDMA tools print them.
 pub fn qp(q: u32) -> String {
     format!("0x{q:06x}")

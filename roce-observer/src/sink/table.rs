@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use crate::{
     engine::snapshot::{FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot},
     format::{self, shorten as fit},
+    severity::Severity,
 };
 
 /// Flows listed (busiest first); the rest are counted.
@@ -331,13 +332,14 @@ fn render_text(s: &Snapshot) -> String {
 
     let _ = writeln!(out);
     flow_line(&mut out, FLOW_HEADER);
-    // The rows shown: most bytes first, ties in snapshot order. Selected, then only they are
-    // sorted: sorting every flow for 50 rows was measurable at 100,000 flows.
-    let mut rows: Vec<(std::cmp::Reverse<u64>, usize)> = s
+    // The rows shown: problems first (crate::severity, the order every renderer uses), then
+    // most bytes, ties in snapshot order. Selected, then only they are sorted: sorting every
+    // flow for 50 rows was measurable at 100,000 flows.
+    let mut rows: Vec<(std::cmp::Reverse<(Severity, u64)>, usize)> = s
         .flows
         .iter()
         .enumerate()
-        .map(|(i, f)| (std::cmp::Reverse(f.bytes), i))
+        .map(|(i, f)| (std::cmp::Reverse((Severity::of_flow(f), f.bytes)), i))
         .collect();
     if rows.len() > MAX_FLOW_ROWS {
         rows.select_nth_unstable(MAX_FLOW_ROWS);
@@ -357,8 +359,8 @@ fn render_text(s: &Snapshot) -> String {
     if s.flows.len() > MAX_FLOW_ROWS {
         let _ = writeln!(
             out,
-            "... {} more flows (use --json for all)",
-            s.flows.len() - MAX_FLOW_ROWS
+            "... {} (use --json for all)",
+            format::plural((s.flows.len() - MAX_FLOW_ROWS) as u64, "more flow", "more flows"),
         );
     }
     let listed: Vec<&FlowSnapshot> = rows.iter().map(|(_, i)| &*s.flows[*i]).collect();
@@ -642,40 +644,46 @@ fn render_text(s: &Snapshot) -> String {
 
     if !s.alerts.is_empty() {
         let _ = writeln!(out);
-        let _ = writeln!(out, "alerts:");
-        for a in s.alerts.iter().take(20) {
-            let subject = match (&a.flow, &a.pfc) {
-                (Some(f), _) => format!(
-                    "{} > {} qp {}{}",
-                    f.src_ip,
-                    f.dst_ip,
-                    format::qp(f.dst_qp),
-                    f.mirror
-                        .as_ref()
-                        .map_or(String::new(), |m| format!(" via {}", m.label()))
-                ),
-                (None, Some(p)) => format!(
-                    "{} {} prio {}",
-                    p.iface,
-                    p.src_mac,
-                    p.priority
-                        .map(|v| v.to_string())
-                        .unwrap_or_else(|| "link".into())
-                ),
-                _ => String::new(),
-            };
-            let _ = writeln!(out, "  {:<18} {} (x{})", a.kind, fit(&subject, 80), a.count);
-            wrap(&mut out, &a.reason, "      ", 118);
+        alerts(&mut out, &s.alerts);
+    }
+    out
+}
+
+/// Lines of an alert list: groups by kind, problems first; per group its first lines.
+const ALERT_LINES: usize = 5;
+
+/// The alerts grouped by kind with their counts, worst first (crate::severity); advice one line
+/// per host pair or observation point.
+fn alerts(out: &mut String, alerts: &[crate::engine::snapshot::AlertSnapshot]) {
+    let _ = writeln!(out, "alerts:");
+    for g in crate::severity::group_alerts(alerts) {
+        let mark = if g.severity.is_problem() { "!" } else { " " };
+        let what = if g.severity == Severity::Advice {
+            "advice"
+        } else if g.severity.is_problem() {
+            "problem"
+        } else {
+            "information"
+        };
+        let _ = writeln!(
+            out,
+            "{mark} {} ({what}): {}, {}",
+            g.kind,
+            format::plural(g.alerts as u64, "alert", "alerts"),
+            format::plural(g.count, "occurrence", "occurrences"),
+        );
+        for e in g.entries.iter().take(ALERT_LINES) {
+            let _ = writeln!(out, "    {} (x{})", fit(&e.subject.text(), 100), e.count);
+            wrap(out, &e.alert.reason, "      ", 118);
         }
-        if s.alerts.len() > 20 {
+        if g.entries.len() > ALERT_LINES {
             let _ = writeln!(
                 out,
-                "  ... {} more alerts (use --json)",
-                s.alerts.len() - 20
+                "    ... {} more (use --json)",
+                g.entries.len() - ALERT_LINES
             );
         }
     }
-    out
 }
 
 #[cfg(test)]

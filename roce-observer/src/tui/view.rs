@@ -225,7 +225,10 @@ fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
     let full: Vec<String> = Tab::ALL
         .iter()
         .enumerate()
-        .map(|(i, t)| format!("{} {}", i + 1, t.title()))
+        .map(|(i, t)| match super::digit_for_view(i) {
+            Some(d) => format!("{d} {}", t.title()),
+            None => t.title().to_string(),
+        })
         .collect();
     // Each tab takes its title plus one space of padding on each side, and a divider between
     // two tabs. When the full titles do not fit, the other tabs show only their key: a cut
@@ -242,7 +245,7 @@ fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
                 if *t == app.tab {
                     title
                 } else {
-                    (i + 1).to_string()
+                    super::digit_for_view(i).map_or_else(|| t.title().to_string(), String::from)
                 }
             })
             .collect()
@@ -280,23 +283,29 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         }
     };
     let plain = Style::new();
-    // Ranks: what stays on a narrow terminal (0 always; higher ranks dropped first).
+    // Ranks: what stays on a narrow terminal (0 always; higher ranks dropped first). The
+    // reasons a row is marked (gaps, NAKs, CNPs, CE) stay longer than its rate.
     let mut mark = Column::new(" ", 0);
     let mut flow = Column::new("source -> destination", 0);
     let mut qp = Column::new("QP", 1);
-    let mut peer = Column::new("peer", 10);
-    let mut seen = Column::new("seen", 7);
-    let mut pkts = Column::new("pkts", 8);
-    let mut rate = Column::new("rate", 2);
-    let mut gaps = Column::new("gaps/miss", 3);
-    let mut retx = Column::new("retx", 4);
-    let mut nak = Column::new("NAK", 4);
-    let mut cnp = Column::new("CNP", 5);
-    let mut ce = Column::new("CE", 5);
-    let mut p50 = Column::new("p50", 9);
-    let mut p99 = Column::new("p99", 6);
+    let mut peer = Column::new("peer", 9);
+    let mut seen = Column::new("seen", 6);
+    let mut pkts = Column::new("pkts", 7);
+    // After a capture ends there is no current interval: the rate over each flow's active
+    // time stands in, labelled (docs/metrics.md, "rate").
+    let mut rate = Column::new(if app.ended { "avg rate" } else { "rate" }, 4);
+    let mut gaps = Column::new("gaps/miss", 2);
+    let mut retx = Column::new("retx", 3);
+    let mut nak = Column::new("NAK", 2);
+    let mut cnp = Column::new("CNP", 3);
+    let mut ce = Column::new("CE", 3);
+    let mut p50 = Column::new("p50", 8);
+    let mut p99 = Column::new("p99", 5);
     let mut process = Column::new("process", 5);
+    // Wide terminals spell the direction out (`ingress`), narrow ones abbreviate it (`in`).
+    let full_direction = area.width >= 150;
     // The area less its top border (the title) and the header row.
+    let resolution = crate::derived::timestamp_resolution_ns(&app.snapshot);
     let shown = window(
         app.selected,
         app.order.len(),
@@ -321,16 +330,21 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
             .mirror
             .as_ref()
             .map_or(String::new(), |m| format!(" {}", m.compact()));
-        seen.push(
-            format!(
-                "{}/{}{via}",
-                f.iface,
-                &f.direction[..2.min(f.direction.len())]
-            ),
+        let direction = if full_direction {
+            f.direction
+        } else {
+            &f.direction[..2.min(f.direction.len())]
+        };
+        seen.push(format!("{}/{direction}{via}", f.iface), plain);
+        pkts.push(format::count(f.packets), plain);
+        rate.push(
+            if app.ended {
+                crate::derived::active_bps(f).map_or("-".into(), format::rate)
+            } else {
+                format::rate(f.rate_bps)
+            },
             plain,
         );
-        pkts.push(format::count(f.packets), plain);
-        rate.push(format::rate(f.rate_bps), plain);
         gaps.push(
             marked(f.psn_gaps, format!("{}/{}", f.psn_gaps, f.psn_missing)),
             warn(f.psn_gaps),
@@ -343,24 +357,36 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         nak.push(marked(naks, naks.to_string()), warn(naks));
         cnp.push(marked(f.cnp, f.cnp.to_string()), warn(f.cnp));
         ce.push(marked(f.ecn_ce, f.ecn_ce.to_string()), warn(f.ecn_ce));
-        p50.push(format::ns(f.rtt_ns.p50), plain);
-        p99.push(format::ns(f.rtt_ns.p99), plain);
+        p50.push(format::latency(f.rtt_ns.p50, resolution), plain);
+        p99.push(format::latency(f.rtt_ns.p99, resolution), plain);
         process.push(f.owner.as_deref().map_or(String::new(), owner_label), plain);
     }
     let mut all = vec![
         mark, flow, qp, peer, seen, pkts, rate, gaps, retx, nak, cnp, ce, p50, p99,
     ];
+    if let Some(title) = app.sort.column()
+        && let Some(c) = all.iter_mut().find(|c| c.title == title)
+    {
+        c.sorted(app.ascending);
+    }
     // Owners come from RDMA netlink on hosts with RDMA devices; elsewhere no column.
     if !app.snapshot.qp_owners.is_empty() {
         all.push(process);
     }
     let (header, rows, widths) = columns::table(all, area.width);
-    let mut title = format!(" flows by {} (s to change) ", app.sort.name());
+    let mut title = format!(
+        " flows by {}{} (s/S to change) ",
+        app.sort.name(),
+        if app.ascending { ", smallest first" } else { "" }
+    );
     if app.merged {
         title.push_str("one row per QP (m to split) ");
     }
     if !app.filter.is_empty() {
         title.push_str(&format!("matching \"{}\" ", app.filter));
+        if app.order.is_empty() {
+            title.push_str(&format!("{MARK}no match (esc clears) "));
+        }
     }
     let table = Table::new(rows, widths)
         .header(header)
@@ -595,13 +621,13 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
     ))];
     match &ecmp.modelled {
         Some(m) => lines.push(Line::from(format!(
-            "modelled {} paths ({:?}, seed {}): max/mean {:.2}, Jain {:.3}, {} colliding paths",
+            "modelled {} paths ({}, seed {}): max/mean {:.2}, Jain {:.3}, {}",
             m.paths,
-            m.hash,
+            m.hash.name(),
             m.seed,
             m.imbalance,
             m.jain,
-            m.collisions.len()
+            format::plural(m.collisions.len() as u64, "colliding path", "colliding paths")
         ))),
         None => lines.push(Line::from(
             "modelled view off (pass --ecmp-paths N to hash flows onto N uplinks)",
@@ -619,7 +645,7 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
     let mut busiest = Column::new("busiest 5-tuple", 1);
     for e in &ecmp.entropy {
         pair.push(format!("{} -> {}", e.src_ip, e.dst_ip), plain);
-        bytes.push(format::count(e.bytes), plain);
+        bytes.push(format::bytes(e.bytes), plain);
         qps.push(e.qps.to_string(), plain);
         sports.push(e.udp_src_ports.to_string(), plain);
         busiest.push(format!("{:.0}%", e.busiest_tuple_share * 100.0), plain);
@@ -637,53 +663,90 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_stateful_widget(table, bottom, &mut table_state(app.selected));
 }
 
+/// The Alerts view's rows: alert groups by kind, worst first (crate::severity), each group's
+/// lines under it; advice is one line per host pair or observation point.
+pub(super) fn alert_rows(app: &App) -> Vec<AlertRow<'_>> {
+    let mut rows = Vec::new();
+    for g in crate::severity::group_alerts(&app.snapshot.alerts) {
+        rows.push(AlertRow {
+            kind: g.kind,
+            severity: g.severity,
+            count: g.count,
+            subject: format::plural(g.alerts as u64, "alert", "alerts"),
+            reason: None,
+        });
+        for e in g.entries {
+            rows.push(AlertRow {
+                kind: g.kind,
+                severity: g.severity,
+                count: e.count,
+                subject: format!("  {}", e.subject.text()),
+                reason: Some(&e.alert.reason),
+            });
+        }
+    }
+    rows
+}
+
+/// A row of the Alerts view: a group's heading (no reason) or one of its lines.
+pub(super) struct AlertRow<'a> {
+    kind: &'static str,
+    severity: crate::severity::Severity,
+    count: u64,
+    subject: String,
+    reason: Option<&'a String>,
+}
+
 fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     let plain = Style::new();
+    let rows = alert_rows(app);
+    let mut mark = Column::new(" ", 0);
     let mut kind = Column::new("kind", 0);
     let mut count = Column::new("count", 1);
     let mut subject = Column::new("subject", 0);
-    // The selected alert's reason is shown in full below the table: the column claims little,
-    // so that kind, count and subject fit at 80 columns.
-    let mut reason = Column::new("reason", 0).fill_at_least(12);
-    for a in &app.snapshot.alerts {
-        kind.push(a.kind.into(), plain);
-        count.push(a.count.to_string(), plain);
-        let about = match (&a.flow, &a.pfc) {
-            // With the observation point: the same QP seen at two points has two alerts.
-            (Some(f), _) => format!(
-                "{} -> {} {} {}/{}",
-                f.src_ip,
-                f.dst_ip,
-                format::qp(f.dst_qp),
-                f.iface,
-                &f.direction[..2.min(f.direction.len())]
-            ),
-            (None, Some(p)) => format!(
-                "{} prio {}",
-                p.src_mac,
-                p.priority.map_or("link".into(), |v| v.to_string())
-            ),
-            (None, None) => String::new(),
-        };
-        subject.push(about, plain);
-        reason.push(a.reason.clone(), plain);
+    // The selected line's reason is shown in full, wrapped, below the table: the column claims
+    // little, so that kind, count and subject fit at 80 columns.
+    let mut reason = Column::new("reason", 2).fill_at_least(12);
+    let shown = window(
+        app.selected,
+        rows.len(),
+        usize::from(area.height.saturating_sub(7)),
+    );
+    let selected = app.selected.saturating_sub(shown.start);
+    for r in &rows[shown] {
+        let heading = r.reason.is_none();
+        mark.push(
+            if r.severity.is_problem() && heading { MARK } else { "" }.into(),
+            Style::new().fg(Color::Red).bold(),
+        );
+        let style = if heading { Style::new().bold() } else { plain };
+        kind.push(if heading { r.kind.into() } else { String::new() }, style);
+        count.push(format::count(r.count), style);
+        subject.push(r.subject.clone(), style);
+        reason.push(r.reason.cloned().unwrap_or_default(), plain);
     }
-    let (header, rows, widths) = columns::table(vec![kind, count, subject, reason], area.width);
-    let table = Table::new(rows, widths)
+    let (header, table_rows, widths) =
+        columns::table(vec![mark, kind, count, subject, reason], area.width);
+    let table = Table::new(table_rows, widths)
         .header(header)
-        .block(Block::new().borders(Borders::TOP).title(" diagnostics "))
+        .block(Block::new().borders(Borders::TOP).title(" diagnostics by kind, problems first "))
         .row_highlight_style(HIGHLIGHT);
-    // The selected alert's reason in full, wrapped (the table cuts it at the edge).
-    let [list, full] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
-    frame.render_stateful_widget(table, list, &mut table_state(app.selected));
-    if let Some(a) = app.snapshot.alerts.get(app.selected) {
+    let [list, full] = Layout::vertical([Constraint::Min(3), Constraint::Length(5)]).areas(area);
+    frame.render_stateful_widget(table, list, &mut table_state(selected));
+    // The selected line's reason in full, wrapped (never cut).
+    if let Some(r) = rows.get(app.selected) {
+        let text = match r.reason {
+            Some(reason) => format::terminal_owned(reason.clone()),
+            None => format!(
+                "{} {} ({}): select a line below for its reason",
+                r.subject,
+                r.kind,
+                format::plural(r.count, "occurrence", "occurrences")
+            ),
+        };
         frame.render_widget(
-            Paragraph::new(format::terminal_owned(a.reason.clone()))
-                .block(
-                    Block::new()
-                        .borders(Borders::TOP)
-                        .title(format!(" {} ", a.kind)),
-                )
+            Paragraph::new(text)
+                .block(Block::new().borders(Borders::TOP).title(format!(" {} ", r.kind)))
                 .wrap(Wrap { trim: true }),
             full,
         );
@@ -800,6 +863,8 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             Span::styled(format!("{}_", app.filter), Style::new().bold()),
             Span::styled("  enter keep  esc clear", dim),
         ])
+    } else if let Some(status) = &app.status {
+        Line::from(Span::raw(format::terminal_owned(status.clone())))
     } else {
         let keys = [
             ("q quit", 0),
@@ -807,7 +872,8 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             ("s sort", 1),
             ("/ filter", 1),
             ("enter detail", 2),
-            ("tab/1-9 views", 2),
+            ("tab/digits views", 2),
+            ("w write report", 3),
             ("j/k move", 3),
             ("p pause", 3),
             ("m merge", 3),
@@ -822,38 +888,61 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_widget(Paragraph::new(line), area);
 }
 
+/// The key list of the help: one line per key group, written from the same table the footer
+/// and `action_for_key` follow.
+pub const KEYS: [(&str, &str); 12] = [
+    ("q, Ctrl-C", "quit"),
+    ("Esc", "close help, detail or filter"),
+    ("tab, shift-tab, h/l", "next / previous view (digits select one)"),
+    ("j/k, arrows", "move"),
+    ("PgUp/PgDn", "page up / down (also Ctrl-B/Ctrl-F)"),
+    ("Home/g, End/G", "first / last row"),
+    ("s, S", "next sort column, reverse the order"),
+    ("enter/d", "detail of the selected flow"),
+    ("p/space", "pause (the history keeps recording)"),
+    ("/", "filter by address, QP (0x1201, 4609) or interface"),
+    ("m", "one row per QP: observation points merged"),
+    ("w", "write the report (JSON) to a file in the current directory"),
+];
+
 fn draw_help(frame: &mut Frame) {
     let area = frame.area();
-    let w = area.width.min(64);
-    let h = area.height.min(20);
+    let mut text = vec![
+        Line::from("Flows: one row per (source IP, destination IP, destination QP)"),
+        Line::from("seen on one interface and direction (in = XDP, eg = TC egress)."),
+        Line::from("! marks a problem: PSNs lost, NAKs, retransmissions, CNPs, CE"),
+        Line::from("marks, or a problem alert; sort \"problems\" lists the worst first."),
+        Line::from("Advice (not_ect, ...) is in the Alerts view, once per host pair."),
+        Line::from(""),
+    ];
+    let views: Vec<String> = Tab::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match super::digit_for_view(i) {
+            Some(d) => format!("{d} {}", t.title()),
+            None => t.title().to_string(),
+        })
+        .collect();
+    text.push(Line::from(format!("views: {}", views.join("  "))));
+    let key_width = KEYS.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
+    for (key, what) in KEYS {
+        text.push(Line::from(format!("{key:<key_width$}  {what}")));
+    }
+    text.push(Line::from(""));
+    text.push(Line::from("Every metric is defined in docs/metrics.md."));
+    let w = area.width.min(74);
+    let h = area.height.min(u16::try_from(text.len() + 2).unwrap_or(u16::MAX));
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
         w,
         h,
     );
-    let text = vec![
-        Line::from("Flows: one row per (source IP, destination IP, destination QP)"),
-        Line::from("seen on one interface and direction (in = XDP, eg = TC egress),"),
-        Line::from("and for switch mirrors from one mirror source (seen column)."),
-        Line::from("gaps/miss: loss events and PSNs lost; retx: retransmissions;"),
-        Line::from("NAK: all NAK classes; CE: ECN congestion marks; p50/p99:"),
-        Line::from("request -> answer latency seen at this observation point."),
-        Line::from(""),
-        Line::from("! marks a problem (and colour, unless NO_COLOR/--color never):"),
-        Line::from("a count, and in the first column a flow with gaps, retx, NAKs,"),
-        Line::from("CNPs, CE marks or an alert; sort \"problems\" lists them first."),
-        Line::from(""),
-        Line::from("q/Esc quit   tab, 1-9 switch view   j/k or arrows move"),
-        Line::from("s cycle sort   enter/d detail   p/space pause   ? help"),
-        Line::from("/ filter by address, QP or interface (esc clears)"),
-        Line::from("m one row per QP: observation points merged, largest counts"),
-        Line::from(""),
-        Line::from("Every metric is defined in docs/metrics.md."),
-    ];
     frame.render_widget(Clear, popup);
     frame.render_widget(
-        Paragraph::new(text).block(Block::bordered().title(" help ")),
+        Paragraph::new(text)
+            .block(Block::bordered().title(" help (esc closes) "))
+            .wrap(Wrap { trim: false }),
         popup,
     );
 }
