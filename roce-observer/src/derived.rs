@@ -12,6 +12,19 @@ pub fn active_bps(f: &FlowSnapshot) -> Option<f64> {
     Some(f.bytes as f64 * 8.0 * 1e9 / span as f64)
 }
 
+/// All flows' bits per second over the time RoCE was seen (first packet of any flow to the
+/// last): what a finished capture's header shows instead of its empty last interval.
+pub fn total_active_bps(s: &Snapshot) -> f64 {
+    let first = s.flows.iter().map(|f| f.first_ts).min();
+    let last = s.flows.iter().map(|f| f.last_ts).max();
+    match (first, last) {
+        (Some(a), Some(b)) if b > a => {
+            s.flows.iter().map(|f| f.bytes).sum::<u64>() as f64 * 8.0 * 1e9 / (b - a) as f64
+        }
+        _ => 0.0,
+    }
+}
+
 /// The coarsest power of ten (in ns, up to 1 s) that divides every flow's first and last
 /// timestamp: 1000 for a microsecond pcap, 1 for nanosecond timestamps. A latency below it
 /// was not measurable (`format::latency` prints `< 1 us`). 1 without flows.

@@ -11,9 +11,12 @@ use ratatui::{
 use super::{
     app::{App, Tab, nak_total},
     columns::{self, Column},
-    history::{DEPTH, FlowHistory, bars, pfc_id},
+    history::{DEPTH, FlowHistory, bars, bars_to, pfc_id},
 };
-use crate::{engine::snapshot::QpOwner, format};
+use crate::{
+    engine::snapshot::{FlowSnapshot, QpOwner},
+    format,
+};
 
 pub(super) const HIGHLIGHT: Style = Style::new().add_modifier(Modifier::REVERSED);
 
@@ -78,6 +81,19 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
 }
 
+/// What is watched, as the header names it: in full on a wide terminal, a capture by its file
+/// name on a narrow one (the counts beside it matter more than its directory).
+fn source_label(source: &str, width: u16) -> String {
+    let shown = format::terminal(source);
+    if width >= 120 {
+        return shown.into_owned();
+    }
+    let name = std::path::Path::new(&*shown)
+        .file_name()
+        .map_or(shown.to_string(), |n| n.to_string_lossy().into_owned());
+    format::shorten(&name, usize::from(width / 4).max(12))
+}
+
 fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     let s = &app.snapshot.summary;
     let lat = &app.snapshot.latency.overall;
@@ -89,10 +105,18 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         }
     };
     // (item, rank): higher ranks are dropped first on a narrow terminal.
+    let trend = app.history.total_bps.last(HEADER_TREND);
+    let throughput = if app.ended {
+        // The last interval of an ended capture is empty: its average over the time RoCE was
+        // seen, labelled.
+        format!("avg {}", format::rate(crate::derived::total_active_bps(&app.snapshot)))
+    } else {
+        format::rate(app.history.total_bps.latest().unwrap_or(0) as f64)
+    };
     let mut first = vec![
         (
             Span::styled(
-                format!("roce-observer {}", format::terminal(&app.source)),
+                format!("roce-observer {}", source_label(&app.source, area.width)),
                 Style::new().bold(),
             ),
             0,
@@ -102,7 +126,7 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             Span::raw(format!("RoCE {}", format::count(s.roce_packets))),
             2,
         ),
-        (Span::raw(format!("PFC {}", format::count(s.pfc_frames))), 3),
+        (Span::raw(format!("PFC {}", format::count(s.pfc_frames))), 2),
         (
             Span::raw(format!("PAUSE {}", format::count(s.pause_8023x))),
             4,
@@ -110,15 +134,26 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         (
             Span::styled(
                 format!(
-                    "{} {}",
-                    bars(&app.history.total_bps.last(HEADER_TREND)),
-                    format::rate(app.history.total_bps.latest().unwrap_or(0) as f64)
+                    "{} {throughput}",
+                    bars_to(&trend, app.history.peak(&trend)),
                 ),
                 Style::new().fg(Color::Cyan),
             ),
             3,
         ),
     ];
+    // A capture's clock and frames read so far: a `--realtime` replay shows it advancing
+    // before its RoCE starts.
+    if s.capture.is_some() || s.roce_packets == 0 {
+        first.push((
+            Span::raw(format!(
+                "at {}  frames {}",
+                format::clock(s.interval_end_ts),
+                format::count(s.total_packets)
+            )),
+            5,
+        ));
+    }
     if app.paused {
         first.push((
             Span::styled(" PAUSED ", Style::new().black().on_yellow()),
@@ -396,19 +431,25 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 /// The selected flow's series over the last intervals, one row each: label, then a sparkline.
-fn draw_charts(frame: &mut Frame, h: &FlowHistory, area: Rect) {
+fn draw_charts(frame: &mut Frame, app: &App, f: &FlowSnapshot, h: &FlowHistory, area: Rect) {
     let ce_cnp: Vec<u64> =
         h.ce.last(DEPTH)
             .iter()
             .zip(h.cnp.last(DEPTH))
             .map(|(ce, cnp)| ce + cnp)
             .collect();
+    // After the input ended the last interval is empty: the flow's average over its active
+    // time, labelled, instead of `0 b/s`.
+    let rate_label = match (app.ended, crate::derived::active_bps(f)) {
+        (true, Some(avg)) => format!("avg {}", format::rate(avg)),
+        _ => format!(
+            "rate {}",
+            format::rate(h.rate_bps.latest().unwrap_or(0) as f64)
+        ),
+    };
     let rows = [
         (
-            format!(
-                "rate {}",
-                format::rate(h.rate_bps.latest().unwrap_or(0) as f64)
-            ),
+            rate_label,
             h.rate_bps.last(DEPTH),
             Color::Cyan,
         ),
@@ -432,20 +473,36 @@ fn draw_charts(frame: &mut Frame, h: &FlowHistory, area: Rect) {
             Color::Magenta,
         ),
     ];
+    let maxima = [
+        |v: u64| format::rate(v as f64),
+        |v: u64| v.to_string(),
+        |v: u64| v.to_string(),
+        |v: u64| format::ns(Some(v)),
+    ];
     let areas = Layout::vertical([Constraint::Length(1); 4]).split(area);
-    for ((label, values, color), row) in rows.into_iter().zip(areas.iter()) {
-        let [name, chart] =
-            Layout::horizontal([Constraint::Length(20), Constraint::Min(1)]).areas(*row);
+    for (((label, values, color), row), max_text) in rows.into_iter().zip(areas.iter()).zip(maxima)
+    {
+        // The scale: the largest sample shown (a stub first interval excluded), labelled.
+        let peak = app.history.peak(&values);
+        let scale = format!(" max {}", max_text(peak));
+        let [name, chart, max] = Layout::horizontal([
+            Constraint::Length(20),
+            Constraint::Min(1),
+            Constraint::Length(u16::try_from(scale.chars().count()).unwrap_or(12)),
+        ])
+        .areas(*row);
         // The newest samples that fit (oldest on the left).
         let width = usize::from(chart.width);
         let shown = &values[values.len().saturating_sub(width)..];
         frame.render_widget(Paragraph::new(label), name);
         frame.render_widget(
             Sparkline::default()
-                .data(shown.iter().copied())
+                .data(shown.iter().map(|v| (*v).min(peak)))
+                .max(peak.max(1))
                 .style(Style::new().fg(color)),
             chart,
         );
+        frame.render_widget(Paragraph::new(scale).style(Style::new().fg(Color::DarkGray)), max);
     }
 }
 
@@ -461,7 +518,7 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_widget(block, area);
     let [charts, area] = Layout::vertical([Constraint::Length(4), Constraint::Min(0)]).areas(inner);
     if let Some(h) = app.history.of(f, app.merged) {
-        draw_charts(frame, &h, charts);
+        draw_charts(frame, app, f, &h, charts);
     }
     let opcodes = f
         .opcodes
@@ -872,7 +929,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
             ("s sort", 1),
             ("/ filter", 1),
             ("enter detail", 2),
-            ("tab/digits views", 2),
+            ("tab views", 2),
             ("w write report", 3),
             ("j/k move", 3),
             ("p pause", 3),
