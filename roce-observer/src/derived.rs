@@ -52,10 +52,17 @@ mod tests {
     #[test]
     fn active_rate_is_over_the_flows_own_time() {
         let snap = crate::sink::metrics::tests::fixture_snapshot(&["psn_gap"]);
-        let f = snap.flows.iter().find(|f| f.last_ts > f.first_ts).expect("a flow with a span");
+        let f = snap
+            .flows
+            .iter()
+            .find(|f| f.last_ts > f.first_ts)
+            .expect("a flow with a span");
         let bps = active_bps(f).expect("a span");
         let expected = f.bytes as f64 * 8.0 / ((f.last_ts - f.first_ts) as f64 / 1e9);
-        assert!((bps - expected).abs() < 1e-6 * expected, "{bps} vs {expected}");
+        assert!(
+            (bps - expected).abs() < 1e-6 * expected,
+            "{bps} vs {expected}"
+        );
         let mut one = FlowSnapshot::clone(f);
         one.last_ts = one.first_ts;
         assert_eq!(active_bps(&one), None, "a single instant has no rate");

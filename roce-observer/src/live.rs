@@ -60,7 +60,11 @@ impl Ui {
             let dir = std::env::current_dir().unwrap_or_else(|_| ".".into());
             self.app.status = Some(match tui::write_report(&self.app.snapshot, &dir) {
                 Ok(path) => format!("report written to {}", path.display()),
-                Err(e) => format!("{}report not written to {}: {e}", tui::view::MARK, dir.display()),
+                Err(e) => format!(
+                    "{}report not written to {}: {e}",
+                    tui::view::MARK,
+                    dir.display()
+                ),
             });
         }
         let app = &self.app;

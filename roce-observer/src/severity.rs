@@ -66,7 +66,10 @@ impl Severity {
 /// Indices of `flows` in "problems first" order: worst severity first, then most bytes, ties in
 /// the given order. `extra` raises a flow's severity (an alert that names it); pass
 /// `|_| Severity::None` for none.
-pub fn problems_first(flows: &[impl AsRef<FlowSnapshot>], extra: impl Fn(usize) -> Severity) -> Vec<usize> {
+pub fn problems_first(
+    flows: &[impl AsRef<FlowSnapshot>],
+    extra: impl Fn(usize) -> Severity,
+) -> Vec<usize> {
     let key: Vec<(Severity, u64)> = flows
         .iter()
         .enumerate()
@@ -86,9 +89,17 @@ pub enum Subject {
     /// One alert: its flow or PFC priority as [`describe`] writes it.
     One(String),
     /// Advice over the flows of one host pair: how many QPs (alerts) it covers.
-    HostPair { src: IpAddr, dst: IpAddr, qps: usize },
+    HostPair {
+        src: IpAddr,
+        dst: IpAddr,
+        qps: usize,
+    },
     /// Advice over the PFC priorities of one observation point.
-    Point { iface: String, direction: &'static str, priorities: usize },
+    Point {
+        iface: String,
+        direction: &'static str,
+        priorities: usize,
+    },
 }
 
 impl Subject {
@@ -96,7 +107,10 @@ impl Subject {
         match self {
             Subject::One(s) => s.clone(),
             Subject::HostPair { src, dst, qps } => {
-                format!("{src} > {dst} ({})", crate::format::plural(*qps as u64, "QP", "QPs"))
+                format!(
+                    "{src} > {dst} ({})",
+                    crate::format::plural(*qps as u64, "QP", "QPs")
+                )
             }
             Subject::Point {
                 iface,

@@ -121,8 +121,8 @@ pub fn table(
 ) -> (Row<'static>, Vec<Row<'static>>, Vec<Constraint>) {
     let kept = fit(&columns, width);
     let rows = columns.first().map_or(0, |c| c.cells.len());
-    let header =
-        Row::new(kept.iter().map(|i| Cell::from(columns[*i].title.clone()))).style(Style::new().bold());
+    let header = Row::new(kept.iter().map(|i| Cell::from(columns[*i].title.clone())))
+        .style(Style::new().bold());
     let widths = kept
         .iter()
         .map(|i| {

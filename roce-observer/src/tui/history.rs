@@ -172,7 +172,8 @@ impl History {
     /// stub first interval, when it is among them, does not count (every series gains one
     /// sample per report, so it is the sample `recorded - 1` before the newest).
     pub fn peak(&self, values: &[u64]) -> u64 {
-        let stub = (self.stub && self.recorded <= values.len()).then(|| values.len() - self.recorded);
+        let stub =
+            (self.stub && self.recorded <= values.len()).then(|| values.len() - self.recorded);
         values
             .iter()
             .enumerate()
@@ -236,8 +237,9 @@ mod tests {
         let mut h = History::default();
         for (interval_s, bps) in [(0.002, 1_900_000.0), (1.0, 600_000.0), (1.0, 500_000.0)] {
             snap.summary.interval_s = interval_s;
+            let n = snap.flows.len() as f64;
             for f in &mut snap.flows {
-                std::sync::Arc::make_mut(f).rate_bps = bps / snap.flows.len() as f64;
+                std::sync::Arc::make_mut(f).rate_bps = bps / n;
             }
             h.record(&snap);
         }
@@ -250,7 +252,11 @@ mod tests {
         even.record(&snap);
         even.record(&snap);
         let values = even.total_bps.last(16);
-        assert_eq!(even.peak(&values), values[0], "no stub: every sample counts");
+        assert_eq!(
+            even.peak(&values),
+            values[0],
+            "no stub: every sample counts"
+        );
     }
 
     #[test]

@@ -88,7 +88,11 @@ pub fn write_report(
         };
         let path = dir.join(name);
         // create_new: never overwrite a file, never follow a planted symlink.
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
             Ok(file) => {
                 let mut w = std::io::BufWriter::new(file);
                 crate::sink::json::write_document(&mut w, snap)?;

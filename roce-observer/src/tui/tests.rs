@@ -70,7 +70,7 @@ fn navigation_and_sorting() {
         .collect();
     assert!(bytes.windows(2).all(|w| w[0] >= w[1]));
     app.update(Action::CycleSort);
-    assert_eq!(app.sort.name(), "rate");
+    assert_eq!(app.sort.name(), "packets");
     app.update(Action::NextTab);
     assert_eq!(app.tab, Tab::Pfc);
     app.update(Action::PrevTab);
@@ -217,9 +217,11 @@ fn alerts_name_every_problem_flow() {
         .filter(|f| App::is_problem(f))
         .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
         .collect();
+    // Problem alerts only: advice (not_ect, ...) marks no flow.
     let mut named: Vec<String> = snap
         .alerts
         .iter()
+        .filter(|a| crate::severity::Severity::of_alert(a.kind).is_problem())
         .filter_map(|a| a.flow.as_ref())
         .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
         .collect();
@@ -893,4 +895,243 @@ fn escape_sequences_in_names_are_shown_escaped() {
         screen.contains(&format!("on {HOSTILE_SHOWN}eth0 capture")),
         "{screen}"
     );
+}
+
+/// 300 flows from three hosts, all Not-ECT (an advice alert each), one RC WRITE stream each;
+/// every 33rd flow (9 of them) loses one PSN (then sends on past the reorder window, which
+/// declares it lost) and carries the fewest bytes, so that an order by bytes would put them
+/// last.
+fn lossy_among_many() -> (crate::engine::snapshot::Snapshot, Vec<u32>) {
+    use roce_observer_common::frames::RoceFrame;
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut t = 1_700_000_000_000_000_000u64;
+    let mut lossy = Vec::new();
+    for i in 0..300u32 {
+        let qp = 0x1000 + i;
+        let loses = i % 33 == 32;
+        if loses {
+            lossy.push(qp);
+        }
+        for psn in 0..if loses { 80u32 } else { 12 } {
+            if loses && psn == 5 {
+                continue;
+            }
+            let frame = RoceFrame {
+                src_ip: [192, 0, 2, 1 + (i % 3) as u8],
+                payload: if loses { 64 } else { 1024 },
+                ..RoceFrame::new(0x0a, qp, psn)
+            }
+            .build();
+            t += 1_000;
+            engine.ingest_frame(t, &frame, frame.len() as u32, 0);
+        }
+    }
+    (engine.snapshot(t), lossy)
+}
+
+/// The 9 lossy flows of 300 are on the first screen at 80x24, each marked, and no clean flow
+/// is marked although every flow has a not_ect alert.
+#[test]
+fn lossy_flows_among_300_are_on_the_first_screen() {
+    let (snap, lossy) = lossy_among_many();
+    assert_eq!(snap.flows.len(), 300);
+    assert_eq!(lossy.len(), 9);
+    assert!(snap.alerts.iter().filter(|a| a.kind == "not_ect").count() >= 300);
+    let app = App::new(
+        "/very/long/path/to/captures/of/the/fabric/lossy.pcap".into(),
+        snap,
+    );
+    let screen = render_at(&app, 80, 24);
+    let rows: Vec<&str> = screen.lines().collect();
+    for qp in &lossy {
+        let shown = crate::format::qp(*qp);
+        let row = rows
+            .iter()
+            .find(|r| r.contains(&shown))
+            .unwrap_or_else(|| panic!("lossy QP {shown} not on the first screen:\n{screen}"));
+        assert!(row.contains('!'), "{row}");
+    }
+    assert_eq!(
+        app.problem.iter().filter(|p| **p).count(),
+        9,
+        "only the lossy flows are marked"
+    );
+    // The header keeps its counts at 80 columns; the path gives way.
+    assert!(
+        rows[0].contains("RoCE") && rows[0].contains("PFC"),
+        "{}",
+        rows[0]
+    );
+    assert!(
+        rows[0].contains("lossy.pcap") && !rows[0].contains("/very/"),
+        "{}",
+        rows[0]
+    );
+}
+
+/// The analyze table lists the lossy flows first, and its alerts are grouped by kind: the loss
+/// first, not_ect once per host pair (3) rather than once per flow (300).
+#[test]
+fn table_lists_problems_first_and_groups_advice() {
+    let (snap, lossy) = lossy_among_many();
+    let text = crate::sink::table::render(&snap);
+    for qp in &lossy {
+        assert!(
+            text.contains(&crate::format::qp(*qp)),
+            "{qp:#x} missing:\n{text}"
+        );
+    }
+    let alerts = &text[text.find("alerts:").expect("an alerts section")..];
+    let loss = alerts.find("packet_loss").expect("loss listed");
+    let advice = alerts.find("not_ect").expect("advice listed");
+    assert!(loss < advice, "{alerts}");
+    assert!(alerts.contains("not_ect (advice): 300 alerts"), "{alerts}");
+    let pairs = alerts[advice..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .filter(|l| l.contains("(100 QPs)"))
+        .count();
+    assert_eq!(pairs, 3, "{alerts}");
+}
+
+/// Every view of the 300-flow capture at the three sizes users run.
+#[test]
+fn every_view_at_three_sizes() {
+    let (snap, _) = lossy_among_many();
+    for tab in Tab::ALL {
+        for (w, h) in [(80u16, 24u16), (120, 40), (200, 50)] {
+            let mut app = App::new("lossy.pcap".into(), snap.clone());
+            app.update(Action::SelectTab(tab));
+            insta::assert_snapshot!(
+                format!("many_{}_{w}x{h}", tab.title().to_lowercase()),
+                render_at(&app, w, h)
+            );
+        }
+    }
+}
+
+#[test]
+fn esc_closes_help_then_detail_then_filter_and_never_quits() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let esc = || Action::Key(KeyCode::Esc, KeyModifiers::NONE);
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    let all = app.order.len();
+    app.filter = app.snapshot.flows[0].dst_ip.to_string();
+    app.update(Action::Redraw);
+    app.update(Action::ToggleDetail);
+    app.update(Action::ToggleHelp);
+    app.update(esc());
+    assert!(!app.help && app.detail && !app.filter.is_empty());
+    app.update(esc());
+    assert!(!app.detail && !app.filter.is_empty());
+    app.update(Action::Key(KeyCode::Char('/'), KeyModifiers::NONE));
+    app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
+    app.update(esc());
+    assert!(app.filter.is_empty());
+    assert_eq!(app.order.len(), all);
+    app.update(esc());
+    assert!(!app.quit, "Esc never quits");
+    app.update(Action::Key(KeyCode::Char('c'), KeyModifiers::CONTROL));
+    assert!(app.quit, "Ctrl-C quits");
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    app.update(Action::Key(KeyCode::Char('q'), KeyModifiers::NONE));
+    assert!(app.quit, "q quits");
+}
+
+/// A QP is found by the filter as shown (`0x001101`), as hex without padding (`0x1101`,
+/// `1101`) and in decimal (`4353`, as JSON and Prometheus write it); nothing found says so.
+#[test]
+fn filter_matches_every_qp_form_and_says_no_match() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let (snap, _) = lossy_among_many();
+    let mut app = App::new("test".into(), snap);
+    let find = |app: &mut App, text: &str| {
+        app.update(Action::Key(KeyCode::Char('/'), KeyModifiers::NONE));
+        app.filter.clear();
+        for c in text.chars() {
+            app.update(Action::Key(KeyCode::Char(c), KeyModifiers::NONE));
+        }
+        app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
+        app.order
+            .iter()
+            .map(|i| app.flows()[*i].dst_qp)
+            .collect::<Vec<u32>>()
+    };
+    for form in ["0x001101", "0x1101", "1101", "4353"] {
+        assert_eq!(find(&mut app, form), [0x1101], "{form}");
+    }
+    assert!(find(&mut app, "0x9999").is_empty());
+    assert!(render(&app).contains("no match"), "{}", render(&app));
+}
+
+/// Sorting by a column: largest first, `S` reverses, the sorted column's title is marked.
+#[test]
+fn sort_by_column_in_both_directions_marks_the_column() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    while app.sort != super::app::SortKey::Packets {
+        app.update(Action::CycleSort);
+    }
+    let packets = |app: &App| -> Vec<u64> {
+        app.order
+            .iter()
+            .map(|i| app.snapshot.flows[*i].packets)
+            .collect()
+    };
+    assert!(
+        packets(&app).windows(2).all(|w| w[0] >= w[1]),
+        "{:?}",
+        packets(&app)
+    );
+    assert!(render_at(&app, 120, 30).contains("pkts▼"));
+    app.update(Action::Key(KeyCode::Char('S'), KeyModifiers::NONE));
+    assert!(
+        packets(&app).windows(2).all(|w| w[0] <= w[1]),
+        "{:?}",
+        packets(&app)
+    );
+    assert!(render_at(&app, 120, 30).contains("pkts▲"));
+}
+
+#[test]
+fn page_keys_move_by_a_page_and_digits_select_views() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let (snap, _) = lossy_among_many();
+    let mut app = App::new("test".into(), snap);
+    app.page = 18;
+    app.update(Action::Key(KeyCode::PageDown, KeyModifiers::NONE));
+    assert_eq!(app.selected, 18);
+    app.update(Action::Key(KeyCode::PageUp, KeyModifiers::NONE));
+    assert_eq!(app.selected, 0);
+    for (i, tab) in Tab::ALL.iter().enumerate() {
+        let digit = super::digit_for_view(i).expect("a digit for each of the first ten views");
+        app.update(Action::Key(KeyCode::Char(digit), KeyModifiers::NONE));
+        assert_eq!(app.tab, *tab);
+    }
+    assert_eq!(super::view_for_digit('0'), Some(9), "0 is the tenth view");
+    // The help lists every view by its key.
+    app.update(Action::ToggleHelp);
+    let help = render_at(&app, 120, 40);
+    for tab in Tab::ALL {
+        assert!(help.contains(tab.title()), "{help}");
+    }
+    assert!(
+        help.contains("PgUp/PgDn") && help.contains("Home/g, End/G"),
+        "{help}"
+    );
+}
+
+/// After a capture ends, rates are averages over the flows' active time, labelled, not 0 b/s.
+#[test]
+fn ended_capture_shows_average_rates_not_zero() {
+    let (mut snap, _) = lossy_among_many();
+    for f in &mut snap.flows {
+        Arc::make_mut(f).rate_bps = 0.0;
+    }
+    let mut app = App::new("test".into(), snap);
+    app.update(Action::SourceEnded);
+    let screen = render_at(&app, 200, 50);
+    assert!(screen.contains("avg rate"), "{screen}");
+    assert!(!screen.contains(" 0 b/s"), "{screen}");
 }

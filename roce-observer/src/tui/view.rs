@@ -109,7 +109,10 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     let throughput = if app.ended {
         // The last interval of an ended capture is empty: its average over the time RoCE was
         // seen, labelled.
-        format!("avg {}", format::rate(crate::derived::total_active_bps(&app.snapshot)))
+        format!(
+            "avg {}",
+            format::rate(crate::derived::total_active_bps(&app.snapshot))
+        )
     } else {
         format::rate(app.history.total_bps.latest().unwrap_or(0) as f64)
     };
@@ -133,10 +136,7 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         ),
         (
             Span::styled(
-                format!(
-                    "{} {throughput}",
-                    bars_to(&trend, app.history.peak(&trend)),
-                ),
+                format!("{} {throughput}", bars_to(&trend, app.history.peak(&trend)),),
                 Style::new().fg(Color::Cyan),
             ),
             3,
@@ -184,17 +184,34 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             0,
         ));
     }
+    // Problems and advice counted apart: advice alone (every flow Not-ECT) marks nothing.
+    let problems = app
+        .snapshot
+        .alerts
+        .iter()
+        .filter(|a| crate::severity::Severity::of_alert(a.kind).is_problem())
+        .count() as u64;
+    let others = app
+        .snapshot
+        .alerts
+        .iter()
+        .filter(|a| {
+            crate::severity::Severity::of_alert(a.kind) == crate::severity::Severity::Advice
+        })
+        .count() as u64;
+    let alerts_text = if others > 0 {
+        format!(
+            "alerts {} +{others} advice",
+            marked(problems, problems.to_string())
+        )
+    } else {
+        format!("alerts {}", marked(problems, problems.to_string()))
+    };
     let mut second = vec![
         (
             Span::styled(
-                format!(
-                    "alerts {}",
-                    marked(
-                        app.snapshot.alerts.len() as u64,
-                        app.snapshot.alerts.len().to_string()
-                    )
-                ),
-                if app.snapshot.alerts.is_empty() {
+                alerts_text,
+                if problems == 0 {
                     Style::new()
                 } else {
                     Style::new().fg(Color::Yellow)
@@ -412,7 +429,11 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     let mut title = format!(
         " flows by {}{} (s/S to change) ",
         app.sort.name(),
-        if app.ascending { ", smallest first" } else { "" }
+        if app.ascending {
+            ", smallest first"
+        } else {
+            ""
+        }
     );
     if app.merged {
         title.push_str("one row per QP (m to split) ");
@@ -448,11 +469,7 @@ fn draw_charts(frame: &mut Frame, app: &App, f: &FlowSnapshot, h: &FlowHistory, 
         ),
     };
     let rows = [
-        (
-            rate_label,
-            h.rate_bps.last(DEPTH),
-            Color::Cyan,
-        ),
+        (rate_label, h.rate_bps.last(DEPTH), Color::Cyan),
         (
             format!(
                 "CE/CNP {}/{}",
@@ -502,7 +519,10 @@ fn draw_charts(frame: &mut Frame, app: &App, f: &FlowSnapshot, h: &FlowHistory, 
                 .style(Style::new().fg(color)),
             chart,
         );
-        frame.render_widget(Paragraph::new(scale).style(Style::new().fg(Color::DarkGray)), max);
+        frame.render_widget(
+            Paragraph::new(scale).style(Style::new().fg(Color::DarkGray)),
+            max,
+        );
     }
 }
 
@@ -684,7 +704,11 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
             m.seed,
             m.imbalance,
             m.jain,
-            format::plural(m.collisions.len() as u64, "colliding path", "colliding paths")
+            format::plural(
+                m.collisions.len() as u64,
+                "colliding path",
+                "colliding paths"
+            )
         ))),
         None => lines.push(Line::from(
             "modelled view off (pass --ecmp-paths N to hash flows onto N uplinks)",
@@ -773,11 +797,23 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     for r in &rows[shown] {
         let heading = r.reason.is_none();
         mark.push(
-            if r.severity.is_problem() && heading { MARK } else { "" }.into(),
+            if r.severity.is_problem() && heading {
+                MARK
+            } else {
+                ""
+            }
+            .into(),
             Style::new().fg(Color::Red).bold(),
         );
         let style = if heading { Style::new().bold() } else { plain };
-        kind.push(if heading { r.kind.into() } else { String::new() }, style);
+        kind.push(
+            if heading {
+                r.kind.into()
+            } else {
+                String::new()
+            },
+            style,
+        );
         count.push(format::count(r.count), style);
         subject.push(r.subject.clone(), style);
         reason.push(r.reason.cloned().unwrap_or_default(), plain);
@@ -786,7 +822,11 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
         columns::table(vec![mark, kind, count, subject, reason], area.width);
     let table = Table::new(table_rows, widths)
         .header(header)
-        .block(Block::new().borders(Borders::TOP).title(" diagnostics by kind, problems first "))
+        .block(
+            Block::new()
+                .borders(Borders::TOP)
+                .title(" diagnostics by kind, problems first "),
+        )
         .row_highlight_style(HIGHLIGHT);
     let [list, full] = Layout::vertical([Constraint::Min(3), Constraint::Length(5)]).areas(area);
     frame.render_stateful_widget(table, list, &mut table_state(selected));
@@ -803,7 +843,11 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
         };
         frame.render_widget(
             Paragraph::new(text)
-                .block(Block::new().borders(Borders::TOP).title(format!(" {} ", r.kind)))
+                .block(
+                    Block::new()
+                        .borders(Borders::TOP)
+                        .title(format!(" {} ", r.kind)),
+                )
                 .wrap(Wrap { trim: true }),
             full,
         );
@@ -950,7 +994,10 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
 pub const KEYS: [(&str, &str); 12] = [
     ("q, Ctrl-C", "quit"),
     ("Esc", "close help, detail or filter"),
-    ("tab, shift-tab, h/l", "next / previous view (digits select one)"),
+    (
+        "tab, shift-tab, h/l",
+        "next / previous view (digits select one)",
+    ),
     ("j/k, arrows", "move"),
     ("PgUp/PgDn", "page up / down (also Ctrl-B/Ctrl-F)"),
     ("Home/g, End/G", "first / last row"),
@@ -959,7 +1006,10 @@ pub const KEYS: [(&str, &str); 12] = [
     ("p/space", "pause (the history keeps recording)"),
     ("/", "filter by address, QP (0x1201, 4609) or interface"),
     ("m", "one row per QP: observation points merged"),
-    ("w", "write the report (JSON) to a file in the current directory"),
+    (
+        "w",
+        "write the report (JSON) to a file in the current directory",
+    ),
 ];
 
 fn draw_help(frame: &mut Frame) {
@@ -981,14 +1031,20 @@ fn draw_help(frame: &mut Frame) {
         })
         .collect();
     text.push(Line::from(format!("views: {}", views.join("  "))));
-    let key_width = KEYS.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
+    let key_width = KEYS
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
     for (key, what) in KEYS {
         text.push(Line::from(format!("{key:<key_width$}  {what}")));
     }
     text.push(Line::from(""));
     text.push(Line::from("Every metric is defined in docs/metrics.md."));
     let w = area.width.min(74);
-    let h = area.height.min(u16::try_from(text.len() + 2).unwrap_or(u16::MAX));
+    let h = area
+        .height
+        .min(u16::try_from(text.len() + 2).unwrap_or(u16::MAX));
     let popup = Rect::new(
         area.x + (area.width - w) / 2,
         area.y + (area.height - h) / 2,
