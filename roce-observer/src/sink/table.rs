@@ -13,11 +13,16 @@ use crate::{
 /// Flows listed (busiest first); the rest are counted.
 pub const MAX_FLOW_ROWS: usize = 50;
 
-fn rtt(r: &RttSummary) -> String {
+/// p50/p99, `< 1 us` below the timestamp resolution `res_ns`.
+fn rtt(r: &RttSummary, res_ns: u64) -> String {
     if r.count == 0 {
         "-".into()
     } else {
-        format!("{}/{}", format::ns(r.p50), format::ns(r.p99))
+        format!(
+            "{}/{}",
+            format::latency(r.p50, res_ns),
+            format::latency(r.p99, res_ns)
+        )
     }
 }
 
@@ -50,6 +55,8 @@ const FLOW_DROP_ORDER: [usize; 7] = [10, 2, 3, 11, 4, 6, 9];
 pub struct FlowLayout {
     shown: [bool; 12],
     widths: [usize; 12],
+    /// Timestamp resolution of the report (crate::derived): latencies below it read `< 1 us`.
+    resolution_ns: u64,
 }
 
 impl FlowLayout {
@@ -57,6 +64,7 @@ impl FlowLayout {
     pub const FIXED: FlowLayout = FlowLayout {
         shown: [true; 12],
         widths: FLOW_WIDTHS,
+        resolution_ns: 1,
     };
 
     /// Fitted to a terminal `width` columns wide: narrower drops whole columns (the problem
@@ -156,7 +164,7 @@ fn flow_row(
             &format::count(f.cnp),
             &format::count(f.ecn_ce),
             &class,
-            &rtt(&f.rtt_ns),
+            &rtt(&f.rtt_ns, layout.resolution_ns),
         ],
         layout,
     );
@@ -354,7 +362,7 @@ pub fn render(s: &Snapshot) -> String {
 
 /// The table fitted to a terminal `width` columns wide, or at the fixed width without one.
 pub fn render_for(s: &Snapshot, width: Option<u16>) -> String {
-    let layout = match width {
+    let mut layout = match width {
         Some(w) => FlowLayout::fit(
             usize::from(w).saturating_sub(1),
             s.flows
@@ -365,6 +373,7 @@ pub fn render_for(s: &Snapshot, width: Option<u16>) -> String {
         ),
         None => FlowLayout::FIXED,
     };
+    layout.resolution_ns = crate::derived::timestamp_resolution_ns(s);
     let out = render_text(s, &layout);
     if let std::borrow::Cow::Owned(escaped) = crate::format::terminal_lines(&out) {
         return escaped;
@@ -667,8 +676,11 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
                     .take(5)
                     .map(|c| {
                         format!(
-                            "{} > {} {} QPs (now {})",
-                            c.src_ip, c.dst_ip, c.qps, c.qps_now
+                            "{} > {} {} (now {})",
+                            c.src_ip,
+                            c.dst_ip,
+                            format::plural(u64::from(c.qps), "QP", "QPs"),
+                            c.qps_now
                         )
                     })
                     .collect();
@@ -689,11 +701,11 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         for p in e.entropy.iter().take(5) {
             let _ = writeln!(
                 out,
-                "  {} > {}: {} QPs on {} UDP source ports, busiest 5-tuple {:.0}% of bytes",
+                "  {} > {}: {} on {}, busiest 5-tuple {:.0}% of bytes",
                 p.src_ip,
                 p.dst_ip,
-                p.qps,
-                p.udp_src_ports,
+                format::plural(p.qps, "QP", "QPs"),
+                format::plural(p.udp_src_ports, "UDP source port", "UDP source ports"),
                 p.busiest_tuple_share * 100.0
             );
         }

@@ -4,55 +4,56 @@ use std::{collections::HashMap, net::IpAddr, sync::Arc};
 
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
-use super::history::History;
+use super::{
+    history::History,
+    views::{VIEWS, View},
+};
 use crate::{
     engine::snapshot::{FlowSnapshot, MirrorSource, Snapshot},
     severity::Severity,
 };
 
+/// A view, by its place in [`VIEWS`] (the tab order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tab {
-    Flows,
-    Pfc,
-    Ecmp,
-    Alerts,
-    Nic,
-    /// Switch-mirror sessions: frames and mirror-path loss.
-    Mirror,
-    Steps,
-    Paths,
-    Storm,
-}
+pub struct Tab(usize);
 
 impl Tab {
-    pub const ALL: [Tab; 9] = [
-        Tab::Flows,
-        Tab::Pfc,
-        Tab::Ecmp,
-        Tab::Alerts,
-        Tab::Nic,
-        Tab::Mirror,
-        Tab::Steps,
-        Tab::Paths,
-        Tab::Storm,
-    ];
+    /// The home view (flows): the filter and the detail pane act on it.
+    pub const FLOWS: Tab = Tab(0);
 
-    pub fn title(self) -> &'static str {
-        match self {
-            Tab::Flows => "Flows",
-            Tab::Pfc => "PFC",
-            Tab::Ecmp => "ECMP",
-            Tab::Alerts => "Alerts",
-            Tab::Nic => "NIC",
-            Tab::Mirror => "Mirrors",
-            Tab::Steps => "Steps",
-            Tab::Paths => "Paths",
-            Tab::Storm => "Storm",
-        }
+    /// Every view, in tab order.
+    pub fn all() -> Vec<Tab> {
+        (0..VIEWS.len()).map(Tab).collect()
     }
 
-    fn index(self) -> usize {
-        Tab::ALL.iter().position(|t| *t == self).unwrap_or(0)
+    /// The view at `index` in tab order.
+    pub fn at(index: usize) -> Option<Tab> {
+        (index < VIEWS.len()).then_some(Tab(index))
+    }
+
+    /// The view titled `title` (as the tab bar shows it).
+    pub fn titled(title: &str) -> Option<Tab> {
+        VIEWS.iter().position(|v| v.title() == title).map(Tab)
+    }
+
+    pub fn view(self) -> &'static dyn View {
+        VIEWS[self.0 % VIEWS.len()]
+    }
+
+    pub fn title(self) -> &'static str {
+        self.view().title()
+    }
+
+    pub fn index(self) -> usize {
+        self.0
+    }
+
+    fn next(self) -> Tab {
+        Tab((self.0 + 1) % VIEWS.len())
+    }
+
+    fn prev(self) -> Tab {
+        Tab((self.0 + VIEWS.len() - 1) % VIEWS.len())
     }
 }
 
@@ -246,7 +247,7 @@ impl App {
     pub fn new(source: String, snapshot: Snapshot) -> App {
         let mut app = App {
             source,
-            tab: Tab::Flows,
+            tab: Tab::FLOWS,
             sort: SortKey::Problems,
             ascending: false,
             page: 10,
@@ -275,28 +276,7 @@ impl App {
     }
 
     fn rows(&self) -> usize {
-        match self.tab {
-            Tab::Flows => self.order.len(),
-            Tab::Pfc => self.snapshot.pfc.len(),
-            Tab::Ecmp => self.snapshot.ecmp.entropy.len(),
-            Tab::Alerts => crate::severity::group_alerts(&self.snapshot.alerts)
-                .iter()
-                .map(|g| 1 + g.entries.len())
-                .sum(),
-            Tab::Nic => nic_rows(&self.snapshot).len(),
-            Tab::Mirror => self.snapshot.mirror.len(),
-            Tab::Steps => self
-                .snapshot
-                .steps
-                .as_ref()
-                .map_or(0, |s| s.stragglers.len()),
-            Tab::Paths => self.snapshot.paths.len(),
-            Tab::Storm => self
-                .snapshot
-                .pfc_origin
-                .as_ref()
-                .map_or(0, |o| o.sources.len()),
-        }
+        self.tab.view().rows(self)
     }
 
     fn reorder(&mut self) {
@@ -428,13 +408,11 @@ impl App {
             }
             Action::StartFilter => {
                 self.typing_filter = true;
-                self.select_tab(Tab::Flows);
+                self.select_tab(Tab::FLOWS);
             }
             Action::Quit => self.quit = true,
-            Action::NextTab => self.select_tab(Tab::ALL[(self.tab.index() + 1) % Tab::ALL.len()]),
-            Action::PrevTab => {
-                self.select_tab(Tab::ALL[(self.tab.index() + Tab::ALL.len() - 1) % Tab::ALL.len()])
-            }
+            Action::NextTab => self.select_tab(self.tab.next()),
+            Action::PrevTab => self.select_tab(self.tab.prev()),
             Action::SelectTab(tab) => self.select_tab(tab),
             Action::Up => self.selected = self.selected.saturating_sub(1),
             Action::Down => {

@@ -4,9 +4,9 @@
 
 pub mod app;
 pub mod columns;
-pub mod diagnosis;
 pub mod history;
 pub mod view;
+pub mod views;
 
 #[cfg(test)]
 mod tests;
@@ -50,7 +50,7 @@ pub fn action_for_key(code: KeyCode, modifiers: KeyModifiers) -> Option<Action> 
         KeyCode::Char('?') => Action::ToggleHelp,
         KeyCode::Char('/') => Action::StartFilter,
         KeyCode::Char('m') => Action::ToggleMerge,
-        KeyCode::Char(c) => Action::SelectTab(*Tab::ALL.get(view_for_digit(c)?)?),
+        KeyCode::Char(c) => Action::SelectTab(Tab::at(view_for_digit(c)?)?),
         _ => return None,
     })
 }

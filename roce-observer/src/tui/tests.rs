@@ -34,6 +34,11 @@ fn fixture_snapshot_with(name: &str, config: EngineConfig) -> crate::engine::sna
     engine.snapshot(last)
 }
 
+/// The view titled `title`.
+fn tab(title: &str) -> Tab {
+    Tab::titled(title).expect("a view of that title")
+}
+
 fn render(app: &App) -> String {
     render_at(app, 80, 24)
 }
@@ -72,10 +77,10 @@ fn navigation_and_sorting() {
     app.update(Action::CycleSort);
     assert_eq!(app.sort.name(), "packets");
     app.update(Action::NextTab);
-    assert_eq!(app.tab, Tab::Pfc);
+    assert_eq!(app.tab, tab("PFC"));
     app.update(Action::PrevTab);
     app.update(Action::PrevTab);
-    assert_eq!(app.tab, *Tab::ALL.last().expect("tabs"), "wraps around");
+    assert_eq!(app.tab, *Tab::all().last().expect("tabs"), "wraps around");
     app.update(Action::Quit);
     assert!(app.quit);
 }
@@ -162,14 +167,14 @@ fn narrow_terminals_drop_columns_instead_of_cutting_values() {
 #[test]
 fn pfc_view_80x24() {
     let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
-    app.update(Action::SelectTab(Tab::Pfc));
+    app.update(Action::SelectTab(tab("PFC")));
     insta::assert_snapshot!(render_at(&app, 80, 24));
 }
 
 #[test]
 fn pfc_view_200x50() {
     let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
-    app.update(Action::SelectTab(Tab::Pfc));
+    app.update(Action::SelectTab(tab("PFC")));
     insta::assert_snapshot!(render_at(&app, 200, 50));
 }
 
@@ -189,7 +194,7 @@ fn mirror_views() {
     }
     app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
     assert_eq!(app.order.len(), 2, "the two flows mirrored by 198.51.100.3");
-    app.update(Action::SelectTab(Tab::Mirror));
+    app.update(Action::SelectTab(tab("Mirrors")));
     insta::assert_snapshot!(render_at(&app, 120, 14));
 }
 
@@ -201,7 +206,7 @@ fn ecmp_view() {
     assert!(snap.ecmp.modelled.is_some(), "the model runs by default");
     assert!(snap.ecmp.entropy.len() > 2, "several host pairs");
     let mut app = App::new("veth0, veth1".into(), snap);
-    app.update(Action::SelectTab(Tab::Ecmp));
+    app.update(Action::SelectTab(tab("ECMP")));
     insta::assert_snapshot!(render(&app));
 }
 
@@ -232,7 +237,7 @@ fn alerts_name_every_problem_flow() {
     assert_eq!(marked, named);
     assert_eq!(app.problem.iter().filter(|p| **p).count(), marked.len());
     let mut app = app;
-    app.update(Action::SelectTab(Tab::Alerts));
+    app.update(Action::SelectTab(tab("Alerts")));
     insta::assert_snapshot!(render(&app));
 }
 
@@ -261,7 +266,7 @@ fn alerts_view_with_alerts() {
         ]
     );
     let mut app = App::new("veth0".into(), snap);
-    app.update(Action::SelectTab(Tab::Alerts));
+    app.update(Action::SelectTab(tab("Alerts")));
     insta::assert_snapshot!(render(&app));
 }
 
@@ -284,7 +289,7 @@ fn ended_capture_is_marked_and_keeps_its_state() {
     assert!(app.ended);
     assert_eq!(app.snapshot, snap);
     assert!(render(&app).contains("capture ended (q to quit)"));
-    app.update(Action::SelectTab(Tab::Pfc));
+    app.update(Action::SelectTab(tab("PFC")));
     assert!(render(&app).contains("capture ended (q to quit)"));
     app.update(Action::Quit);
     assert!(app.quit);
@@ -416,7 +421,7 @@ fn pfc_view_shows_pause_time_per_interval() {
         let series = &app.history.pfc_paused_us[&super::history::pfc_id(p)];
         assert!(series.len() <= snaps.len() && !series.is_empty());
     }
-    app.update(Action::SelectTab(Tab::Pfc));
+    app.update(Action::SelectTab(tab("PFC")));
     insta::assert_snapshot!(render_at(&app, 120, 24));
 }
 
@@ -542,13 +547,13 @@ fn nic_view_shows_counter_rates() {
     );
     assert_eq!(rows[0].counter.delta, 30);
     let mut app = App::new("capture stdin".into(), snap);
-    app.update(Action::SelectTab(Tab::Nic));
+    app.update(Action::SelectTab(tab("NIC")));
     let screen = render_at(&app, 80, 24);
     assert!(screen.contains("CNPs sent"), "{screen}");
     // Rates depend on the wall clock: check the layout, not the numbers.
     assert!(screen.contains("np_cnp_sent") && screen.contains("per s"));
     let mut none = App::new("x".into(), fixture_snapshot("psn_gap"));
-    none.update(Action::SelectTab(Tab::Nic));
+    none.update(Action::SelectTab(tab("NIC")));
     insta::assert_snapshot!(render_at(&none, 80, 24));
 }
 
@@ -575,7 +580,7 @@ fn qp_owners_label_flows_and_filter_by_process() {
     let mut app = App::new("capture".into(), snap);
     let screen = render_at(&app, 200, 20);
     assert!(screen.contains("ib_write_bw/4242"), "{screen}");
-    app.update(Action::SelectTab(Tab::Flows));
+    app.update(Action::SelectTab(tab("Flows")));
     for c in "/ib_write".chars() {
         app.update(Action::Key(
             ratatui::crossterm::event::KeyCode::Char(c),
@@ -704,7 +709,7 @@ fn diagnosis_app(tab: Tab) -> App {
 
 #[test]
 fn steps_view_80x24() {
-    let app = diagnosis_app(Tab::Steps);
+    let app = diagnosis_app(tab("Steps"));
     let st = app.snapshot.steps.as_ref().expect("steps detected");
     assert!((st.period_ms - 100.0).abs() < 1.0, "{}", st.period_ms);
     assert_eq!(st.stragglers.first().map(|g| g.dst_qp), Some(0x100));
@@ -715,12 +720,12 @@ fn steps_view_80x24() {
 
 #[test]
 fn steps_view_200x50() {
-    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Steps), 200, 50));
+    insta::assert_snapshot!(render_at(&diagnosis_app(tab("Steps")), 200, 50));
 }
 
 #[test]
 fn paths_view_80x24() {
-    let app = diagnosis_app(Tab::Paths);
+    let app = diagnosis_app(tab("Paths"));
     let screen = render_at(&app, 80, 24);
     assert!(screen.contains("1010 1200 1201 1202"), "{screen}");
     insta::assert_snapshot!(screen);
@@ -728,12 +733,12 @@ fn paths_view_80x24() {
 
 #[test]
 fn paths_view_200x50() {
-    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Paths), 200, 50));
+    insta::assert_snapshot!(render_at(&diagnosis_app(tab("Paths")), 200, 50));
 }
 
 #[test]
 fn storm_view_80x24() {
-    let app = diagnosis_app(Tab::Storm);
+    let app = diagnosis_app(tab("Storm"));
     let o = app.snapshot.pfc_origin.as_ref().expect("a storm");
     assert_eq!(o.origin.iface, "leaf1");
     assert_eq!((o.reached, o.hops), (2, 2));
@@ -742,7 +747,7 @@ fn storm_view_80x24() {
 
 #[test]
 fn storm_view_200x50() {
-    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Storm), 200, 50));
+    insta::assert_snapshot!(render_at(&diagnosis_app(tab("Storm")), 200, 50));
 }
 
 /// Without steps, paths or a storm, each view says why it is empty.
@@ -750,9 +755,9 @@ fn storm_view_200x50() {
 fn diagnosis_views_without_data_say_why() {
     let mut app = App::new("test".into(), fixture_snapshot("psn_gap"));
     for (tab, needle) in [
-        (Tab::Steps, "No training steps"),
-        (Tab::Paths, "two observation points"),
-        (Tab::Storm, "No PFC storm"),
+        (tab("Steps"), "No training steps"),
+        (tab("Paths"), "two observation points"),
+        (tab("Storm"), "No PFC storm"),
     ] {
         app.update(Action::SelectTab(tab));
         let screen = render_at(&app, 80, 24);
@@ -780,7 +785,7 @@ fn many_flows_snapshot(n: u32) -> crate::engine::snapshot::Snapshot {
 
 #[test]
 fn window_scrolls_as_ratatui_does() {
-    use view::window;
+    use super::views::window;
     // From the top until the selection passes the last visible row...
     assert_eq!(window(0, 100, 10), 0..10);
     assert_eq!(window(9, 100, 10), 0..10);
@@ -862,14 +867,14 @@ fn incomplete_path_pairs_are_marked_as_lower_bounds() {
     let table = crate::sink::table::render(&snap);
     assert!(!table.contains("(at least:"), "{table}");
     let mut app = App::new("test".into(), snap.clone());
-    app.update(Action::SelectTab(Tab::Paths));
+    app.update(Action::SelectTab(tab("Paths")));
     assert!(!render_at(&app, 200, 50).contains(&format!("{missing}+")));
 
     snap.paths[lossy].incomplete = true;
     let table = crate::sink::table::render(&snap);
     assert!(table.contains("(at least:"), "{table}");
     let mut app = App::new("test".into(), snap);
-    app.update(Action::SelectTab(Tab::Paths));
+    app.update(Action::SelectTab(tab("Paths")));
     let screen = render_at(&app, 200, 50);
     assert!(screen.contains(&format!("{missing}+ ")), "{screen}");
 }
@@ -999,7 +1004,7 @@ fn table_lists_problems_first_and_groups_advice() {
 #[test]
 fn every_view_at_three_sizes() {
     let (snap, _) = lossy_among_many();
-    for tab in Tab::ALL {
+    for tab in Tab::all() {
         for (w, h) in [(80u16, 24u16), (120, 40), (200, 50)] {
             let mut app = App::new("lossy.pcap".into(), snap.clone());
             app.update(Action::SelectTab(tab));
@@ -1104,7 +1109,7 @@ fn page_keys_move_by_a_page_and_digits_select_views() {
     assert_eq!(app.selected, 18);
     app.update(Action::Key(KeyCode::PageUp, KeyModifiers::NONE));
     assert_eq!(app.selected, 0);
-    for (i, tab) in Tab::ALL.iter().enumerate() {
+    for (i, tab) in Tab::all().iter().enumerate() {
         let digit = super::digit_for_view(i).expect("a digit for each of the first ten views");
         app.update(Action::Key(KeyCode::Char(digit), KeyModifiers::NONE));
         assert_eq!(app.tab, *tab);
@@ -1113,7 +1118,7 @@ fn page_keys_move_by_a_page_and_digits_select_views() {
     // The help lists every view by its key.
     app.update(Action::ToggleHelp);
     let help = render_at(&app, 120, 40);
-    for tab in Tab::ALL {
+    for tab in Tab::all() {
         assert!(help.contains(tab.title()), "{help}");
     }
     assert!(
