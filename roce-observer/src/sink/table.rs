@@ -597,8 +597,12 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "ecmp measured: {} observation points  max/mean {:.2}  jain {:.3}",
-            e.measured.paths.len(),
+            "ecmp measured: {}  max/mean {:.2}  jain {:.3}",
+            format::plural(
+                e.measured.paths.len() as u64,
+                "observation point",
+                "observation points"
+            ),
             e.measured.imbalance,
             e.measured.jain
         );
