@@ -168,7 +168,7 @@ pub fn group_alerts(alerts: &[AlertSnapshot]) -> Vec<Group<'_>> {
                     })
                     .collect()
             };
-            entries.sort_by(|a, b| b.count.cmp(&a.count));
+            entries.sort_by_key(|e| std::cmp::Reverse(e.count));
             Group {
                 kind,
                 severity,

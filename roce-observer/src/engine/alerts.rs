@@ -371,7 +371,11 @@ where
             (AlertKind::ReorderNaks, reorder_naks, &|| {
                 format!(
                     "{} for packets that were only reordered: the responder's RNIC does not tolerate out-of-order arrival and answers each reordering with go-back-N; enable out-of-order placement on the RNICs (e.g. ConnectX adaptive-routing support), or stop spraying this traffic class",
-                    plural(reorder_naks, "PSN sequence-error NAK", "PSN sequence-error NAKs")
+                    plural(
+                        reorder_naks,
+                        "PSN sequence-error NAK",
+                        "PSN sequence-error NAKs"
+                    )
                 )
             }),
             (AlertKind::Reordering, reordered, &|| {
