@@ -1140,3 +1140,27 @@ fn ended_capture_shows_average_rates_not_zero() {
     assert!(screen.contains("avg rate"), "{screen}");
     assert!(!screen.contains(" 0 b/s"), "{screen}");
 }
+
+/// `w` writes the report on screen as the JSON document to a new file, never over an existing
+/// one, and says where.
+#[test]
+fn write_report_creates_a_new_json_file_each_time() {
+    let dir = std::env::temp_dir().join(format!("roce-observer-w-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let snap = fixture_snapshot("psn_gap");
+    let first = super::write_report(&snap, &dir).expect("written");
+    let second = super::write_report(&snap, &dir).expect("written again");
+    assert_ne!(first, second, "an existing report is never overwritten");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&first).expect("read")).expect("JSON");
+    assert_eq!(v["summary"]["flows"], snap.summary.flows);
+    let mut app = App::new("test".into(), snap);
+    app.update(Action::Key(
+        ratatui::crossterm::event::KeyCode::Char('w'),
+        ratatui::crossterm::event::KeyModifiers::NONE,
+    ));
+    assert!(app.write_requested, "the run loop is asked to write it");
+    app.status = Some(format!("report written to {}", first.display()));
+    assert!(render_at(&app, 200, 24).contains("report written to"));
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
