@@ -268,6 +268,13 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
             .args(HOST_PACKAGES)
             .arg("--bins")),
     );
+    // The recording rules' unit tests (promtool is installed by setup).
+    tally.stage(
+        "prometheus rules",
+        sh(std::process::Command::new("promtool")
+            .current_dir(root.join("docs/prometheus"))
+            .args(["test", "rules", "roce-observer.rules.test.yml"])),
+    );
     match fixtures::ensure_scapy() {
         Ok(()) => tally.stage("fixtures", fixtures::check()),
         Err(err) => tally.cannot_run("fixtures", &format!("{err:#}")),
