@@ -92,7 +92,8 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
     for (id, _) in &points {
         let of = log_files(&dir.join(id));
         assert!(
-            of.iter().any(|p| p.to_string_lossy().ends_with(".jsonl.gz")),
+            of.iter()
+                .any(|p| p.to_string_lossy().ends_with(".jsonl.gz")),
             "{id}: no rotated .gz file among {of:?}"
         );
         files.extend(of);
@@ -133,7 +134,13 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
     let links: Vec<(&Value, &Value, &Value)> = between
         .iter()
         .filter(|r| flow(r))
-        .map(|r| (&r["upstream_host"], &r["downstream_host"], &r["psns_lost_between"]))
+        .map(|r| {
+            (
+                &r["upstream_host"],
+                &r["downstream_host"],
+                &r["psns_lost_between"],
+            )
+        })
         .collect();
     assert_eq!(
         links,
@@ -187,6 +194,9 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
     }
     eprintln!(
         "fleet store: {} files, tables {}, load {:.2} s; {} PSNs lost between fleet-obs-2 and fleet-obs-3",
-        got["files"], got["tables"], got["load_s"].as_f64().unwrap_or(0.0), DROPPED.len()
+        got["files"],
+        got["tables"],
+        got["load_s"].as_f64().unwrap_or(0.0),
+        DROPPED.len()
     );
 }

@@ -27,8 +27,7 @@ struct Tmpfs {
 impl Tmpfs {
     /// `tag` tells apart the mounts of tests running at the same time.
     fn new(tag: &str, size: &str) -> Tmpfs {
-        let dir =
-            std::env::temp_dir().join(format!("roce-fulldisk-{tag}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("roce-fulldisk-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("mount point");
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])

@@ -21,9 +21,10 @@ const PER_INTERVAL: u32 = 10;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let out = PathBuf::from(args.first().context(
-        "usage: fleet-bench OUT [OBSERVERS=20] [INTERVALS=360] [FLOWS=1000]",
-    )?);
+    let out = PathBuf::from(
+        args.first()
+            .context("usage: fleet-bench OUT [OBSERVERS=20] [INTERVALS=360] [FLOWS=1000]")?,
+    );
     let num = |i: usize, default: u64| -> anyhow::Result<u64> {
         args.get(i)
             .map_or(Ok(default), |s| s.parse().context("a number"))

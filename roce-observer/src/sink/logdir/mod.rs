@@ -346,7 +346,10 @@ impl LogDir {
         let mut result = self.write_batch(snap, ts);
         if let Err((e, _)) = &result
             && is_no_space(e)
-            && self.live.as_ref().is_some_and(|l| l.first_batch_ts.is_some())
+            && self
+                .live
+                .as_ref()
+                .is_some_and(|l| l.first_batch_ts.is_some())
             && self.fills_its_disk()
         {
             // The log itself filled the disk: rotate, then delete our oldest files until the
@@ -433,8 +436,8 @@ impl LogDir {
         }
         // SAFETY: statvfs returned 0, so it filled st.
         let st = unsafe { st.assume_init() };
-        let used = u64::from(st.f_blocks).saturating_sub(u64::from(st.f_bfree))
-            * u64::from(st.f_frsize);
+        let used =
+            u64::from(st.f_blocks).saturating_sub(u64::from(st.f_bfree)) * u64::from(st.f_frsize);
         let live = self.live.as_ref().map_or(0, |l| l.len);
         let rotated: u64 = rotate::list_rotated(&self.cfg.dir)
             .map(|r| r.iter().map(|(_, len)| len).sum())
@@ -478,7 +481,10 @@ impl LogDir {
                     // Not even one line fits: in a file that holds batches already, start a
                     // new one; in a new file, the line goes whole.
                     None if live.first_batch_ts.is_some() => 0,
-                    None => rest.iter().position(|&b| b == b'\n').map_or(rest.len(), |e| e + 1),
+                    None => rest
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(rest.len(), |e| e + 1),
                 }
             };
             let start = live.len;

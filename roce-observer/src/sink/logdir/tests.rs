@@ -300,7 +300,10 @@ fn a_full_batch_larger_than_a_file_is_split_and_does_not_rotate_every_interval()
     // Every line whole, and the deltas over all files add up to the totals.
     let lines: Vec<Value> = files
         .iter()
-        .flat_map(|(_, t)| t.lines().map(|l| serde_json::from_str(l).expect("whole line")))
+        .flat_map(|(_, t)| {
+            t.lines()
+                .map(|l| serde_json::from_str(l).expect("whole line"))
+        })
         .collect();
     let written_lines = lines.iter().filter(|l| l["kind"] != "file_start").count();
     assert_eq!(written_lines as u64, health.records_written);
