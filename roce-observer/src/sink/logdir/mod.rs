@@ -436,8 +436,8 @@ impl LogDir {
         }
         // SAFETY: statvfs returned 0, so it filled st.
         let st = unsafe { st.assume_init() };
-        let used =
-            u64::from(st.f_blocks).saturating_sub(u64::from(st.f_bfree)) * u64::from(st.f_frsize);
+        // fsblkcnt_t and c_ulong are 64-bit on the 64-bit targets the observer runs on.
+        let used = st.f_blocks.saturating_sub(st.f_bfree) * st.f_frsize;
         let live = self.live.as_ref().map_or(0, |l| l.len);
         let rotated: u64 = rotate::list_rotated(&self.cfg.dir)
             .map(|r| r.iter().map(|(_, len)| len).sum())

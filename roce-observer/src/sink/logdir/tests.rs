@@ -35,7 +35,8 @@ fn cfg(dir: &Path) -> LogDirConfig {
     }
 }
 
-fn lines(path: &Path) -> Vec<Value> {
+/// A log file's text (a rotated file decompressed).
+fn text(path: &Path) -> String {
     let mut text = String::new();
     let file = File::open(path).expect("open log file");
     if path.extension().is_some_and(|e| e == "gz") {
@@ -46,7 +47,12 @@ fn lines(path: &Path) -> Vec<Value> {
         let mut file = file;
         file.read_to_string(&mut text).expect("read");
     }
-    text.lines()
+    text
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    text(path)
+        .lines()
         .map(|l| serde_json::from_str(l).expect("every line is one JSON object"))
         .collect()
 }
@@ -217,17 +223,8 @@ fn all_files(dir: &Path) -> Vec<(PathBuf, String)> {
     paths
         .into_iter()
         .map(|p| {
-            let mut text = String::new();
-            let file = File::open(&p).expect("open");
-            if p.extension().is_some_and(|e| e == "gz") {
-                flate2::read::GzDecoder::new(file)
-                    .read_to_string(&mut text)
-                    .expect("gunzip");
-            } else {
-                let mut file = file;
-                file.read_to_string(&mut text).expect("read");
-            }
-            (p, text)
+            let t = text(&p);
+            (p, t)
         })
         .collect()
 }
