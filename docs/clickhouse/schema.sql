@@ -2,8 +2,8 @@
 -- Load log files with ingest.sql, or ship lines into roce.lines. Every table:
 --   - is partitioned by day, so a time range reads only its days and TTL drops whole parts;
 --   - is ordered by the observer first, then time: each observer's rows of a time range are
---     one contiguous run, which the per-observer queries and the per-flow joins read without
---     sorting (see docs/benchmarks.md, "Fleet store");
+--     one contiguous run for the per-observer queries and the per-flow, per-point sums (to
+--     compare keys on a fleet of your size: docs/benchmarks.md, "Fleet store");
 --   - keeps times as DateTime64(9) (ns, UTC), addresses as IPv6 (IPv4 as ::ffff:a.b.c.d),
 --     repeated strings as LowCardinality;
 --   - keeps rows 30 days (change the TTL to taste).
