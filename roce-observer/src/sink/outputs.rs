@@ -224,9 +224,13 @@ impl Outputs {
             )
             .map_err(stdout_err)?,
         }
-        writeln!(stdout, "{}", table::render(snap))
-            .and_then(|()| stdout.flush())
-            .map_err(stdout_err)
+        writeln!(
+            stdout,
+            "{}",
+            table::render_for(snap, table::terminal_width())
+        )
+        .and_then(|()| stdout.flush())
+        .map_err(stdout_err)
     }
 
     /// The final report: files first (so they are complete even if stdout is a closed pipe),
@@ -255,7 +259,7 @@ impl Outputs {
             })
         } else {
             stdout
-                .write_all(table::render(snap).as_bytes())
+                .write_all(table::render_for(snap, table::terminal_width()).as_bytes())
                 .map_err(|source| OutputError::Stdout {
                     what: "table",
                     source,
@@ -350,6 +354,7 @@ mod tests {
                 max_files: 4,
                 max_age_ns: 0,
                 full_every_ns: 0,
+                observer_id: None,
             }),
             prom_file: Some(prom.clone()),
             ..plan()
@@ -454,6 +459,7 @@ mod tests {
                 max_files: 2,
                 max_age_ns: 0,
                 full_every_ns: 0,
+                observer_id: None,
             }),
             ..plan()
         })
