@@ -223,7 +223,7 @@ impl Engine {
             ecmp,
             alerts,
             paths: self.path_pairs(),
-            pfc_origin: self.pfc_origin(),
+            pfc_origin: self.pfc_origin(now_ns),
             steps: self.steps_snapshot(),
             nic: Vec::new(),
             qp_owners: Vec::new(),

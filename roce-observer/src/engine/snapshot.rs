@@ -753,8 +753,13 @@ pub struct StragglerEvidence {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct PauseSource {
     pub source: PfcRef,
-    /// Its first XOFF in the window, ns since the epoch.
+    /// The first XOFF of its first pause episode in the window (docs/metrics.md), ns since the
+    /// epoch; it may lie before the window.
     pub first_xoff_ts: u64,
+    /// That episode's paused time (up to the snapshot), milliseconds, and the end of its last
+    /// pause period so far.
+    pub episode_paused_ms: f64,
+    pub episode_end_ts: u64,
     /// Paused time in the window / the window.
     pub paused_fraction: f64,
     /// This source had a storm of its own.
