@@ -290,8 +290,9 @@ impl Engine {
             storm_onset_ts: onset,
             window_start_ts: from,
             window_end_ts: to,
-            origin: sources[origin_index].source.clone(),
-            origin_index,
+            origin: Some(sources[origin_index].source.clone()),
+            origin_index: Some(origin_index),
+            deadlock: false,
             reached: reach(origin_index),
             hops: (0..sources.len())
                 .filter(|&j| root[j] == origin_index)
@@ -342,7 +343,7 @@ mod tests {
             }
         }
         let o = e.snapshot(T0 + 900 * MS).pfc_origin.expect("a storm");
-        assert_eq!(o.origin.iface, "leaf1");
+        assert_eq!(o.origin.as_ref().expect("origin").iface, "leaf1");
         let order: Vec<&str> = o.sources.iter().map(|s| s.source.iface.as_str()).collect();
         assert_eq!(order, ["leaf1", "spine1", "leaf2"]);
         assert_eq!(o.sources[0].first_xoff_ts, T0 + 500 * MS);
@@ -440,8 +441,8 @@ mod tests {
         assert_eq!(got, want);
         // leaf2 follows spine1's priority-3 source (index 2), not its priority-4 one.
         assert_eq!(o.sources[4].paused_by, Some(2));
-        assert_eq!(o.origin.iface, "leaf1");
-        assert_eq!((o.origin_index, o.reached, o.hops), (0, 3, 2));
+        assert_eq!(o.origin.as_ref().expect("origin").iface, "leaf1");
+        assert_eq!((o.origin_index, o.reached, o.hops), (Some(0), 3, 2));
         // spine1's first XOFF at 520.101 ms (the first refresh past 520 ms, + 1 us), leaf2's
         // at 545.002 ms.
         let hop = o.sources[4].hop_ms.expect("a hop");
@@ -470,8 +471,8 @@ mod tests {
         }
         let o = e.snapshot(T0 + 900 * MS).pfc_origin.expect("a storm");
         assert_eq!(o.sources[0].source.src_mac, "02:00:00:00:01:01");
-        assert_eq!(o.origin.src_mac, "02:00:00:00:01:02");
-        assert_eq!((o.origin_index, o.reached, o.hops), (1, 1, 1));
+        assert_eq!(o.origin.as_ref().expect("origin").src_mac, "02:00:00:00:01:02");
+        assert_eq!((o.origin_index, o.reached, o.hops), (Some(1), 1, 1));
     }
 
     /// Three ports in a tree (flows cross if1 then if0, and if2 then if0): if0 pauses first,
@@ -507,7 +508,7 @@ mod tests {
                 ("if2", start + 4 * MS, Some(0)),
             ]
         );
-        assert_eq!(o.origin.iface, "if0");
+        assert_eq!(o.origin.as_ref().expect("origin").iface, "if0");
         assert_eq!((o.reached, o.hops), (2, 1));
         // Paused from the first XOFF to the last one's end (0xffff quanta at 100 Gb/s =
         // 335.539 us): 1999.8 ms + 335.539 us, for each source.

@@ -658,9 +658,10 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
                 f.iface,
                 &f.direction[..2.min(f.direction.len())]
             ),
+            // A lossless-class finding names its points (no source MAC).
             (None, Some(p)) => format!(
                 "{} prio {}",
-                p.src_mac,
+                if p.src_mac.is_empty() { &p.iface } else { &p.src_mac },
                 p.priority.map_or("link".into(), |v| v.to_string())
             ),
             (None, None) => String::new(),
