@@ -27,6 +27,11 @@ pub const LOAD_INTERVAL_NS: u64 = 10_000_000;
 /// A marked interval below this fraction of the link is marked at low load.
 pub const LOW_LOAD: f64 = 0.5;
 
+/// Evidence a rule needs before it is judged: marked low-load intervals (`ecn_at_low_load`),
+/// pause-first episodes (`pfc_before_ecn`). A few marks or pauses at the edge of a burst say
+/// nothing about thresholds.
+pub const MIN_EVIDENCE: u64 = 3;
+
 /// Finding names (also `--fail-on` metrics and alert kinds).
 pub const PFC_BEFORE_ECN: &str = "pfc_before_ecn";
 pub const ECN_AT_LOW_LOAD: &str = "ecn_at_low_load";
@@ -196,7 +201,7 @@ impl Point {
             ..s
         });
         current
-            .filter(|s| s.end - s.start > window)
+            .filter(|s| s.end.saturating_sub(s.start) > window)
             .or(self.long_span)
     }
 }
@@ -281,7 +286,7 @@ impl Lossless {
             }
             _ => {
                 if let Some(done) = p.span.take()
-                    && done.end - done.start > window
+                    && done.end.saturating_sub(done.start) > window
                 {
                     p.long_span = Some(done);
                 }
@@ -388,7 +393,7 @@ impl Lossless {
                             .map(|(&k, s)| CycleMember {
                                 point: name(k),
                                 pause_start_ts: s.start,
-                                paused_ms: (s.end - s.start) as f64 / 1e6,
+                                paused_ms: s.end.saturating_sub(s.start) as f64 / 1e6,
                                 last_data_ts: s.data_last,
                             })
                             .collect(),
@@ -433,8 +438,8 @@ fn shortest_cycle(
 /// `pfc_before_ecn` at one point and priority.
 fn ecn_order(p: &Point, prio: u8, name: &str) -> Option<LosslessFinding> {
     let c = p.counts();
-    let most = c.pfc_first * 2 > c.episodes;
-    let no_marks = c.pause_only > 0 && p.ce + p.cnp == 0;
+    let most = c.pfc_first * 2 > c.episodes && c.pfc_first >= MIN_EVIDENCE;
+    let no_marks = c.pause_only >= MIN_EVIDENCE && p.ce + p.cnp == 0;
     if p.ect_data == 0 || !(most || no_marks) {
         return None;
     }
@@ -484,7 +489,7 @@ fn low_load(p: &Point, prio: u8, name: &str, cfg: &EngineConfig) -> Option<Lossl
     if let Some(cur) = load.current.take() {
         load.close(cur, cfg.link_gbps);
     }
-    if load.low_marked * 2 <= load.marked {
+    if load.low_marked * 2 <= load.marked || load.low_marked < MIN_EVIDENCE {
         return None;
     }
     let (start_ts, end_ts) = load.low_range?;

@@ -733,7 +733,7 @@ fn paths_view_200x50() {
 fn storm_view_80x24() {
     let app = diagnosis_app(Tab::Storm);
     let o = app.snapshot.pfc_origin.as_ref().expect("a storm");
-    assert_eq!(o.origin.iface, "leaf1");
+    assert_eq!(o.origin.as_ref().expect("origin").iface, "leaf1");
     assert_eq!((o.reached, o.hops), (2, 2));
     insta::assert_snapshot!(render_at(&app, 80, 24));
 }
