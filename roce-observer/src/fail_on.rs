@@ -166,8 +166,12 @@ const METRICS: &[Metric] = &[
     }),
     metric("flows", Kind::Count, |s| Some(s.summary.flows as f64)),
     metric("alerts", Kind::Count, |s| Some(s.alerts.len() as f64)),
-    metric("pfc_before_ecn", Kind::Count, |s| Some(findings(s, "pfc_before_ecn"))),
-    metric("ecn_at_low_load", Kind::Count, |s| Some(findings(s, "ecn_at_low_load"))),
+    metric("pfc_before_ecn", Kind::Count, |s| {
+        Some(findings(s, "pfc_before_ecn"))
+    }),
+    metric("ecn_at_low_load", Kind::Count, |s| {
+        Some(findings(s, "ecn_at_low_load"))
+    }),
     metric("deadlock", Kind::Count, |s| Some(findings(s, "deadlock"))),
 ];
 

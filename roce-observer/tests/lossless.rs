@@ -132,9 +132,15 @@ fn pauses_before_marks_raise_pfc_before_ecn() {
     let f = findings(&doc, "pfc_before_ecn");
     assert_eq!(f.len(), 1, "{}", doc["lossless"]);
     let f = f[0];
-    assert_eq!((f["points"][0].as_str(), f["priority"].as_u64()), (Some("sw"), Some(3)));
+    assert_eq!(
+        (f["points"][0].as_str(), f["priority"].as_u64()),
+        (Some("sw"), Some(3))
+    );
     let e = &f["episodes"];
-    assert_eq!((e["episodes"].as_u64(), e["pfc_first"].as_u64()), (Some(10), Some(10)));
+    assert_eq!(
+        (e["episodes"].as_u64(), e["pfc_first"].as_u64()),
+        (Some(10), Some(10))
+    );
     assert_eq!(e["pfc_first_share"], 1.0);
     assert_eq!(e["with_both"], 10);
     // First XOFF at +1.05 ms, first mark at +2 ms: -0.95 ms.
@@ -153,7 +159,12 @@ fn pauses_before_marks_raise_pfc_before_ecn() {
     let f = findings(&doc, "pfc_before_ecn");
     assert_eq!(f.len(), 1, "{}", doc["lossless"]);
     assert_eq!(f[0]["episodes"]["pause_without_marks"], 10);
-    assert!(f[0]["reason"].as_str().expect("reason").contains("ECN marking is off"));
+    assert!(
+        f[0]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("ECN marking is off")
+    );
 }
 
 #[test]
@@ -161,7 +172,11 @@ fn marks_at_twenty_percent_load_raise_ecn_at_low_load() {
     // A frame every 500 us for 200 ms (20 per 10 ms interval), one in four marked CE.
     let mut trace = Vec::new();
     for i in 0..400u64 {
-        trace.push((i * 500, 0, data(1, 0x11, i as u32, if i % 4 == 0 { 3 } else { 2 })));
+        trace.push((
+            i * 500,
+            0,
+            data(1, 0x11, i as u32, if i % 4 == 0 { 3 } else { 2 }),
+        ));
     }
     let len = trace[0].2.len() as f64;
     let doc = document(&["sw"], &trace, &[]);
@@ -199,7 +214,11 @@ fn ring(data_until_us: u64) -> Trace {
     }
     for k in 0..3000u64 {
         for port in 0..3u32 {
-            t.push((60_000 + port as u64 * 1000 + k * 500, port, xoff(port as u8 + 1)));
+            t.push((
+                60_000 + port as u64 * 1000 + k * 500,
+                port,
+                xoff(port as u8 + 1),
+            ));
         }
     }
     t
@@ -226,7 +245,10 @@ fn a_pause_loop_with_data_stopped_is_a_deadlock_without_root() {
     assert_eq!(starts, [ms(60), ms(61), ms(62)]);
     // Together from c's first XOFF to a's last pause end (its last XOFF + 1.024 ms).
     assert_eq!(f["start_ts"], ms(62));
-    assert_eq!(f["end_ts"], (T0_US + 60_000 + 2999 * 500) * 1000 + 1_024_000);
+    assert_eq!(
+        f["end_ts"],
+        (T0_US + 60_000 + 2999 * 500) * 1000 + 1_024_000
+    );
     assert!(cycle.iter().all(|m| m["last_data_ts"].is_null()));
     // The storm origin names no root.
     let o = &doc["pfc_origin"];
@@ -264,7 +286,11 @@ fn a_storm_spreading_down_a_tree_keeps_its_start_and_its_origin() {
     let start = 100_000;
     for k in 0..10_000u64 {
         for port in 0..3u32 {
-            t.push((start + port as u64 * 2000 + k * 200, port, xoff(port as u8 + 1)));
+            t.push((
+                start + port as u64 * 2000 + k * 200,
+                port,
+                xoff(port as u8 + 1),
+            ));
         }
     }
     let names = ["if0", "if1", "if2"];
@@ -272,7 +298,10 @@ fn a_storm_spreading_down_a_tree_keeps_its_start_and_its_origin() {
     assert!(findings(&doc, "deadlock").is_empty(), "{}", doc["lossless"]);
     let o = &doc["pfc_origin"];
     assert_eq!(o["origin"]["iface"], "if0", "{o}");
-    assert_eq!((o["reached"].as_u64(), o["hops"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(
+        (o["reached"].as_u64(), o["hops"].as_u64()),
+        (Some(2), Some(1))
+    );
     let sources = o["sources"].as_array().expect("sources");
     let got: Vec<(&str, u64)> = sources
         .iter()
@@ -286,7 +315,11 @@ fn a_storm_spreading_down_a_tree_keeps_its_start_and_its_origin() {
     let us = |u: u64| (T0_US + u) * 1000;
     assert_eq!(
         got,
-        [("if0", us(start)), ("if1", us(start + 2000)), ("if2", us(start + 4000))]
+        [
+            ("if0", us(start)),
+            ("if1", us(start + 2000)),
+            ("if2", us(start + 4000))
+        ]
     );
     // Each paused from its first XOFF to its last one's end (1999.8 ms + 1.024 ms), the last
     // one up to the end of the capture (its own last XOFF).

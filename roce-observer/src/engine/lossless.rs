@@ -16,8 +16,7 @@ use super::{
     Engine, EngineConfig,
     pfc_origin::EPISODE_QUIET_NS,
     snapshot::{
-        AlertSnapshot, CycleMember, EpisodeFigures, LoadFigures, LosslessFinding, PfcOrigin,
-        PfcRef,
+        AlertSnapshot, CycleMember, EpisodeFigures, LoadFigures, LosslessFinding, PfcOrigin, PfcRef,
     },
 };
 

@@ -471,7 +471,10 @@ mod tests {
         }
         let o = e.snapshot(T0 + 900 * MS).pfc_origin.expect("a storm");
         assert_eq!(o.sources[0].source.src_mac, "02:00:00:00:01:01");
-        assert_eq!(o.origin.as_ref().expect("origin").src_mac, "02:00:00:00:01:02");
+        assert_eq!(
+            o.origin.as_ref().expect("origin").src_mac,
+            "02:00:00:00:01:02"
+        );
         assert_eq!((o.origin_index, o.reached, o.hops), (Some(1), 1, 1));
     }
 

@@ -607,7 +607,11 @@ fn register_lossless(reg: &mut Registry, snap: &Snapshot) {
     let found = snap
         .lossless
         .iter()
-        .flat_map(|f| f.points.iter().map(move |p| (labels(f, p), ConstGauge::new(1))))
+        .flat_map(|f| {
+            f.points
+                .iter()
+                .map(move |p| (labels(f, p), ConstGauge::new(1)))
+        })
         .collect();
     reg.register(
         "roce_lossless_finding",

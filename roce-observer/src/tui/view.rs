@@ -661,7 +661,11 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
             // A lossless-class finding names its points (no source MAC).
             (None, Some(p)) => format!(
                 "{} prio {}",
-                if p.src_mac.is_empty() { &p.iface } else { &p.src_mac },
+                if p.src_mac.is_empty() {
+                    &p.iface
+                } else {
+                    &p.src_mac
+                },
                 p.priority.map_or("link".into(), |v| v.to_string())
             ),
             (None, None) => String::new(),
