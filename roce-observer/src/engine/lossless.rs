@@ -561,10 +561,13 @@ pub fn lossless_alert(f: &LosslessFinding) -> AlertSnapshot {
     }
 }
 
+/// A flow across observation points: source IP, destination IP, destination QP.
+type FlowId = ([u8; 16], [u8; 16], u32);
+
 impl Engine {
     /// The lossless-class findings as of `now`.
     pub(super) fn lossless_findings(&self, now: u64) -> Vec<LosslessFinding> {
-        let mut seen: HashMap<([u8; 16], [u8; 16], u32), Vec<(u64, u32)>> = HashMap::new();
+        let mut seen: HashMap<FlowId, Vec<(u64, u32)>> = HashMap::new();
         for (k, e) in self.flows.iter() {
             let st = e.stats();
             if st.packets() > 0 {
