@@ -580,6 +580,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "steps",
             "paths",
             "pfc_origin",
+            "lossless",
         ],
     ),
     (
