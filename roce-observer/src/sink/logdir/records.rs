@@ -88,11 +88,14 @@ impl FlowDelta {
 
 /// Fields every line starts with.
 #[derive(Serialize)]
-struct Head {
+struct Head<'a> {
     schema_version: u32,
     kind: &'static str,
     /// Snapshot time, ns since the epoch.
     ts: u64,
+    /// The observer that wrote the line (`--observer-id`, the host name by default), so that a
+    /// row of a fleet table says who wrote it.
+    host: &'a str,
     /// Part of a full batch (every entry, not only those that changed).
     full: bool,
 }
@@ -100,7 +103,7 @@ struct Head {
 #[derive(Serialize)]
 struct FlowLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     /// Time of the last batch written before this one (the base of `delta`), 0 for the first.
     delta_since_ts: u64,
     delta: FlowDelta,
@@ -109,9 +112,9 @@ struct FlowLine<'a> {
 }
 
 #[derive(Serialize)]
-struct PfcLine {
+struct PfcLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     delta_since_ts: u64,
     delta_pause_frames: u64,
     delta_xon_frames: u64,
@@ -124,7 +127,7 @@ struct PfcLine {
 #[derive(Serialize)]
 struct MirrorLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     delta_since_ts: u64,
     delta_frames: u64,
     delta_seq_lost: u64,
@@ -133,9 +136,9 @@ struct MirrorLine<'a> {
 }
 
 #[derive(Serialize)]
-struct AlertLine {
+struct AlertLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     delta_count: u64,
     /// The alert, its own `kind` renamed `alert_kind`.
     #[serde(flatten)]
@@ -162,7 +165,7 @@ fn object_renaming_kind<T: Serialize>(
 #[derive(Serialize)]
 struct EcmpLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     #[serde(flatten)]
     ecmp: &'a EcmpSnapshot,
 }
@@ -172,7 +175,7 @@ struct EcmpLine<'a> {
 #[derive(Serialize)]
 struct DiagnosisLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     steps: &'a Option<StepsSnapshot>,
     paths: &'a [PathPair],
     pfc_origin: &'a Option<PfcOrigin>,
@@ -196,7 +199,7 @@ pub struct LogHealth {
 #[derive(Serialize)]
 struct SummaryLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     #[serde(flatten)]
     summary: &'a Summary,
     latency: &'a LatencySnapshot,
@@ -306,7 +309,14 @@ fn push_line<T: Serialize>(out: &mut Vec<u8>, records: &mut u64, line: &T) {
 }
 
 /// Build the lines for `snap` against `base`: everything when `full`, else what changed.
-pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHealth) -> Batch {
+pub fn build(
+    snap: &Snapshot,
+    ts: u64,
+    host: &str,
+    full: bool,
+    base: &Baseline,
+    log: LogHealth,
+) -> Batch {
     let mut text = Vec::new();
     let mut records = 0;
     let mut next = NextBaseline {
@@ -326,6 +336,7 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
         schema_version: LOG_SCHEMA_VERSION,
         kind,
         ts,
+        host,
         full,
     };
     for (i, flow) in snap.flows.iter().enumerate() {
