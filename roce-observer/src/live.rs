@@ -410,7 +410,10 @@ mod tests {
         let cost = &doc["summary"]["observer"];
         assert!(cost["rss_bytes"].as_u64().expect("rss") > 1 << 20, "{cost}");
         assert!(cost["cpu_seconds"].as_f64().expect("cpu") > 0.0, "{cost}");
-        assert!(cost["cpu_fraction"].as_f64().expect("fraction") >= 0.0, "{cost}");
+        assert!(
+            cost["cpu_fraction"].as_f64().expect("fraction") >= 0.0,
+            "{cost}"
+        );
         assert_eq!(cost["kernel"]["ringbuf_fill"], 0.25);
         assert_eq!(cost["kernel"]["programs"][0]["ns_per_run"], 250.0);
         let text = std::fs::read_to_string(&prom).expect("metrics file");
@@ -424,8 +427,14 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} not in {text}");
         }
-        assert!(text.contains("\nroce_observer_resident_memory_bytes "), "{text}");
-        assert!(text.contains("\nroce_observer_cpu_seconds_total "), "{text}");
+        assert!(
+            text.contains("\nroce_observer_resident_memory_bytes "),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nroce_observer_cpu_seconds_total "),
+            "{text}"
+        );
     }
 
     const SEC: u64 = 1_000_000_000;

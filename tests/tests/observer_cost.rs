@@ -46,8 +46,8 @@ fn events_and_program_runs_are_reported_and_agree_with_analyze() {
         .filter_map(serde_json::Value::as_u64)
         .sum();
     assert_eq!(s["events"], by_kind);
-    let per_packet = s["events"].as_f64().expect("events")
-        / s["total_packets"].as_f64().expect("total_packets");
+    let per_packet =
+        s["events"].as_f64().expect("events") / s["total_packets"].as_f64().expect("total_packets");
     assert!((s["events_per_packet"].as_f64().expect("per packet") - per_packet).abs() < 1e-12);
 
     let cost = &s["observer"];

@@ -690,7 +690,10 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
             .iter()
             .map(|k| format!("{} {:.2}%", k.name(), pct(kinds[k.index()], runs)))
             .collect();
-        println!("observer events, {pass}, % of packets by kind: {}", parts.join(", "));
+        println!(
+            "observer events, {pass}, % of packets by kind: {}",
+            parts.join(", ")
+        );
     }
     let floor = floors[0];
     println!(

@@ -222,10 +222,7 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             )),
             3,
         ));
-        second.push((
-            Span::raw(format!("ev/pkt {:.4}", s.events_per_packet)),
-            4,
-        ));
+        second.push((Span::raw(format!("ev/pkt {:.4}", s.events_per_packet)), 4));
         if let Some(k) = &c.kernel {
             second.push((
                 Span::raw(format!(

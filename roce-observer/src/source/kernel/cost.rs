@@ -14,8 +14,7 @@ use crate::engine::snapshot::ProgramCost;
 /// `BPF_ENABLE_STATS` descriptor held by any process also turns them on, and does not show
 /// here).
 pub fn stats_sysctl_on() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
-        .is_ok_and(|v| v.trim() != "0")
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() != "0")
 }
 
 /// Turn BPF run-time statistics on for as long as the returned descriptor lives (the kernel
@@ -70,7 +69,9 @@ impl RingFill {
                     offset as libc::off_t,
                 )
             };
-            (addr != libc::MAP_FAILED).then(|| NonNull::new(addr)).flatten()
+            (addr != libc::MAP_FAILED)
+                .then(|| NonNull::new(addr))
+                .flatten()
         };
         let consumer = map_page(0)?;
         let Some(producer) = map_page(page) else {
