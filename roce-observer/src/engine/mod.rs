@@ -36,7 +36,7 @@ use std::{
 };
 
 use roce_observer_common::{
-    Counter, Direction, Event, FlowKey, PfcKey,
+    Counter, Direction, Event, EventKind, FlowKey, PfcKey,
     mirror::{MirrorKey, MirrorStats},
 };
 
@@ -143,6 +143,9 @@ pub struct Engine {
     capture: Option<CaptureSummary>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
+    /// Events received, by `EventKind::index`: ring-buffer records on the kernel path, the
+    /// records the shared observation would have sent on the capture path.
+    events: [u64; EventKind::ALL.len()],
     /// Byte series and per-flow activity for training steps (capture path: per packet;
     /// kernel path: run events and flow reads).
     steps: Steps,
@@ -211,6 +214,7 @@ impl Engine {
             interval_start: None,
             capture: None,
             event_buf: Vec::new(),
+            events: [0; EventKind::ALL.len()],
             steps: Steps::default(),
             steps_from_runs: false,
             paths_from_events: false,

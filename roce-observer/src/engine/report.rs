@@ -7,7 +7,7 @@ use std::{
 };
 
 use roce_observer_common::{
-    Counter, Direction, FlowKey, FlowStats,
+    Counter, Direction, EventKind, FlowKey, FlowStats,
     mirror::SEQ_SEEN,
     pfc::{PRIORITY_LINK, quanta_to_ns},
 };
@@ -54,6 +54,15 @@ struct FlowPass<'a> {
     troubled: Vec<(&'a FlowKey, &'a FlowStats)>,
     ecmp: Vec<FlowLoad>,
     with_samples: u64,
+}
+
+/// `events` per packet of `packets` (0 without packets).
+fn per_packet(events: u64, packets: u64) -> f64 {
+    if packets == 0 {
+        0.0
+    } else {
+        events as f64 / packets as f64
+    }
 }
 
 /// The latency summary of every flow without samples (one, shared).
@@ -204,6 +213,16 @@ impl Engine {
                 tail_call_failed: total(Counter::TailCallFailed),
                 events_lost: ringbuf_full,
                 mirror_seq_lost: mirror.iter().map(|m| m.seq_lost).sum(),
+                events: self.events.iter().sum(),
+                events_per_packet: per_packet(
+                    self.events.iter().sum(),
+                    total(Counter::TotalPackets),
+                ),
+                events_by_kind: EventKind::ALL
+                    .iter()
+                    .map(|k| (k.name(), self.events[k.index()]))
+                    .collect(),
+                observer: None,
                 flows: flows.len() as u64,
                 pmtu: self.pmtu,
                 pmtu_learned: self.pmtu_learned,

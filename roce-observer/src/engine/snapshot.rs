@@ -489,6 +489,17 @@ pub struct Summary {
     pub events_lost: u64,
     /// Frames lost on the mirror path: the sum of the mirror sessions' `seq_lost`.
     pub mirror_seq_lost: u64,
+    /// Ring-buffer records received, all kinds (captures: the records the kernel programs'
+    /// shared observation would have sent for the same frames).
+    pub events: u64,
+    /// `events` / `total_packets` (0 before the first packet).
+    pub events_per_packet: f64,
+    /// `events` by kind (`new_flow`, `pfc`, `pause`, `latency`, `data_run`, `signal_run`,
+    /// `path`), every kind present.
+    pub events_by_kind: BTreeMap<&'static str, u64>,
+    /// What watching costs: the observer's own CPU and memory, and its kernel programs' cost
+    /// and ring-buffer fill; null for `analyze`. Filled in by the live loop, not the engine.
+    pub observer: Option<ObserverCost>,
     pub flows: u64,
     /// Path MTU used for READ reservations, and whether it was learned from READ responses.
     pub pmtu: u32,
@@ -512,6 +523,49 @@ pub struct Summary {
     pub interfaces_up: BTreeMap<String, bool>,
     /// Present for captures (`analyze`).
     pub capture: Option<CaptureSummary>,
+}
+
+/// The observer's own cost (docs/metrics.md, "Observer cost").
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ObserverCost {
+    /// CPU time (user + system) of the observer process over the report interval, as a
+    /// fraction of one core.
+    pub cpu_fraction: f64,
+    /// CPU time (user + system) since the observer started, seconds.
+    pub cpu_seconds: f64,
+    /// Resident memory of the observer process, bytes.
+    pub rss_bytes: u64,
+    /// The kernel programs' side; null for a source without kernel programs.
+    pub kernel: Option<KernelCost>,
+}
+
+/// The kernel programs' cost and their ring buffer.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct KernelCost {
+    /// Size of the ring buffer, bytes.
+    pub ringbuf_bytes: u64,
+    /// The highest fill of the ring buffer (0..1, bytes not yet read / size) seen before a
+    /// read during the report interval.
+    pub ringbuf_fill: f64,
+    /// Kernel BPF run-time statistics are on (`kernel.bpf_stats_enabled`, or `run
+    /// --bpf-stats`): without them the programs' run counts and times stay 0.
+    pub bpf_stats: bool,
+    /// Each attached program (tail-called scoreboard programs are counted in the program
+    /// that called them).
+    pub programs: Vec<ProgramCost>,
+}
+
+/// One kernel program's runs, from its `bpf_prog_info`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ProgramCost {
+    /// The program's name (as bpftool shows it) and its hook: `xdp` or `tc`.
+    pub name: String,
+    pub hook: &'static str,
+    /// Runs and nanoseconds spent since the statistics were turned on (0 while off).
+    pub run_count: u64,
+    pub run_time_ns: u64,
+    /// `run_time_ns` / `run_count`; null before the first counted run.
+    pub ns_per_run: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]

@@ -739,6 +739,7 @@ fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health
             one(errors),
         );
     }
+    register_observer_cost(reg, m);
     reg.register(
         "roce_observer_scrapes",
         "Scrapes of /metrics served",
@@ -795,3 +796,79 @@ pub fn write_textfile(path: &std::path::Path, text: &str) -> std::io::Result<()>
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// What watching costs: events received, and (live runs) the process's CPU and memory, the
+/// ring buffer's fill and the kernel programs' runs (docs/metrics.md, "Observer cost").
+fn register_observer_cost(reg: &mut Registry, m: &crate::engine::snapshot::Summary) {
+    let by_kind = m
+        .events_by_kind
+        .iter()
+        .map(|(k, v)| (vec![("kind", (*k).to_string())], ConstCounter::new(*v)))
+        .collect();
+    reg.register(
+        "roce_observer_events",
+        "Ring-buffer records received, by kind",
+        ConstFamily(by_kind),
+    );
+    let gauge = |v: f64| ConstFamily(vec![(Labels::new(), ConstGauge::new(v))]);
+    reg.register(
+        "roce_observer_events_per_packet",
+        "Ring-buffer records received per frame seen",
+        gauge(m.events_per_packet),
+    );
+    let Some(cost) = &m.observer else {
+        return;
+    };
+    reg.register(
+        "roce_observer_cpu_seconds",
+        "CPU time (user + system) of the observer process",
+        ConstFamily(vec![(Labels::new(), ConstCounter::new(cost.cpu_seconds))]),
+    );
+    reg.register(
+        "roce_observer_resident_memory_bytes",
+        "Resident memory of the observer process",
+        ConstFamily(vec![(
+            Labels::new(),
+            ConstGauge::new(i64::try_from(cost.rss_bytes).unwrap_or(i64::MAX)),
+        )]),
+    );
+    let Some(kernel) = &cost.kernel else {
+        return;
+    };
+    reg.register(
+        "roce_observer_ringbuf_fill_ratio",
+        "Highest fill of the event ring buffer seen before a read in the last interval (0..1)",
+        gauge(kernel.ringbuf_fill),
+    );
+    reg.register(
+        "roce_observer_bpf_stats_enabled",
+        "1 while the kernel keeps BPF run-time statistics (program runs and times below)",
+        ConstFamily(vec![(
+            Labels::new(),
+            ConstGauge::new(i64::from(kernel.bpf_stats)),
+        )]),
+    );
+    let labels = |p: &crate::engine::snapshot::ProgramCost| {
+        vec![("program", p.name.clone()), ("hook", p.hook.to_string())]
+    };
+    let runs = kernel
+        .programs
+        .iter()
+        .map(|p| (labels(p), ConstCounter::new(p.run_count)))
+        .collect();
+    reg.register(
+        "roce_observer_program_runs",
+        "Runs of each attached kernel program (counted while BPF statistics are on)",
+        ConstFamily(runs),
+    );
+    let time = kernel
+        .programs
+        .iter()
+        .map(|p| (labels(p), ConstCounter::new(p.run_time_ns as f64 / 1e9)))
+        .collect();
+    reg.register(
+        "roce_observer_program_run_seconds",
+        "Time spent in each attached kernel program (counted while BPF statistics are on)",
+        ConstFamily(time),
+    );
+}

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::{
-    engine::snapshot::{FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot},
+    engine::snapshot::{FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot, Summary},
     format::{self, shorten as fit},
     severity::Severity,
 };
@@ -381,6 +381,41 @@ pub fn render_for(s: &Snapshot, width: Option<u16>) -> String {
     out
 }
 
+/// What watching costs: events (and their kinds), and for live runs the process's CPU and
+/// memory, the ring buffer's fill and the programs' ns per run.
+fn observer_line(m: &Summary) -> String {
+    let kinds: Vec<String> = m
+        .events_by_kind
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let mut line = format!(
+        "events {} ({:.4} per frame{}{})",
+        m.events,
+        m.events_per_packet,
+        if kinds.is_empty() { "" } else { ": " },
+        kinds.join(", ")
+    );
+    if let Some(c) = &m.observer {
+        let _ = write!(
+            line,
+            "  cpu {:.1}% of a core  rss {}",
+            c.cpu_fraction * 100.0,
+            format::bytes(c.rss_bytes)
+        );
+        if let Some(k) = &c.kernel {
+            let _ = write!(
+                line,
+                "  ring buffer {:.1}% full  {}",
+                k.ringbuf_fill * 100.0,
+                format::program_cost(k)
+            );
+        }
+    }
+    line
+}
+
 fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
     let mut out = String::new();
     let m = &s.summary;
@@ -405,6 +440,7 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         if m.pmtu_learned { " (learned)" } else { "" },
         m.link_gbps,
     );
+    wrap(&mut out, &observer_line(m), "", 118);
     if m.map_full + m.ringbuf_full + m.pending_full + m.tail_call_failed > 0 {
         let _ = writeln!(
             out,
