@@ -42,6 +42,43 @@ pub enum EventKind {
 pub const PATH_RESEND: u64 = 1 << 32;
 
 impl EventKind {
+    /// Every kind, in the order of [`EventKind::index`].
+    pub const ALL: [EventKind; 7] = [
+        EventKind::NewFlow,
+        EventKind::Pfc,
+        EventKind::Pause,
+        EventKind::Latency,
+        EventKind::DataRun,
+        EventKind::SignalRun,
+        EventKind::Path,
+    ];
+
+    /// Position in [`EventKind::ALL`] (dense, for per-kind counts).
+    pub const fn index(self) -> usize {
+        match self {
+            EventKind::NewFlow => 0,
+            EventKind::Pfc => 1,
+            EventKind::Pause => 2,
+            EventKind::Latency => 3,
+            EventKind::DataRun => 4,
+            EventKind::SignalRun => 5,
+            EventKind::Path => 6,
+        }
+    }
+
+    /// The kind's name in reports (`summary.events_by_kind`, docs/metrics.md).
+    pub const fn name(self) -> &'static str {
+        match self {
+            EventKind::NewFlow => "new_flow",
+            EventKind::Pfc => "pfc",
+            EventKind::Pause => "pause",
+            EventKind::Latency => "latency",
+            EventKind::DataRun => "data_run",
+            EventKind::SignalRun => "signal_run",
+            EventKind::Path => "path",
+        }
+    }
+
     pub const fn from_u32(v: u32) -> Option<EventKind> {
         Some(match v {
             1 => EventKind::NewFlow,
@@ -367,6 +404,19 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kind_index_is_its_place_in_all_and_round_trips() {
+        for (i, kind) in EventKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind.index(), i);
+            assert_eq!(EventKind::from_u32(kind as u32), Some(kind));
+        }
+        for (i, a) in EventKind::ALL.iter().enumerate() {
+            for b in &EventKind::ALL[i + 1..] {
+                assert_ne!(a.name(), b.name());
+            }
+        }
+    }
 
     #[test]
     fn constructors_round_trip_through_body() {

@@ -166,6 +166,23 @@ pub fn terminal_owned(s: String) -> String {
     s
 }
 
+/// The kernel programs' cost for a status line: `xdp 120 ns tc 85 ns` (ns per run), or what
+/// to do when the kernel keeps no statistics.
+pub fn program_cost(k: &crate::report::KernelCost) -> String {
+    if !k.bpf_stats {
+        return "program cost: BPF stats off (--bpf-stats)".into();
+    }
+    let parts: Vec<String> = k
+        .programs
+        .iter()
+        .map(|p| {
+            let per_run = p.ns_per_run.map_or("-".into(), |v| format!("{v:.0} ns"));
+            format!("{} {per_run}", p.hook)
+        })
+        .collect();
+    parts.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 pub mod analyze;
 pub mod cli;
 pub mod color;
+pub mod cost;
 pub mod counters;
 pub mod derived;
 pub mod engine;

@@ -17,9 +17,10 @@ use tokio::{
 };
 
 use crate::{
+    cost::CostMeter,
     engine::Engine,
     fail_on::{GateFailed, Judge},
-    report::{Beside, Snapshot},
+    report::{Beside, ObserverCost, Snapshot},
     sink::outputs::Outputs,
     source::{LiveSource, SourceState, hw::NicWatch, qp_owner::OwnerBook},
     tui::{self, Action, App, TerminalGuard},
@@ -130,6 +131,7 @@ impl Schedule {
         now: u64,
         interfaces: &[(String, bool)],
         outputs: &Outputs,
+        observer: Option<ObserverCost>,
     ) -> Snapshot {
         let nic = self.nic.as_mut().map(NicWatch::sample).unwrap_or_default();
         let qp_owners = match self.owners.as_mut() {
@@ -147,6 +149,7 @@ impl Schedule {
                 qp_owners,
                 interfaces_up: interfaces.iter().cloned().collect(),
                 outputs: outputs.health(),
+                observer,
             },
         )
     }
@@ -212,6 +215,7 @@ pub async fn run_live<S: LiveSource>(
     let mut gone: Vec<String> = Vec::new();
     // The source's log lines while the terminal UI is up, shown once it is gone.
     let mut held_log = Vec::new();
+    let mut meter = CostMeter::default();
     loop {
         tokio::select! {
             _ = &mut stop => break,
@@ -243,7 +247,8 @@ pub async fn run_live<S: LiveSource>(
                 source_log(src, ui.is_some(), &mut held_log);
                 let now = src.now_ns();
                 let interfaces = src.interfaces();
-                let snap = schedule.report(engine, now, &interfaces, &outputs);
+                let observer = Some(meter.interval(src.kernel_cost()));
+                let snap = schedule.report(engine, now, &interfaces, &outputs, observer);
                 gone = gone_interfaces(&interfaces);
                 outputs.interval(&snap, stdout)?;
                 // Under the terminal UI they wait for the final report.
@@ -291,11 +296,13 @@ pub async fn run_live<S: LiveSource>(
     source_log(src, false, &mut held_log);
     // Before stopping: a stopped kernel source has nothing attached to report on.
     let ifaces = src.interfaces();
+    let kernel_cost = src.kernel_cost();
     let warnings = src.stop();
     refreshed?;
     // The final report analyses the steps of everything seen (no reused analysis).
     engine.forget_steps_analysis();
-    let snap = schedule.report(engine, src.now_ns(), &ifaces, &outputs);
+    let observer = Some(meter.interval(kernel_cost));
+    let snap = schedule.report(engine, src.now_ns(), &ifaces, &outputs, observer);
     outputs.finish(&snap, stdout)?;
     // The interval that ended the run is the reason; else the final report is judged.
     let tripped = tripped.or_else(|| schedule.gate.judge.judge(&snap).err());
@@ -334,7 +341,7 @@ fn show_end<S: LiveSource>(
     };
     src.refresh(engine)?;
     engine.forget_steps_analysis();
-    let snap = schedule.report(engine, src.now_ns(), &src.interfaces(), outputs);
+    let snap = schedule.report(engine, src.now_ns(), &src.interfaces(), outputs, None);
     ui.app.update(Action::Snapshot(Box::new(snap)));
     ui.app.update(Action::SourceEnded);
     ui.draw()?;
@@ -350,6 +357,7 @@ mod tests {
     use super::*;
     use crate::{
         engine::EngineConfig,
+        report::{KernelCost, ProgramCost},
         sink::outputs::{IntervalTables, OutputPlan},
     };
 
@@ -396,6 +404,62 @@ mod tests {
             let up = self.removed_after.is_none_or(|n| self.next < n);
             vec![("veth-gone".into(), up), ("veth-kept".into(), true)]
         }
+        fn kernel_cost(&mut self) -> Option<KernelCost> {
+            Some(KernelCost {
+                ringbuf_bytes: 1 << 20,
+                ringbuf_fill: 0.25,
+                bpf_stats: true,
+                programs: vec![ProgramCost {
+                    name: "roce_observer_xdp".into(),
+                    hook: "xdp",
+                    run_count: 4,
+                    run_time_ns: 1000,
+                    ns_per_run: Some(250.0),
+                }],
+            })
+        }
+    }
+
+    /// Every report carries what watching costs: the process's CPU and memory as measured,
+    /// and the source's kernel side as it gave it, in the JSON document and in Prometheus.
+    #[test]
+    fn the_observers_own_cost_is_in_the_reports() {
+        let mut src = three_intervals();
+        let prom = temp_log("cost.prom");
+        let plan = OutputPlan {
+            prom_file: Some(prom.clone()),
+            ..plan_off()
+        };
+        let (stdout, _) = run_gated(&mut src, plan, Gate::default());
+        let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+        let cost = &doc["summary"]["observer"];
+        assert!(cost["rss_bytes"].as_u64().expect("rss") > 1 << 20, "{cost}");
+        assert!(cost["cpu_seconds"].as_f64().expect("cpu") > 0.0, "{cost}");
+        assert!(
+            cost["cpu_fraction"].as_f64().expect("fraction") >= 0.0,
+            "{cost}"
+        );
+        assert_eq!(cost["kernel"]["ringbuf_fill"], 0.25);
+        assert_eq!(cost["kernel"]["programs"][0]["ns_per_run"], 250.0);
+        let text = std::fs::read_to_string(&prom).expect("metrics file");
+        for line in [
+            "\nroce_observer_ringbuf_fill_ratio 0.25\n",
+            "\nroce_observer_bpf_stats_enabled 1\n",
+            "\nroce_observer_program_runs_total{program=\"roce_observer_xdp\",hook=\"xdp\"} 4\n",
+            "\nroce_observer_program_run_seconds_total{program=\"roce_observer_xdp\",hook=\"xdp\"} 0.000001\n",
+            "\nroce_observer_events_total{kind=\"latency\"} 0\n",
+            "\nroce_observer_events_per_packet 0.0\n",
+        ] {
+            assert!(text.contains(line), "{line} not in {text}");
+        }
+        assert!(
+            text.contains("\nroce_observer_resident_memory_bytes "),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nroce_observer_cpu_seconds_total "),
+            "{text}"
+        );
     }
 
     const SEC: u64 = 1_000_000_000;

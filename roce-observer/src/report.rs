@@ -37,4 +37,6 @@ pub struct Beside {
     /// The interfaces `run -i` watches and whether each is still there.
     pub interfaces_up: BTreeMap<String, bool>,
     pub outputs: OutputHealth,
+    /// What watching costs (live runs).
+    pub observer: Option<ObserverCost>,
 }

@@ -111,6 +111,12 @@ pub struct RunArgs {
     /// the kernel programs' per-packet time); for monitor hosts at line rate.
     #[arg(long)]
     pub no_steps: bool,
+    /// Interfaces only: turn the kernel's BPF run-time statistics on while the observer runs
+    /// (off again when it exits), so that reports show each program's runs and ns per run
+    /// (`summary.observer`). They cost every BPF program on the host two clock reads per
+    /// run; without this flag they are shown only when `sysctl kernel.bpf_stats_enabled=1`.
+    #[arg(long)]
+    pub bpf_stats: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -308,6 +314,7 @@ async fn run_kernel<F: Future<Output = ()>>(
         burst_window_ns: cfg.burst_window_ns,
         kernel_log: args.kernel_log,
         runs: !args.no_steps,
+        bpf_stats: args.bpf_stats,
         ..KernelOptions::default()
     };
     let mut src = KernelSource::load(&opts)?;

@@ -22,7 +22,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
-use roce_observer_common::observe::Stage;
+use roce_observer_common::{EventKind, observe::Stage};
 
 use crate::{sh, steady_frames, write_pcap};
 
@@ -88,10 +88,16 @@ fn per_run(
     Ok((ns, runs))
 }
 
+/// Events drained, by `EventKind::index`.
+type Kinds = [usize; EventKind::ALL.len()];
+
+/// Entries of the floor programs' maps: the hash floor's 65,536 (floor.rs).
+const FLOOR_ENTRIES: u32 = 65_536;
+
 /// Replay `pcap` out of `iface` at top speed while draining the ring buffer every 10 ms, as the
 /// observer's reader would (more often than its report tick); returns the replay's duration and
-/// the events drained.
-fn replay(src: &mut KernelSource, pcap: &Path, iface: &str) -> anyhow::Result<(Duration, usize)> {
+/// the events drained, by kind.
+fn replay(src: &mut KernelSource, pcap: &Path, iface: &str) -> anyhow::Result<(Duration, Kinds)> {
     let start = Instant::now();
     let mut child = Command::new("tcpreplay")
         .args(["-q", "--topspeed", "-i", iface])
@@ -99,9 +105,14 @@ fn replay(src: &mut KernelSource, pcap: &Path, iface: &str) -> anyhow::Result<(D
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("starting tcpreplay")?;
-    let mut events = 0;
+    let mut events = Kinds::default();
+    let mut count = |ev: &roce_observer_common::Event| {
+        if let Some(kind) = ev.kind() {
+            events[kind.index()] += 1;
+        }
+    };
     let status = loop {
-        events += src.drain_events(|_| {});
+        src.drain_events(&mut count);
         if let Some(status) = child.try_wait()? {
             break status;
         }
@@ -113,7 +124,7 @@ fn replay(src: &mut KernelSource, pcap: &Path, iface: &str) -> anyhow::Result<(D
     }
     // Let the receiving veth's softirq finish with the last frames.
     std::thread::sleep(Duration::from_millis(300));
-    events += src.drain_events(|_| {});
+    src.drain_events(&mut count);
     Ok((took, events))
 }
 
@@ -207,7 +218,7 @@ fn staged(opts: &KernelOptions, pcap: &Path, ns: &Netns) -> anyhow::Result<[(f64
         let before = src.program_stats(BenchProgram::Xdp)?;
         let (_, events) = replay(&mut src, pcap, &ns.a)?;
         let (ns_pkt, runs) = per_run(&src, BenchProgram::Xdp, before)?;
-        *pass = (ns_pkt, runs, events);
+        *pass = (ns_pkt, runs, events.iter().sum());
     }
     let _ = src.detach_all();
     Ok(out)
@@ -221,7 +232,7 @@ fn floor_passes(
     ns: &Netns,
 ) -> anyhow::Result<[(f64, u64, usize); 2]> {
     let mut src = KernelSource::load(&KernelOptions {
-        floor_entries: 16384,
+        floor_entries: FLOOR_ENTRIES,
         ..KernelOptions::default()
     })?;
     let id = src.attach_baseline(program, &ns.b)?;
@@ -643,11 +654,11 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
     );
     let pct = |events: usize, runs: u64| 100.0 * events as f64 / runs.max(1) as f64;
     let observer = [
-        (steady, steady_runs, steady_events),
-        (storm, storm_runs, storm_events),
+        (steady, steady_runs, steady_events.iter().sum()),
+        (storm, storm_runs, storm_events.iter().sum()),
     ];
     for (name, [(s, sr, se), (r, rr, re)]) in [
-        ("floor: hash-map count (fixed offsets)", floors[0]),
+        ("floor: hash map 64k (sip,dip,sport,qp) pk+B", floors[0]),
         ("floor: array-slot count (fixed offsets)", floors[1]),
         ("parse only (frames on another UDP port)", parse),
         ("+ flow lookup (stage: lookup)", lookup),
@@ -678,6 +689,25 @@ fn run_in_namespace(pcap: &Path, qps: u32) -> anyhow::Result<()> {
         );
         println!("(ROCE_BENCH_OBSERVER = {bin}, attached as a process that drains its own events)");
     }
+    for (pass, kinds, runs) in [
+        ("steady", steady_events, steady_runs),
+        ("storm", storm_events, storm_runs),
+    ] {
+        let parts: Vec<String> = EventKind::ALL
+            .iter()
+            .map(|k| format!("{} {:.2}%", k.name(), pct(kinds[k.index()], runs)))
+            .collect();
+        println!(
+            "observer events, {pass}, % of packets by kind: {}",
+            parts.join(", ")
+        );
+    }
+    let floor = floors[0];
+    println!(
+        "observer XDP / hash floor ({qps} QPs): steady {:.2}x, storm {:.2}x (target <= 1.3x)",
+        steady / floor[0].0.max(1.0),
+        storm / floor[1].0.max(1.0)
+    );
     println!(
         "replay rate: steady {:.0} pkts/s, storm {:.0} pkts/s",
         steady_runs as f64 / took.as_secs_f64().max(1e-9),

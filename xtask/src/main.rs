@@ -58,10 +58,10 @@ struct BenchArgs {
     /// Runs per frame in the kernel benchmark.
     #[arg(long, default_value_t = 200_000)]
     kernel_repeat: u32,
-    /// Queue pairs in the kernel veth replay (steady traffic and a retransmission storm,
-    /// timed by kernel BPF statistics); 0 skips it.
-    #[arg(long, default_value_t = 1_000)]
-    kernel_qps: u32,
+    /// Queue-pair counts of the kernel veth replay, comma-separated (steady traffic and a
+    /// retransmission storm at each, timed by kernel BPF statistics); 0 skips it.
+    #[arg(long, default_value = "100,1000,10000")]
+    kernel_qps: String,
 }
 
 fn bench(args: &BenchArgs) -> anyhow::Result<()> {
@@ -80,7 +80,7 @@ fn bench(args: &BenchArgs) -> anyhow::Result<()> {
             .args(["run", "--quiet", "--release", "-p", "roce-observer-tools"])
             .args(["--bin", "kernel-bench", "--"])
             .arg(args.kernel_repeat.to_string())
-            .arg(args.kernel_qps.to_string()),
+            .arg(&args.kernel_qps),
     )
 }
 

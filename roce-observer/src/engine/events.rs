@@ -15,6 +15,9 @@ impl Engine {
         let Some(body) = ev.body() else {
             return;
         };
+        if let Some(kind) = ev.kind() {
+            self.events[kind.index()] += 1;
+        }
         let ts = ev.ts_ns;
         let d = Direction::from_u8(ev.flow.direction);
         match body {

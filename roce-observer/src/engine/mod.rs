@@ -12,7 +12,7 @@
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
 //! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started); `report` builds the snapshot, whose types ([`crate::report`]) import nothing from here.
+//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started), `lossless` (ECN before PFC, ECN at low load, PFC deadlock); `report` builds the snapshot, whose types ([`crate::report`]) import nothing from here.
 
 pub mod alerts;
 mod capture;
@@ -22,6 +22,7 @@ mod events;
 pub mod flows;
 pub mod latency;
 mod live;
+pub mod lossless;
 pub mod pathloss;
 pub mod pfc;
 pub mod pfc_origin;
@@ -35,7 +36,7 @@ use std::{
 };
 
 use roce_observer_common::{
-    Counter, Direction, Event, FlowKey, PfcKey,
+    Counter, Direction, Event, EventKind, FlowKey, PfcKey,
     mirror::{MirrorKey, MirrorStats},
 };
 
@@ -142,6 +143,9 @@ pub struct Engine {
     capture: Option<CaptureSummary>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
+    /// Events received, by `EventKind::index`: ring-buffer records on the kernel path, the
+    /// records the shared observation would have sent on the capture path.
+    events: [u64; EventKind::ALL.len()],
     /// Byte series and per-flow activity for training steps (capture path: per packet;
     /// kernel path: run events and flow reads).
     steps: Steps,
@@ -155,6 +159,8 @@ pub struct Engine {
     paths: PathLoss,
     /// PFC/PAUSE frame times per source, for the storm origin.
     pauses: PauseLog,
+    /// Lossless-class diagnosis (lossless.rs).
+    lossless: lossless::Lossless,
     /// Tells engines apart (a kernel source skips map entries it already gave this engine).
     id: u64,
     /// The last snapshot's per-flow results, kept so that the next one redoes only the flows
@@ -208,11 +214,13 @@ impl Engine {
             interval_start: None,
             capture: None,
             event_buf: Vec::new(),
+            events: [0; EventKind::ALL.len()],
             steps: Steps::default(),
             steps_from_runs: false,
             paths_from_events: false,
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
+            lossless: lossless::Lossless::default(),
             shown: RefCell::default(),
             steps_cache: RefCell::default(),
             dirty: RefCell::default(),

@@ -7,7 +7,7 @@ use std::{
 };
 
 use roce_observer_common::{
-    Counter, Direction, FlowKey, FlowStats,
+    Counter, Direction, EventKind, FlowKey, FlowStats,
     mirror::SEQ_SEEN,
     pfc::{PRIORITY_LINK, quanta_to_ns},
 };
@@ -20,6 +20,7 @@ use super::{
     ecmp_advice,
     flows::{self, FastHash, FlowEntry},
     latency::{rtt_summary, sketch},
+    lossless::{self, lossless_alert},
     show_mac, steps,
 };
 use crate::report::{
@@ -52,6 +53,15 @@ struct FlowPass<'a> {
     troubled: Vec<(&'a FlowKey, &'a FlowStats)>,
     ecmp: Vec<FlowLoad>,
     with_samples: u64,
+}
+
+/// `events` per packet of `packets` (0 without packets).
+fn per_packet(events: u64, packets: u64) -> f64 {
+    if packets == 0 {
+        0.0
+    } else {
+        events as f64 / packets as f64
+    }
 }
 
 /// The latency summary of every flow without samples (one, shared).
@@ -88,6 +98,7 @@ impl Engine {
             qp_owners,
             interfaces_up,
             outputs,
+            observer,
         } = beside;
         let start = self.interval_start.or(self.first_ns).unwrap_or(now_ns);
         let interval_ns = now_ns.saturating_sub(start);
@@ -191,6 +202,13 @@ impl Engine {
             m.qp_advice = ecmp_advice::qp_counts(m, self.cfg.roce_port);
         }
 
+        let lossless = self.lossless_findings(now_ns);
+        alerts.extend(lossless.iter().map(lossless_alert));
+        let mut pfc_origin = self.pfc_origin(now_ns);
+        if let Some(o) = pfc_origin.as_mut() {
+            lossless::unroot(o, &lossless);
+        }
+
         let ringbuf_full = total(Counter::RingbufFull);
         Snapshot {
             schema_version: SCHEMA_VERSION,
@@ -209,6 +227,16 @@ impl Engine {
                 tail_call_failed: total(Counter::TailCallFailed),
                 events_lost: ringbuf_full,
                 mirror_seq_lost: mirror.iter().map(|m| m.seq_lost).sum(),
+                events: self.events.iter().sum(),
+                events_per_packet: per_packet(
+                    self.events.iter().sum(),
+                    total(Counter::TotalPackets),
+                ),
+                events_by_kind: EventKind::ALL
+                    .iter()
+                    .map(|k| (k.name(), self.events[k.index()]))
+                    .collect(),
+                observer,
                 flows: flows.len() as u64,
                 pmtu: self.pmtu,
                 pmtu_learned: self.pmtu_learned,
@@ -236,7 +264,8 @@ impl Engine {
             ecmp,
             alerts,
             paths: self.path_pairs(),
-            pfc_origin: self.pfc_origin(),
+            pfc_origin,
+            lossless,
             steps: self.steps_snapshot(),
             nic,
             qp_owners,

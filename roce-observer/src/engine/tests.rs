@@ -114,6 +114,41 @@ fn latency_sample_on_the_request_flow_and_peers_learned() {
     assert_eq!(s.latency.pending, 0);
 }
 
+/// The capture path counts the records its shared observation sends, by kind: here two new
+/// flows and one latency sample in four frames; the kernel path counts what it receives.
+#[test]
+fn events_are_counted_by_kind_on_both_paths() {
+    let mut e = Engine::new(EngineConfig::default());
+    feed(
+        &mut e,
+        T0,
+        Pkt {
+            ack_req: true,
+            ..req(100)
+        },
+    );
+    feed(&mut e, T0 + 7 * US, ack(100));
+    feed(&mut e, T0 + 8 * US, req(101));
+    feed(&mut e, T0 + 9 * US, req(102));
+    let s = e.snapshot(e.last_ts()).summary;
+    assert_eq!(s.events_by_kind["new_flow"], 2, "{:?}", s.events_by_kind);
+    assert_eq!(s.events_by_kind["latency"], 1, "{:?}", s.events_by_kind);
+    assert_eq!(s.events, 3);
+    assert_eq!(s.events_by_kind.values().sum::<u64>(), s.events);
+    assert_eq!(s.events_per_packet, 3.0 / 4.0);
+    assert_eq!(s.observer, None);
+
+    let mut live = Engine::new(EngineConfig::default());
+    let key = *e.flows.keys().next().expect("a flow");
+    live.ingest_event(&Event::new_flow(&key).at(T0));
+    live.ingest_event(&Event::latency(&key, 5_000, 0x11).at(T0 + 5 * US));
+    live.ingest_event(&Event::latency(&key, 6_000, 0x11).at(T0 + 6 * US));
+    live.update_counter(Direction::Ingress, Counter::TotalPackets, 30);
+    let s = live.snapshot(T0 + 6 * US).summary;
+    assert_eq!((s.events, s.events_by_kind["latency"]), (3, 2));
+    assert_eq!(s.events_per_packet, 0.1);
+}
+
 #[test]
 fn retransmitted_request_is_not_timestamped() {
     let mut e = Engine::new(EngineConfig::default());
@@ -582,6 +617,7 @@ fn report_assembles_the_sections_from_beside_the_engine() {
                 log_records_lost: Some(3),
                 prom_file_errors: Some(1),
             },
+            observer: None,
         },
     );
     assert_eq!(s.nic, [port]);

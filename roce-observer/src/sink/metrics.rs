@@ -33,7 +33,7 @@ use prometheus_client::{
 use roce_observer_common::flow::{NAK_CLASSES, nak};
 
 use crate::engine::flows::FastHash;
-use crate::report::{FlowSnapshot, LATENCY_BUCKETS_NS, RttSummary, Snapshot};
+use crate::report::{FlowSnapshot, LATENCY_BUCKETS_NS, LosslessFinding, RttSummary, Snapshot};
 
 /// Host pairs exported, most bytes first.
 pub const MAX_HOST_PAIRS: usize = 256;
@@ -432,6 +432,7 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
     register_owners(&mut reg, &chosen);
     register_nic(&mut reg, snap);
     register_pfc(&mut reg, snap);
+    register_lossless(&mut reg, snap);
     register_mirrors(&mut reg, snap);
     register_summary(&mut reg, snap, chosen.len(), health);
     reg
@@ -584,6 +585,59 @@ fn register_pfc(reg: &mut Registry, snap: &Snapshot) {
     );
 }
 
+/// Lossless-class findings per point and priority (docs/metrics.md, "Lossless class
+/// diagnosis"): one series per finding and point (a deadlock: each member of its cycle), and
+/// the figures each rule is judged on.
+fn register_lossless(reg: &mut Registry, snap: &Snapshot) {
+    let labels = |f: &LosslessFinding, point: &str| -> Labels {
+        vec![
+            ("kind", f.kind.to_string()),
+            ("iface", point.to_string()),
+            ("priority", f.priority.to_string()),
+        ]
+    };
+    let at = |f: &LosslessFinding| -> Labels {
+        vec![
+            ("iface", f.points.join(",")),
+            ("priority", f.priority.to_string()),
+        ]
+    };
+    let found = snap
+        .lossless
+        .iter()
+        .flat_map(|f| {
+            f.points
+                .iter()
+                .map(move |p| (labels(f, p), ConstGauge::new(1)))
+        })
+        .collect();
+    reg.register(
+        "roce_lossless_finding",
+        "1 per lossless-class finding (pfc_before_ecn, ecn_at_low_load, deadlock) and point",
+        ConstFamily(found),
+    );
+    let share = snap
+        .lossless
+        .iter()
+        .filter_map(|f| Some((at(f), ConstGauge::new(f.episodes.as_ref()?.pfc_first_share))))
+        .collect();
+    reg.register(
+        "roce_lossless_pfc_first_ratio",
+        "Share of congestion episodes whose first XOFF came before the first ECN mark",
+        ConstFamily(share),
+    );
+    let starts = snap
+        .lossless
+        .iter()
+        .filter_map(|f| Some((at(f), ConstGauge::new(f.load.as_ref()?.marking_starts_at))))
+        .collect();
+    reg.register(
+        "roce_lossless_marking_start_ratio",
+        "Lowest utilisation of a load interval with CE marks (marking at low load)",
+        ConstFamily(starts),
+    );
+}
+
 fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health: &Health) {
     let m = &snap.summary;
     let frames = [
@@ -683,6 +737,7 @@ fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health
             one(errors),
         );
     }
+    register_observer_cost(reg, m);
     reg.register(
         "roce_observer_scrapes",
         "Scrapes of /metrics served",
@@ -739,3 +794,79 @@ pub fn write_textfile(path: &std::path::Path, text: &str) -> std::io::Result<()>
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// What watching costs: events received, and (live runs) the process's CPU and memory, the
+/// ring buffer's fill and the kernel programs' runs (docs/metrics.md, "Observer cost").
+fn register_observer_cost(reg: &mut Registry, m: &crate::report::Summary) {
+    let by_kind = m
+        .events_by_kind
+        .iter()
+        .map(|(k, v)| (vec![("kind", (*k).to_string())], ConstCounter::new(*v)))
+        .collect();
+    reg.register(
+        "roce_observer_events",
+        "Ring-buffer records received, by kind",
+        ConstFamily(by_kind),
+    );
+    let gauge = |v: f64| ConstFamily(vec![(Labels::new(), ConstGauge::new(v))]);
+    reg.register(
+        "roce_observer_events_per_packet",
+        "Ring-buffer records received per frame seen",
+        gauge(m.events_per_packet),
+    );
+    let Some(cost) = &m.observer else {
+        return;
+    };
+    reg.register(
+        "roce_observer_cpu_seconds",
+        "CPU time (user + system) of the observer process",
+        ConstFamily(vec![(Labels::new(), ConstCounter::new(cost.cpu_seconds))]),
+    );
+    reg.register(
+        "roce_observer_resident_memory_bytes",
+        "Resident memory of the observer process",
+        ConstFamily(vec![(
+            Labels::new(),
+            ConstGauge::new(i64::try_from(cost.rss_bytes).unwrap_or(i64::MAX)),
+        )]),
+    );
+    let Some(kernel) = &cost.kernel else {
+        return;
+    };
+    reg.register(
+        "roce_observer_ringbuf_fill_ratio",
+        "Highest fill of the event ring buffer seen before a read in the last interval (0..1)",
+        gauge(kernel.ringbuf_fill),
+    );
+    reg.register(
+        "roce_observer_bpf_stats_enabled",
+        "1 while the kernel keeps BPF run-time statistics (program runs and times below)",
+        ConstFamily(vec![(
+            Labels::new(),
+            ConstGauge::new(i64::from(kernel.bpf_stats)),
+        )]),
+    );
+    let labels = |p: &crate::report::ProgramCost| {
+        vec![("program", p.name.clone()), ("hook", p.hook.to_string())]
+    };
+    let runs = kernel
+        .programs
+        .iter()
+        .map(|p| (labels(p), ConstCounter::new(p.run_count)))
+        .collect();
+    reg.register(
+        "roce_observer_program_runs",
+        "Runs of each attached kernel program (counted while BPF statistics are on)",
+        ConstFamily(runs),
+    );
+    let time = kernel
+        .programs
+        .iter()
+        .map(|p| (labels(p), ConstCounter::new(p.run_time_ns as f64 / 1e9)))
+        .collect();
+    reg.register(
+        "roce_observer_program_run_seconds",
+        "Time spent in each attached kernel program (counted while BPF statistics are on)",
+        ConstFamily(time),
+    );
+}

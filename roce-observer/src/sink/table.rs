@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 
 use crate::{
     format::{self, shorten as fit},
-    report::{FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot, steps::steps_window},
+    report::{
+        FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot, Summary, steps::steps_window,
+    },
     severity::Severity,
 };
 
@@ -368,6 +370,41 @@ pub fn render_for(s: &Snapshot, width: Option<u16>) -> String {
     out
 }
 
+/// What watching costs: events (and their kinds), and for live runs the process's CPU and
+/// memory, the ring buffer's fill and the programs' ns per run.
+fn observer_line(m: &Summary) -> String {
+    let kinds: Vec<String> = m
+        .events_by_kind
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let mut line = format!(
+        "events {} ({:.4} per frame{}{})",
+        m.events,
+        m.events_per_packet,
+        if kinds.is_empty() { "" } else { ": " },
+        kinds.join(", ")
+    );
+    if let Some(c) = &m.observer {
+        let _ = write!(
+            line,
+            "  cpu {:.1}% of a core  rss {}",
+            c.cpu_fraction * 100.0,
+            format::bytes(c.rss_bytes)
+        );
+        if let Some(k) = &c.kernel {
+            let _ = write!(
+                line,
+                "  ring buffer {:.1}% full  {}",
+                k.ringbuf_fill * 100.0,
+                format::program_cost(k)
+            );
+        }
+    }
+    line
+}
+
 fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
     let mut out = String::new();
     let m = &s.summary;
@@ -392,6 +429,7 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         if m.pmtu_learned { " (learned)" } else { "" },
         m.link_gbps,
     );
+    wrap(&mut out, &observer_line(m), "", 118);
     if m.map_full + m.ringbuf_full + m.pending_full + m.tail_call_failed > 0 {
         let _ = writeln!(
             out,
@@ -528,19 +566,31 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
 
     if let Some(o) = &s.pfc_origin {
         let prio = |p: Option<u8>| p.map(|v| v.to_string()).unwrap_or_else(|| "link".into());
-        let _ = writeln!(
-            out,
-            "pfc storm origin: #{} {}/{} {} prio {}, {} more paused after it (chain of {} hops); {} sources paused within {:.1} ms:",
-            o.origin_index + 1,
-            o.origin.iface,
-            o.origin.direction,
-            o.origin.src_mac,
-            prio(o.origin.priority),
-            o.reached,
-            o.hops,
-            o.sources.len(),
-            o.spread_ms
-        );
+        match (&o.origin, o.origin_index) {
+            (Some(origin), Some(index)) => {
+                let _ = writeln!(
+                    out,
+                    "pfc storm origin: #{} {}/{} {} prio {}, {} more paused after it (chain of {} hops); {} sources paused within {:.1} ms:",
+                    index + 1,
+                    origin.iface,
+                    origin.direction,
+                    origin.src_mac,
+                    prio(origin.priority),
+                    o.reached,
+                    o.hops,
+                    o.sources.len(),
+                    o.spread_ms
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "pfc storm origin: none, the pauses form a deadlock cycle (see lossless); {} sources paused within {:.1} ms:",
+                    o.sources.len(),
+                    o.spread_ms
+                );
+            }
+        }
         for (i, src) in o.sources.iter().enumerate().take(8) {
             let by = match (src.paused_by, src.evidence) {
                 (Some(p), Some(ev)) => format!("  after #{} ({ev})", p + 1),

@@ -9,7 +9,7 @@ pub mod qp_owner;
 
 use std::os::fd::RawFd;
 
-use crate::engine::Engine;
+use crate::{engine::Engine, report::KernelCost};
 
 /// Whether a live source can still produce data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +48,12 @@ pub trait LiveSource {
     /// still leads to the interface they were attached to); none for a capture.
     fn interfaces(&self) -> Vec<(String, bool)> {
         Vec::new()
+    }
+
+    /// What the source's kernel programs cost and how full their ring buffer got since the
+    /// last call; None for a source without kernel programs.
+    fn kernel_cost(&mut self) -> Option<KernelCost> {
+        None
     }
 
     /// Diagnostic lines from the source itself since the last call (the kernel programs'

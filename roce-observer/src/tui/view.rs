@@ -226,6 +226,28 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         ));
     }
     second.push((Span::raw(format!("pmtu {}", s.pmtu)), 3));
+    // What watching costs (live runs), after everything about the traffic.
+    if let Some(c) = &s.observer {
+        second.push((
+            Span::raw(format!(
+                "cpu {:.1}% rss {}",
+                c.cpu_fraction * 100.0,
+                format::bytes(c.rss_bytes)
+            )),
+            3,
+        ));
+        second.push((Span::raw(format!("ev/pkt {:.4}", s.events_per_packet)), 4));
+        if let Some(k) = &c.kernel {
+            second.push((
+                Span::raw(format!(
+                    "ring {:.0}% {}",
+                    k.ringbuf_fill * 100.0,
+                    format::program_cost(k)
+                )),
+                4,
+            ));
+        }
+    }
     frame.render_widget(
         Paragraph::new(vec![
             columns::line(first, area.width),

@@ -214,11 +214,15 @@ fn main() -> anyhow::Result<()> {
         counters[0][roce_observer_common::Counter::RingbufFull as usize]
     );
     drop(src);
-    let qps: u32 = std::env::args()
+    // Queue-pair counts of the veth replay, comma-separated (0: none).
+    let qps: Vec<u32> = std::env::args()
         .nth(2)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
-    if qps > 0 {
+        .unwrap_or_else(|| "100,1000,10000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .filter(|&q| q > 0)
+        .collect();
+    for qps in qps {
         roce_observer_tools::veth::run(qps, (100_000 / qps).max(1))?;
     }
     let user_flows: u32 = std::env::args()

@@ -15,8 +15,9 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::report::{
-    AlertSnapshot, EcmpSnapshot, FlowId, FlowSnapshot, LatencySnapshot, MirrorSnapshot,
-    MirrorSource, PathPair, PfcOrigin, PfcSnapshot, Snapshot, StepsSnapshot, Summary,
+    AlertSnapshot, EcmpSnapshot, FlowId, FlowSnapshot, LatencySnapshot, LosslessFinding,
+    MirrorSnapshot, MirrorSource, PathPair, PfcOrigin, PfcSnapshot, Snapshot, StepsSnapshot,
+    Summary,
 };
 
 /// Version of the log line schema; changes are additive only (docs/log-schema.md).
@@ -169,7 +170,8 @@ struct EcmpLine<'a> {
     ecmp: &'a EcmpSnapshot,
 }
 
-/// The causes of the document (training steps, path loss, PFC storm origin) on one line.
+/// The causes of the document (training steps, path loss, PFC storm origin, lossless-class
+/// findings) on one line.
 #[derive(Serialize)]
 struct DiagnosisLine<'a> {
     #[serde(flatten)]
@@ -177,6 +179,7 @@ struct DiagnosisLine<'a> {
     steps: &'a Option<StepsSnapshot>,
     paths: &'a [PathPair],
     pfc_origin: &'a Option<PfcOrigin>,
+    lossless: &'a [LosslessFinding],
 }
 
 /// The log's own health, carried on every summary line.
@@ -246,7 +249,12 @@ pub struct Baseline {
     diagnosis: Diagnosis,
 }
 
-type Diagnosis = (Option<StepsSnapshot>, Vec<PathPair>, Option<PfcOrigin>);
+type Diagnosis = (
+    Option<StepsSnapshot>,
+    Vec<PathPair>,
+    Option<PfcOrigin>,
+    Vec<LosslessFinding>,
+);
 
 /// The baseline a batch leaves behind once it is written, as changes to the current one.
 pub struct NextBaseline {
@@ -416,15 +424,22 @@ pub fn build(
         push_line(&mut text, &mut records, &line);
     }
     // Causes: when there are any, in full batches and whenever they changed.
-    let found = snap.steps.is_some() || !snap.paths.is_empty() || snap.pfc_origin.is_some();
-    let (b_steps, b_paths, b_origin) = &base.diagnosis;
-    let changed = *b_steps != snap.steps || *b_paths != snap.paths || *b_origin != snap.pfc_origin;
+    let found = snap.steps.is_some()
+        || !snap.paths.is_empty()
+        || snap.pfc_origin.is_some()
+        || !snap.lossless.is_empty();
+    let (b_steps, b_paths, b_origin, b_lossless) = &base.diagnosis;
+    let changed = *b_steps != snap.steps
+        || *b_paths != snap.paths
+        || *b_origin != snap.pfc_origin
+        || *b_lossless != snap.lossless;
     if found && (full || changed) {
         let line = DiagnosisLine {
             head: head("diagnosis"),
             steps: &snap.steps,
             paths: &snap.paths,
             pfc_origin: &snap.pfc_origin,
+            lossless: &snap.lossless,
         };
         push_line(&mut text, &mut records, &line);
     }
@@ -432,6 +447,7 @@ pub fn build(
         snap.steps.clone(),
         snap.paths.clone(),
         snap.pfc_origin.clone(),
+        snap.lossless.clone(),
     );
     // The summary line counts itself and this batch among the written records only once the
     // batch is written; it reports the health as of the batch's start.

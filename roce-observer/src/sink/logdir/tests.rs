@@ -735,6 +735,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "steps",
             "paths",
             "pfc_origin",
+            "lossless",
         ],
     ),
     (

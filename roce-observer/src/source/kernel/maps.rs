@@ -224,6 +224,10 @@ impl KernelSource {
 
     /// Hand every queued event to `f` (timestamps converted to epoch ns); returns how many.
     pub fn drain_events(&mut self, mut f: impl FnMut(&Event)) -> usize {
+        // How full it got: read before every drain, the highest kept for the report.
+        if let Some(fill) = self.ring_fill.as_mut() {
+            fill.sample();
+        }
         let mut n = 0;
         while let Some(item) = self.events.next() {
             if let Some(mut ev) = Event::from_bytes(&item) {

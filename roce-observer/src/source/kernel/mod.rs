@@ -7,6 +7,7 @@
 
 pub mod attach;
 mod batch;
+pub mod cost;
 pub mod error;
 pub mod kernel_log;
 pub mod maps;
@@ -33,6 +34,7 @@ use probe::kernel_release;
 
 use crate::{
     engine::Engine,
+    report::KernelCost,
     source::{LiveSource, SourceState},
 };
 
@@ -82,6 +84,9 @@ pub struct KernelOptions {
     /// Benchmarks only: entries of the floor programs' maps (a power of two; 0 = one entry,
     /// the product never runs them). See roce-observer-ebpf/src/floor.rs.
     pub floor_entries: u32,
+    /// Turn the kernel's BPF run-time statistics on while the programs are loaded (`run
+    /// --bpf-stats`; off: they are reported only if the sysctl has them on).
+    pub bpf_stats: bool,
 }
 
 impl Default for KernelOptions {
@@ -99,6 +104,7 @@ impl Default for KernelOptions {
             kernel_log: false,
             runs: true,
             floor_entries: 0,
+            bpf_stats: false,
         }
     }
 }
@@ -122,6 +128,10 @@ pub struct KernelSource {
     kernel_log: kernel_log::Reader,
     /// Chunk buffers of the flow table read, and fingerprints of the last read.
     flow_buffers: FlowBuffers,
+    /// The ring buffer's fill (None if its pages could not be mapped).
+    ring_fill: Option<cost::RingFill>,
+    /// Keeps BPF run-time statistics on while it lives (`KernelOptions::bpf_stats`).
+    _stats: Option<std::os::fd::OwnedFd>,
 }
 
 /// The chunk buffers of the flow table read (maps.rs), and a fingerprint of each entry as read
@@ -250,6 +260,11 @@ impl KernelSource {
         let events = ebpf
             .take_map("EVENTS")
             .ok_or_else(|| KernelError::Load("the object has no EVENTS ring buffer".into()))?;
+        // Data bytes of the ring buffer (its max_entries), for its fill.
+        let events_bytes = match &events {
+            aya::maps::Map::RingBuf(data) => data.info().ok().map(|i| u64::from(i.max_entries())),
+            _ => None,
+        };
         // A map type this kernel does not know is a kernel without ring buffers.
         let events = RingBuf::try_from(events).map_err(|source| match source {
             MapError::InvalidMapType { .. } => KernelError::KernelTooOld {
@@ -261,6 +276,13 @@ impl KernelSource {
                 source,
             },
         })?;
+        let ring_fill = events_bytes
+            .and_then(|size| cost::RingFill::map(std::os::fd::AsFd::as_fd(&events), size));
+        let stats = if opts.bpf_stats {
+            Some(cost::enable_stats().map_err(|e| KernelError::Load(Box::new(e)))?)
+        } else {
+            None
+        };
         // Read even when off (it then stays empty): the tests check exactly that.
         let kernel_log = kernel_log::Reader::start(&mut ebpf)?;
         let epoch_offset_ns =
@@ -276,6 +298,8 @@ impl KernelSource {
             warnings: Vec::new(),
             kernel_log,
             flow_buffers: FlowBuffers::default(),
+            ring_fill,
+            _stats: stats,
         })
     }
 
@@ -342,6 +366,28 @@ impl KernelSource {
                 .ok()?
                 .verified_instruction_count()
         })
+    }
+
+    /// What the attached programs cost and how full their ring buffer got since the last
+    /// call.
+    pub fn kernel_cost(&mut self) -> KernelCost {
+        let (ringbuf_bytes, ringbuf_fill) = self
+            .ring_fill
+            .as_mut()
+            .map_or((0, 0.0), |r| (r.size(), r.take_peak()));
+        let programs = [(self.xdp_program, "xdp"), (TC_PROGRAM, "tc")]
+            .into_iter()
+            .filter_map(|(name, hook)| {
+                let info = self.ebpf.program(name)?.info().ok()?;
+                Some(cost::program_cost(&info, name, hook))
+            })
+            .collect();
+        KernelCost {
+            ringbuf_bytes,
+            ringbuf_fill,
+            bpf_stats: self._stats.is_some() || cost::stats_sysctl_on(),
+            programs,
+        }
     }
 
     /// File descriptor of the ring buffer, for readiness polling.
@@ -460,6 +506,10 @@ impl LiveSource for KernelSource {
 
     fn stop(&mut self) -> Vec<String> {
         self.detach_all()
+    }
+
+    fn kernel_cost(&mut self) -> Option<KernelCost> {
+        Some(KernelSource::kernel_cost(self))
     }
 
     fn take_log(&mut self) -> Vec<String> {

@@ -147,7 +147,7 @@ impl KernelSource {
                 .map(name)
                 .ok_or_else(|| KernelError::Load(format!("no map {name}").into()))
         };
-        let hash: aya::maps::HashMap<_, [u32; 11], u64> =
+        let hash: aya::maps::HashMap<_, [u32; 4], [u64; 2]> =
             aya::maps::HashMap::try_from(map("FLOOR_HASH")?).map_err(|source| {
                 KernelError::Map {
                     map: "FLOOR_HASH",
@@ -159,7 +159,7 @@ impl KernelSource {
                 map: "FLOOR_ARRAY",
                 source,
             })?;
-        let hashed = hash.iter().filter_map(Result::ok).map(|(_, v)| v).sum();
+        let hashed = hash.iter().filter_map(Result::ok).map(|(_, v)| v[0]).sum();
         let slotted = array.iter().filter_map(Result::ok).sum();
         Ok((hashed, slotted))
     }
