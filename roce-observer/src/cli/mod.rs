@@ -10,6 +10,7 @@ use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use clap_complete::Shell;
 
 mod args;
+pub mod capture_time;
 pub mod exit;
 pub mod manual;
 pub mod values;
