@@ -87,6 +87,27 @@ pub(super) struct Summary {
 /// NAKs were demanded from 500 PSNs on, which counted READ response PSNs: read_bw_mtu1500_loss2
 /// sends only ~127 request packets, and one run in which netem dropped none of them failed.)
 /// The per-flow checks then require analyze's and the observer's NAKs to equal the wire's.
+/// `roce-observer analyze --json` of the capture, or null when it fails (the checks that read
+/// it then fail and say so).
+fn analyze_json(bin: &Path, pmtu: u64, cap: &Path) -> Value {
+    output_checked(
+        std::process::Command::new(bin)
+            .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
+            .arg(cap),
+    )
+    .ok()
+    .and_then(|s| serde_json::from_str(&s).ok())
+    .unwrap_or(Value::Null)
+}
+
+/// A JSON document the guest wrote, or null when it is missing or unreadable.
+fn json_file(path: &Path) -> Value {
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null)
+}
+
 pub(super) fn lossy_nak_check(lost: i64, req_gaps: u64, naks: u64) -> Check {
     let due = lost > 0 && req_gaps > 0;
     Check {
@@ -437,18 +458,8 @@ pub(super) fn check_scenario(
     // the reorder scenarios: the documents that saw the capture's order against what netem did
     let physical_json = match (sc.reorder, observer.as_deref()) {
         (Some(r), Some(bin)) => {
-            let ana: Value = output_checked(
-                std::process::Command::new(bin)
-                    .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
-                    .arg(cap),
-            )
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or(Value::Null);
-            let obs: Value = fs::read_to_string(cdir.join("extra.out"))
-                .ok()
-                .and_then(|s| serde_json::from_str(&s).ok())
-                .unwrap_or(Value::Null);
+            let ana: Value = analyze_json(bin, pmtu, cap);
+            let obs: Value = json_file(&cdir.join("extra.out"));
             let mut docs: Vec<(&str, &Value)> = vec![("analyze (capture)", &ana)];
             if r.on_server {
                 // XDP ingress and TC egress see what the capture sees (no netem in the client)
@@ -467,22 +478,9 @@ pub(super) fn check_scenario(
         if let Some(bin) = observer.as_deref() {
             docs.push((
                 "observer (run -i, kernel path)",
-                fs::read_to_string(cdir.join("extra.out"))
-                    .ok()
-                    .and_then(|s| serde_json::from_str(&s).ok())
-                    .unwrap_or(Value::Null),
+                json_file(&cdir.join("extra.out")),
             ));
-            docs.push((
-                "analyze (capture)",
-                output_checked(
-                    std::process::Command::new(bin)
-                        .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
-                        .arg(cap),
-                )
-                .ok()
-                .and_then(|s| serde_json::from_str(&s).ok())
-                .unwrap_or(Value::Null),
-            ));
+            docs.push(("analyze (capture)", analyze_json(bin, pmtu, cap)));
         }
         let docs: Vec<(&str, &Value)> = docs.iter().map(|(w, d)| (*w, d)).collect();
         steady_checks(&mut ck, &pkts, &docs)
@@ -500,22 +498,12 @@ pub(super) fn check_scenario(
         let truth = truth_checks(&mut ck, sc, &ws, &pkts, &lqpns, delayed);
         let mut docs = serde_json::Map::new();
         if let Some(bin) = observer.as_deref() {
-            let obs: Value = fs::read_to_string(cdir.join("extra.out"))
-                .ok()
-                .and_then(|s| serde_json::from_str(&s).ok())
-                .unwrap_or(Value::Null);
+            let obs: Value = json_file(&cdir.join("extra.out"));
             docs.insert(
                 "observer".into(),
                 steps_checks(&mut ck, sc, &ws, "observer (run -i, kernel path)", &obs),
             );
-            let ana: Value = output_checked(
-                std::process::Command::new(bin)
-                    .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
-                    .arg(cap),
-            )
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or(Value::Null);
+            let ana: Value = analyze_json(bin, pmtu, cap);
             docs.insert(
                 "analyze".into(),
                 steps_checks(&mut ck, sc, &ws, "analyze (capture)", &ana),
@@ -529,14 +517,7 @@ pub(super) fn check_scenario(
     // the loss scenarios: analyze's loss figures against what netem dropped (pre.pcap)
     let loss_json = match (sc.loss, observer.as_deref()) {
         (Some(_), Some(bin)) => {
-            let ana: Value = output_checked(
-                std::process::Command::new(bin)
-                    .args(["analyze", "--json", "--pmtu", &pmtu.to_string()])
-                    .arg(cap),
-            )
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or(Value::Null);
+            let ana: Value = analyze_json(bin, pmtu, cap);
             super::reorder::loss_checks(&mut ck, cdir, &pkts, pmtu, &ana)
         }
         _ => Value::Null,

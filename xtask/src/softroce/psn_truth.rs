@@ -122,6 +122,15 @@ enum Slot {
     },
 }
 
+impl Slot {
+    /// A PSN seen in order: its first copy was not reordered and nothing is pending.
+    const FRESH: Slot = Slot::Seen {
+        reordered: false,
+        pending: false,
+        nak: false,
+    };
+}
+
 /// Request PSN space of one flow.
 #[derive(Debug, Default)]
 struct ReqSpace {
@@ -259,14 +268,7 @@ impl ReqSpace {
             self.highest_abs = 0;
             self.raw_first_abs = 0;
             for i in 0..s {
-                self.slots.insert(
-                    psn_add(p, i),
-                    Slot::Seen {
-                        reordered: false,
-                        pending: false,
-                        nak: false,
-                    },
-                );
+                self.slots.insert(psn_add(p, i), Slot::FRESH);
                 self.raw_seen.insert(i as i64);
             }
             self.prev = Some((p, s, false));
@@ -323,14 +325,7 @@ impl ReqSpace {
                 q = psn_add(q, 1);
             }
             for i in 0..s {
-                self.slots.insert(
-                    psn_add(p, i),
-                    Slot::Seen {
-                        reordered: false,
-                        pending: false,
-                        nak: false,
-                    },
-                );
+                self.slots.insert(psn_add(p, i), Slot::FRESH);
             }
             self.highest_abs = a;
             self.highest = p;

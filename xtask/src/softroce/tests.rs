@@ -521,22 +521,7 @@ fn steady_checks_fail_on_steps_missing_documents_and_periodic_captures() {
 /// request with PSN 5, `r5` the same with the AckReq bit, `A5` an ACK, `N5` a PSN
 /// sequence-error NAK; the figures of the request flow (NAKs apply once an ACK matched).
 fn req_truth(script: &str) -> super::psn_truth::PsnFigures {
-    let v: Vec<Pkt> = script
-        .split_whitespace()
-        .map(|w| {
-            let psn: u32 = u32::from_str_radix(&w[1..], 16).expect("hex PSN");
-            match &w[..1] {
-                "R" => pkt(CLIENT_IP, 0x07, psn, None, None),
-                "r" => Pkt {
-                    ack_req: true,
-                    ..pkt(CLIENT_IP, 0x07, psn, None, None)
-                },
-                "A" => pkt(SERVER_IP, 0x11, psn, Some(0x1F), None),
-                "N" => pkt(SERVER_IP, 0x11, psn, Some(0x60), None),
-                x => panic!("{x}"),
-            }
-        })
-        .collect();
+    let v = script_pkts(script);
     let refs: Vec<&Pkt> = v.iter().collect();
     super::psn_truth::psn_truth(&refs, 1024)
         .remove(&(CLIENT_IP.to_string(), SERVER_IP.to_string(), 0x11))
