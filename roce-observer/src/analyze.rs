@@ -312,6 +312,12 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
     }
     let mut snap = engine.snapshot(engine.last_ts());
     outputs.finish(&mut snap, &mut BufWriter::new(out))?;
+    // After the report, on stderr: the table or the document on stdout stays what it was.
+    if let Some(hint) =
+        crate::sink::hint::no_roce(&snap.summary, args.engine.roce_port, args.engine.vxlan_port)
+    {
+        eprintln!("roce-observer: {hint}");
+    }
     gate.judge(&snap)?;
     Ok(())
 }
