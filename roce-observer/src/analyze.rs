@@ -278,7 +278,13 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         }
     };
     let (engine, damage, window) = if name == "-" {
-        analyze_reader_reporting(UntilStopped(std::io::stdin()), cfg, every_ns, window, report)
+        analyze_reader_reporting(
+            UntilStopped(std::io::stdin()),
+            cfg,
+            every_ns,
+            window,
+            report,
+        )
     } else {
         let file = File::open(&args.input).with_context(|| {
             format!("cannot open capture {name} (check the path and permissions)")

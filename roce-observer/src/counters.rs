@@ -2,31 +2,22 @@
 //! processes RoCE where XDP/TC cannot see it. Prints what changed each interval; `--json`
 //! prints totals and changes over the whole run at the end.
 
-use std::{
-    path::PathBuf,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::json;
 
 use crate::{
-    cli::values,
+    cli::{RdmaSysfsArgs, values},
     source::hw::{self, KEY_COUNTERS, PortCounters},
 };
 
 #[derive(Args, Debug)]
 #[command(after_long_help = COUNTERS_EXAMPLES)]
 pub struct CountersArgs {
-    /// Where the RDMA core exposes its devices (the same option as `run --rdma-sysfs`).
-    #[arg(
-        long = "rdma-sysfs",
-        alias = "sysfs",
-        value_name = "DIR",
-        default_value = "/sys/class/infiniband"
-    )]
-    pub rdma_sysfs: PathBuf,
+    #[command(flatten)]
+    pub rdma_sysfs: RdmaSysfsArgs,
     /// Seconds between two reports.
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = values::positive_seconds,
         allow_negative_numbers = true)]
@@ -77,8 +68,14 @@ fn report(counters: &PortCounters, figures: Figures, all: bool, now_ns: u64) -> 
     );
     let mut lines = match figures {
         Figures::Changes { secs } => vec![
-            format!("{} UTC  {port}  (last {secs:.3} s)", crate::format::clock(now_ns)),
-            format!("  {:<28} {:>12} {:>14}  MEANING", "COUNTER", "CHANGE", "RATE"),
+            format!(
+                "{} UTC  {port}  (last {secs:.3} s)",
+                crate::format::clock(now_ns)
+            ),
+            format!(
+                "  {:<28} {:>12} {:>14}  MEANING",
+                "COUNTER", "CHANGE", "RATE"
+            ),
         ],
         Figures::Totals => vec![
             format!("{port}  (totals since the driver loaded)"),
@@ -115,20 +112,20 @@ fn report(counters: &PortCounters, figures: Figures, all: bool, now_ns: u64) -> 
 }
 
 pub fn run(args: CountersArgs) -> anyhow::Result<()> {
-    if !args.rdma_sysfs.is_dir() {
+    if !args.rdma_sysfs.dir.is_dir() {
         bail!(
             "{} does not exist: this host has no RDMA devices (no RDMA stack or driver loaded); \
              on a monitor host use `roce-observer run`, or analyze a capture",
-            args.rdma_sysfs.display()
+            args.rdma_sysfs.dir.display()
         );
     }
     let read = || {
-        hw::read_ports(&args.rdma_sysfs, !args.no_ethtool)
-            .with_context(|| format!("reading {}", args.rdma_sysfs.display()))
+        hw::read_ports(&args.rdma_sysfs.dir, !args.no_ethtool)
+            .with_context(|| format!("reading {}", args.rdma_sysfs.dir.display()))
     };
     let first = read()?;
     if first.is_empty() {
-        bail!("no RDMA ports under {}", args.rdma_sysfs.display());
+        bail!("no RDMA ports under {}", args.rdma_sysfs.dir.display());
     }
     let start = Instant::now();
     // No --duration: report until interrupted.

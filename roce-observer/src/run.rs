@@ -9,8 +9,8 @@ use clap::{Args, ValueEnum};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
+    cli::{EngineArgs, MetricsArgs, OutputArgs, RdmaSysfsArgs, exit::UsageError, values},
     color::ColorChoice,
-    cli::{EngineArgs, MetricsArgs, OutputArgs, exit::UsageError, values},
     engine::Engine,
     fail_on::{self, FailOn},
     live::{Gate, Schedule, Ui, run_live},
@@ -78,14 +78,8 @@ pub struct RunArgs {
     /// wire view, or `none` [default: every device in /sys/class/infiniband, if any].
     #[arg(long = "rdma-dev", value_name = "NAME|none", help_heading = "Source")]
     pub rdma_dev: Option<DeviceChoice>,
-    /// Where the RDMA core exposes its devices.
-    #[arg(
-        long = "rdma-sysfs",
-        value_name = "DIR",
-        default_value = "/sys/class/infiniband",
-        help_heading = "Source"
-    )]
-    pub rdma_sysfs: PathBuf,
+    #[command(flatten)]
+    pub rdma_sysfs: RdmaSysfsArgs,
     /// Stop after this many seconds (default: until Ctrl-C; 0: one report).
     #[arg(long, value_name = "SECS", value_parser = values::seconds,
         allow_negative_numbers = true, help_heading = "Output")]
@@ -113,7 +107,13 @@ pub struct RunArgs {
         allow_negative_numbers = true, help_heading = "Engine")]
     pub max_flows: Option<u32>,
     /// XDP attach mode.
-    #[arg(long, value_name = "MODE", value_enum, default_value = "auto", help_heading = "Kernel")]
+    #[arg(
+        long,
+        value_name = "MODE",
+        value_enum,
+        default_value = "auto",
+        help_heading = "Kernel"
+    )]
     pub xdp_mode: XdpModeArg,
     /// Exit with status 3 and a one-line reason when EXPR holds (repeatable; any one that holds
     /// fails; the metrics of `analyze --fail-on`, docs/analyze.md). With --capture it is judged
@@ -187,7 +187,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     crate::color::init(args.color);
     let (interval, duration) = (args.interval, args.duration);
     let nic = NicWatch::start(
-        &args.rdma_sysfs,
+        &args.rdma_sysfs.dir,
         args.rdma_dev.as_ref().unwrap_or(&DeviceChoice::All),
         true,
     )?;

@@ -69,7 +69,12 @@ fn parse_report(lines: &[String]) -> (f64, BTreeMap<String, (u64, f64)>) {
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("no interval in the header: {}", lines[0]));
     let columns: Vec<&str> = lines[1].split_whitespace().collect();
-    assert_eq!(columns, ["COUNTER", "CHANGE", "RATE", "MEANING"], "{}", lines[1]);
+    assert_eq!(
+        columns,
+        ["COUNTER", "CHANGE", "RATE", "MEANING"],
+        "{}",
+        lines[1]
+    );
     let rows = lines
         .iter()
         .skip(2)
@@ -106,7 +111,11 @@ fn interval_reports_show_changes_and_rates() {
     let mut next_report = || {
         let block: Vec<String> = lines.by_ref().take_while(|l| !l.is_empty()).collect();
         assert!(!block.is_empty(), "the command stopped reporting");
-        assert!(block[0].contains("UTC  rxe0 port 1  (last "), "report header: {}", block[0]);
+        assert!(
+            block[0].contains("UTC  rxe0 port 1  (last "),
+            "report header: {}",
+            block[0]
+        );
         parse_report(&block)
     };
     // The first report comes after two reads of the unchanged tree: nothing changed (the key
@@ -161,7 +170,13 @@ fn interval_reports_show_changes_and_rates() {
 fn one_read_prints_totals_under_headers() {
     let root = tree("totals");
     let out = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
-        .args(["counters", "--no-ethtool", "--duration", "0", "--rdma-sysfs"])
+        .args([
+            "counters",
+            "--no-ethtool",
+            "--duration",
+            "0",
+            "--rdma-sysfs",
+        ])
         .arg(&root)
         .output()
         .expect("runs");

@@ -1,19 +1,14 @@
 //! `run` refuses a busy metrics address or an unusable log directory with one clear line and
-//! exit status 1, before it loads or attaches anything; bad values exit 2 (the interface named here does not
-//! exist, so a regression in that order shows up as a different error, never as an attach).
+//! exit status 1, before it loads or attaches anything (the interface named here does not
+//! exist, so a regression in that order shows up as a different error, never as an attach);
+//! bad values exit 2.
 
 use std::process::Command;
 
 fn run(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
-        .args(["run", "-i", "rotnone0", "--no-tui"])
-        .args(args)
-        .output()
-        .expect("roce-observer runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut all = vec!["run", "-i", "rotnone0", "--no-tui"];
+    all.extend_from_slice(args);
+    status(&all)
 }
 
 #[test]
@@ -104,7 +99,10 @@ fn bad_values_exit_2_with_the_option_named() {
 fn run_without_a_source_names_both_sources() {
     let (code, err) = status(&["run"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("--iface") && err.contains("--capture"), "{err}");
+    assert!(
+        err.contains("--iface") && err.contains("--capture"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -113,14 +111,25 @@ fn help_help_and_exit_statuses_in_help() {
         .args(["help", "--help"])
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
         .args(["help", "run"])
         .output()
         .expect("runs");
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    for heading in ["Source:", "Output:", "Engine:", "Kernel:", "Examples:", "Exit status:"] {
+    for heading in [
+        "Source:",
+        "Output:",
+        "Engine:",
+        "Kernel:",
+        "Examples:",
+        "Exit status:",
+    ] {
         assert!(help.contains(heading), "{heading}:\n{help}");
     }
     // --color is an option of run only: the other commands have nothing to colour.
@@ -138,7 +147,12 @@ fn a_missing_interface_is_said_before_a_missing_privilege() {
     let root = unsafe { libc::geteuid() } == 0;
     let out = if root {
         Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
             .args([bin, "run", "-i", "rotnone0"])
             .output()
     } else {

@@ -76,6 +76,22 @@ pub struct EngineArgs {
     pub storm_window_ms: u64,
 }
 
+/// Where the RDMA core exposes its devices (`run` and `counters`).
+#[derive(Args, Clone, Debug)]
+pub struct RdmaSysfsArgs {
+    /// Where the RDMA core exposes its devices.
+    #[arg(
+        id = "rdma_sysfs",
+        long = "rdma-sysfs",
+        // The old name on `counters`, kept for existing scripts.
+        alias = "sysfs",
+        value_name = "DIR",
+        default_value = "/sys/class/infiniband",
+        help_heading = "Source"
+    )]
+    pub dir: PathBuf,
+}
+
 /// Where the results go besides stdout (shared by `run` and `analyze`).
 #[derive(Args, Clone, Debug)]
 #[command(next_help_heading = "Output")]

@@ -30,9 +30,7 @@ pub fn parse(s: &str) -> Result<CaptureTime, String> {
     let secs = t.strip_suffix('s').unwrap_or(t);
     if let Ok(v) = secs.parse::<f64>() {
         return match v {
-            v if v.is_finite() && v >= 0.0 && v < 1e10 => {
-                Ok(CaptureTime::FromStart((v * 1e9).round() as u64))
-            }
+            v if (0.0..1e10).contains(&v) => Ok(CaptureTime::FromStart((v * 1e9).round() as u64)),
             _ => Err(format!(
                 "`{s}` is not a capture time: seconds from the first frame must be 0 or more"
             )),
@@ -101,9 +99,9 @@ fn rfc3339(s: &str) -> Option<u64> {
     if day < 1 || day > days_in_month || hour > 23 || minute > 59 || second > 60 {
         return None;
     }
-    let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60
-        + second.min(59)
-        - offset_s;
+    let secs =
+        days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second.min(59)
+            - offset_s;
     u64::try_from(secs)
         .ok()?
         .checked_mul(1_000_000_000)?
@@ -148,10 +146,19 @@ mod tests {
         assert_eq!(at("2023-11-14T22:13:20Z"), 1_700_000_000_000_000_000);
         assert_eq!(at("2023-11-14t22:13:20z"), 1_700_000_000_000_000_000);
         assert_eq!(at("2023-11-14 22:13:20Z"), 1_700_000_000_000_000_000);
-        assert_eq!(at("2023-11-14T23:13:20.25+01:00"), 1_700_000_000_250_000_000);
-        assert_eq!(at("2023-11-14T20:13:20.000000001-02:00"), 1_700_000_000_000_000_001);
+        assert_eq!(
+            at("2023-11-14T23:13:20.25+01:00"),
+            1_700_000_000_250_000_000
+        );
+        assert_eq!(
+            at("2023-11-14T20:13:20.000000001-02:00"),
+            1_700_000_000_000_000_001
+        );
         // Digits below a nanosecond are dropped, not rounded into the next one.
-        assert_eq!(at("2023-11-14T22:13:20.9999999999Z"), 1_700_000_000_999_999_999);
+        assert_eq!(
+            at("2023-11-14T22:13:20.9999999999Z"),
+            1_700_000_000_999_999_999
+        );
         assert_eq!(at("1970-01-01T00:00:00Z"), 0);
         assert_eq!(at("2000-02-29T23:59:59Z"), 951_868_799_000_000_000);
         for bad in [

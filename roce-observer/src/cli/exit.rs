@@ -19,8 +19,14 @@ pub const EXIT_GATE: u8 = crate::fail_on::EXIT_GATE;
 /// The exit statuses as `--help` and the man pages list them.
 pub const EXIT_STATUSES: [(u8, &str); 4] = [
     (EXIT_OK, "done"),
-    (EXIT_ERROR, "a runtime error (missing interface or privilege, unreadable capture, busy port)"),
-    (EXIT_USAGE, "a command-line error (a bad value, a missing or conflicting option)"),
+    (
+        EXIT_ERROR,
+        "a runtime error (missing interface or privilege, unreadable capture, busy port)",
+    ),
+    (
+        EXIT_USAGE,
+        "a command-line error (a bad value, a missing or conflicting option)",
+    ),
     (EXIT_GATE, "a --fail-on condition held"),
 ];
 
@@ -74,6 +80,9 @@ mod tests {
             .context("cannot open capture")
             .expect_err("no such file");
         assert_eq!(status(&err), EXIT_ERROR);
-        assert_eq!(status(&anyhow::Error::new(GateFailed(Vec::new()))), EXIT_GATE);
+        assert_eq!(
+            status(&anyhow::Error::new(GateFailed(Vec::new()))),
+            EXIT_GATE
+        );
     }
 }

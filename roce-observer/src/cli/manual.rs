@@ -9,21 +9,27 @@ use anyhow::Context as _;
 use super::exit::EXIT_STATUSES;
 
 /// The terminal UI's keys, as the man pages list them. The TUI's help popup draws its own
-/// summary: change both together.
+/// list: change both together.
 pub const TUI_KEYS: [(&str, &str); 13] = [
     ("q, Ctrl-C", "quit"),
-    ("Esc", "close the help, the detail pane or the filter"),
-    ("Tab, Shift-Tab, Right/Left, l/h", "next and previous view"),
-    ("1-9", "views: flows, PFC, ECMP, alerts, NIC, mirror, steps, paths, storm"),
-    ("j/k, Down/Up", "move the selection"),
-    ("g/G, Home/End", "first and last row"),
-    ("s", "change the sort order"),
-    ("Enter, d", "show or hide the selected flow's detail"),
-    ("p, Space", "pause and resume the display (the data keeps being read)"),
-    ("/", "filter by address, QP or interface; Enter keeps it, Esc clears it"),
+    ("Esc", "close help, detail or filter"),
+    (
+        "tab, shift-tab, h/l",
+        "next / previous view (digits select one)",
+    ),
+    ("j/k, arrows", "move"),
+    ("PgUp/PgDn", "page up / down (also Ctrl-B/Ctrl-F)"),
+    ("Home/g, End/G", "first / last row"),
+    ("s, S", "next sort column, reverse the order"),
+    ("enter/d", "detail of the selected flow"),
+    ("p/space", "pause (the history keeps recording)"),
+    ("/", "filter by address, QP (0x1201, 4609) or interface"),
     ("m", "one row per QP: observation points merged"),
+    (
+        "w",
+        "write the report (JSON) to a file in the current directory",
+    ),
     ("?", "show or hide the help"),
-    ("", "every figure is defined in docs/metrics.md"),
 ];
 
 /// Environment variables the command reads.
@@ -163,8 +169,8 @@ pub fn write_pages(cmd: &clap::Command, dir: &Path) -> anyhow::Result<()> {
         let name = man.get_filename();
         let name = name.trim_end_matches(".1").to_string();
         let path = dir.join(format!("{name}.1"));
-        let mut file = std::fs::File::create(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
+        let mut file =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         let write = |file: &mut std::fs::File| -> std::io::Result<()> {
             man.render_title(file)?;
             man.render_name_section(file)?;

@@ -14,7 +14,7 @@ pub mod capture_time;
 pub mod exit;
 pub mod manual;
 pub mod values;
-pub use args::{EngineArgs, EngineArgsError, LogDirArgs, MetricsArgs, OutputArgs};
+pub use args::{EngineArgs, EngineArgsError, LogDirArgs, MetricsArgs, OutputArgs, RdmaSysfsArgs};
 
 /// The end of `roce-observer --help`.
 const TOP_AFTER_HELP: &str = "\

@@ -74,10 +74,16 @@ mod tests {
         let s = summary("non_roce.pcap", EngineConfig::default());
         let hint = no_roce(&s, 4791, 4789).expect("advice");
         assert!(
-            hint.contains(&format!("{} frames read, none RoCEv2 on UDP port 4791", s.total_packets)),
+            hint.contains(&format!(
+                "{} frames read, none RoCEv2 on UDP port 4791",
+                s.total_packets
+            )),
             "{hint}"
         );
-        assert!(hint.contains("--roce-port") && hint.contains("VXLAN"), "{hint}");
+        assert!(
+            hint.contains("--roce-port") && hint.contains("VXLAN"),
+            "{hint}"
+        );
     }
 
     #[test]

@@ -151,12 +151,10 @@ impl LogDir {
                 dir: log.cfg.dir.clone(),
                 cause,
             })?;
-        let live = log
-            .create_live(ts)
-            .map_err(|cause| LogDirError::Unusable {
-                dir: log.cfg.dir.clone(),
-                cause,
-            })?;
+        let live = log.create_live(ts).map_err(|cause| LogDirError::Unusable {
+            dir: log.cfg.dir.clone(),
+            cause,
+        })?;
         log.live = Some(live);
         log.spawn_retention();
         Ok(log)

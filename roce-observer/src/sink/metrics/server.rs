@@ -252,7 +252,10 @@ impl MetricsServer {
             if source.kind() == std::io::ErrorKind::AddrInUse {
                 ServeError::InUse { addr }
             } else {
-                ServeError::Bind { addr, cause: source }
+                ServeError::Bind {
+                    addr,
+                    cause: source,
+                }
             }
         })?;
         let addr = listener.local_addr().unwrap_or(addr);
@@ -279,7 +282,10 @@ impl MetricsServer {
             let listener = listener
                 .set_nonblocking(true)
                 .and_then(|()| TcpListener::from_std(listener))
-                .map_err(|source| ServeError::Bind { addr, cause: source })?;
+                .map_err(|source| ServeError::Bind {
+                    addr,
+                    cause: source,
+                })?;
             let accept = tokio::spawn(accept_loop(
                 listener,
                 self.shared.clone(),
