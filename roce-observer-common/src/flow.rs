@@ -348,7 +348,10 @@ pub struct Reorder {
     /// a second copy shows it was reordered).
     pub closer_psn: u32,
     pub closer_distance: u32,
-    pub _pad: u32,
+    /// Requests: every PSN from this one up to `req_base` had a copy here
+    /// (`psn::REQ_CLEAN`): a NAK for one of them, on a flow that reorders, is caused by
+    /// reordering.
+    pub req_clean: u32,
     /// First copies that arrived reordered; their distances by bucket
     /// (`sequence::DISTANCE_NAMES`) and the largest.
     pub reordered: u64,
@@ -383,7 +386,7 @@ impl Reorder {
             distance: [0; 6],
             distance_max: 0,
             naks: 0,
-            _pad: 0,
+            req_clean: 0,
         }
     }
 }

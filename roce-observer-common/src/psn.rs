@@ -49,6 +49,9 @@ pub const RESP_WINDOW: u8 = 128;
 pub const REQ_LOST_BELOW: u8 = 1;
 /// `PsnState::flags2`: likewise for the READ-response PSN below `Reorder::resp_base`.
 pub const RESP_LOST_BELOW: u8 = 2;
+/// `PsnState::flags2`: `Reorder::req_clean` is set (from the flow's first out-of-order
+/// request on).
+pub const REQ_CLEAN: u8 = 4;
 
 /// Sequence state of both PSN spaces of one flow: what every packet reads. The scoreboards
 /// behind it (`FlowStats::reorder`) are touched only when something arrived out of order.

@@ -26,13 +26,18 @@ use crate::{
     account::add,
     flow::Reorder,
     psn::{
-        PSN_MASK, PsnVerdict, REQ_GAPPED, REQ_LOST_BELOW, REQ_RUN, REQ_TENTATIVE, REQ_VALID,
-        REQ_WINDOW, RESP_LOST_BELOW, RESP_VALID, RESP_WINDOW, psn_add, psn_diff, psn_newer,
+        PSN_MASK, PsnVerdict, REQ_CLEAN, REQ_GAPPED, REQ_LOST_BELOW, REQ_RUN, REQ_TENTATIVE,
+        REQ_VALID, REQ_WINDOW, RESP_LOST_BELOW, RESP_VALID, RESP_WINDOW, psn_add, psn_diff,
+        psn_newer,
     },
 };
 
 /// The largest reorder window: one 64-bit word of scoreboard per space.
 pub const MAX_REORDER_WINDOW: u32 = 64;
+
+/// How far below the window a NAK'd PSN is still known to have had a copy here
+/// (`Reorder::req_clean`): 2^22 PSNs, well inside the 2^23 of serial arithmetic.
+const CLEAN_MAX: u32 = 1 << 22;
 /// The default reorder window (`--reorder-window`).
 pub const DEFAULT_REORDER_WINDOW: u32 = 64;
 /// Buckets of the reorder distance histogram: 1, 2-3, 4-7, 8-15, 16-31, 32 and more.
@@ -194,6 +199,11 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
         s.reorder.req_sure = 0;
         s.psn.flags |= REQ_WINDOW;
         s.psn.flags2 &= !REQ_LOST_BELOW;
+        if s.psn.flags2 & REQ_CLEAN == 0 {
+            // Every request before this one arrived in order.
+            s.reorder.req_clean = s.psn.req_expected;
+            s.psn.flags2 |= REQ_CLEAN;
+        }
     }
     let expected = s.psn.req_expected;
     let highest = s.psn.req_highest;
@@ -434,6 +444,8 @@ fn slide_requests(s: &mut FlowStats, k: u32, p: u32, step: &mut Step) {
     let limit = if p < inside { p } else { inside };
     let mask = low(limit) & !s.reorder.req_seen & !s.reorder.req_lost;
     declare_lost(s, mask, step);
+    // PSNs that fall out with no copy seen end the run of PSNs that all had one.
+    let unseen = low(inside) & !s.reorder.req_seen;
     // Skipped PSNs that never fit in the window: bits 64..min(k, p).
     let beyond_end = if k < p { k } else { p };
     let mut below = s.reorder.req_lost & bits(k.wrapping_sub(1), 1) != 0;
@@ -453,6 +465,11 @@ fn slide_requests(s: &mut FlowStats, k: u32, p: u32, step: &mut Step) {
         s.psn.flags2 |= REQ_LOST_BELOW;
     } else {
         s.psn.flags2 &= !REQ_LOST_BELOW;
+    }
+    if beyond_end > 64 {
+        s.reorder.req_clean = psn_add(base, beyond_end);
+    } else if unseen != 0 {
+        s.reorder.req_clean = psn_add(base, 64 - unseen.leading_zeros());
     }
     // A pending run that falls out is decided now: reordering (no resend seen).
     if s.psn.flags & REQ_TENTATIVE != 0 && psn_diff(s.reorder.tent_first, base) < k {
@@ -500,13 +517,24 @@ fn advance_requests(s: &mut FlowStats) {
 pub fn nak(s: &mut FlowStats, psn: u32) -> Step {
     let psn = psn & PSN_MASK;
     let mut step = Step::of(PsnVerdict::InOrder);
-    if s.psn.flags & REQ_WINDOW == 0 {
-        return step;
-    }
-    let base = s.reorder.req_base;
+    // With no window open, everything up to the expected PSN is resolved.
+    let base = if s.psn.flags & REQ_WINDOW != 0 {
+        s.reorder.req_base
+    } else {
+        s.psn.req_expected
+    };
     let e = psn_diff(s.psn.req_expected, base);
     let off = psn_diff(psn, base);
     if off >= e {
+        // Below the window: a PSN that had a copy here, on a flow that reorders, was NAKed
+        // because that copy (or a resend of it) arrived out of order.
+        let below = psn_diff(base, psn);
+        let clean = psn_diff(base, s.reorder.req_clean);
+        let clean = if clean > CLEAN_MAX { CLEAN_MAX } else { clean };
+        if s.psn.flags2 & REQ_CLEAN != 0 && s.reorder.reordered > 0 && below != 0 && below <= clean
+        {
+            add(&mut s.reorder.naks, 1);
+        }
         return step;
     }
     let bit = bits(off, 1);
@@ -516,16 +544,23 @@ pub fn nak(s: &mut FlowStats, psn: u32) -> Step {
             declare_lost(s, bit, &mut step);
             s.reorder.req_flag |= bit;
         }
-    } else if r.req_lost & bit == 0 && r.req_flag & bit != 0 {
-        let pending = s.psn.flags & REQ_TENTATIVE != 0
-            && psn_diff(psn, r.tent_first) < psn_diff(r.tent_next, r.tent_first);
-        if pending {
-            // Counted when the run is decided reordering.
-            s.reorder.tent_naks += 1;
-        } else {
-            add(&mut s.reorder.naks, 1);
-        }
+        return step;
+    }
+    let pending = s.psn.flags & REQ_TENTATIVE != 0
+        && psn_diff(psn, r.tent_first) < psn_diff(r.tent_next, r.tent_first);
+    if pending {
+        // Its first copy closed a hole and awaits the decision: counted if that is reordering.
+        s.reorder.tent_naks += 1;
         s.reorder.req_flag &= !bit;
+    } else if r.req_flag & bit != 0 && r.req_lost & bit == 0 {
+        // Its first copy arrived reordered (one NAK per such PSN counts even before the flow's
+        // first reordering is decided; later ones as below).
+        add(&mut s.reorder.naks, 1);
+        s.reorder.req_flag &= !bit;
+    } else if s.reorder.reordered > 0 {
+        // A copy of it arrived here before the NAK, on a flow that reorders: the responder saw
+        // it out of order (a reordered resend, in a go-back-N round).
+        add(&mut s.reorder.naks, 1);
     }
     step
 }

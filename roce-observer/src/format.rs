@@ -67,6 +67,29 @@ pub fn us(v: f64) -> String {
     ns(Some((v.max(0.0) * 1e3).round() as u64))
 }
 
+/// `1 QP`, `2 QPs`, `0 QPs`: a count with its noun in the right number.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A latency measured with timestamps of `resolution_ns` (a microsecond pcap: 1000): values
+/// below the resolution print `< 1 us` instead of a false `0 ns`; others as [`ns`].
+pub fn latency(v: Option<u64>, resolution_ns: u64) -> String {
+    match v {
+        Some(v) if resolution_ns > 1 && v < resolution_ns => {
+            // A resolution is a power of ten: written whole (`1 us`, `10 us`, `1 ms`).
+            let (scale, unit) = match resolution_ns {
+                0..1_000 => (1, "ns"),
+                1_000..1_000_000 => (1_000, "us"),
+                1_000_000..1_000_000_000 => (1_000_000, "ms"),
+                _ => (1_000_000_000, "s"),
+            };
+            format!("< {} {unit}", resolution_ns / scale)
+        }
+        _ => ns(v),
+    }
+}
+
 /// QPs are shown in hex, six digits (24 bits), as RDMA tools print them.
 pub fn qp(q: u32) -> String {
     format!("0x{q:06x}")
@@ -146,6 +169,28 @@ pub fn terminal_owned(s: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plurals_follow_the_count() {
+        assert_eq!(plural(1, "QP", "QPs"), "1 QP");
+        assert_eq!(plural(0, "QP", "QPs"), "0 QPs");
+        assert_eq!(plural(2, "NAK", "NAKs"), "2 NAKs");
+        assert_eq!(plural(1, "PSN gap", "PSN gaps"), "1 PSN gap");
+    }
+
+    #[test]
+    fn latency_below_the_timestamp_resolution_is_not_zero() {
+        assert_eq!(latency(Some(0), 1000), "< 1 us");
+        assert_eq!(latency(Some(999), 1000), "< 1 us");
+        assert_eq!(latency(Some(5), 10_000), "< 10 us");
+        assert_eq!(latency(Some(1000), 1000), "1.0 us");
+        assert_eq!(
+            latency(Some(0), 1),
+            "0 ns",
+            "nanosecond timestamps: 0 ns is measured"
+        );
+        assert_eq!(latency(None, 1000), "-");
+    }
 
     #[test]
     fn clock_is_the_utc_time_of_day() {

@@ -52,6 +52,21 @@ impl Ui {
     }
 
     fn draw(&mut self) -> anyhow::Result<()> {
+        // A page key moves by the flow table's height (less header, tabs, footer and borders).
+        if let Ok(size) = self.terminal.size() {
+            self.app.page = usize::from(size.height.saturating_sub(6)).max(1);
+        }
+        if std::mem::take(&mut self.app.write_requested) {
+            let dir = std::env::current_dir().unwrap_or_else(|_| ".".into());
+            self.app.status = Some(match tui::write_report(&self.app.snapshot, &dir) {
+                Ok(path) => format!("report written to {}", path.display()),
+                Err(e) => format!(
+                    "{}report not written to {}: {e}",
+                    tui::view::MARK,
+                    dir.display()
+                ),
+            });
+        }
         let app = &self.app;
         self.terminal
             .draw(|f| tui::view::draw(f, app))

@@ -152,6 +152,47 @@ fn a_nak_caused_by_reordering_is_counted_when_the_first_copy_came_first() {
 }
 
 #[test]
+fn a_nak_for_a_psn_seen_here_is_caused_by_reordering_only_on_a_flow_that_reorders() {
+    // A flow that reorders (3 after 4), then in order far past the window; a go-back-N round
+    // resends 10..=12 and its copies arrive 10, 12, 11: the responder NAKs 11, which had copies
+    // here (its first, in order, long ago, and the resend).
+    let mut s = requests(&[1, 2, 4, 3]);
+    for p in 5..200 {
+        request(&mut s, p, 1, W, true);
+    }
+    for p in [10, 12, 11] {
+        request(&mut s, p, 1, W, true);
+    }
+    nak(&mut s, 11);
+    assert_eq!(reordering(&s).3, 1);
+    // A PSN inside the window that arrived in order: the same.
+    nak(&mut s, 198);
+    assert_eq!(reordering(&s).3, 2);
+    // A flow that never reordered (a sender's own capture, the loss after this point): a NAK
+    // for a PSN seen here is not blamed on reordering.
+    let mut s = requests(&[1, 2, 3, 4, 5]);
+    nak(&mut s, 3);
+    assert_eq!(counts(&s), (0, 0, 0, 0, 0));
+    assert_eq!(reordering(&s).3, 0);
+}
+
+#[test]
+fn a_nak_below_a_psn_that_never_arrived_is_not_counted() {
+    // Reordering (3 after 4), then 6 never arrives and falls out of the window: below it the
+    // observer no longer knows which PSNs had a copy, so a NAK for 5 counts nothing.
+    let mut s = requests(&[1, 2, 4, 3, 5, 7]);
+    for p in 8..100 {
+        request(&mut s, p, 1, W, true);
+    }
+    assert_eq!(s.psn_missing, 1);
+    nak(&mut s, 5);
+    assert_eq!(reordering(&s).3, 0);
+    // Above it, it does.
+    nak(&mut s, 7);
+    assert_eq!(reordering(&s).3, 1);
+}
+
+#[test]
 fn a_lost_psn_that_turns_up_twice_was_not_lost() {
     // A flow that reorders (-1 arrives after 0); NAK for 2 before its late original arrives;
     // then the resend: 2 was reordered, the NAK was caused by reordering, one of the two

@@ -8,29 +8,13 @@ use anyhow::Context as _;
 
 use super::exit::EXIT_STATUSES;
 
-/// The terminal UI's keys, as the man pages list them. The TUI's help popup draws its own
-/// list: change both together.
-pub const TUI_KEYS: [(&str, &str); 13] = [
-    ("q, Ctrl-C", "quit"),
-    ("Esc", "close help, detail or filter"),
-    (
-        "tab, shift-tab, h/l",
-        "next / previous view (digits select one)",
-    ),
-    ("j/k, arrows", "move"),
-    ("PgUp/PgDn", "page up / down (also Ctrl-B/Ctrl-F)"),
-    ("Home/g, End/G", "first / last row"),
-    ("s, S", "next sort column, reverse the order"),
-    ("enter/d", "detail of the selected flow"),
-    ("p/space", "pause (the history keeps recording)"),
-    ("/", "filter by address, QP (0x1201, 4609) or interface"),
-    ("m", "one row per QP: observation points merged"),
-    (
-        "w",
-        "write the report (JSON) to a file in the current directory",
-    ),
-    ("?", "show or hide the help"),
-];
+/// The terminal UI's keys, as the man pages list them: the table the TUI's help popup, footer
+/// and key handling follow, and `?` that opens that help.
+fn tui_keys() -> Vec<(&'static str, &'static str)> {
+    let mut keys = crate::tui::view::KEYS.to_vec();
+    keys.push(("?", "show or hide the help"));
+    keys
+}
 
 /// Environment variables the command reads.
 const ENVIRONMENT: [(&str, &str); 2] = [
@@ -140,7 +124,7 @@ fn tagged(out: &mut String, title: &str, items: &[(&str, &str)]) {
 pub fn extra_sections(page: &str) -> String {
     let mut out = String::new();
     if page == "roce-observer-run" {
-        tagged(&mut out, "TERMINAL UI KEYS", &TUI_KEYS);
+        tagged(&mut out, "TERMINAL UI KEYS", &tui_keys());
     }
     tagged(&mut out, "EXAMPLES", examples(page));
     let statuses: Vec<(String, &str)> = EXIT_STATUSES
@@ -214,6 +198,9 @@ mod tests {
             assert!(text.contains(section), "{section}:\n{text}");
         }
         assert!(text.contains("NO_COLOR"));
+        for (key, _) in crate::tui::view::KEYS {
+            assert!(text.contains(&roff(key)), "{key} missing from the keys");
+        }
         assert!(text.contains("\\fB2\\fR\na command\\-line error"), "{text}");
         // Only the run page has the keys: the other commands have no UI.
         assert!(!extra_sections("roce-observer-analyze").contains("KEYS"));

@@ -17,6 +17,7 @@ use roce_observer_common::{
 use serde::Serialize;
 
 use super::{EngineConfig, snapshot::show_ip};
+use crate::format::plural;
 
 pub const MAX_ALERTS: usize = 10_000;
 
@@ -362,13 +363,19 @@ where
         let found: [(AlertKind, u64, &dyn Fn() -> String); 8] = [
             (AlertKind::PacketLoss, s.psn_missing, &|| {
                 format!(
-                    "{} PSNs lost before this observation point ({} loss events): NAKed by the responder, resent in a go-back-N run, or not arrived within the reorder window",
-                    s.psn_missing, s.psn_gaps
+                    "{} lost before this observation point ({}): NAKed by the responder, resent in a go-back-N run, or not arrived within the reorder window",
+                    plural(s.psn_missing, "PSN", "PSNs"),
+                    plural(s.psn_gaps, "loss event", "loss events")
                 )
             }),
             (AlertKind::ReorderNaks, reorder_naks, &|| {
                 format!(
-                    "{reorder_naks} PSN sequence-error NAKs for packets that were only reordered: the responder's RNIC does not tolerate out-of-order arrival and answers each reordering with go-back-N; enable out-of-order placement on the RNICs (e.g. ConnectX adaptive-routing support), or stop spraying this traffic class"
+                    "{} for packets that were only reordered: the responder's RNIC does not tolerate out-of-order arrival and answers each reordering with go-back-N; enable out-of-order placement on the RNICs (e.g. ConnectX adaptive-routing support), or stop spraying this traffic class",
+                    plural(
+                        reorder_naks,
+                        "PSN sequence-error NAK",
+                        "PSN sequence-error NAKs"
+                    )
                 )
             }),
             (AlertKind::Reordering, reordered, &|| {
@@ -379,13 +386,16 @@ where
             }),
             (AlertKind::Retransmissions, retransmits, &|| {
                 format!(
-                    "{retransmits} retransmissions ({} requests, {} READ responses): the sender is recovering from loss, a timeout or a NAK",
-                    s.req_retransmits, s.resp_retransmits
+                    "{} ({} requests, {} READ responses): the sender is recovering from loss, a timeout or a NAK",
+                    plural(retransmits, "retransmission", "retransmissions"),
+                    s.req_retransmits,
+                    s.resp_retransmits
                 )
             }),
             (AlertKind::Nak, other_naks, &|| {
                 format!(
-                    "{other_naks} NAKs ({}): the responder refused or lost requests",
+                    "{} ({}): the responder refused or lost requests",
+                    plural(other_naks, "NAK", "NAKs"),
                     nak::NAMES
                         .iter()
                         .zip(s.naks)
@@ -398,19 +408,20 @@ where
             }),
             (AlertKind::RnrNak, rnr, &|| {
                 format!(
-                    "{rnr} RNR NAKs: the receiver had no receive buffer posted (the application posts receives too slowly)"
+                    "{}: the receiver had no receive buffer posted (the application posts receives too slowly)",
+                    plural(rnr, "RNR NAK", "RNR NAKs")
                 )
             }),
             (AlertKind::Congestion, s.ecn_ce, &|| {
                 format!(
-                    "{} CE-marked packets: a switch queue on this path is congested (DCQCN slows the sender once CNPs come back)",
-                    s.ecn_ce
+                    "{}: a switch queue on this path is congested (DCQCN slows the sender once CNPs come back)",
+                    plural(s.ecn_ce, "CE-marked packet", "CE-marked packets")
                 )
             }),
             (AlertKind::Cnp, s.cnp, &|| {
                 format!(
-                    "{} CNPs: the source received CE-marked packets from the destination and asks it to slow down",
-                    s.cnp
+                    "{}: the source received CE-marked packets from the destination and asks it to slow down",
+                    plural(s.cnp, "CNP", "CNPs")
                 )
             }),
         ];

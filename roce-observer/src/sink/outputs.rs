@@ -220,9 +220,13 @@ impl Outputs {
             )
             .map_err(stdout_err)?,
         }
-        writeln!(stdout, "{}", table::render(snap))
-            .and_then(|()| stdout.flush())
-            .map_err(stdout_err)
+        writeln!(
+            stdout,
+            "{}",
+            table::render_for(snap, table::terminal_width())
+        )
+        .and_then(|()| stdout.flush())
+        .map_err(stdout_err)
     }
 
     /// The final report: files first (so they are complete even if stdout is a closed pipe),
@@ -256,7 +260,7 @@ impl Outputs {
             })
         } else {
             stdout
-                .write_all(table::render(snap).as_bytes())
+                .write_all(table::render_for(snap, table::terminal_width()).as_bytes())
                 .map_err(|source| OutputError::Stdout {
                     what: "table",
                     source,

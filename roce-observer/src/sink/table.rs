@@ -7,16 +7,22 @@ use std::fmt::Write as _;
 use crate::{
     engine::snapshot::{FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot},
     format::{self, shorten as fit},
+    severity::Severity,
 };
 
 /// Flows listed (busiest first); the rest are counted.
 pub const MAX_FLOW_ROWS: usize = 50;
 
-fn rtt(r: &RttSummary) -> String {
+/// p50/p99, `< 1 us` below the timestamp resolution `res_ns`.
+fn rtt(r: &RttSummary, res_ns: u64) -> String {
     if r.count == 0 {
         "-".into()
     } else {
-        format!("{}/{}", format::ns(r.p50), format::ns(r.p99))
+        format!(
+            "{}/{}",
+            format::latency(r.p50, res_ns),
+            format::latency(r.p99, res_ns)
+        )
     }
 }
 
@@ -37,50 +43,130 @@ const FLOW_HEADER: [&str; 12] = [
     "RTT p50/p99",
 ];
 
-fn flow_line(out: &mut String, cols: [&str; 12]) {
-    let _ = writeln!(
-        out,
-        "{:<29} {:>8} {:>6} {:>10} {:>10} {:>5} {:>5} {:>4} {:>5} {:>5} {:>4} {:>17}",
-        cols[0],
-        cols[1],
-        cols[2],
-        cols[3],
-        cols[4],
-        cols[5],
-        cols[6],
-        cols[7],
-        cols[8],
-        cols[9],
-        cols[10],
-        cols[11]
-    );
+/// The flow table's column widths at the fixed width (119 columns).
+const FLOW_WIDTHS: [usize; 12] = [29, 8, 6, 10, 10, 5, 5, 4, 5, 5, 4, 17];
+
+/// Which columns go first on a narrow terminal, first dropped first: the problem counts
+/// (gaps, NAKs, retransmissions, CNP, CE) stay longest.
+const FLOW_DROP_ORDER: [usize; 7] = [10, 2, 3, 11, 4, 6, 9];
+
+/// The flow table's shape: which columns are shown and how wide the addresses are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlowLayout {
+    shown: [bool; 12],
+    widths: [usize; 12],
+    /// Timestamp resolution of the report (crate::derived): latencies below it read `< 1 us`.
+    resolution_ns: u64,
+}
+
+impl FlowLayout {
+    /// 119 columns, whatever the output: files, pipes and CI logs stay the same.
+    pub const FIXED: FlowLayout = FlowLayout {
+        shown: [true; 12],
+        widths: FLOW_WIDTHS,
+        resolution_ns: 1,
+    };
+
+    /// Fitted to a terminal `width` columns wide: narrower drops whole columns (the problem
+    /// counts last), wider gives the addresses room up to `longest` characters.
+    pub fn fit(width: usize, longest: usize) -> FlowLayout {
+        let mut l = FlowLayout::FIXED;
+        let total = |l: &FlowLayout| {
+            let n = l.shown.iter().filter(|s| **s).count();
+            (0..12)
+                .filter(|i| l.shown[*i])
+                .map(|i| l.widths[i])
+                .sum::<usize>()
+                + n.saturating_sub(1)
+        };
+        for col in FLOW_DROP_ORDER {
+            if total(&l) <= width {
+                break;
+            }
+            l.shown[col] = false;
+        }
+        let room = width.saturating_sub(total(&l));
+        l.widths[0] += room.min(longest.saturating_sub(l.widths[0]));
+        l
+    }
+
+    /// Width of a row.
+    pub fn width(&self) -> usize {
+        let n = self.shown.iter().filter(|s| **s).count();
+        (0..12)
+            .filter(|i| self.shown[*i])
+            .map(|i| self.widths[i])
+            .sum::<usize>()
+            + n.saturating_sub(1)
+    }
+}
+
+/// The terminal's width when stdout is one (the table then fits it), `None` otherwise.
+pub fn terminal_width() -> Option<u16> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    ratatui::crossterm::terminal::size().ok().map(|(w, _)| w)
+}
+
+fn flow_line(out: &mut String, cols: [&str; 12], layout: &FlowLayout) {
+    let mut line = String::new();
+    for (i, text) in cols.iter().enumerate() {
+        if !layout.shown[i] {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        let w = layout.widths[i];
+        if i == 0 {
+            let _ = write!(line, "{:<w$}", fit(text, w));
+        } else {
+            let _ = write!(line, "{text:>w$}");
+        }
+    }
+    let _ = writeln!(out, "{line}");
 }
 
 /// `at_point`: a flow was seen at more than one observation point, so each row says where
 /// (a capture of several interfaces, `tcpdump -i any` of a forwarding host, `run -i` on two
 /// interfaces): otherwise one QP seen at two points is two rows that look alike.
-fn flow_row(out: &mut String, f: &FlowSnapshot, at_point: bool) {
+fn flow_row(
+    out: &mut String,
+    f: &FlowSnapshot,
+    (at_point, capture): (bool, bool),
+    layout: &FlowLayout,
+) {
     let naks = f.naks.total();
     let class = match f.pcp {
         Some(p) => format!("{}/{}", f.dscp, p),
         None => format!("{}/-", f.dscp),
     };
+    // A capture's flows are rated over their own active time (a flow busy for 0.5 ms of a
+    // 10 s capture is not averaged over the 10 s); a live interval's over the interval.
+    let rate = if capture {
+        crate::derived::active_bps(f).map_or("-".into(), format::rate)
+    } else {
+        format::rate(f.rate_bps)
+    };
     flow_line(
         out,
         [
-            &fit(&format!("{} > {}", f.src_ip, f.dst_ip), 29),
+            &format!("{} > {}", f.src_ip, f.dst_ip),
             &format::qp(f.dst_qp),
             &format::count(f.packets),
             &format::bytes(f.bytes),
-            &format::rate(f.rate_bps),
+            &rate,
             &format::count(f.psn_gaps),
             &format::count(f.retransmits),
             &format::count(naks),
             &format::count(f.cnp),
             &format::count(f.ecn_ce),
             &class,
-            &rtt(&f.rtt_ns),
+            &rtt(&f.rtt_ns, layout.resolution_ns),
         ],
+        layout,
     );
     // A flow seen inside switch mirrors: its mirror source on its own line (one per mirror
     // source: the same QP mirrored by two switches is two rows).
@@ -269,15 +355,33 @@ fn steps(out: &mut String, st: &StepsSnapshot) {
 /// Render the snapshot as text.
 /// The report as text for a terminal or a pipe. Text that comes from a capture or another
 /// process (interface names, process names) is printed with its control characters escaped.
+/// The table at the fixed width (files, pipes, tests).
 pub fn render(s: &Snapshot) -> String {
-    let out = render_text(s);
+    render_for(s, None)
+}
+
+/// The table fitted to a terminal `width` columns wide, or at the fixed width without one.
+pub fn render_for(s: &Snapshot, width: Option<u16>) -> String {
+    let mut layout = match width {
+        Some(w) => FlowLayout::fit(
+            usize::from(w).saturating_sub(1),
+            s.flows
+                .iter()
+                .map(|f| f.src_ip.to_string().len() + f.dst_ip.to_string().len() + 3)
+                .max()
+                .unwrap_or(0),
+        ),
+        None => FlowLayout::FIXED,
+    };
+    layout.resolution_ns = crate::derived::timestamp_resolution_ns(s);
+    let out = render_text(s, &layout);
     if let std::borrow::Cow::Owned(escaped) = crate::format::terminal_lines(&out) {
         return escaped;
     }
     out
 }
 
-fn render_text(s: &Snapshot) -> String {
+fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
     let mut out = String::new();
     let m = &s.summary;
     let _ = writeln!(
@@ -330,14 +434,20 @@ fn render_text(s: &Snapshot) -> String {
     }
 
     let _ = writeln!(out);
-    flow_line(&mut out, FLOW_HEADER);
-    // The rows shown: most bytes first, ties in snapshot order. Selected, then only they are
-    // sorted: sorting every flow for 50 rows was measurable at 100,000 flows.
-    let mut rows: Vec<(std::cmp::Reverse<u64>, usize)> = s
+    let capture = s.summary.capture.is_some();
+    let mut header = FLOW_HEADER;
+    if capture {
+        header[4] = "ACT RATE";
+    }
+    flow_line(&mut out, header, layout);
+    // The rows shown: problems first (crate::severity, the order every renderer uses), then
+    // most bytes, ties in snapshot order. Selected, then only they are sorted: sorting every
+    // flow for 50 rows was measurable at 100,000 flows.
+    let mut rows: Vec<(std::cmp::Reverse<(Severity, u64)>, usize)> = s
         .flows
         .iter()
         .enumerate()
-        .map(|(i, f)| (std::cmp::Reverse(f.bytes), i))
+        .map(|(i, f)| (std::cmp::Reverse((Severity::of_flow(f), f.bytes)), i))
         .collect();
     if rows.len() > MAX_FLOW_ROWS {
         rows.select_nth_unstable(MAX_FLOW_ROWS);
@@ -352,13 +462,17 @@ fn render_text(s: &Snapshot) -> String {
         *seen.entry((f.src_ip, f.dst_ip, f.dst_qp)).or_insert(point) != point
     });
     for (_, i) in &rows {
-        flow_row(&mut out, &s.flows[*i], at_point);
+        flow_row(&mut out, &s.flows[*i], (at_point, capture), layout);
     }
     if s.flows.len() > MAX_FLOW_ROWS {
         let _ = writeln!(
             out,
-            "... {} more flows (use --json for all)",
-            s.flows.len() - MAX_FLOW_ROWS
+            "... {} (use --json for all)",
+            format::plural(
+                (s.flows.len() - MAX_FLOW_ROWS) as u64,
+                "more flow",
+                "more flows"
+            ),
         );
     }
     let listed: Vec<&FlowSnapshot> = rows.iter().map(|(_, i)| &*s.flows[*i]).collect();
@@ -483,8 +597,12 @@ fn render_text(s: &Snapshot) -> String {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "ecmp measured: {} observation points  max/mean {:.2}  jain {:.3}",
-            e.measured.paths.len(),
+            "ecmp measured: {}  max/mean {:.2}  jain {:.3}",
+            format::plural(
+                e.measured.paths.len() as u64,
+                "observation point",
+                "observation points"
+            ),
             e.measured.imbalance,
             e.measured.jain
         );
@@ -562,8 +680,11 @@ fn render_text(s: &Snapshot) -> String {
                     .take(5)
                     .map(|c| {
                         format!(
-                            "{} > {} {} QPs (now {})",
-                            c.src_ip, c.dst_ip, c.qps, c.qps_now
+                            "{} > {} {} (now {})",
+                            c.src_ip,
+                            c.dst_ip,
+                            format::plural(u64::from(c.qps), "QP", "QPs"),
+                            c.qps_now
                         )
                     })
                     .collect();
@@ -584,11 +705,11 @@ fn render_text(s: &Snapshot) -> String {
         for p in e.entropy.iter().take(5) {
             let _ = writeln!(
                 out,
-                "  {} > {}: {} QPs on {} UDP source ports, busiest 5-tuple {:.0}% of bytes",
+                "  {} > {}: {} on {}, busiest 5-tuple {:.0}% of bytes",
                 p.src_ip,
                 p.dst_ip,
-                p.qps,
-                p.udp_src_ports,
+                format::plural(p.qps, "QP", "QPs"),
+                format::plural(p.udp_src_ports, "UDP source port", "UDP source ports"),
                 p.busiest_tuple_share * 100.0
             );
         }
@@ -642,40 +763,46 @@ fn render_text(s: &Snapshot) -> String {
 
     if !s.alerts.is_empty() {
         let _ = writeln!(out);
-        let _ = writeln!(out, "alerts:");
-        for a in s.alerts.iter().take(20) {
-            let subject = match (&a.flow, &a.pfc) {
-                (Some(f), _) => format!(
-                    "{} > {} qp {}{}",
-                    f.src_ip,
-                    f.dst_ip,
-                    format::qp(f.dst_qp),
-                    f.mirror
-                        .as_ref()
-                        .map_or(String::new(), |m| format!(" via {}", m.label()))
-                ),
-                (None, Some(p)) => format!(
-                    "{} {} prio {}",
-                    p.iface,
-                    p.src_mac,
-                    p.priority
-                        .map(|v| v.to_string())
-                        .unwrap_or_else(|| "link".into())
-                ),
-                _ => String::new(),
-            };
-            let _ = writeln!(out, "  {:<18} {} (x{})", a.kind, fit(&subject, 80), a.count);
-            wrap(&mut out, &a.reason, "      ", 118);
+        alerts(&mut out, &s.alerts);
+    }
+    out
+}
+
+/// Lines of an alert list: groups by kind, problems first; per group its first lines.
+const ALERT_LINES: usize = 5;
+
+/// The alerts grouped by kind with their counts, worst first (crate::severity); advice one line
+/// per host pair or observation point.
+fn alerts(out: &mut String, alerts: &[crate::engine::snapshot::AlertSnapshot]) {
+    let _ = writeln!(out, "alerts:");
+    for g in crate::severity::group_alerts(alerts) {
+        let mark = if g.severity.is_problem() { "!" } else { " " };
+        let what = if g.severity == Severity::Advice {
+            "advice"
+        } else if g.severity.is_problem() {
+            "problem"
+        } else {
+            "information"
+        };
+        let _ = writeln!(
+            out,
+            "{mark} {} ({what}): {}, {}",
+            g.kind,
+            format::plural(g.alerts as u64, "alert", "alerts"),
+            format::plural(g.count, "occurrence", "occurrences"),
+        );
+        for e in g.entries.iter().take(ALERT_LINES) {
+            let _ = writeln!(out, "    {} (x{})", fit(&e.subject.text(), 100), e.count);
+            wrap(out, &e.alert.reason, "      ", 118);
         }
-        if s.alerts.len() > 20 {
+        if g.entries.len() > ALERT_LINES {
             let _ = writeln!(
                 out,
-                "  ... {} more alerts (use --json)",
-                s.alerts.len() - 20
+                "    ... {} more (use --json)",
+                g.entries.len() - ALERT_LINES
             );
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -819,8 +946,40 @@ pub(crate) mod tests {
                     format::ns(Some(999_000))
                 ),
             ],
+            &FlowLayout::FIXED,
         );
         assert_eq!(out.trim_end_matches('\n').chars().count(), 119, "{out}");
+    }
+
+    /// On a terminal the table fits its width: at 80 columns whole columns go, the problem
+    /// counts (gaps, NAKs, CNP, CE) last; wider, the addresses get room instead of `~`.
+    #[test]
+    fn flow_table_fits_the_terminal() {
+        let narrow = FlowLayout::fit(79, 40);
+        assert!(narrow.width() <= 79, "{narrow:?}");
+        for kept in [0, 1, 5, 7, 8, 9] {
+            assert!(
+                narrow.shown[kept],
+                "{} dropped at 80 columns",
+                FLOW_HEADER[kept]
+            );
+        }
+        let wide = FlowLayout::fit(199, 60);
+        assert!(wide.shown.iter().all(|s| *s));
+        assert_eq!(wide.widths[0], 60, "addresses as wide as the longest pair");
+        assert_eq!(FlowLayout::fit(119, 29), FlowLayout::FIXED);
+        let snap = analyzed("psn_gap");
+        let text = render_for(&snap, Some(80));
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("SRC > DST"))
+            .take(2)
+            .collect();
+        assert!(table.iter().all(|l| l.chars().count() <= 79), "{table:?}");
+        assert!(
+            table[0].contains("NAKS") && table[0].contains("GAPS"),
+            "{table:?}"
+        );
     }
 
     /// On a host with an RDMA device the table gains the owners of the listed flows and the

@@ -1,95 +1,130 @@
 //! UI state and its transitions. Pure: no terminal, no I/O, so it is unit-tested directly.
 
-use std::{collections::HashSet, net::IpAddr, sync::Arc};
+use std::{collections::HashMap, net::IpAddr, sync::Arc};
 
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
-use super::history::History;
-use crate::engine::snapshot::{FlowSnapshot, MirrorSource, Snapshot};
+use super::{
+    history::History,
+    views::{VIEWS, View},
+};
+use crate::{
+    engine::snapshot::{FlowSnapshot, MirrorSource, Snapshot},
+    severity::Severity,
+};
 
+/// A view, by its place in [`VIEWS`] (the tab order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tab {
-    Flows,
-    Pfc,
-    Ecmp,
-    Alerts,
-    Nic,
-    /// Switch-mirror sessions: frames and mirror-path loss.
-    Mirror,
-    Steps,
-    Paths,
-    Storm,
-}
+pub struct Tab(usize);
 
 impl Tab {
-    pub const ALL: [Tab; 9] = [
-        Tab::Flows,
-        Tab::Pfc,
-        Tab::Ecmp,
-        Tab::Alerts,
-        Tab::Nic,
-        Tab::Mirror,
-        Tab::Steps,
-        Tab::Paths,
-        Tab::Storm,
-    ];
+    /// The home view (flows): the filter and the detail pane act on it.
+    pub const FLOWS: Tab = Tab(0);
 
-    pub fn title(self) -> &'static str {
-        match self {
-            Tab::Flows => "Flows",
-            Tab::Pfc => "PFC",
-            Tab::Ecmp => "ECMP",
-            Tab::Alerts => "Alerts",
-            Tab::Nic => "NIC",
-            Tab::Mirror => "Mirrors",
-            Tab::Steps => "Steps",
-            Tab::Paths => "Paths",
-            Tab::Storm => "Storm",
-        }
+    /// Every view, in tab order.
+    pub fn all() -> Vec<Tab> {
+        (0..VIEWS.len()).map(Tab).collect()
     }
 
-    fn index(self) -> usize {
-        Tab::ALL.iter().position(|t| *t == self).unwrap_or(0)
+    /// The view at `index` in tab order.
+    pub fn at(index: usize) -> Option<Tab> {
+        (index < VIEWS.len()).then_some(Tab(index))
+    }
+
+    /// The view titled `title` (as the tab bar shows it).
+    pub fn titled(title: &str) -> Option<Tab> {
+        VIEWS.iter().position(|v| v.title() == title).map(Tab)
+    }
+
+    pub fn view(self) -> &'static dyn View {
+        VIEWS[self.0 % VIEWS.len()]
+    }
+
+    pub fn title(self) -> &'static str {
+        self.view().title()
+    }
+
+    pub fn index(self) -> usize {
+        self.0
+    }
+
+    fn next(self) -> Tab {
+        Tab((self.0 + 1) % VIEWS.len())
+    }
+
+    fn prev(self) -> Tab {
+        Tab((self.0 + VIEWS.len() - 1) % VIEWS.len())
     }
 }
 
-/// Flow table ordering (largest first).
+/// Flow table ordering: by a column, largest first unless reversed (`S`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortKey {
-    /// Flows with a problem first (see [`App::is_problem`]), then by bytes.
+    /// Worst severity first (crate::severity, the order of every renderer), then by bytes.
     Problems,
     Bytes,
+    Packets,
     Rate,
     Gaps,
     Retransmits,
     Naks,
     Cnp,
+    Ce,
+    RttP50,
     RttP99,
+    Qp,
 }
 
 impl SortKey {
-    const ORDER: [SortKey; 8] = [
+    const ORDER: [SortKey; 12] = [
         SortKey::Problems,
         SortKey::Bytes,
+        SortKey::Packets,
         SortKey::Rate,
         SortKey::Gaps,
         SortKey::Retransmits,
         SortKey::Naks,
         SortKey::Cnp,
+        SortKey::Ce,
+        SortKey::RttP50,
         SortKey::RttP99,
+        SortKey::Qp,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
             SortKey::Problems => "problems",
             SortKey::Bytes => "bytes",
+            SortKey::Packets => "packets",
             SortKey::Rate => "rate",
             SortKey::Gaps => "PSN gaps",
             SortKey::Retransmits => "retransmits",
             SortKey::Naks => "NAKs",
             SortKey::Cnp => "CNPs",
+            SortKey::Ce => "CE marks",
+            SortKey::RttP50 => "p50 latency",
             SortKey::RttP99 => "p99 latency",
+            SortKey::Qp => "QP",
         }
+    }
+
+    /// The flow table's column this key sorts by (its header carries the sort arrow); bytes
+    /// have no column of their own and mark none.
+    pub fn column(self) -> Option<&'static str> {
+        Some(match self {
+            SortKey::Problems => " ",
+            SortKey::Bytes => return None,
+            SortKey::Packets => "pkts",
+            SortKey::Rate => "rate",
+            SortKey::Gaps => "gaps/miss",
+            SortKey::Retransmits => "retx",
+            SortKey::Naks => "NAK",
+            SortKey::Cnp => "CNP",
+            SortKey::Ce => "CE",
+            SortKey::RttP50 => "p50",
+            SortKey::RttP99 => "p99",
+            SortKey::Qp => "QP",
+        })
     }
 
     fn next(self) -> SortKey {
@@ -100,12 +135,16 @@ impl SortKey {
     fn value(self, f: &FlowSnapshot) -> f64 {
         match self {
             SortKey::Problems | SortKey::Bytes => f.bytes as f64,
+            SortKey::Packets => f.packets as f64,
             SortKey::Rate => f.rate_bps,
             SortKey::Gaps => f.psn_gaps as f64,
             SortKey::Retransmits => f.retransmits as f64,
             SortKey::Naks => nak_total(f) as f64,
             SortKey::Cnp => f.cnp as f64,
+            SortKey::Ce => f.ecn_ce as f64,
+            SortKey::RttP50 => f.rtt_ns.p50.unwrap_or(0) as f64,
             SortKey::RttP99 => f.rtt_ns.p99.unwrap_or(0) as f64,
+            SortKey::Qp => f64::from(f.dst_qp),
         }
     }
 }
@@ -134,7 +173,17 @@ pub enum Action {
     Down,
     Top,
     Bottom,
+    /// Page up / down by [`App::page`] rows.
+    PageUp,
+    PageDown,
     CycleSort,
+    /// Reverse the sort direction (`S`).
+    ReverseSort,
+    /// Close what is open: help, then the detail pane, then the filter (Esc); never quits.
+    Back,
+    /// Write the report on screen (the JSON document) to a file (`w`): the run loop writes it
+    /// and reports where with [`App::status`].
+    WriteReport,
     ToggleDetail,
     TogglePause,
     ToggleHelp,
@@ -156,6 +205,14 @@ pub struct App {
     pub source: String,
     pub tab: Tab,
     pub sort: SortKey,
+    /// Smallest first instead of largest first.
+    pub ascending: bool,
+    /// Rows a page key moves (the table's height, set by the run loop before drawing).
+    pub page: usize,
+    /// A one-line message for the footer (where a report was written, or why not).
+    pub status: Option<String>,
+    /// The user asked for the report to be written (`w`); the run loop takes it.
+    pub write_requested: bool,
     /// Selected row in the current tab.
     pub selected: usize,
     pub detail: bool,
@@ -176,6 +233,8 @@ pub struct App {
     pub order: Vec<usize>,
     /// Per flow of [`App::flows`]: whether it has a problem (see [`App::is_problem`]).
     pub problem: Vec<bool>,
+    /// Per flow of [`App::flows`]: its severity, raised by the problem alerts that name it.
+    pub severity: Vec<Severity>,
     /// Flows shown are those whose addresses, QPs or interface contain this text.
     pub filter: String,
     /// Keys go to the filter text until Enter or Esc.
@@ -188,8 +247,13 @@ impl App {
     pub fn new(source: String, snapshot: Snapshot) -> App {
         let mut app = App {
             source,
-            tab: Tab::Flows,
+            tab: Tab::FLOWS,
             sort: SortKey::Problems,
+            ascending: false,
+            page: 10,
+            status: None,
+            write_requested: false,
+            severity: Vec::new(),
             selected: 0,
             detail: false,
             paused: false,
@@ -212,25 +276,7 @@ impl App {
     }
 
     fn rows(&self) -> usize {
-        match self.tab {
-            Tab::Flows => self.order.len(),
-            Tab::Pfc => self.snapshot.pfc.len(),
-            Tab::Ecmp => self.snapshot.ecmp.entropy.len(),
-            Tab::Alerts => self.snapshot.alerts.len(),
-            Tab::Nic => nic_rows(&self.snapshot).len(),
-            Tab::Mirror => self.snapshot.mirror.len(),
-            Tab::Steps => self
-                .snapshot
-                .steps
-                .as_ref()
-                .map_or(0, |s| s.stragglers.len()),
-            Tab::Paths => self.snapshot.paths.len(),
-            Tab::Storm => self
-                .snapshot
-                .pfc_origin
-                .as_ref()
-                .map_or(0, |o| o.sources.len()),
-        }
+        self.tab.view().rows(self)
     }
 
     fn reorder(&mut self) {
@@ -259,56 +305,68 @@ impl App {
                 (src, dst, qp, iface, dir, mirror)
             }
         }
-        let alerted: HashSet<FlowId<'_>> = self
-            .snapshot
-            .alerts
-            .iter()
-            .filter_map(|a| a.flow.as_ref())
-            .map(|f| {
-                id(
+        // Only problem alerts raise a flow: advice (not_ect, ...) is about a host pair and
+        // marks no flow.
+        let mut alerted: HashMap<FlowId<'_>, Severity> = HashMap::new();
+        for a in &self.snapshot.alerts {
+            let (Some(f), sev) = (a.flow.as_ref(), Severity::of_alert(a.kind)) else {
+                continue;
+            };
+            if !sev.is_problem() {
+                continue;
+            }
+            let e = alerted
+                .entry(id(
                     merged,
                     (f.src_ip, f.dst_ip, f.dst_qp),
                     (&f.iface, f.direction),
                     f.mirror.as_ref(),
-                )
-            })
-            .collect();
-        let problem: Vec<bool> = flows
+                ))
+                .or_insert(sev);
+            *e = (*e).max(sev);
+        }
+        let severity: Vec<Severity> = flows
             .iter()
             .map(|f| {
-                App::is_problem(f)
-                    || alerted.contains(&id(
+                let named = alerted
+                    .get(&id(
                         merged,
                         (f.src_ip, f.dst_ip, f.dst_qp),
                         (&f.iface, f.direction),
                         f.mirror.as_ref(),
                     ))
+                    .copied()
+                    .unwrap_or(Severity::None);
+                Severity::of_flow(f).max(named)
             })
             .collect();
+        let problem: Vec<bool> = severity.iter().map(|s| s.is_problem()).collect();
         let needle = self.filter.to_lowercase();
         let mut order: Vec<usize> = (0..flows.len())
             .filter(|i| needle.is_empty() || matches_filter(&flows[*i], &needle))
             .collect();
         let key = self.sort;
+        let ascending = self.ascending;
         order.sort_by(|a, b| {
             let first = if key == SortKey::Problems {
-                problem[*b].cmp(&problem[*a])
+                severity[*b].cmp(&severity[*a])
             } else {
                 std::cmp::Ordering::Equal
             };
-            first
-                .then(key.value(&flows[*b]).total_cmp(&key.value(&flows[*a])))
-                .then(a.cmp(b))
+            let by = first.then(key.value(&flows[*b]).total_cmp(&key.value(&flows[*a])));
+            if ascending { by.reverse() } else { by }.then(a.cmp(b))
         });
         self.order = order;
         self.problem = problem;
+        self.severity = severity;
         self.clamp();
     }
 
-    /// A flow that needs a look: PSN gaps, retransmissions, NAKs of any class (RNR among
-    /// them), CNPs or CE marks. Flows an alert names count too (see `reorder`).
+    /// A flow that needs a look by its own counters (crate::severity): PSNs lost, NAKs or
+    /// retransmissions, CNPs or CE marks. Flows a problem alert names count too (see
+    /// `reorder`); reordering alone and configuration advice do not.
     pub fn is_problem(f: &FlowSnapshot) -> bool {
-        f.psn_gaps > 0 || f.retransmits > 0 || nak_total(f) > 0 || f.cnp > 0 || f.ecn_ce > 0
+        Severity::of_flow(f).is_problem()
     }
 
     fn clamp(&mut self) {
@@ -350,23 +408,42 @@ impl App {
             }
             Action::StartFilter => {
                 self.typing_filter = true;
-                self.select_tab(Tab::Flows);
+                self.select_tab(Tab::FLOWS);
             }
             Action::Quit => self.quit = true,
-            Action::NextTab => self.select_tab(Tab::ALL[(self.tab.index() + 1) % Tab::ALL.len()]),
-            Action::PrevTab => {
-                self.select_tab(Tab::ALL[(self.tab.index() + Tab::ALL.len() - 1) % Tab::ALL.len()])
-            }
+            Action::NextTab => self.select_tab(self.tab.next()),
+            Action::PrevTab => self.select_tab(self.tab.prev()),
             Action::SelectTab(tab) => self.select_tab(tab),
             Action::Up => self.selected = self.selected.saturating_sub(1),
             Action::Down => {
                 self.selected += 1;
                 self.clamp();
             }
+            Action::PageUp => self.selected = self.selected.saturating_sub(self.page.max(1)),
+            Action::PageDown => {
+                self.selected += self.page.max(1);
+                self.clamp();
+            }
+            Action::ReverseSort => {
+                self.ascending = !self.ascending;
+                self.reorder();
+            }
+            Action::Back => {
+                if self.help {
+                    self.help = false;
+                } else if self.detail {
+                    self.detail = false;
+                } else if !self.filter.is_empty() {
+                    self.filter.clear();
+                    self.reorder();
+                }
+            }
+            Action::WriteReport => self.write_requested = true,
             Action::Top => self.selected = 0,
             Action::Bottom => self.selected = self.rows().saturating_sub(1),
             Action::CycleSort => {
                 self.sort = self.sort.next();
+                self.ascending = false;
                 self.reorder();
             }
             Action::ToggleDetail => self.detail = !self.detail,
@@ -425,18 +502,21 @@ impl App {
     }
 }
 
-/// Whether `needle` (lower case) is part of the flow's addresses, QPs (hex as shown, or
-/// decimal), interface, or owning process (command or pid).
+/// Whether `needle` (lower case) is part of the flow's addresses, QPs (hex as shown
+/// `0x001201`, hex without padding `0x1201` or `1201`, or decimal `4609` as JSON and Prometheus
+/// write them), interface, or owning process (command or pid).
 fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
     let mut fields = vec![
         f.src_ip.to_string(),
         f.dst_ip.to_string(),
         crate::format::qp(f.dst_qp),
+        format!("0x{:x}", f.dst_qp),
         f.dst_qp.to_string(),
         f.iface.to_lowercase(),
     ];
     if let Some(peer) = f.peer_qp {
         fields.push(crate::format::qp(peer));
+        fields.push(format!("0x{peer:x}"));
         fields.push(peer.to_string());
     }
     // The mirror source, as the seen column and the table write it.

@@ -18,7 +18,7 @@ const FILL_MIN: usize = 24;
 
 /// One column of a table: its title, its cells (text and style), and how important it is.
 pub struct Column {
-    pub title: &'static str,
+    pub title: std::borrow::Cow<'static, str>,
     /// 0 is never dropped; higher ranks are dropped first when the terminal is narrow.
     pub rank: u8,
     /// Takes the room left over, and is the one cut at the edge when even the columns that are
@@ -32,12 +32,18 @@ pub struct Column {
 impl Column {
     pub fn new(title: &'static str, rank: u8) -> Column {
         Column {
-            title,
+            title: title.into(),
             rank,
             fill: false,
             fill_min: FILL_MIN,
             cells: Vec::new(),
         }
+    }
+
+    /// Mark the column the table is sorted by: `▼` largest first, `▲` smallest first.
+    pub fn sorted(&mut self, ascending: bool) {
+        let arrow = if ascending { '▲' } else { '▼' };
+        self.title = format!("{}{arrow}", self.title.trim_end()).into();
     }
 
     pub fn fill(mut self) -> Column {
@@ -115,8 +121,8 @@ pub fn table(
 ) -> (Row<'static>, Vec<Row<'static>>, Vec<Constraint>) {
     let kept = fit(&columns, width);
     let rows = columns.first().map_or(0, |c| c.cells.len());
-    let header =
-        Row::new(kept.iter().map(|i| Cell::from(columns[*i].title))).style(Style::new().bold());
+    let header = Row::new(kept.iter().map(|i| Cell::from(columns[*i].title.clone())))
+        .style(Style::new().bold());
     let widths = kept
         .iter()
         .map(|i| {

@@ -122,12 +122,24 @@ pub struct History {
     pub pfc_paused_us: HashMap<PfcId, Series>,
     /// Total RoCE throughput, bits/s, per interval.
     pub total_bps: Series,
+    /// Snapshots recorded so far.
+    recorded: usize,
+    /// The first report's interval and whether it was a stub (shorter than half the second's:
+    /// a run's first report often covers milliseconds, and its rate would set every scale).
+    first_interval_s: f64,
+    stub: bool,
 }
 
 impl History {
     /// One report interval's snapshot. The [`MAX_FLOWS`] flows with the most bytes are
     /// tracked; flows that left the snapshot are forgotten.
     pub fn record(&mut self, snap: &Snapshot) {
+        self.recorded += 1;
+        match self.recorded {
+            1 => self.first_interval_s = snap.summary.interval_s,
+            2 => self.stub = self.first_interval_s < snap.summary.interval_s / 2.0,
+            _ => {}
+        }
         self.total_bps
             .push(snap.flows.iter().map(|f| f.rate_bps.max(0.0) as u64).sum());
         let mut order: Vec<&FlowSnapshot> = snap.flows.iter().map(|f| &**f).collect();
@@ -156,6 +168,21 @@ impl History {
 }
 
 impl History {
+    /// The largest of `values` (a series' newest samples) that a scale should reach: the
+    /// stub first interval, when it is among them, does not count (every series gains one
+    /// sample per report, so it is the sample `recorded - 1` before the newest).
+    pub fn peak(&self, values: &[u64]) -> u64 {
+        let stub =
+            (self.stub && self.recorded <= values.len()).then(|| values.len() - self.recorded);
+        values
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != stub)
+            .map(|(_, v)| *v)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The history of a row: its own, or for a merged row (one per source, destination and QP)
     /// the points' histories combined as [`FlowHistory::max_with`] says.
     pub fn of(&self, f: &FlowSnapshot, merged: bool) -> Option<std::borrow::Cow<'_, FlowHistory>> {
@@ -179,15 +206,19 @@ impl History {
 /// `values` as a line of block characters, scaled to their maximum (a text sparkline for
 /// table cells and header lines; the detail pane uses ratatui's Sparkline).
 pub fn bars(values: &[u64]) -> String {
+    bars_to(values, values.iter().copied().max().unwrap_or(0))
+}
+
+/// [`bars`] scaled to `max`; values above it are drawn full.
+pub fn bars_to(values: &[u64], max: u64) -> String {
     const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-    let max = values.iter().copied().max().unwrap_or(0);
     values
         .iter()
         .map(|v| {
             if max == 0 || *v == 0 {
                 ' '
             } else {
-                let level = (*v as u128 * 7 / max as u128) as usize;
+                let level = (u128::from((*v).min(max)) * 7 / u128::from(max)) as usize;
                 LEVELS[level.min(7)]
             }
         })
@@ -197,6 +228,36 @@ pub fn bars(values: &[u64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stub first interval (2 ms at a high rate before one-second reports) does not set the
+    /// scale; a first interval as long as the others does.
+    #[test]
+    fn a_stub_first_interval_does_not_set_the_scale() {
+        let mut snap = crate::sink::metrics::tests::fixture_snapshot(&["psn_gap"]);
+        let mut h = History::default();
+        for (interval_s, bps) in [(0.002, 1_900_000.0), (1.0, 600_000.0), (1.0, 500_000.0)] {
+            snap.summary.interval_s = interval_s;
+            let n = snap.flows.len() as f64;
+            for f in &mut snap.flows {
+                std::sync::Arc::make_mut(f).rate_bps = bps / n;
+            }
+            h.record(&snap);
+        }
+        let values = h.total_bps.last(16);
+        assert_eq!(values.len(), 3);
+        let peak = h.peak(&values);
+        assert!((599_000..=600_000).contains(&peak), "{peak} {values:?}");
+        let mut even = History::default();
+        snap.summary.interval_s = 1.0;
+        even.record(&snap);
+        even.record(&snap);
+        let values = even.total_bps.last(16);
+        assert_eq!(
+            even.peak(&values),
+            values[0],
+            "no stub: every sample counts"
+        );
+    }
 
     #[test]
     fn series_keep_the_newest_depth_samples() {

@@ -34,6 +34,11 @@ fn fixture_snapshot_with(name: &str, config: EngineConfig) -> crate::engine::sna
     engine.snapshot(last)
 }
 
+/// The view titled `title`.
+fn tab(title: &str) -> Tab {
+    Tab::titled(title).expect("a view of that title")
+}
+
 fn render(app: &App) -> String {
     render_at(app, 80, 24)
 }
@@ -70,12 +75,12 @@ fn navigation_and_sorting() {
         .collect();
     assert!(bytes.windows(2).all(|w| w[0] >= w[1]));
     app.update(Action::CycleSort);
-    assert_eq!(app.sort.name(), "rate");
+    assert_eq!(app.sort.name(), "packets");
     app.update(Action::NextTab);
-    assert_eq!(app.tab, Tab::Pfc);
+    assert_eq!(app.tab, tab("PFC"));
     app.update(Action::PrevTab);
     app.update(Action::PrevTab);
-    assert_eq!(app.tab, *Tab::ALL.last().expect("tabs"), "wraps around");
+    assert_eq!(app.tab, *Tab::all().last().expect("tabs"), "wraps around");
     app.update(Action::Quit);
     assert!(app.quit);
 }
@@ -162,14 +167,14 @@ fn narrow_terminals_drop_columns_instead_of_cutting_values() {
 #[test]
 fn pfc_view_80x24() {
     let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
-    app.update(Action::SelectTab(Tab::Pfc));
+    app.update(Action::SelectTab(tab("PFC")));
     insta::assert_snapshot!(render_at(&app, 80, 24));
 }
 
 #[test]
 fn pfc_view_200x50() {
     let mut app = App::new("veth0".into(), fixture_snapshot("pfc"));
-    app.update(Action::SelectTab(Tab::Pfc));
+    app.update(Action::SelectTab(tab("PFC")));
     insta::assert_snapshot!(render_at(&app, 200, 50));
 }
 
@@ -189,7 +194,7 @@ fn mirror_views() {
     }
     app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
     assert_eq!(app.order.len(), 2, "the two flows mirrored by 198.51.100.3");
-    app.update(Action::SelectTab(Tab::Mirror));
+    app.update(Action::SelectTab(tab("Mirrors")));
     insta::assert_snapshot!(render_at(&app, 120, 14));
 }
 
@@ -201,7 +206,7 @@ fn ecmp_view() {
     assert!(snap.ecmp.modelled.is_some(), "the model runs by default");
     assert!(snap.ecmp.entropy.len() > 2, "several host pairs");
     let mut app = App::new("veth0, veth1".into(), snap);
-    app.update(Action::SelectTab(Tab::Ecmp));
+    app.update(Action::SelectTab(tab("ECMP")));
     insta::assert_snapshot!(render(&app));
 }
 
@@ -217,9 +222,11 @@ fn alerts_name_every_problem_flow() {
         .filter(|f| App::is_problem(f))
         .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
         .collect();
+    // Problem alerts only: advice (not_ect, ...) marks no flow.
     let mut named: Vec<String> = snap
         .alerts
         .iter()
+        .filter(|a| crate::severity::Severity::of_alert(a.kind).is_problem())
         .filter_map(|a| a.flow.as_ref())
         .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
         .collect();
@@ -230,7 +237,7 @@ fn alerts_name_every_problem_flow() {
     assert_eq!(marked, named);
     assert_eq!(app.problem.iter().filter(|p| **p).count(), marked.len());
     let mut app = app;
-    app.update(Action::SelectTab(Tab::Alerts));
+    app.update(Action::SelectTab(tab("Alerts")));
     insta::assert_snapshot!(render(&app));
 }
 
@@ -259,7 +266,7 @@ fn alerts_view_with_alerts() {
         ]
     );
     let mut app = App::new("veth0".into(), snap);
-    app.update(Action::SelectTab(Tab::Alerts));
+    app.update(Action::SelectTab(tab("Alerts")));
     insta::assert_snapshot!(render(&app));
 }
 
@@ -282,7 +289,7 @@ fn ended_capture_is_marked_and_keeps_its_state() {
     assert!(app.ended);
     assert_eq!(app.snapshot, snap);
     assert!(render(&app).contains("capture ended (q to quit)"));
-    app.update(Action::SelectTab(Tab::Pfc));
+    app.update(Action::SelectTab(tab("PFC")));
     assert!(render(&app).contains("capture ended (q to quit)"));
     app.update(Action::Quit);
     assert!(app.quit);
@@ -414,7 +421,7 @@ fn pfc_view_shows_pause_time_per_interval() {
         let series = &app.history.pfc_paused_us[&super::history::pfc_id(p)];
         assert!(series.len() <= snaps.len() && !series.is_empty());
     }
-    app.update(Action::SelectTab(Tab::Pfc));
+    app.update(Action::SelectTab(tab("PFC")));
     insta::assert_snapshot!(render_at(&app, 120, 24));
 }
 
@@ -540,13 +547,13 @@ fn nic_view_shows_counter_rates() {
     );
     assert_eq!(rows[0].counter.delta, 30);
     let mut app = App::new("capture stdin".into(), snap);
-    app.update(Action::SelectTab(Tab::Nic));
+    app.update(Action::SelectTab(tab("NIC")));
     let screen = render_at(&app, 80, 24);
     assert!(screen.contains("CNPs sent"), "{screen}");
     // Rates depend on the wall clock: check the layout, not the numbers.
     assert!(screen.contains("np_cnp_sent") && screen.contains("per s"));
     let mut none = App::new("x".into(), fixture_snapshot("psn_gap"));
-    none.update(Action::SelectTab(Tab::Nic));
+    none.update(Action::SelectTab(tab("NIC")));
     insta::assert_snapshot!(render_at(&none, 80, 24));
 }
 
@@ -573,7 +580,7 @@ fn qp_owners_label_flows_and_filter_by_process() {
     let mut app = App::new("capture".into(), snap);
     let screen = render_at(&app, 200, 20);
     assert!(screen.contains("ib_write_bw/4242"), "{screen}");
-    app.update(Action::SelectTab(Tab::Flows));
+    app.update(Action::SelectTab(tab("Flows")));
     for c in "/ib_write".chars() {
         app.update(Action::Key(
             ratatui::crossterm::event::KeyCode::Char(c),
@@ -702,7 +709,7 @@ fn diagnosis_app(tab: Tab) -> App {
 
 #[test]
 fn steps_view_80x24() {
-    let app = diagnosis_app(Tab::Steps);
+    let app = diagnosis_app(tab("Steps"));
     let st = app.snapshot.steps.as_ref().expect("steps detected");
     assert!((st.period_ms - 100.0).abs() < 1.0, "{}", st.period_ms);
     assert_eq!(st.stragglers.first().map(|g| g.dst_qp), Some(0x100));
@@ -713,12 +720,12 @@ fn steps_view_80x24() {
 
 #[test]
 fn steps_view_200x50() {
-    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Steps), 200, 50));
+    insta::assert_snapshot!(render_at(&diagnosis_app(tab("Steps")), 200, 50));
 }
 
 #[test]
 fn paths_view_80x24() {
-    let app = diagnosis_app(Tab::Paths);
+    let app = diagnosis_app(tab("Paths"));
     let screen = render_at(&app, 80, 24);
     assert!(screen.contains("1010 1200 1201 1202"), "{screen}");
     insta::assert_snapshot!(screen);
@@ -726,12 +733,12 @@ fn paths_view_80x24() {
 
 #[test]
 fn paths_view_200x50() {
-    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Paths), 200, 50));
+    insta::assert_snapshot!(render_at(&diagnosis_app(tab("Paths")), 200, 50));
 }
 
 #[test]
 fn storm_view_80x24() {
-    let app = diagnosis_app(Tab::Storm);
+    let app = diagnosis_app(tab("Storm"));
     let o = app.snapshot.pfc_origin.as_ref().expect("a storm");
     assert_eq!(o.origin.iface, "leaf1");
     assert_eq!((o.reached, o.hops), (2, 2));
@@ -740,7 +747,7 @@ fn storm_view_80x24() {
 
 #[test]
 fn storm_view_200x50() {
-    insta::assert_snapshot!(render_at(&diagnosis_app(Tab::Storm), 200, 50));
+    insta::assert_snapshot!(render_at(&diagnosis_app(tab("Storm")), 200, 50));
 }
 
 /// Without steps, paths or a storm, each view says why it is empty.
@@ -748,9 +755,9 @@ fn storm_view_200x50() {
 fn diagnosis_views_without_data_say_why() {
     let mut app = App::new("test".into(), fixture_snapshot("psn_gap"));
     for (tab, needle) in [
-        (Tab::Steps, "No training steps"),
-        (Tab::Paths, "two observation points"),
-        (Tab::Storm, "No PFC storm"),
+        (tab("Steps"), "No training steps"),
+        (tab("Paths"), "two observation points"),
+        (tab("Storm"), "No PFC storm"),
     ] {
         app.update(Action::SelectTab(tab));
         let screen = render_at(&app, 80, 24);
@@ -778,7 +785,7 @@ fn many_flows_snapshot(n: u32) -> crate::engine::snapshot::Snapshot {
 
 #[test]
 fn window_scrolls_as_ratatui_does() {
-    use view::window;
+    use super::views::window;
     // From the top until the selection passes the last visible row...
     assert_eq!(window(0, 100, 10), 0..10);
     assert_eq!(window(9, 100, 10), 0..10);
@@ -860,14 +867,14 @@ fn incomplete_path_pairs_are_marked_as_lower_bounds() {
     let table = crate::sink::table::render(&snap);
     assert!(!table.contains("(at least:"), "{table}");
     let mut app = App::new("test".into(), snap.clone());
-    app.update(Action::SelectTab(Tab::Paths));
+    app.update(Action::SelectTab(tab("Paths")));
     assert!(!render_at(&app, 200, 50).contains(&format!("{missing}+")));
 
     snap.paths[lossy].incomplete = true;
     let table = crate::sink::table::render(&snap);
     assert!(table.contains("(at least:"), "{table}");
     let mut app = App::new("test".into(), snap);
-    app.update(Action::SelectTab(Tab::Paths));
+    app.update(Action::SelectTab(tab("Paths")));
     let screen = render_at(&app, 200, 50);
     assert!(screen.contains(&format!("{missing}+ ")), "{screen}");
 }
@@ -893,4 +900,267 @@ fn escape_sequences_in_names_are_shown_escaped() {
         screen.contains(&format!("on {HOSTILE_SHOWN}eth0 capture")),
         "{screen}"
     );
+}
+
+/// 300 flows from three hosts, all Not-ECT (an advice alert each), one RC WRITE stream each;
+/// every 33rd flow (9 of them) loses one PSN (then sends on past the reorder window, which
+/// declares it lost) and carries the fewest bytes, so that an order by bytes would put them
+/// last.
+fn lossy_among_many() -> (crate::engine::snapshot::Snapshot, Vec<u32>) {
+    use roce_observer_common::frames::RoceFrame;
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut t = 1_700_000_000_000_000_000u64;
+    let mut lossy = Vec::new();
+    for i in 0..300u32 {
+        let qp = 0x1000 + i;
+        let loses = i % 33 == 32;
+        if loses {
+            lossy.push(qp);
+        }
+        for psn in 0..if loses { 80u32 } else { 12 } {
+            if loses && psn == 5 {
+                continue;
+            }
+            let frame = RoceFrame {
+                src_ip: [192, 0, 2, 1 + (i % 3) as u8],
+                payload: if loses { 64 } else { 1024 },
+                ..RoceFrame::new(0x0a, qp, psn)
+            }
+            .build();
+            t += 1_000;
+            engine.ingest_frame(t, &frame, frame.len() as u32, 0);
+        }
+    }
+    (engine.snapshot(t), lossy)
+}
+
+/// The 9 lossy flows of 300 are on the first screen at 80x24, each marked, and no clean flow
+/// is marked although every flow has a not_ect alert.
+#[test]
+fn lossy_flows_among_300_are_on_the_first_screen() {
+    let (snap, lossy) = lossy_among_many();
+    assert_eq!(snap.flows.len(), 300);
+    assert_eq!(lossy.len(), 9);
+    assert!(snap.alerts.iter().filter(|a| a.kind == "not_ect").count() >= 300);
+    let app = App::new(
+        "/very/long/path/to/captures/of/the/fabric/lossy.pcap".into(),
+        snap,
+    );
+    let screen = render_at(&app, 80, 24);
+    let rows: Vec<&str> = screen.lines().collect();
+    for qp in &lossy {
+        let shown = crate::format::qp(*qp);
+        let row = rows
+            .iter()
+            .find(|r| r.contains(&shown))
+            .unwrap_or_else(|| panic!("lossy QP {shown} not on the first screen:\n{screen}"));
+        assert!(row.contains('!'), "{row}");
+    }
+    assert_eq!(
+        app.problem.iter().filter(|p| **p).count(),
+        9,
+        "only the lossy flows are marked"
+    );
+    // The header keeps its counts at 80 columns; the path gives way.
+    assert!(
+        rows[0].contains("RoCE") && rows[0].contains("PFC"),
+        "{}",
+        rows[0]
+    );
+    assert!(
+        rows[0].contains("lossy.pcap") && !rows[0].contains("/very/"),
+        "{}",
+        rows[0]
+    );
+}
+
+/// The analyze table lists the lossy flows first, and its alerts are grouped by kind: the loss
+/// first, not_ect once per host pair (3) rather than once per flow (300).
+#[test]
+fn table_lists_problems_first_and_groups_advice() {
+    let (snap, lossy) = lossy_among_many();
+    let text = crate::sink::table::render(&snap);
+    for qp in &lossy {
+        assert!(
+            text.contains(&crate::format::qp(*qp)),
+            "{qp:#x} missing:\n{text}"
+        );
+    }
+    let alerts = &text[text.find("alerts:").expect("an alerts section")..];
+    let loss = alerts.find("packet_loss").expect("loss listed");
+    let advice = alerts.find("not_ect").expect("advice listed");
+    assert!(loss < advice, "{alerts}");
+    assert!(alerts.contains("not_ect (advice): 300 alerts"), "{alerts}");
+    let pairs = alerts[advice..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .filter(|l| l.contains("(100 QPs)"))
+        .count();
+    assert_eq!(pairs, 3, "{alerts}");
+}
+
+/// Every view of the 300-flow capture at the three sizes users run.
+#[test]
+fn every_view_at_three_sizes() {
+    let (snap, _) = lossy_among_many();
+    for tab in Tab::all() {
+        for (w, h) in [(80u16, 24u16), (120, 40), (200, 50)] {
+            let mut app = App::new("lossy.pcap".into(), snap.clone());
+            app.update(Action::SelectTab(tab));
+            insta::assert_snapshot!(
+                format!("many_{}_{w}x{h}", tab.title().to_lowercase()),
+                render_at(&app, w, h)
+            );
+        }
+    }
+}
+
+#[test]
+fn esc_closes_help_then_detail_then_filter_and_never_quits() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let esc = || Action::Key(KeyCode::Esc, KeyModifiers::NONE);
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    let all = app.order.len();
+    app.filter = app.snapshot.flows[0].dst_ip.to_string();
+    app.update(Action::Redraw);
+    app.update(Action::ToggleDetail);
+    app.update(Action::ToggleHelp);
+    app.update(esc());
+    assert!(!app.help && app.detail && !app.filter.is_empty());
+    app.update(esc());
+    assert!(!app.detail && !app.filter.is_empty());
+    app.update(Action::Key(KeyCode::Char('/'), KeyModifiers::NONE));
+    app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
+    app.update(esc());
+    assert!(app.filter.is_empty());
+    assert_eq!(app.order.len(), all);
+    app.update(esc());
+    assert!(!app.quit, "Esc never quits");
+    app.update(Action::Key(KeyCode::Char('c'), KeyModifiers::CONTROL));
+    assert!(app.quit, "Ctrl-C quits");
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    app.update(Action::Key(KeyCode::Char('q'), KeyModifiers::NONE));
+    assert!(app.quit, "q quits");
+}
+
+/// A QP is found by the filter as shown (`0x001101`), as hex without padding (`0x1101`,
+/// `1101`) and in decimal (`4353`, as JSON and Prometheus write it); nothing found says so.
+#[test]
+fn filter_matches_every_qp_form_and_says_no_match() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let (snap, _) = lossy_among_many();
+    let mut app = App::new("test".into(), snap);
+    let find = |app: &mut App, text: &str| {
+        app.update(Action::Key(KeyCode::Char('/'), KeyModifiers::NONE));
+        app.filter.clear();
+        for c in text.chars() {
+            app.update(Action::Key(KeyCode::Char(c), KeyModifiers::NONE));
+        }
+        app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
+        app.order
+            .iter()
+            .map(|i| app.flows()[*i].dst_qp)
+            .collect::<Vec<u32>>()
+    };
+    for form in ["0x001101", "0x1101", "1101", "4353"] {
+        assert_eq!(find(&mut app, form), [0x1101], "{form}");
+    }
+    assert!(find(&mut app, "0x9999").is_empty());
+    assert!(render(&app).contains("no match"), "{}", render(&app));
+}
+
+/// Sorting by a column: largest first, `S` reverses, the sorted column's title is marked.
+#[test]
+fn sort_by_column_in_both_directions_marks_the_column() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
+    while app.sort != super::app::SortKey::Packets {
+        app.update(Action::CycleSort);
+    }
+    let packets = |app: &App| -> Vec<u64> {
+        app.order
+            .iter()
+            .map(|i| app.snapshot.flows[*i].packets)
+            .collect()
+    };
+    assert!(
+        packets(&app).windows(2).all(|w| w[0] >= w[1]),
+        "{:?}",
+        packets(&app)
+    );
+    assert!(render_at(&app, 120, 30).contains("pkts▼"));
+    app.update(Action::Key(KeyCode::Char('S'), KeyModifiers::NONE));
+    assert!(
+        packets(&app).windows(2).all(|w| w[0] <= w[1]),
+        "{:?}",
+        packets(&app)
+    );
+    assert!(render_at(&app, 120, 30).contains("pkts▲"));
+}
+
+#[test]
+fn page_keys_move_by_a_page_and_digits_select_views() {
+    use ratatui::crossterm::event::{KeyCode, KeyModifiers};
+    let (snap, _) = lossy_among_many();
+    let mut app = App::new("test".into(), snap);
+    app.page = 18;
+    app.update(Action::Key(KeyCode::PageDown, KeyModifiers::NONE));
+    assert_eq!(app.selected, 18);
+    app.update(Action::Key(KeyCode::PageUp, KeyModifiers::NONE));
+    assert_eq!(app.selected, 0);
+    for (i, tab) in Tab::all().iter().enumerate() {
+        let digit = super::digit_for_view(i).expect("a digit for each of the first ten views");
+        app.update(Action::Key(KeyCode::Char(digit), KeyModifiers::NONE));
+        assert_eq!(app.tab, *tab);
+    }
+    assert_eq!(super::view_for_digit('0'), Some(9), "0 is the tenth view");
+    // The help lists every view by its key.
+    app.update(Action::ToggleHelp);
+    let help = render_at(&app, 120, 40);
+    for tab in Tab::all() {
+        assert!(help.contains(tab.title()), "{help}");
+    }
+    assert!(
+        help.contains("PgUp/PgDn") && help.contains("Home/g, End/G"),
+        "{help}"
+    );
+}
+
+/// After a capture ends, rates are averages over the flows' active time, labelled, not 0 b/s.
+#[test]
+fn ended_capture_shows_average_rates_not_zero() {
+    let (mut snap, _) = lossy_among_many();
+    for f in &mut snap.flows {
+        Arc::make_mut(f).rate_bps = 0.0;
+    }
+    let mut app = App::new("test".into(), snap);
+    app.update(Action::SourceEnded);
+    let screen = render_at(&app, 200, 50);
+    assert!(screen.contains("avg rate"), "{screen}");
+    assert!(!screen.contains(" 0 b/s"), "{screen}");
+}
+
+/// `w` writes the report on screen as the JSON document to a new file, never over an existing
+/// one, and says where.
+#[test]
+fn write_report_creates_a_new_json_file_each_time() {
+    let dir = std::env::temp_dir().join(format!("roce-observer-w-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let snap = fixture_snapshot("psn_gap");
+    let first = super::write_report(&snap, &dir).expect("written");
+    let second = super::write_report(&snap, &dir).expect("written again");
+    assert_ne!(first, second, "an existing report is never overwritten");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&first).expect("read")).expect("JSON");
+    assert_eq!(v["summary"]["flows"], snap.summary.flows);
+    let mut app = App::new("test".into(), snap);
+    app.update(Action::Key(
+        ratatui::crossterm::event::KeyCode::Char('w'),
+        ratatui::crossterm::event::KeyModifiers::NONE,
+    ));
+    assert!(app.write_requested, "the run loop is asked to write it");
+    app.status = Some(format!("report written to {}", first.display()));
+    assert!(render_at(&app, 200, 24).contains("report written to"));
+    std::fs::remove_dir_all(&dir).expect("cleanup");
 }

@@ -160,6 +160,9 @@ struct ReqSpace {
     /// Window-free evidence: every PSN ever seen (unwrapped), the highest.
     raw_seen: HashSet<i64>,
     raw_first_abs: i64,
+    /// From this PSN up to `base` every PSN had a copy (set at the first request out of
+    /// order; moved above a PSN that leaves the window with none).
+    clean: Option<u32>,
 }
 
 fn d_age(t0: f64, t1: f64) -> f64 {
@@ -242,9 +245,14 @@ impl ReqSpace {
     fn slide(&mut self, f: &mut PsnFigures) {
         while psn_diff(self.expected, self.base) > WINDOW as i32 {
             let b = self.base;
-            if let Some(Slot::Hole) = self.slots.remove(&b) {
-                f.lost_by_window += 1;
-                self.declare_lost(b);
+            match self.slots.remove(&b) {
+                Some(Slot::Hole) => {
+                    f.lost_by_window += 1;
+                    self.declare_lost(b);
+                    self.clean = Some(psn_add(b, 1));
+                }
+                Some(Slot::Lost { copies: 0, .. }) => self.clean = Some(psn_add(b, 1)),
+                _ => {}
             }
             self.base = psn_add(b, 1);
         }
@@ -273,6 +281,9 @@ impl ReqSpace {
             }
             self.prev = Some((p, s, false));
             return false;
+        }
+        if self.clean.is_none() && p != self.expected {
+            self.clean = Some(self.expected);
         }
         let a = self.abs(p);
         // a first copy arriving after a higher PSN (RFC 4737), whatever the rules say
@@ -479,7 +490,19 @@ impl ReqSpace {
 
     /// A PSN sequence-error NAK naming `x`.
     fn nak(&mut self, f: &mut PsnFigures, x: u32) {
-        if !self.started || !self.in_window(x) {
+        if !self.started {
+            return;
+        }
+        if !self.in_window(x) {
+            // below the window: had a copy here, on a flow that reorders
+            let below = psn_diff(self.base, x);
+            if below > 0
+                && below <= 1 << 22
+                && f.reordered > 0
+                && self.clean.is_some_and(|c| psn_diff(x, c) >= 0)
+            {
+                f.reorder_naks += 1;
+            }
             return;
         }
         match self.slots.get(&x).copied() {
@@ -524,6 +547,10 @@ impl ReqSpace {
                         nak: true,
                     },
                 );
+            }
+            // a copy of it arrived before the NAK, on a flow that reorders
+            Some(Slot::Seen { .. } | Slot::Lost { copies: 1.., .. }) if f.reordered > 0 => {
+                f.reorder_naks += 1;
             }
             _ => {}
         }

@@ -1,0 +1,77 @@
+//! NIC: the host's RDMA hardware counters per interval.
+
+use ratatui::{
+    Frame,
+    layout::Rect,
+    style::{Color, Style},
+    widgets::{Block, Borders, Paragraph, Table, Wrap},
+};
+
+use super::{HIGHLIGHT, View, table_state};
+use crate::format;
+use crate::tui::{
+    app::App,
+    columns::{self, Column},
+};
+
+/// The NIC view.
+pub struct Nic;
+
+impl View for Nic {
+    fn title(&self) -> &'static str {
+        "NIC"
+    }
+
+    fn rows(&self, app: &App) -> usize {
+        crate::tui::app::nic_rows(&app.snapshot).len()
+    }
+
+    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
+        draw_nic(frame, app, area);
+    }
+}
+
+fn draw_nic(frame: &mut Frame, app: &App, area: Rect) {
+    let block = Block::new()
+        .borders(Borders::TOP)
+        .title(" NIC counters per interval (hw_counters, ethtool -S) ");
+    if app.snapshot.nic.is_empty() {
+        frame.render_widget(
+            Paragraph::new(
+                "No RDMA device is read: this host has none under /sys/class/infiniband, or \
+                 --rdma-dev none was given.",
+            )
+            .block(block)
+            .wrap(Wrap { trim: true }),
+            area,
+        );
+        return;
+    }
+    let plain = Style::new();
+    let mut port = Column::new("port", 1);
+    let mut name = Column::new("counter", 0);
+    let mut per_s = Column::new("per s", 0);
+    let mut delta = Column::new("interval", 2);
+    let mut total = Column::new("total", 3);
+    let mut meaning = Column::new("meaning", 4).fill();
+    for r in crate::tui::app::nic_rows(&app.snapshot) {
+        let changed = if r.counter.delta > 0 {
+            Style::new().fg(Color::Yellow)
+        } else {
+            plain
+        };
+        port.push(r.port, plain);
+        name.push(r.name.to_string(), changed);
+        per_s.push(format!("{:.1}", r.counter.per_s), changed);
+        delta.push(r.counter.delta.to_string(), changed);
+        total.push(format::count(r.counter.total), plain);
+        meaning.push(r.meaning.to_string(), plain);
+    }
+    let (header, rows, widths) =
+        columns::table(vec![port, name, per_s, delta, total, meaning], area.width);
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(block)
+        .row_highlight_style(HIGHLIGHT);
+    frame.render_stateful_widget(table, area, &mut table_state(app.selected));
+}
