@@ -58,6 +58,11 @@ fn xoff_frames(s: &Snapshot) -> f64 {
     s.pfc.iter().map(|p| p.pause_frames).sum::<u64>() as f64
 }
 
+/// Lossless-class findings of one kind (points and priorities; a deadlock: cycles).
+fn findings(s: &Snapshot, kind: &str) -> f64 {
+    s.lossless.iter().filter(|f| f.kind == kind).count() as f64
+}
+
 fn rtt(s: &Snapshot, q: fn(&RttSummary) -> Option<u64>) -> Option<f64> {
     q(&s.latency.overall).map(|v| v as f64)
 }
@@ -161,6 +166,13 @@ const METRICS: &[Metric] = &[
     }),
     metric("flows", Kind::Count, |s| Some(s.summary.flows as f64)),
     metric("alerts", Kind::Count, |s| Some(s.alerts.len() as f64)),
+    metric("pfc_before_ecn", Kind::Count, |s| {
+        Some(findings(s, "pfc_before_ecn"))
+    }),
+    metric("ecn_at_low_load", Kind::Count, |s| {
+        Some(findings(s, "ecn_at_low_load"))
+    }),
+    metric("deadlock", Kind::Count, |s| Some(findings(s, "deadlock"))),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -475,6 +475,7 @@ mod tests {
                     max_files: 2,
                     max_age_ns: 0,
                     full_every_ns: 0,
+                    observer_id: None,
                 }),
                 prom_file: None,
                 metrics: None,

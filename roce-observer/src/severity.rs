@@ -238,6 +238,12 @@ pub fn describe(a: &AlertSnapshot) -> String {
                 .as_ref()
                 .map_or(String::new(), |m| format!(" via {}", m.label()))
         ),
+        // A lossless-class finding names its points (a deadlock: its cycle), no sender.
+        (None, Some(p)) if p.src_mac.is_empty() => format!(
+            "{} prio {}",
+            p.iface,
+            p.priority.map_or("link".into(), |v| v.to_string())
+        ),
         (None, Some(p)) => format!(
             "{}/{} {} prio {}",
             p.iface,

@@ -423,6 +423,7 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
                 max_files: 2,
                 max_age_ns: 0,
                 full_every_ns: 0,
+                observer_id: None,
             }),
             prom_file: Some(dir.join("roce.prom")),
             metrics: None,

@@ -1,8 +1,9 @@
-//! Project tasks: `cargo xtask setup | test | demo | fixtures | bench | softroce | kernels | package`.
+//! Project tasks: `cargo xtask setup | test | demo | fixtures | fleet | bench | softroce | kernels | package`.
 
 mod bench;
 mod demo;
 mod fixtures;
+mod fleet;
 mod kernels;
 mod package;
 mod qemu;
@@ -30,6 +31,9 @@ enum Task {
     Demo(demo::DemoOpts),
     /// Regenerate tests/fixtures/*.pcap and their expected JSON with scapy.
     Fixtures,
+    /// The fleet store: install chDB, then three observers' logs loaded with
+    /// docs/clickhouse/schema.sql and ingest.sql and every shipped query checked (root).
+    Fleet,
     /// Benchmarks (figures and ratios against baselines run side by side, not pass/fail):
     /// analyze vs tshark and tcpdump, and the kernel programs vs a do-nothing XDP program.
     Bench(BenchArgs),
@@ -86,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         Task::Test(opts) => test::run(&opts),
         Task::Demo(opts) => demo::run(&opts),
         Task::Fixtures => fixtures::run(),
+        Task::Fleet => fleet::run(),
         Task::Bench(args) => bench(&args),
         Task::Softroce(opts) => softroce::run(opts),
         Task::Kernels(opts) => kernels::run(&opts),

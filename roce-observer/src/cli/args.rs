@@ -177,6 +177,11 @@ pub struct LogDirArgs {
     /// of each file, which always begins with every flow).
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     pub log_full_every: u64,
+    /// The name of this observer on every log line (`host`), for a fleet store that joins many
+    /// observers' logs: 1 to 128 characters of letters, digits and `.-_:` (default: the host
+    /// name).
+    #[arg(long, value_name = "ID", value_parser = parse_observer_id)]
+    pub observer_id: Option<String>,
     /// Replaced by --log-dir (rotating JSON Lines).
     #[arg(long, value_name = "PATH", hide = true)]
     pub flow_log: Option<PathBuf>,
@@ -200,7 +205,23 @@ impl LogDirArgs {
             max_files: self.log_max_files,
             max_age_ns: self.log_max_age.saturating_mul(1_000_000_000),
             full_every_ns: self.log_full_every.saturating_mul(1_000_000_000),
+            observer_id: self.observer_id.clone(),
         }))
+    }
+}
+
+/// An observer id: what a fleet table's rows are grouped and joined by, so nothing that needs
+/// quoting or escaping anywhere.
+fn parse_observer_id(s: &str) -> Result<String, String> {
+    let ok = (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "`{s}` is not an observer id: use 1 to 128 letters, digits, `.`, `-`, `_` or `:` (for example the host name)"
+        ))
     }
 }
 
@@ -253,6 +274,18 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<EngineArgs, clap::Error> {
         Cmd::try_parse_from(std::iter::once("cmd").chain(args.iter().copied())).map(|c| c.engine)
+    }
+
+    #[test]
+    fn observer_ids_are_plain_names() {
+        for ok in ["gpu-17", "rack3.mon_a", "10.0.0.1", "fe80::1"] {
+            assert_eq!(parse_observer_id(ok).as_deref(), Ok(ok));
+        }
+        let long = "x".repeat(129);
+        for bad in ["", "a b", "a\"b", "a,b", "\u{1b}]0;x", long.as_str()] {
+            let err = parse_observer_id(bad).expect_err(bad);
+            assert!(err.contains("not an observer id"), "{err}");
+        }
     }
 
     #[test]

@@ -121,6 +121,8 @@ impl Engine {
             if !self.paths_from_events {
                 self.paths.packet(&key, &pkt, &out);
             }
+            self.lossless
+                .packet(ts_ns, key.ifindex, &pkt, out.cnp, &self.cfg);
         }
         for ev in events.drain(..) {
             self.on_event(&ev, true);

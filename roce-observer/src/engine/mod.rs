@@ -12,7 +12,7 @@
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
 //! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started); `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
+//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started), `lossless` (ECN before PFC, ECN at low load, PFC deadlock); `report` builds the snapshot, whose types (`snapshot`) import nothing from here.
 
 pub mod alerts;
 mod capture;
@@ -22,6 +22,7 @@ mod events;
 pub mod flows;
 pub mod latency;
 mod live;
+pub mod lossless;
 pub mod pathloss;
 pub mod pfc;
 pub mod pfc_origin;
@@ -155,6 +156,8 @@ pub struct Engine {
     paths: PathLoss,
     /// PFC/PAUSE frame times per source, for the storm origin.
     pauses: PauseLog,
+    /// Lossless-class diagnosis (lossless.rs).
+    lossless: lossless::Lossless,
     /// Tells engines apart (a kernel source skips map entries it already gave this engine).
     id: u64,
     /// The last snapshot's per-flow results, kept so that the next one redoes only the flows
@@ -213,6 +216,7 @@ impl Engine {
             paths_from_events: false,
             paths: PathLoss::default(),
             pauses: PauseLog::default(),
+            lossless: lossless::Lossless::default(),
             shown: RefCell::default(),
             steps_cache: RefCell::default(),
             dirty: RefCell::default(),

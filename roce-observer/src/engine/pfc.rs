@@ -146,6 +146,8 @@ impl Engine {
         }
         let ns = quanta_to_ns(u64::from(quanta), gbps) as u64;
         self.pauses.frame(key, ts, ns);
+        self.lossless
+            .pause(ts, key.ifindex, key.priority, ns, self.cfg.storm_window_ns);
         if quanta > 0 {
             self.steps.pause(ts, ns);
         }

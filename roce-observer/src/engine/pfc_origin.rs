@@ -2,7 +2,10 @@
 //! MAC, observation point, priority) in the order of its first XOFF, the pause fraction of each
 //! in that window, the origin candidate (the first) and how fast the pause spread
 //! (docs/metrics.md, "PFC storm origin"). Fed with every PFC/PAUSE class frame (both paths:
-//! capture frames and ring-buffer events); bounded to [`MAX_FRAMES`] frames per source.
+//! capture frames and ring-buffer events). Each source keeps its pause periods (a refreshed
+//! pause is one period) and its episodes (first XOFF after a quiet period, paused time), so a
+//! storm of any length keeps its start; memory is bounded per source ([`MAX_PERIODS`],
+//! [`MAX_EPISODES`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
@@ -13,52 +16,137 @@ use super::{
     snapshot::{PauseSource, PfcOrigin, PfcRef},
 };
 
-/// Frames kept per source (the latest).
-pub const MAX_FRAMES: usize = 4096;
+/// Pause periods kept per source (the latest); each source's episodes are kept whole
+/// (start and paused time) whatever their number of frames.
+pub const MAX_PERIODS: usize = 4096;
 
-/// One source's frames: (time, requested pause in ns; 0 = XON), oldest first.
-type Frames = VecDeque<(u64, u64)>;
+/// Episodes kept per source (the latest).
+pub const MAX_EPISODES: usize = 1024;
 
-/// Frame times and requested pause (ns; 0 = XON) per source.
+/// A pause episode ends when its source has been unpaused this long (docs/metrics.md, "Pause
+/// and congestion episodes"); the next XOFF starts a new one.
+pub const EPISODE_QUIET_NS: u64 = 10_000_000;
+
+/// One source's pause episode: its first XOFF, the end of its last pause period so far, and
+/// the paused time of its closed periods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Episode {
+    pub start: u64,
+    pub end: u64,
+    pub paused_ns: u64,
+}
+
+/// One source's pause periods (the union of its XOFF periods, cut by XONs: a refreshed pause
+/// is one period however many frames refresh it) and its episodes.
+#[derive(Clone, Debug, Default)]
+pub struct SourceLog {
+    /// Closed periods `[start, end)`, oldest first (the latest [`MAX_PERIODS`]).
+    periods: VecDeque<(u64, u64)>,
+    /// The period in effect since the last frame: `[start, requested end)`.
+    open: Option<(u64, u64)>,
+    /// Closed episodes, oldest first (the latest [`MAX_EPISODES`]), and the current one.
+    episodes: VecDeque<Episode>,
+    current: Option<Episode>,
+}
+
+impl SourceLog {
+    /// A frame at `t` requesting `pause_ns` (0: XON): the PFC time rule of docs/metrics.md.
+    pub fn frame(&mut self, t: u64, pause_ns: u64) {
+        match self.open {
+            Some((s, e)) if e > t => {
+                if pause_ns == 0 {
+                    self.close(s, t);
+                } else {
+                    self.open = Some((s, t.saturating_add(pause_ns)));
+                }
+            }
+            Some((s, e)) => {
+                self.close(s, e);
+                self.start(t, pause_ns);
+            }
+            None => self.start(t, pause_ns),
+        }
+    }
+
+    fn start(&mut self, t: u64, pause_ns: u64) {
+        if pause_ns == 0 {
+            return;
+        }
+        self.open = Some((t, t.saturating_add(pause_ns)));
+        match self.current {
+            Some(ep) if t < ep.end.saturating_add(EPISODE_QUIET_NS) => {}
+            _ => {
+                if let Some(ep) = self.current.take() {
+                    if self.episodes.len() >= MAX_EPISODES {
+                        self.episodes.pop_front();
+                    }
+                    self.episodes.push_back(ep);
+                }
+                self.current = Some(Episode {
+                    start: t,
+                    end: t,
+                    paused_ns: 0,
+                });
+            }
+        }
+    }
+
+    fn close(&mut self, s: u64, e: u64) {
+        self.open = None;
+        if e <= s {
+            return;
+        }
+        if self.periods.len() >= MAX_PERIODS {
+            self.periods.pop_front();
+        }
+        self.periods.push_back((s, e));
+        if let Some(ep) = self.current.as_mut() {
+            ep.paused_ns += e - s;
+            ep.end = e;
+        }
+    }
+
+    /// Paused time within `[from, to)`.
+    pub fn paused_within(&self, from: u64, to: u64) -> u64 {
+        let clip = |&(s, e): &(u64, u64)| e.min(to).saturating_sub(s.max(from));
+        self.periods.iter().map(clip).sum::<u64>() + self.open.as_ref().map(clip).unwrap_or(0)
+    }
+
+    /// Every episode as of `now` (the current one with its open period up to `now`), oldest
+    /// first.
+    pub fn episodes(&self, now: u64) -> impl Iterator<Item = Episode> + '_ {
+        let current = self.current.map(|mut ep| {
+            if let Some((s, e)) = self.open {
+                let e = e.min(now.max(s));
+                ep.paused_ns += e - s;
+                ep.end = ep.end.max(e);
+            }
+            ep
+        });
+        self.episodes.iter().copied().chain(current)
+    }
+
+    /// The paused state at `t`: whether a period covers `t`.
+    pub fn paused_at(&self, t: u64) -> bool {
+        self.open.is_some_and(|(s, e)| s <= t && t < e)
+            || self.periods.iter().rev().any(|&(s, e)| s <= t && t < e)
+    }
+}
+
+/// Pause periods and episodes per source.
 #[derive(Clone, Debug, Default)]
 pub struct PauseLog {
-    frames: BTreeMap<PfcKey, VecDeque<(u64, u64)>>,
+    sources: BTreeMap<PfcKey, SourceLog>,
 }
 
 impl PauseLog {
     pub fn frame(&mut self, key: PfcKey, ts: u64, pause_ns: u64) {
-        let q = self.frames.entry(key).or_default();
-        if q.len() >= MAX_FRAMES {
-            q.pop_front();
-        }
-        q.push_back((ts, pause_ns));
+        self.sources.entry(key).or_default().frame(ts, pause_ns);
     }
-}
 
-/// Paused time within `[from, to)` of one source's frames: an XOFF at `t` pauses until
-/// `t + pause`, a later XOFF moves the end, an XON ends it (the rule of docs/metrics.md).
-fn paused_within(frames: &VecDeque<(u64, u64)>, from: u64, to: u64) -> u64 {
-    let clip = |s: u64, e: u64| e.min(to).saturating_sub(s.max(from));
-    let mut total = 0;
-    let mut open: Option<(u64, u64)> = None;
-    for &(t, ns) in frames {
-        open = match open {
-            Some((s, e)) if e > t => {
-                if ns == 0 {
-                    total += clip(s, t);
-                    None
-                } else {
-                    Some((s, t.saturating_add(ns)))
-                }
-            }
-            Some((s, e)) => {
-                total += clip(s, e);
-                (ns != 0).then(|| (t, t.saturating_add(ns)))
-            }
-            None => (ns != 0).then(|| (t, t.saturating_add(ns))),
-        };
+    pub fn sources(&self) -> impl Iterator<Item = (&PfcKey, &SourceLog)> {
+        self.sources.iter()
     }
-    total + open.map(|(s, e)| clip(s, e)).unwrap_or(0)
 }
 
 /// Why source `b` follows source `a` in the chain (docs/metrics.md, "Who paused whom"): `a`
@@ -67,13 +155,13 @@ fn paused_within(frames: &VecDeque<(u64, u64)>, from: u64, to: u64) -> u64 {
 /// PAUSE, which stops every priority), or `b` is `a`'s device on the same port pausing
 /// another priority (a shared buffer).
 fn hop_evidence(
-    a: (&PfcKey, &Frames, u64),
+    a: (&PfcKey, &SourceLog, u64),
     b: (&PfcKey, u64),
     window: u64,
     shared: &HashSet<(u32, u32)>,
 ) -> Option<&'static str> {
     let ((ka, frames_a, first_a), (kb, first_b)) = (a, b);
-    if first_a >= first_b || paused_within(frames_a, first_b.saturating_sub(window), first_b) == 0 {
+    if first_a >= first_b || frames_a.paused_within(first_b.saturating_sub(window), first_b) == 0 {
         return None;
     }
     let same_prio =
@@ -113,8 +201,8 @@ impl Engine {
         pairs
     }
 
-    /// The storm origin view, or `None` when no storm was detected.
-    pub(super) fn pfc_origin(&self) -> Option<PfcOrigin> {
+    /// The storm origin view as of `now`, or `None` when no storm was detected.
+    pub(super) fn pfc_origin(&self, now: u64) -> Option<PfcOrigin> {
         let onset = self
             .pfc
             .values()
@@ -127,16 +215,17 @@ impl Engine {
             onset.saturating_sub(2 * window),
             onset.saturating_add(window),
         );
-        let mut found: Vec<(&PfcKey, &Frames, PauseSource)> = self
+        let mut found: Vec<(&PfcKey, &SourceLog, PauseSource)> = self
             .pauses
-            .frames
-            .iter()
+            .sources()
             .filter_map(|(k, frames)| {
-                let first = frames
-                    .iter()
-                    .find(|(t, ns)| *t >= from && *t < to && *ns > 0)?
-                    .0;
-                let paused = paused_within(frames, from, to);
+                // The first episode in the window, from its own first XOFF (which may lie
+                // before the window: a storm keeps its start).
+                let episode = frames
+                    .episodes(now)
+                    .find(|ep| ep.start < to && ep.end.max(ep.start + 1) > from)?;
+                let first = episode.start;
+                let paused = frames.paused_within(from, to);
                 let source = PauseSource {
                     source: PfcRef {
                         iface: self.iface_name(k.ifindex),
@@ -145,6 +234,8 @@ impl Engine {
                         priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
                     },
                     first_xoff_ts: first,
+                    episode_paused_ms: episode.paused_ns as f64 / 1e6,
+                    episode_end_ts: episode.end,
                     paused_fraction: paused as f64 / (to - from).max(1) as f64,
                     storm: self.pfc.get(k).is_some_and(|e| e.timeline.storms > 0),
                     paused_by: None,
@@ -199,8 +290,9 @@ impl Engine {
             storm_onset_ts: onset,
             window_start_ts: from,
             window_end_ts: to,
-            origin: sources[origin_index].source.clone(),
-            origin_index,
+            origin: Some(sources[origin_index].source.clone()),
+            origin_index: Some(origin_index),
+            deadlock: false,
             reached: reach(origin_index),
             hops: (0..sources.len())
                 .filter(|&j| root[j] == origin_index)
@@ -251,7 +343,7 @@ mod tests {
             }
         }
         let o = e.snapshot(T0 + 900 * MS).pfc_origin.expect("a storm");
-        assert_eq!(o.origin.iface, "leaf1");
+        assert_eq!(o.origin.as_ref().expect("origin").iface, "leaf1");
         let order: Vec<&str> = o.sources.iter().map(|s| s.source.iface.as_str()).collect();
         assert_eq!(order, ["leaf1", "spine1", "leaf2"]);
         assert_eq!(o.sources[0].first_xoff_ts, T0 + 500 * MS);
@@ -349,8 +441,8 @@ mod tests {
         assert_eq!(got, want);
         // leaf2 follows spine1's priority-3 source (index 2), not its priority-4 one.
         assert_eq!(o.sources[4].paused_by, Some(2));
-        assert_eq!(o.origin.iface, "leaf1");
-        assert_eq!((o.origin_index, o.reached, o.hops), (0, 3, 2));
+        assert_eq!(o.origin.as_ref().expect("origin").iface, "leaf1");
+        assert_eq!((o.origin_index, o.reached, o.hops), (Some(0), 3, 2));
         // spine1's first XOFF at 520.101 ms (the first refresh past 520 ms, + 1 us), leaf2's
         // at 545.002 ms.
         let hop = o.sources[4].hop_ms.expect("a hop");
@@ -379,8 +471,55 @@ mod tests {
         }
         let o = e.snapshot(T0 + 900 * MS).pfc_origin.expect("a storm");
         assert_eq!(o.sources[0].source.src_mac, "02:00:00:00:01:01");
-        assert_eq!(o.origin.src_mac, "02:00:00:00:01:02");
-        assert_eq!((o.origin_index, o.reached, o.hops), (1, 1, 1));
+        assert_eq!(
+            o.origin.as_ref().expect("origin").src_mac,
+            "02:00:00:00:01:02"
+        );
+        assert_eq!((o.origin_index, o.reached, o.hops), (Some(1), 1, 1));
+    }
+
+    /// Three ports in a tree (flows cross if1 then if0, and if2 then if0): if0 pauses first,
+    /// if1 2 ms later and if2 4 ms later, all refreshed every 200 us for 2 s: 10,000 frames
+    /// per source, more than any per-frame log would keep. Each source keeps its episode start
+    /// and its paused time, and the origin is the port that paused first.
+    #[test]
+    fn a_long_storm_keeps_every_start() {
+        let mut e = Engine::new(EngineConfig::default());
+        data(&mut e, 1, 1, 2, 0x10, 0);
+        data(&mut e, 0, 1, 2, 0x10, 1000);
+        data(&mut e, 2, 3, 2, 0x20, 2000);
+        data(&mut e, 0, 3, 2, 0x20, 3000);
+        let start = 100 * MS;
+        for k in 0..10_000u64 {
+            let t = start + k * 200_000;
+            pfc_prio(&mut e, 1, 0, t, 3);
+            pfc_prio(&mut e, 2, 1, t + 2 * MS, 3);
+            pfc_prio(&mut e, 3, 2, t + 4 * MS, 3);
+        }
+        let end = start + 2000 * MS;
+        let o = e.snapshot(T0 + end + 10 * MS).pfc_origin.expect("a storm");
+        let got: Vec<(&str, u64, Option<usize>)> = o
+            .sources
+            .iter()
+            .map(|s| (s.source.iface.as_str(), s.first_xoff_ts - T0, s.paused_by))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("if0", start, None),
+                ("if1", start + 2 * MS, Some(0)),
+                ("if2", start + 4 * MS, Some(0)),
+            ]
+        );
+        assert_eq!(o.origin.as_ref().expect("origin").iface, "if0");
+        assert_eq!((o.reached, o.hops), (2, 1));
+        // Paused from the first XOFF to the last one's end (0xffff quanta at 100 Gb/s =
+        // 335.539 us): 1999.8 ms + 335.539 us, for each source.
+        let paused_ns = 9_999 * 200_000 + 335_539;
+        for s in &o.sources {
+            assert_eq!((s.episode_paused_ms * 1e6).round() as u64, paused_ns);
+        }
+        assert_eq!(o.sources[0].episode_end_ts - T0, start + paused_ns);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::{
     ecmp_advice,
     flows::{self, FastHash, FlowEntry},
     latency::{rtt_summary, sketch},
+    lossless::{self, lossless_alert},
     show_mac,
     snapshot::{
         AlertSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
@@ -178,6 +179,13 @@ impl Engine {
             m.qp_advice = ecmp_advice::qp_counts(m, self.cfg.roce_port);
         }
 
+        let lossless = self.lossless_findings(now_ns);
+        alerts.extend(lossless.iter().map(lossless_alert));
+        let mut pfc_origin = self.pfc_origin(now_ns);
+        if let Some(o) = pfc_origin.as_mut() {
+            lossless::unroot(o, &lossless);
+        }
+
         let ringbuf_full = total(Counter::RingbufFull);
         Snapshot {
             schema_version: SCHEMA_VERSION,
@@ -223,7 +231,8 @@ impl Engine {
             ecmp,
             alerts,
             paths: self.path_pairs(),
-            pfc_origin: self.pfc_origin(),
+            pfc_origin,
+            lossless,
             steps: self.steps_snapshot(),
             nic: Vec::new(),
             qp_owners: Vec::new(),

@@ -49,6 +49,10 @@ pub struct Snapshot {
     pub paths: Vec<PathPair>,
     /// Where the first PFC storm started and how it spread (null without a storm).
     pub pfc_origin: Option<PfcOrigin>,
+    /// Lossless-class findings (docs/metrics.md, "Lossless class diagnosis"): PFC before ECN,
+    /// ECN at low load, PFC deadlock (absent when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lossless: Vec<LosslessFinding>,
     /// The host's RDMA NIC counters over the interval (live runs on a host with RDMA
     /// devices; absent otherwise). Not engine data: the live loop attaches them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -753,8 +757,13 @@ pub struct StragglerEvidence {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct PauseSource {
     pub source: PfcRef,
-    /// Its first XOFF in the window, ns since the epoch.
+    /// The first XOFF of its first pause episode in the window (docs/metrics.md), ns since the
+    /// epoch; it may lie before the window.
     pub first_xoff_ts: u64,
+    /// That episode's paused time (up to the snapshot), milliseconds, and the end of its last
+    /// pause period so far.
+    pub episode_paused_ms: f64,
+    pub episode_end_ts: u64,
     /// Paused time in the window / the window.
     pub paused_fraction: f64,
     /// This source had a storm of its own.
@@ -778,10 +787,13 @@ pub struct PfcOrigin {
     pub window_start_ts: u64,
     pub window_end_ts: u64,
     /// The origin candidate: the root whose chain reaches the most sources (ties: the first
-    /// XOFF), which is the first source unless the first pause spread nowhere.
-    pub origin: PfcRef,
+    /// XOFF), which is the first source unless the first pause spread nowhere; null when the
+    /// sources include a PFC deadlock (`deadlock`), which has no root.
+    pub origin: Option<PfcRef>,
     /// Its index in `sources`.
-    pub origin_index: usize,
+    pub origin_index: Option<usize>,
+    /// Some sources pause in a deadlock cycle (see `lossless`): no origin is named.
+    pub deadlock: bool,
     /// Sources its chain reaches (itself not counted), and the longest chain from it in hops.
     pub reached: usize,
     pub hops: usize,
@@ -859,4 +871,69 @@ mod tests {
         assert_ne!(ViewStamp::new().get(), ViewStamp::new().get());
         assert_eq!(a, b);
     }
+}
+
+// Lossless-class diagnosis (docs/metrics.md), computed by lossless.rs.
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LosslessFinding {
+    /// `pfc_before_ecn`, `ecn_at_low_load` or `deadlock`.
+    pub kind: &'static str,
+    pub priority: u8,
+    /// The observation points involved (a deadlock: its cycle, in order).
+    pub points: Vec<String>,
+    /// Time range of the evidence, ns since the epoch.
+    pub start_ts: u64,
+    pub end_ts: u64,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub episodes: Option<EpisodeFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<Vec<CycleMember>>,
+}
+
+/// Congestion episodes of one point and priority (`pfc_before_ecn`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EpisodeFigures {
+    pub episodes: u64,
+    /// Episodes whose first CE mark or CNP came first (or alone), and those whose first XOFF
+    /// came first (or alone), with their share of all episodes.
+    pub ecn_first: u64,
+    pub pfc_first: u64,
+    pub pfc_first_share: f64,
+    /// Episodes with XOFFs and no CE mark or CNP.
+    pub pause_without_marks: u64,
+    /// Episodes with both, and their mean first XOFF - first mark (negative: pauses led).
+    pub with_both: u64,
+    pub mean_lead_ms: Option<f64>,
+    /// CE-marked data packets, CNPs, ECT data packets at the point and priority.
+    pub ce: u64,
+    pub cnp: u64,
+    pub ect_data: u64,
+}
+
+/// Marked load intervals of one point and priority (`ecn_at_low_load`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LoadFigures {
+    /// The lowest utilisation (data rate / link speed) of an interval with CE marks.
+    pub marking_starts_at: f64,
+    pub marked_intervals: u64,
+    /// Marked intervals below the low-load fraction, and their CE marks.
+    pub low_load_intervals: u64,
+    pub low_load_ce: u64,
+    pub interval_ms: f64,
+    pub link_gbps: f64,
+}
+
+/// One point of a deadlock cycle.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CycleMember {
+    pub point: String,
+    /// Start and length of its pause span.
+    pub pause_start_ts: u64,
+    pub paused_ms: f64,
+    /// Its last data packet of the priority in that span (before the deadlock), if any.
+    pub last_data_ts: Option<u64>,
 }

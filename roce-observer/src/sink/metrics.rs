@@ -34,7 +34,7 @@ use roce_observer_common::flow::{NAK_CLASSES, nak};
 
 use crate::engine::{
     flows::FastHash,
-    snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, RttSummary, Snapshot},
+    snapshot::{FlowSnapshot, LATENCY_BUCKETS_NS, LosslessFinding, RttSummary, Snapshot},
 };
 
 /// Host pairs exported, most bytes first.
@@ -434,6 +434,7 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
     register_owners(&mut reg, &chosen);
     register_nic(&mut reg, snap);
     register_pfc(&mut reg, snap);
+    register_lossless(&mut reg, snap);
     register_mirrors(&mut reg, snap);
     register_summary(&mut reg, snap, chosen.len(), health);
     reg
@@ -583,6 +584,59 @@ fn register_pfc(reg: &mut Registry, snap: &Snapshot) {
         "roce_pfc_storm",
         "1 while the priority is in a PFC storm",
         ConstFamily(storm),
+    );
+}
+
+/// Lossless-class findings per point and priority (docs/metrics.md, "Lossless class
+/// diagnosis"): one series per finding and point (a deadlock: each member of its cycle), and
+/// the figures each rule is judged on.
+fn register_lossless(reg: &mut Registry, snap: &Snapshot) {
+    let labels = |f: &LosslessFinding, point: &str| -> Labels {
+        vec![
+            ("kind", f.kind.to_string()),
+            ("iface", point.to_string()),
+            ("priority", f.priority.to_string()),
+        ]
+    };
+    let at = |f: &LosslessFinding| -> Labels {
+        vec![
+            ("iface", f.points.join(",")),
+            ("priority", f.priority.to_string()),
+        ]
+    };
+    let found = snap
+        .lossless
+        .iter()
+        .flat_map(|f| {
+            f.points
+                .iter()
+                .map(move |p| (labels(f, p), ConstGauge::new(1)))
+        })
+        .collect();
+    reg.register(
+        "roce_lossless_finding",
+        "1 per lossless-class finding (pfc_before_ecn, ecn_at_low_load, deadlock) and point",
+        ConstFamily(found),
+    );
+    let share = snap
+        .lossless
+        .iter()
+        .filter_map(|f| Some((at(f), ConstGauge::new(f.episodes.as_ref()?.pfc_first_share))))
+        .collect();
+    reg.register(
+        "roce_lossless_pfc_first_ratio",
+        "Share of congestion episodes whose first XOFF came before the first ECN mark",
+        ConstFamily(share),
+    );
+    let starts = snap
+        .lossless
+        .iter()
+        .filter_map(|f| Some((at(f), ConstGauge::new(f.load.as_ref()?.marking_starts_at))))
+        .collect();
+    reg.register(
+        "roce_lossless_marking_start_ratio",
+        "Lowest utilisation of a load interval with CE marks (marking at low load)",
+        ConstFamily(starts),
     );
 }
 

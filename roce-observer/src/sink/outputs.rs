@@ -346,6 +346,7 @@ mod tests {
                 max_files: 4,
                 max_age_ns: 0,
                 full_every_ns: 0,
+                observer_id: None,
             }),
             prom_file: Some(prom.clone()),
             ..plan()
@@ -450,6 +451,7 @@ mod tests {
                 max_files: 2,
                 max_age_ns: 0,
                 full_every_ns: 0,
+                observer_id: None,
             }),
             ..plan()
         })

@@ -541,19 +541,31 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
 
     if let Some(o) = &s.pfc_origin {
         let prio = |p: Option<u8>| p.map(|v| v.to_string()).unwrap_or_else(|| "link".into());
-        let _ = writeln!(
-            out,
-            "pfc storm origin: #{} {}/{} {} prio {}, {} more paused after it (chain of {} hops); {} sources paused within {:.1} ms:",
-            o.origin_index + 1,
-            o.origin.iface,
-            o.origin.direction,
-            o.origin.src_mac,
-            prio(o.origin.priority),
-            o.reached,
-            o.hops,
-            o.sources.len(),
-            o.spread_ms
-        );
+        match (&o.origin, o.origin_index) {
+            (Some(origin), Some(index)) => {
+                let _ = writeln!(
+                    out,
+                    "pfc storm origin: #{} {}/{} {} prio {}, {} more paused after it (chain of {} hops); {} sources paused within {:.1} ms:",
+                    index + 1,
+                    origin.iface,
+                    origin.direction,
+                    origin.src_mac,
+                    prio(origin.priority),
+                    o.reached,
+                    o.hops,
+                    o.sources.len(),
+                    o.spread_ms
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "pfc storm origin: none, the pauses form a deadlock cycle (see lossless); {} sources paused within {:.1} ms:",
+                    o.sources.len(),
+                    o.spread_ms
+                );
+            }
+        }
         for (i, src) in o.sources.iter().enumerate().take(8) {
             let by = match (src.paused_by, src.evidence) {
                 (Some(p), Some(ev)) => format!("  after #{} ({ev})", p + 1),

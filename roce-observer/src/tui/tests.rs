@@ -740,7 +740,7 @@ fn paths_view_200x50() {
 fn storm_view_80x24() {
     let app = diagnosis_app(tab("Storm"));
     let o = app.snapshot.pfc_origin.as_ref().expect("a storm");
-    assert_eq!(o.origin.iface, "leaf1");
+    assert_eq!(o.origin.as_ref().expect("origin").iface, "leaf1");
     assert_eq!((o.reached, o.hops), (2, 2));
     insta::assert_snapshot!(render_at(&app, 80, 24));
 }
@@ -748,6 +748,63 @@ fn storm_view_80x24() {
 #[test]
 fn storm_view_200x50() {
     insta::assert_snapshot!(render_at(&diagnosis_app(tab("Storm")), 200, 50));
+}
+
+/// Three ports (a, b, c) whose flows form a loop pause priority 3 for 1.5 s after the data
+/// stopped: a PFC deadlock. The storm view names no origin and the alerts view lists it.
+fn deadlock_app(tab: Tab) -> App {
+    use roce_observer_common::frames::{RoceFrame, pfc_frame};
+    let mut engine = Engine::new(EngineConfig {
+        storm_window_ns: 100_000_000,
+        ..EngineConfig::default()
+    });
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        engine.set_iface_name(i as u32, name);
+    }
+    let t0 = 1_700_000_000_000_000_000u64;
+    for i in 0..250u64 {
+        for (f, (from, to)) in [(0, 1), (1, 2), (2, 0)].into_iter().enumerate() {
+            let frame = RoceFrame {
+                src_ip: [192, 0, 2, f as u8 + 1],
+                dst_ip: [192, 0, 2, 100],
+                tos: (26 << 2) | 2,
+                ..RoceFrame::new(0x0a, 0x20 + f as u32, i as u32)
+            }
+            .build();
+            let t = t0 + i * 200_000 + f as u64 * 50_000;
+            engine.ingest_frame(t, &frame, frame.len() as u32, from);
+            engine.ingest_frame(t + 20_000, &frame, frame.len() as u32, to);
+        }
+    }
+    let mut quanta = [0u16; 8];
+    quanta[3] = 0xffff;
+    for k in 0..5000u64 {
+        for port in 0..3u32 {
+            let f = pfc_frame(port as u8 + 1, 1 << 3, quanta);
+            let t = t0 + 60_000_000 + u64::from(port) * 1_000_000 + k * 300_000;
+            engine.ingest_frame(t, &f, f.len() as u32, port);
+        }
+    }
+    let snap = engine.snapshot(t0 + 1_600_000_000);
+    let mut app = App::new("capture deadlock.pcapng".into(), snap);
+    app.update(Action::SelectTab(tab));
+    app
+}
+
+#[test]
+fn storm_view_of_a_deadlock_names_no_origin() {
+    let app = deadlock_app(tab("Storm"));
+    let o = app.snapshot.pfc_origin.as_ref().expect("a storm");
+    assert!(o.deadlock && o.origin.is_none());
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("no origin"), "{screen}");
+    insta::assert_snapshot!(screen);
+    let alerts = render_at(&deadlock_app(tab("Alerts")), 80, 24);
+    assert!(
+        alerts.contains("deadlock") && alerts.contains("a -> b -> c"),
+        "{alerts}"
+    );
+    insta::assert_snapshot!(alerts);
 }
 
 /// Without steps, paths or a storm, each view says why it is empty.

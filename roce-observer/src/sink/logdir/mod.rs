@@ -48,6 +48,8 @@ pub struct LogDirConfig {
     pub max_age_ns: u64,
     /// Write a full batch this often (ns of log time; 0: only at the start of each file).
     pub full_every_ns: u64,
+    /// The `host` of every line (None: the host name).
+    pub observer_id: Option<String>,
 }
 
 pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
@@ -77,6 +79,8 @@ struct Live {
     /// (device, inode) of the open file, to notice when the path no longer leads to it.
     id: (u64, u64),
     len: u64,
+    /// Length of its `file_start` line.
+    start_len: u64,
     /// Log time of the first batch in the file (the age for rotation counts from there, so a
     /// capture's clock works as well as the wall clock).
     first_batch_ts: Option<u64>,
@@ -93,6 +97,10 @@ pub struct LogDir {
     /// The last failure, for the status line (cleared by the next written batch).
     last_error: Option<String>,
     worker: Option<JoinHandle<rotate::Pass>>,
+    /// Whether the last full batch fitted in one file. When it does not, a new file begins
+    /// with a change batch: otherwise every interval would write a full batch, split over
+    /// files, and rotate.
+    full_fits: bool,
     /// Paths refused so far (each is warned about and counted once).
     refused: BTreeSet<PathBuf>,
     /// Warnings not yet taken by [`LogDir::take_warnings`].
@@ -110,6 +118,11 @@ fn hostname() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
+}
+
+/// Out of space on the device or of the user's quota.
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 fn file_id(m: &fs::Metadata) -> (u64, u64) {
@@ -135,13 +148,14 @@ impl LogDir {
         };
         fs::create_dir_all(&cfg.dir).map_err(unusable)?;
         let mut log = LogDir {
-            host: hostname(),
+            host: cfg.observer_id.clone().unwrap_or_else(hostname),
             live: None,
             baseline: records::Baseline::default(),
             last_full_ts: None,
             health: LogHealth::default(),
             last_error: None,
             worker: None,
+            full_fits: true,
             refused: BTreeSet::new(),
             warnings: Vec::new(),
             cfg,
@@ -242,6 +256,7 @@ impl LogDir {
             file,
             id,
             len: start.len() as u64,
+            start_len: start.len() as u64,
             first_batch_ts: None,
         })
     }
@@ -276,17 +291,24 @@ impl LogDir {
                     && l.first_batch_ts
                         .is_some_and(|t| ts.saturating_sub(t) >= self.cfg.max_age_ns))
         });
-        if !due {
-            return;
-        }
-        // Renaming within the directory is atomic; on failure we keep appending and try again
-        // next interval.
-        if rotate::rename_live(&self.cfg.dir, ts).is_ok() {
-            self.live = None;
-            self.last_full_ts = None;
-            self.health.files_rotated += 1;
+        if due && self.rotate(ts) {
             self.spawn_retention();
         }
+    }
+
+    /// Rename the live file to a rotated name; the next file begins with a full batch when one
+    /// fits in a file. On failure we keep appending and try again next interval.
+    fn rotate(&mut self, ts: u64) -> bool {
+        // Renaming within the directory is atomic.
+        if rotate::rename_live(&self.cfg.dir, ts).is_err() {
+            return false;
+        }
+        self.live = None;
+        if self.full_fits {
+            self.last_full_ts = None;
+        }
+        self.health.files_rotated += 1;
+        true
     }
 
     /// Compress and prune on a background thread, one at a time: gzip of a 64 MiB file takes
@@ -306,6 +328,15 @@ impl LogDir {
             .ok();
     }
 
+    /// Wait for the running pass, so that this thread alone touches the rotated files.
+    fn join_worker(&mut self) {
+        if let Some(w) = self.worker.take()
+            && let Ok(pass) = w.join()
+        {
+            self.note_pass(pass);
+        }
+    }
+
     fn collect_worker(&mut self) {
         if let Some(w) = self.worker.take_if(|w| w.is_finished())
             && let Ok(pass) = w.join()
@@ -319,15 +350,72 @@ impl LogDir {
     pub fn write(&mut self, snap: &Snapshot, ts: u64) {
         self.collect_worker();
         self.rotate_if_due(ts);
+        let mut result = self.write_batch(snap, ts);
+        if let Err((e, _)) = &result
+            && is_no_space(e)
+            && self
+                .live
+                .as_ref()
+                .is_some_and(|l| l.first_batch_ts.is_some())
+            && self.fills_its_disk()
+        {
+            // The log itself filled the disk: rotate, then delete our oldest files until the
+            // batch fits, as the limits would have had the disk been larger.
+            self.join_worker();
+            if self.rotate(ts) {
+                let budget = self.cfg.max_bytes.saturating_mul(self.cfg.max_files as u64);
+                let pass = rotate::retention(&self.cfg.dir, self.cfg.max_files, budget);
+                self.note_pass(pass);
+                loop {
+                    result = self.write_batch(snap, ts);
+                    match &result {
+                        Err((e, _)) if is_no_space(e) && self.delete_oldest() => {}
+                        _ => break,
+                    }
+                }
+            }
+        }
+        match result {
+            Ok(()) => self.last_error = None,
+            Err((e, records)) => {
+                self.health.records_lost += records;
+                self.last_error = Some(e.to_string());
+            }
+        }
+    }
+
+    /// Build and append one batch; on failure the error and the lines lost.
+    fn write_batch(&mut self, snap: &Snapshot, ts: u64) -> Result<(), (io::Error, u64)> {
         // Before building the batch: a file made here must begin with a full batch.
-        let ready = self.ensure_live(ts).map(|_| ());
-        let full = match self.last_full_ts {
+        let mut ready = self.ensure_live(ts).map(|_| ());
+        let mut full = match self.last_full_ts {
             None => true,
             Some(last) => {
                 self.cfg.full_every_ns > 0 && ts.saturating_sub(last) >= self.cfg.full_every_ns
             }
         };
-        let batch = records::build(snap, ts, full, &self.baseline, self.health);
+        let mut batch = records::build(snap, ts, &self.host, full, &self.baseline, self.health);
+        // A batch that would take the file past the limit goes to a new file, unless it is
+        // too large for a file anyway (then it fills this one and goes on in new files).
+        let start_len = self.live.as_ref().map_or(0, |l| l.start_len);
+        let overflows = self.live.as_ref().is_some_and(|l| {
+            l.first_batch_ts.is_some()
+                && l.len + batch.text.len() as u64 > self.cfg.max_bytes
+                && start_len + batch.text.len() as u64 <= self.cfg.max_bytes
+        });
+        if ready.is_ok() && overflows && self.rotate(ts) {
+            // Rotating before the batch keeps the file within --log-max-bytes; the new file
+            // begins with a full batch when one fits in a file.
+            self.spawn_retention();
+            ready = self.ensure_live(ts).map(|_| ());
+            if self.last_full_ts.is_none() && !full {
+                full = true;
+                batch = records::build(snap, ts, &self.host, full, &self.baseline, self.health);
+            }
+        }
+        if full {
+            self.full_fits = start_len + batch.text.len() as u64 <= self.cfg.max_bytes;
+        }
         match ready.and_then(|()| self.append(&batch.text, ts)) {
             Ok(()) => {
                 self.health.records_written += batch.records;
@@ -335,38 +423,115 @@ impl LogDir {
                 if full {
                     self.last_full_ts = Some(ts);
                 }
-                self.last_error = None;
+                Ok(())
             }
-            Err(e) => {
-                self.health.records_lost += batch.records;
-                self.last_error = Some(e.to_string());
-            }
+            Err(e) => Err((e, batch.records)),
         }
     }
 
-    /// Append a whole batch or nothing: a partial write is cut back so the file holds only
-    /// complete lines.
-    fn append(&mut self, text: &[u8], ts: u64) -> io::Result<()> {
-        let Some(live) = self.live.as_mut() else {
-            return Err(io::Error::other("no live file"));
+    /// Whether our own files hold at least half of what is used on the log's file system: a
+    /// full disk is then ours to clear (a disk filled by something else is left alone, and the
+    /// lines are counted as lost until space is free again).
+    fn fills_its_disk(&self) -> bool {
+        let Ok(c) = std::ffi::CString::new(self.cfg.dir.as_os_str().as_encoded_bytes()) else {
+            return false;
         };
-        let start = live.len;
-        match live.file.write_all(text) {
-            Ok(()) => {
-                live.len += text.len() as u64;
-                live.first_batch_ts.get_or_insert(ts);
-                Ok(())
-            }
-            Err(e) => {
-                // Shrinking frees space, so this works on a full disk; if it fails too, drop
-                // the file so the next interval starts a fresh one instead of appending after a
-                // torn line.
-                if live.file.set_len(start).is_err() {
-                    self.live = None;
-                }
-                Err(e)
-            }
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: c is a valid NUL-terminated path and st is valid for writes of one statvfs.
+        if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+            return false;
         }
+        // SAFETY: statvfs returned 0, so it filled st.
+        let st = unsafe { st.assume_init() };
+        // fsblkcnt_t and c_ulong are 64-bit on the 64-bit targets the observer runs on.
+        let used = st.f_blocks.saturating_sub(st.f_bfree) * st.f_frsize;
+        let live = self.live.as_ref().map_or(0, |l| l.len);
+        let rotated: u64 = rotate::list_rotated(&self.cfg.dir)
+            .map(|r| r.iter().map(|(_, len)| len).sum())
+            .unwrap_or(0);
+        (live + rotated).saturating_mul(2) >= used
+    }
+
+    /// Delete our oldest rotated file; false when there is none left.
+    fn delete_oldest(&mut self) -> bool {
+        let oldest = rotate::list_rotated(&self.cfg.dir)
+            .ok()
+            .and_then(|r| r.into_iter().next());
+        match oldest {
+            Some((path, _)) if fs::remove_file(&path).is_ok() => {
+                self.health.files_deleted += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Append a batch, whole lines only, never past --log-max-bytes: a batch larger than what is
+    /// left of the file goes on in new files (only a single line larger than a file makes a
+    /// file larger). All of it or nothing: on failure every file it reached is cut back to
+    /// where the batch began, so the files hold only complete lines.
+    fn append(&mut self, text: &[u8], ts: u64) -> io::Result<()> {
+        let mut reached: Vec<(File, u64)> = Vec::new();
+        let mut pos = 0;
+        let result = loop {
+            let Some(live) = self.live.as_mut() else {
+                break Err(io::Error::other("no live file"));
+            };
+            let rest = &text[pos..];
+            let room = self.cfg.max_bytes.saturating_sub(live.len);
+            let take = if rest.len() as u64 <= room {
+                rest.len()
+            } else {
+                let fits = &rest[..usize::try_from(room).unwrap_or(rest.len())];
+                match fits.iter().rposition(|&b| b == b'\n') {
+                    Some(end) => end + 1,
+                    // Not even one line fits: in a file that holds batches already, start a
+                    // new one; in a new file, the line goes whole.
+                    None if live.first_batch_ts.is_some() => 0,
+                    None => rest
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(rest.len(), |e| e + 1),
+                }
+            };
+            let start = live.len;
+            if let Ok(dup) = live.file.try_clone() {
+                reached.push((dup, start));
+            }
+            if let Err(e) = live.file.write_all(&rest[..take]) {
+                break Err(e);
+            }
+            live.len += take as u64;
+            live.first_batch_ts.get_or_insert(ts);
+            pos += take;
+            if pos == text.len() {
+                break Ok(());
+            }
+            if !self.rotate(ts) {
+                break Err(io::Error::other("cannot rotate the log file"));
+            }
+            match self.create_live(ts) {
+                Ok(new) => self.live = Some(new),
+                Err(e) => break Err(e),
+            }
+        };
+        if result.is_err() {
+            // Shrinking frees space, so this works on a full disk; if it fails too, drop the
+            // file so the next interval starts a fresh one instead of appending after a torn
+            // line.
+            let cut = reached.iter().all(|(f, start)| f.set_len(*start).is_ok());
+            if let Some(live) = self.live.as_mut()
+                && let Some((_, start)) = reached.last()
+            {
+                live.len = *start;
+            }
+            if !cut {
+                self.live = None;
+            }
+        } else if reached.len() > 1 {
+            self.spawn_retention();
+        }
+        result
     }
 
     /// Flush to disk and finish compression and retention; called once at exit.
@@ -374,11 +539,7 @@ impl LogDir {
         if let Some(live) = &self.live {
             let _ = live.file.sync_data();
         }
-        if let Some(w) = self.worker.take()
-            && let Ok(pass) = w.join()
-        {
-            self.note_pass(pass);
-        }
+        self.join_worker();
         // Rotations that happened while a pass was running left their files for the next pass.
         let pass = rotate::retention(
             &self.cfg.dir,

@@ -15,8 +15,9 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::engine::snapshot::{
-    AlertSnapshot, EcmpSnapshot, FlowId, FlowSnapshot, LatencySnapshot, MirrorSnapshot,
-    MirrorSource, PathPair, PfcOrigin, PfcSnapshot, Snapshot, StepsSnapshot, Summary,
+    AlertSnapshot, EcmpSnapshot, FlowId, FlowSnapshot, LatencySnapshot, LosslessFinding,
+    MirrorSnapshot, MirrorSource, PathPair, PfcOrigin, PfcSnapshot, Snapshot, StepsSnapshot,
+    Summary,
 };
 
 /// Version of the log line schema; changes are additive only (docs/log-schema.md).
@@ -87,11 +88,14 @@ impl FlowDelta {
 
 /// Fields every line starts with.
 #[derive(Serialize)]
-struct Head {
+struct Head<'a> {
     schema_version: u32,
     kind: &'static str,
     /// Snapshot time, ns since the epoch.
     ts: u64,
+    /// The observer that wrote the line (`--observer-id`, the host name by default), so that a
+    /// row of a fleet table says who wrote it.
+    host: &'a str,
     /// Part of a full batch (every entry, not only those that changed).
     full: bool,
 }
@@ -99,7 +103,7 @@ struct Head {
 #[derive(Serialize)]
 struct FlowLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     /// Time of the last batch written before this one (the base of `delta`), 0 for the first.
     delta_since_ts: u64,
     delta: FlowDelta,
@@ -108,9 +112,9 @@ struct FlowLine<'a> {
 }
 
 #[derive(Serialize)]
-struct PfcLine {
+struct PfcLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     delta_since_ts: u64,
     delta_pause_frames: u64,
     delta_xon_frames: u64,
@@ -123,7 +127,7 @@ struct PfcLine {
 #[derive(Serialize)]
 struct MirrorLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     delta_since_ts: u64,
     delta_frames: u64,
     delta_seq_lost: u64,
@@ -132,9 +136,9 @@ struct MirrorLine<'a> {
 }
 
 #[derive(Serialize)]
-struct AlertLine {
+struct AlertLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     delta_count: u64,
     /// The alert, its own `kind` renamed `alert_kind`.
     #[serde(flatten)]
@@ -161,19 +165,21 @@ fn object_renaming_kind<T: Serialize>(
 #[derive(Serialize)]
 struct EcmpLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     #[serde(flatten)]
     ecmp: &'a EcmpSnapshot,
 }
 
-/// The causes of the document (training steps, path loss, PFC storm origin) on one line.
+/// The causes of the document (training steps, path loss, PFC storm origin, lossless-class
+/// findings) on one line.
 #[derive(Serialize)]
 struct DiagnosisLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     steps: &'a Option<StepsSnapshot>,
     paths: &'a [PathPair],
     pfc_origin: &'a Option<PfcOrigin>,
+    lossless: &'a [LosslessFinding],
 }
 
 /// The log's own health, carried on every summary line.
@@ -193,7 +199,7 @@ pub struct LogHealth {
 #[derive(Serialize)]
 struct SummaryLine<'a> {
     #[serde(flatten)]
-    head: Head,
+    head: Head<'a>,
     #[serde(flatten)]
     summary: &'a Summary,
     latency: &'a LatencySnapshot,
@@ -243,7 +249,12 @@ pub struct Baseline {
     diagnosis: Diagnosis,
 }
 
-type Diagnosis = (Option<StepsSnapshot>, Vec<PathPair>, Option<PfcOrigin>);
+type Diagnosis = (
+    Option<StepsSnapshot>,
+    Vec<PathPair>,
+    Option<PfcOrigin>,
+    Vec<LosslessFinding>,
+);
 
 /// The baseline a batch leaves behind once it is written, as changes to the current one.
 pub struct NextBaseline {
@@ -298,7 +309,14 @@ fn push_line<T: Serialize>(out: &mut Vec<u8>, records: &mut u64, line: &T) {
 }
 
 /// Build the lines for `snap` against `base`: everything when `full`, else what changed.
-pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHealth) -> Batch {
+pub fn build(
+    snap: &Snapshot,
+    ts: u64,
+    host: &str,
+    full: bool,
+    base: &Baseline,
+    log: LogHealth,
+) -> Batch {
     let mut text = Vec::new();
     let mut records = 0;
     let mut next = NextBaseline {
@@ -318,6 +336,7 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
         schema_version: LOG_SCHEMA_VERSION,
         kind,
         ts,
+        host,
         full,
     };
     for (i, flow) in snap.flows.iter().enumerate() {
@@ -405,15 +424,22 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
         push_line(&mut text, &mut records, &line);
     }
     // Causes: when there are any, in full batches and whenever they changed.
-    let found = snap.steps.is_some() || !snap.paths.is_empty() || snap.pfc_origin.is_some();
-    let (b_steps, b_paths, b_origin) = &base.diagnosis;
-    let changed = *b_steps != snap.steps || *b_paths != snap.paths || *b_origin != snap.pfc_origin;
+    let found = snap.steps.is_some()
+        || !snap.paths.is_empty()
+        || snap.pfc_origin.is_some()
+        || !snap.lossless.is_empty();
+    let (b_steps, b_paths, b_origin, b_lossless) = &base.diagnosis;
+    let changed = *b_steps != snap.steps
+        || *b_paths != snap.paths
+        || *b_origin != snap.pfc_origin
+        || *b_lossless != snap.lossless;
     if found && (full || changed) {
         let line = DiagnosisLine {
             head: head("diagnosis"),
             steps: &snap.steps,
             paths: &snap.paths,
             pfc_origin: &snap.pfc_origin,
+            lossless: &snap.lossless,
         };
         push_line(&mut text, &mut records, &line);
     }
@@ -421,6 +447,7 @@ pub fn build(snap: &Snapshot, ts: u64, full: bool, base: &Baseline, log: LogHeal
         snap.steps.clone(),
         snap.paths.clone(),
         snap.pfc_origin.clone(),
+        snap.lossless.clone(),
     );
     // The summary line counts itself and this batch among the written records only once the
     // batch is written; it reports the health as of the batch's start.

@@ -31,10 +31,12 @@ fn cfg(dir: &Path) -> LogDirConfig {
         max_files: DEFAULT_MAX_FILES,
         max_age_ns: 0,
         full_every_ns: 0,
+        observer_id: None,
     }
 }
 
-fn lines(path: &Path) -> Vec<Value> {
+/// A log file's text (a rotated file decompressed).
+fn text(path: &Path) -> String {
     let mut text = String::new();
     let file = File::open(path).expect("open log file");
     if path.extension().is_some_and(|e| e == "gz") {
@@ -45,7 +47,12 @@ fn lines(path: &Path) -> Vec<Value> {
         let mut file = file;
         file.read_to_string(&mut text).expect("read");
     }
-    text.lines()
+    text
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    text(path)
+        .lines()
         .map(|l| serde_json::from_str(l).expect("every line is one JSON object"))
         .collect()
 }
@@ -129,11 +136,12 @@ fn first_batch_is_full_then_only_what_changed_with_deltas() {
 fn rotates_by_size_compresses_and_keeps_at_most_max_files() {
     let dir = rotate::tests::tempdir("size");
     let mut engine = Engine::new(EngineConfig::default());
-    feed(&mut engine, &frames("mixed_demo"));
+    // One flow: its full batch fits in a file, a few times.
+    feed(&mut engine, &frames("psn_gap"));
     let snap = engine.snapshot(0);
     let mut log = LogDir::open(
         LogDirConfig {
-            max_bytes: 4096,
+            max_bytes: 16 << 10,
             max_files: 4,
             // A full batch every interval makes each batch large enough to rotate often.
             full_every_ns: 1,
@@ -202,6 +210,147 @@ fn rotates_by_age_and_writes_full_batches_on_schedule() {
     );
     assert_eq!(live[1]["full"], true);
     fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// The text of every file of the directory, oldest first (rotated files decompressed).
+fn all_files(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut paths: Vec<PathBuf> = rotate::list_rotated(dir)
+        .expect("list")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    paths.push(dir.join(LIVE_NAME));
+    paths
+        .into_iter()
+        .map(|p| {
+            let t = text(&p);
+            (p, t)
+        })
+        .collect()
+}
+
+#[test]
+fn a_full_batch_larger_than_a_file_is_split_and_does_not_rotate_every_interval() {
+    let dir = rotate::tests::tempdir("bigbatch");
+    let all = frames("mixed_demo");
+    // The capture as seen on four interfaces: four times the flows.
+    let all: Vec<_> = (1..=4)
+        .flat_map(|i| all.iter().map(move |(ts, d, l, _)| (*ts, d.clone(), *l, i)))
+        .collect();
+    let mut engine = Engine::new(EngineConfig::default());
+    feed(&mut engine, &all);
+    let max_bytes = 32 << 10;
+    let full = records::build(
+        &engine.snapshot(0),
+        1,
+        "h",
+        true,
+        &records::Baseline::default(),
+        LogHealth::default(),
+    );
+    assert!(
+        full.text.len() > max_bytes as usize,
+        "the test needs a full batch of several files, got {} bytes",
+        full.text.len()
+    );
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut log = LogDir::open(
+        LogDirConfig {
+            max_bytes,
+            max_files: 100,
+            ..cfg(&dir)
+        },
+        0,
+    )
+    .expect("open");
+    // The whole capture first (a full batch of several files), then another capture one frame
+    // per interval: small change batches.
+    feed(&mut engine, &all);
+    log.write(&engine.snapshot(0), 1_000_000_000);
+    let more = frames("psn_gap");
+    let mut intervals = 1;
+    for (i, frame) in more.iter().cycle().take(80).enumerate() {
+        feed(&mut engine, std::slice::from_ref(frame));
+        log.write(&engine.snapshot(0), 1_000_000_000 * (i as u64 + 2));
+        intervals += 1;
+    }
+    let snap = engine.snapshot(0);
+    log.finish();
+    let health = log.health();
+    assert_eq!(health.records_lost, 0);
+    let files = all_files(&dir);
+    for (path, text) in &files {
+        assert!(
+            text.len() as u64 <= max_bytes,
+            "{path:?} holds {} bytes, past --log-max-bytes {max_bytes}",
+            text.len()
+        );
+    }
+    // About one file per max_bytes written, not one per interval.
+    let written: usize = files.iter().map(|(_, t)| t.len()).sum();
+    let needed = written.div_ceil(max_bytes as usize) as u64;
+    assert!(
+        health.files_rotated <= needed * 3 / 2 + 1 && health.files_rotated < intervals / 2,
+        "{} rotations for {written} bytes over {intervals} intervals",
+        health.files_rotated
+    );
+    // Every line whole, and the deltas over all files add up to the totals.
+    let lines: Vec<Value> = files
+        .iter()
+        .flat_map(|(_, t)| {
+            t.lines()
+                .map(|l| serde_json::from_str(l).expect("whole line"))
+        })
+        .collect();
+    let written_lines = lines.iter().filter(|l| l["kind"] != "file_start").count();
+    assert_eq!(written_lines as u64, health.records_written);
+    for flow in &snap.flows {
+        let sum: u64 = lines
+            .iter()
+            .filter(|l| {
+                l["kind"] == "flow"
+                    && l["dst_qp"] == flow.dst_qp
+                    && l["src_ip"] == flow.src_ip.to_string()
+                    && l["iface"] == flow.iface
+                    && l["direction"] == flow.direction
+            })
+            .map(|l| l["delta"]["packets"].as_u64().expect("u64"))
+            .sum();
+        assert_eq!(sum, flow.packets, "flow {}", flow.dst_qp);
+    }
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+#[test]
+fn every_line_names_its_observer() {
+    let dir = rotate::tests::tempdir("host");
+    let mut engine = Engine::new(EngineConfig::default());
+    feed(&mut engine, &frames("mixed_demo"));
+    let mut log = LogDir::open(
+        LogDirConfig {
+            observer_id: Some("mon-7".into()),
+            ..cfg(&dir)
+        },
+        1,
+    )
+    .expect("open");
+    log.write(&engine.snapshot(0), 2);
+    feed(&mut engine, &frames("psn_gap"));
+    log.write(&engine.snapshot(0), 3);
+    let got = lines(&dir.join(LIVE_NAME));
+    assert!(kinds(&got).len() > 10, "{:?}", kinds(&got));
+    for l in &got {
+        assert_eq!(l["host"], "mon-7", "{l}");
+    }
+    // Without --observer-id: the host name.
+    let dir2 = rotate::tests::tempdir("hostname");
+    let mut log = LogDir::open(cfg(&dir2), 1).expect("open");
+    log.write(&engine.snapshot(0), 2);
+    for l in &lines(&dir2.join(LIVE_NAME)) {
+        assert_eq!(l["host"].as_str(), Some(hostname().as_str()), "{l}");
+    }
+    fs::remove_dir_all(&dir).expect("cleanup");
+    fs::remove_dir_all(&dir2).expect("cleanup");
 }
 
 #[test]
@@ -465,6 +614,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "schema_version",
             "kind",
             "ts",
+            "host",
             "full",
             "delta_since_ts",
             "delta",
@@ -505,6 +655,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "schema_version",
             "kind",
             "ts",
+            "host",
             "full",
             "delta_since_ts",
             "delta_pause_frames",
@@ -533,6 +684,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "schema_version",
             "kind",
             "ts",
+            "host",
             "full",
             "delta_since_ts",
             "delta_frames",
@@ -555,6 +707,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "schema_version",
             "kind",
             "ts",
+            "host",
             "full",
             "delta_count",
             "alert_kind",
@@ -572,6 +725,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "schema_version",
             "kind",
             "ts",
+            "host",
             "full",
             "measured",
             "modelled",
@@ -584,10 +738,12 @@ const PINNED: &[(&str, &[&str])] = &[
             "schema_version",
             "kind",
             "ts",
+            "host",
             "full",
             "steps",
             "paths",
             "pfc_origin",
+            "lossless",
         ],
     ),
     (
@@ -596,6 +752,7 @@ const PINNED: &[(&str, &[&str])] = &[
             "schema_version",
             "kind",
             "ts",
+            "host",
             "full",
             "total_packets",
             "roce_packets",

@@ -60,14 +60,17 @@ fn draw_storm(frame: &mut Frame, app: &App, area: Rect) {
         Layout::vertical([Constraint::Length(3), Constraint::Min(3)]).areas(area);
     frame.render_widget(
         Paragraph::new(vec![
-            Line::from(format!(
-                "origin #{} {}: reached {} in {} hop{}",
-                o.origin_index + 1,
-                source_label(&o.origin),
-                o.reached,
-                o.hops,
-                if o.hops == 1 { "" } else { "s" }
-            )),
+            Line::from(match (&o.origin, o.origin_index) {
+                (Some(origin), Some(index)) => format!(
+                    "origin #{} {}: reached {} in {} hop{}",
+                    index + 1,
+                    source_label(origin),
+                    o.reached,
+                    o.hops,
+                    if o.hops == 1 { "" } else { "s" }
+                ),
+                _ => "no origin: the pauses form a PFC deadlock cycle (Alerts: deadlock)".into(),
+            }),
             Line::from(format!(
                 "onset {}   {} sources within {:.2} ms   window {:.0} ms",
                 format::clock(o.storm_onset_ts),

@@ -1,0 +1,585 @@
+//! Is the lossless class configured right (docs/metrics.md, "Lossless class diagnosis"): per
+//! observation point and priority, whether ECN marks come before PFC pauses in each congestion
+//! episode (`pfc_before_ecn`), whether CE marks come at low load (`ecn_at_low_load`), and
+//! whether points pause one priority in a closed loop while no data passes (`deadlock`).
+//!
+//! Fed packet by packet on the capture path (data, CE marks, CNPs) and with every PFC class
+//! frame on both paths. State per (point, priority): the open congestion episode and exact
+//! counts of the closed ones, the current load interval and counts of the marked ones, and the
+//! point's current and last long pause span. Bounded by the number of points and priorities.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use roce_observer_common::{account::RocePacket, flow::PCP_UNTAGGED, pfc::PRIORITY_LINK};
+
+use super::{
+    Engine, EngineConfig,
+    pfc_origin::EPISODE_QUIET_NS,
+    snapshot::{
+        AlertSnapshot, CycleMember, EpisodeFigures, LoadFigures, LosslessFinding, PfcOrigin, PfcRef,
+    },
+};
+
+/// Length of the load intervals the data rate of a point and priority is measured over.
+pub const LOAD_INTERVAL_NS: u64 = 10_000_000;
+
+/// A marked interval below this fraction of the link is marked at low load.
+pub const LOW_LOAD: f64 = 0.5;
+
+/// Evidence a rule needs before it is judged: marked low-load intervals (`ecn_at_low_load`),
+/// pause-first episodes (`pfc_before_ecn`). A few marks or pauses at the edge of a burst say
+/// nothing about thresholds.
+pub const MIN_EVIDENCE: u64 = 3;
+
+/// Finding names (also `--fail-on` metrics and alert kinds).
+pub const PFC_BEFORE_ECN: &str = "pfc_before_ecn";
+pub const ECN_AT_LOW_LOAD: &str = "ecn_at_low_load";
+pub const DEADLOCK: &str = "deadlock";
+
+/// Observation point (interface index, or mirror point) and priority.
+type PointKey = (u32, u8);
+
+/// One congestion episode at a point and priority: CE marks, CNPs and XOFFs with no gap of
+/// [`EPISODE_QUIET_NS`] between them (an XOFF counts until its pause ends).
+#[derive(Clone, Copy, Debug)]
+struct Episode {
+    start: u64,
+    /// The latest signal, or the end of the latest pause.
+    last: u64,
+    first_mark: Option<u64>,
+    first_xoff: Option<u64>,
+}
+
+/// Exact counts of the closed episodes.
+#[derive(Clone, Copy, Debug, Default)]
+struct EpisodeCounts {
+    episodes: u64,
+    ecn_first: u64,
+    pfc_first: u64,
+    /// Episodes with XOFFs and no CE mark or CNP.
+    pause_only: u64,
+    /// Episodes with both, and the sum of their lead times (first XOFF - first mark).
+    both: u64,
+    lead_ns: i128,
+    /// Time range of the pause-first episodes.
+    pfc_first_range: Option<(u64, u64)>,
+}
+
+impl EpisodeCounts {
+    fn add(&mut self, ep: &Episode) {
+        self.episodes += 1;
+        match (ep.first_mark, ep.first_xoff) {
+            (Some(_), None) => self.ecn_first += 1,
+            (None, Some(_)) => {
+                self.pfc_first += 1;
+                self.pause_only += 1;
+            }
+            (Some(m), Some(x)) => {
+                self.both += 1;
+                self.lead_ns += i128::from(x) - i128::from(m);
+                if m <= x {
+                    self.ecn_first += 1;
+                } else {
+                    self.pfc_first += 1;
+                }
+            }
+            (None, None) => {}
+        }
+        let pfc_first = match (ep.first_mark, ep.first_xoff) {
+            (None, Some(_)) => true,
+            (Some(m), Some(x)) => x < m,
+            _ => false,
+        };
+        if pfc_first {
+            let (s, e) = self.pfc_first_range.unwrap_or((ep.start, ep.last));
+            self.pfc_first_range = Some((s.min(ep.start), e.max(ep.last)));
+        }
+    }
+}
+
+/// The load interval being filled, and counts of the closed marked ones.
+#[derive(Clone, Copy, Debug, Default)]
+struct Load {
+    /// Interval index (time / [`LOAD_INTERVAL_NS`]), bytes and CE marks in it.
+    current: Option<(u64, u64, u64)>,
+    marked: u64,
+    low_marked: u64,
+    low_ce: u64,
+    /// Lowest utilisation of a marked interval.
+    lowest: Option<f64>,
+    /// Time range of the low-load marked intervals.
+    low_range: Option<(u64, u64)>,
+}
+
+impl Load {
+    fn close(&mut self, (idx, bytes, ce): (u64, u64, u64), link_gbps: f64) {
+        if ce == 0 {
+            return;
+        }
+        let util = utilisation(bytes, link_gbps);
+        self.marked += 1;
+        self.lowest = Some(self.lowest.map_or(util, |l| l.min(util)));
+        if util < LOW_LOAD {
+            self.low_marked += 1;
+            self.low_ce += ce;
+            let (s, e) = (idx * LOAD_INTERVAL_NS, (idx + 1) * LOAD_INTERVAL_NS);
+            let (a, b) = self.low_range.unwrap_or((s, e));
+            self.low_range = Some((a.min(s), b.max(e)));
+        }
+    }
+}
+
+/// Bytes in one load interval as a fraction of the link.
+fn utilisation(bytes: u64, link_gbps: f64) -> f64 {
+    (bytes * 8) as f64 / (LOAD_INTERVAL_NS as f64 * link_gbps.max(f64::MIN_POSITIVE))
+}
+
+/// A point's pause span: the union of its XOFF periods of one priority (any source), cut by
+/// an XON; `data` counts the data packets of that priority seen in it, `data_last` the last.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: u64,
+    end: u64,
+    data_last: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Point {
+    episode: Option<Episode>,
+    counts: EpisodeCounts,
+    ce: u64,
+    cnp: u64,
+    ect_data: u64,
+    load: Load,
+    span: Option<Span>,
+    /// The last closed span longer than the storm window.
+    long_span: Option<Span>,
+}
+
+impl Point {
+    /// A congestion signal (`xoff`: a pause until `until`; else a CE mark or CNP) at `t`.
+    fn signal(&mut self, t: u64, xoff: bool, until: u64) {
+        let ep = match self.episode.as_mut() {
+            Some(ep) if t <= ep.last.saturating_add(EPISODE_QUIET_NS) => ep,
+            _ => {
+                if let Some(done) = self.episode.take() {
+                    self.counts.add(&done);
+                }
+                self.episode.insert(Episode {
+                    start: t,
+                    last: t,
+                    first_mark: None,
+                    first_xoff: None,
+                })
+            }
+        };
+        ep.last = ep.last.max(until);
+        let first = if xoff {
+            &mut ep.first_xoff
+        } else {
+            &mut ep.first_mark
+        };
+        first.get_or_insert(t);
+    }
+
+    /// The counts with the open episode closed at `now`: an episode still within its quiet
+    /// period counts as it stands.
+    fn counts(&self) -> EpisodeCounts {
+        let mut c = self.counts;
+        if let Some(ep) = &self.episode {
+            c.add(ep);
+        }
+        c
+    }
+
+    /// The span with its data, as of `now`: the current one when longer than `window`, else
+    /// the last long one.
+    fn deadlock_span(&self, now: u64, window: u64) -> Option<Span> {
+        let current = self.span.map(|s| Span {
+            end: s.end.min(now.max(s.start)),
+            ..s
+        });
+        current
+            .filter(|s| s.end.saturating_sub(s.start) > window)
+            .or(self.long_span)
+    }
+}
+
+/// The lossless-class analysis state.
+#[derive(Clone, Debug, Default)]
+pub struct Lossless {
+    points: BTreeMap<PointKey, Point>,
+}
+
+/// The priority a data packet travels on: its PCP when tagged, else the lossless priority for
+/// the lossless DSCP, else DSCP / 8 (the default DSCP-to-priority map).
+fn priority(pkt: &RocePacket, cfg: &EngineConfig) -> u8 {
+    if pkt.pcp != PCP_UNTAGGED {
+        pkt.pcp
+    } else if pkt.dscp == cfg.lossless_dscp {
+        cfg.lossless_pcp
+    } else {
+        pkt.dscp >> 3
+    }
+}
+
+impl Lossless {
+    /// Capture path: one RoCE packet at `point`. A CNP is a congestion signal on the lossless
+    /// priority (the class whose data it slows down); data counts toward the load and, marked
+    /// CE, is a congestion signal on its own priority.
+    pub fn packet(&mut self, ts: u64, point: u32, pkt: &RocePacket, cnp: bool, cfg: &EngineConfig) {
+        if cnp {
+            let p = self.points.entry((point, cfg.lossless_pcp)).or_default();
+            p.cnp += 1;
+            p.signal(ts, false, ts);
+            return;
+        }
+        if !pkt.carries_data() {
+            return;
+        }
+        let p = self.points.entry((point, priority(pkt, cfg))).or_default();
+        let ce = pkt.ecn == 3;
+        if pkt.ecn != 0 {
+            p.ect_data += 1;
+        }
+        if ce {
+            p.ce += 1;
+            p.signal(ts, false, ts);
+        }
+        let idx = ts / LOAD_INTERVAL_NS;
+        let bytes = u64::from(pkt.frame_len);
+        match p.load.current.as_mut() {
+            Some(cur) if cur.0 == idx => {
+                cur.1 += bytes;
+                cur.2 += u64::from(ce);
+            }
+            _ => {
+                if let Some(done) = p.load.current.take() {
+                    p.load.close(done, cfg.link_gbps);
+                }
+                p.load.current = Some((idx, bytes, u64::from(ce)));
+            }
+        }
+        if let Some(span) = p.span.as_mut()
+            && span.start <= ts
+            && ts < span.end
+        {
+            span.data_last = Some(ts);
+        }
+    }
+
+    /// Both paths: a PFC class frame for `priority` at `point`, pausing `pause_ns` (0: XON).
+    /// Link-level PAUSE is not part of these rules (it is no priority's flow control).
+    pub fn pause(&mut self, ts: u64, point: u32, priority: u8, pause_ns: u64, window: u64) {
+        if priority == PRIORITY_LINK {
+            return;
+        }
+        let p = self.points.entry((point, priority)).or_default();
+        let until = ts.saturating_add(pause_ns);
+        if pause_ns > 0 {
+            p.signal(ts, true, until);
+        }
+        match p.span.as_mut() {
+            Some(s) if ts <= s.end => {
+                s.end = if pause_ns == 0 { ts } else { s.end.max(until) };
+            }
+            _ => {
+                if let Some(done) = p.span.take()
+                    && done.end.saturating_sub(done.start) > window
+                {
+                    p.long_span = Some(done);
+                }
+                if pause_ns > 0 {
+                    p.span = Some(Span {
+                        start: ts,
+                        end: until,
+                        data_last: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The findings as of `now`. `name` gives a point's name; `flows` is, per flow (source
+    /// IP, destination IP, QP), the points that saw it with the time each first did.
+    pub fn findings(
+        &self,
+        now: u64,
+        cfg: &EngineConfig,
+        name: impl Fn(u32) -> String,
+        flows: &[Vec<(u64, u32)>],
+    ) -> Vec<LosslessFinding> {
+        let mut out = Vec::new();
+        for (&(point, prio), p) in &self.points {
+            if let Some(f) = ecn_order(p, prio, &name(point)) {
+                out.push(f);
+            }
+            if let Some(f) = low_load(p, prio, &name(point), cfg) {
+                out.push(f);
+            }
+        }
+        out.extend(self.deadlocks(now, cfg.storm_window_ns, &name, flows));
+        out.sort_by(|a, b| (a.start_ts, a.kind, &a.points).cmp(&(b.start_ts, b.kind, &b.points)));
+        out
+    }
+
+    /// Closed loops of points pausing one priority (docs/metrics.md, "PFC deadlock").
+    fn deadlocks(
+        &self,
+        now: u64,
+        window: u64,
+        name: &impl Fn(u32) -> String,
+        flows: &[Vec<(u64, u32)>],
+    ) -> Vec<LosslessFinding> {
+        let mut by_prio: BTreeMap<u8, BTreeMap<u32, Span>> = BTreeMap::new();
+        for (&(point, prio), p) in &self.points {
+            if let Some(s) = p.deadlock_span(now, window) {
+                by_prio.entry(prio).or_default().insert(point, s);
+            }
+        }
+        // A -> B: a flow seen at A is next seen at B.
+        let mut next: BTreeSet<(u32, u32)> = BTreeSet::new();
+        for seen in flows {
+            let mut order = seen.clone();
+            order.sort_unstable();
+            for w in order.windows(2) {
+                if w[0].1 != w[1].1 {
+                    next.insert((w[0].1, w[1].1));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (prio, spans) in by_prio {
+            let mut taken: BTreeSet<u32> = BTreeSet::new();
+            // Members by their span start, so that a cycle is named from its first pauser.
+            let mut starts: Vec<(u64, u32)> = spans.iter().map(|(&k, s)| (s.start, k)).collect();
+            starts.sort_unstable();
+            for (_, first) in starts {
+                if taken.contains(&first) {
+                    continue;
+                }
+                let Some(cycle) = shortest_cycle(first, &spans, &next, &taken) else {
+                    continue;
+                };
+                let members: Vec<Span> = cycle.iter().map(|k| spans[k]).collect();
+                let from = members.iter().map(|s| s.start).max().unwrap_or(0);
+                let to = members.iter().map(|s| s.end).min().unwrap_or(0);
+                let stopped = members.iter().all(|s| s.data_last.is_none_or(|d| d < from));
+                if to <= from || to - from <= window || !stopped {
+                    continue;
+                }
+                taken.extend(cycle.iter().copied());
+                let names: Vec<String> = cycle.iter().map(|&k| name(k)).collect();
+                out.push(LosslessFinding {
+                    kind: DEADLOCK,
+                    priority: prio,
+                    start_ts: from,
+                    end_ts: to,
+                    reason: format!(
+                        "{} pause priority {prio} in a closed loop ({} -> {}) for {:.0} ms while no data of it passes any of them: a PFC deadlock (cyclic buffer dependency); it has no root, break the loop (routing, or a lossy priority on one hop)",
+                        names.join(", "),
+                        names.join(" -> "),
+                        names[0],
+                        (to - from) as f64 / 1e6
+                    ),
+                    points: names,
+                    episodes: None,
+                    load: None,
+                    cycle: Some(
+                        cycle
+                            .iter()
+                            .zip(&members)
+                            .map(|(&k, s)| CycleMember {
+                                point: name(k),
+                                pause_start_ts: s.start,
+                                paused_ms: s.end.saturating_sub(s.start) as f64 / 1e6,
+                                last_data_ts: s.data_last,
+                            })
+                            .collect(),
+                    ),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The shortest cycle through `first` over the `next` edges among the points of `spans` not
+/// `taken`, in order from `first`.
+fn shortest_cycle(
+    first: u32,
+    spans: &BTreeMap<u32, Span>,
+    next: &BTreeSet<(u32, u32)>,
+    taken: &BTreeSet<u32>,
+) -> Option<Vec<u32>> {
+    let ok = |k: u32| spans.contains_key(&k) && !taken.contains(&k);
+    let mut came_from: HashMap<u32, u32> = HashMap::new();
+    let mut queue = VecDeque::from([first]);
+    while let Some(at) = queue.pop_front() {
+        for &(_, to) in next.range((at, 0)..=(at, u32::MAX)) {
+            if to == first {
+                let mut cycle = vec![at];
+                while let Some(&prev) = came_from.get(cycle.last()?) {
+                    cycle.push(prev);
+                }
+                cycle.reverse();
+                return (cycle.len() >= 2).then_some(cycle);
+            }
+            if ok(to) && !came_from.contains_key(&to) {
+                came_from.insert(to, at);
+                queue.push_back(to);
+            }
+        }
+    }
+    None
+}
+
+/// `pfc_before_ecn` at one point and priority.
+fn ecn_order(p: &Point, prio: u8, name: &str) -> Option<LosslessFinding> {
+    let c = p.counts();
+    let most = c.pfc_first * 2 > c.episodes && c.pfc_first >= MIN_EVIDENCE;
+    let no_marks = c.pause_only >= MIN_EVIDENCE && p.ce + p.cnp == 0;
+    if p.ect_data == 0 || !(most || no_marks) {
+        return None;
+    }
+    let (start_ts, end_ts) = c.pfc_first_range?;
+    let share = c.pfc_first as f64 / c.episodes.max(1) as f64;
+    let mean_lead_ms = (c.both > 0).then(|| c.lead_ns as f64 / c.both as f64 / 1e6);
+    let reason = if no_marks {
+        format!(
+            "{name} priority {prio}: PFC pauses in {} episodes and not one CE mark or CNP on ECT traffic: ECN marking is off (or its threshold is above PFC XOFF), so PFC does the congestion control",
+            c.pause_only
+        )
+    } else {
+        format!(
+            "{name} priority {prio}: PFC pauses before the first ECN mark in {} of {} congestion episodes ({:.0}%): the ECN threshold is above PFC XOFF, so PFC does the congestion control",
+            c.pfc_first,
+            c.episodes,
+            share * 100.0
+        )
+    };
+    Some(LosslessFinding {
+        kind: PFC_BEFORE_ECN,
+        priority: prio,
+        points: vec![name.to_string()],
+        start_ts,
+        end_ts,
+        reason,
+        episodes: Some(EpisodeFigures {
+            episodes: c.episodes,
+            ecn_first: c.ecn_first,
+            pfc_first: c.pfc_first,
+            pfc_first_share: share,
+            pause_without_marks: c.pause_only,
+            with_both: c.both,
+            mean_lead_ms,
+            ce: p.ce,
+            cnp: p.cnp,
+            ect_data: p.ect_data,
+        }),
+        load: None,
+        cycle: None,
+    })
+}
+
+/// `ecn_at_low_load` at one point and priority.
+fn low_load(p: &Point, prio: u8, name: &str, cfg: &EngineConfig) -> Option<LosslessFinding> {
+    let mut load = p.load;
+    if let Some(cur) = load.current.take() {
+        load.close(cur, cfg.link_gbps);
+    }
+    if load.low_marked * 2 <= load.marked || load.low_marked < MIN_EVIDENCE {
+        return None;
+    }
+    let (start_ts, end_ts) = load.low_range?;
+    let lowest = load.lowest?;
+    Some(LosslessFinding {
+        kind: ECN_AT_LOW_LOAD,
+        priority: prio,
+        points: vec![name.to_string()],
+        start_ts,
+        end_ts,
+        reason: format!(
+            "{name} priority {prio}: CE marks in {} of {} marked {} ms intervals below {:.0}% of the {} Gb/s link; marking starts at {:.0}% load: the ECN threshold is set too low and throttles traffic long before the link is full",
+            load.low_marked,
+            load.marked,
+            LOAD_INTERVAL_NS / 1_000_000,
+            LOW_LOAD * 100.0,
+            cfg.link_gbps,
+            lowest * 100.0
+        ),
+        episodes: None,
+        load: Some(LoadFigures {
+            marking_starts_at: lowest,
+            marked_intervals: load.marked,
+            low_load_intervals: load.low_marked,
+            low_load_ce: load.low_ce,
+            interval_ms: LOAD_INTERVAL_NS as f64 / 1e6,
+            link_gbps: cfg.link_gbps,
+        }),
+        cycle: None,
+    })
+}
+
+/// A deadlock has no root: the storm origin names none when its sources include a member of
+/// a deadlock cycle on the same priority.
+pub fn unroot(origin: &mut PfcOrigin, findings: &[LosslessFinding]) {
+    let in_cycle = |iface: &str, prio: Option<u8>| {
+        findings.iter().any(|f| {
+            f.kind == DEADLOCK && Some(f.priority) == prio && f.points.iter().any(|p| p == iface)
+        })
+    };
+    if origin
+        .sources
+        .iter()
+        .any(|s| in_cycle(&s.source.iface, s.source.priority))
+    {
+        origin.deadlock = true;
+        origin.origin = None;
+        origin.origin_index = None;
+        origin.reached = 0;
+        origin.hops = 0;
+    }
+}
+
+/// A finding as an alert row (the alerts view, the log's alert lines, `roce_alerts`): its
+/// subject is the point and priority (a deadlock: its cycle).
+pub fn lossless_alert(f: &LosslessFinding) -> AlertSnapshot {
+    AlertSnapshot {
+        kind: f.kind,
+        reason: f.reason.clone(),
+        flow: None,
+        pfc: Some(PfcRef {
+            iface: f.points.join(" -> "),
+            direction: "any",
+            src_mac: String::new(),
+            priority: Some(f.priority),
+        }),
+        first_ts: f.start_ts,
+        last_ts: f.end_ts,
+        count: f.episodes.as_ref().map_or(1, |e| e.pfc_first.max(1)),
+    }
+}
+
+/// A flow across observation points: source IP, destination IP, destination QP.
+type FlowId = ([u8; 16], [u8; 16], u32);
+
+impl Engine {
+    /// The lossless-class findings as of `now`.
+    pub(super) fn lossless_findings(&self, now: u64) -> Vec<LosslessFinding> {
+        let mut seen: HashMap<FlowId, Vec<(u64, u32)>> = HashMap::new();
+        for (k, e) in self.flows.iter() {
+            let st = e.stats();
+            if st.packets() > 0 {
+                let at = seen.entry((k.src_ip, k.dst_ip, k.dst_qp)).or_default();
+                match at.iter_mut().find(|(_, i)| *i == k.ifindex) {
+                    Some(p) => p.0 = p.0.min(st.first_ns),
+                    None => at.push((st.first_ns, k.ifindex)),
+                }
+            }
+        }
+        let flows: Vec<Vec<(u64, u32)>> = seen.into_values().filter(|v| v.len() >= 2).collect();
+        self.lossless
+            .findings(now, &self.cfg, |i| self.iface_name(i), &flows)
+    }
+}
