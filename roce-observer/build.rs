@@ -6,8 +6,18 @@
 //! `roce-debian` toolchain that `cargo xtask setup` links to Debian's rustc-web + rust-web-src.
 //! Set AYA_BUILD_SKIP=1 to build without the kernel programs (`analyze` still works; `run`
 //! then says how to rebuild).
+//!
+//! The inner build's output (one `cargo:warning` line per line the inner cargo prints, about
+//! 140 of them) goes to OUT_DIR/ebpf-build.log and is shown only when that build fails: a
+//! successful build stays quiet. Set ROCE_OBSERVER_BPF_VERBOSE=1 to see it anyway.
 
-use std::{env, path::PathBuf, process::Command};
+use std::{
+    env, fs,
+    io::Write as _,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, anyhow};
 use aya_build::{Package, Toolchain};
@@ -66,14 +76,72 @@ fn main() -> anyhow::Result<()> {
     // SAFETY: build scripts are single-threaded at this point.
     unsafe { env::set_var("RUSTC_BOOTSTRAP", "1") };
     let ebpf_dir_str = ebpf_dir.to_str().context("non-UTF-8 path")?;
-    aya_build::build_ebpf(
-        [Package {
-            name: "roce-observer-ebpf",
-            root_dir: ebpf_dir_str,
-            ..Default::default()
-        }],
-        Toolchain::Custom(&toolchain),
-    )
-    .with_context(|| format!("building the eBPF programs with toolchain `{toolchain}`"))?;
-    Ok(())
+    let build = || {
+        aya_build::build_ebpf(
+            [Package {
+                name: "roce-observer-ebpf",
+                root_dir: ebpf_dir_str,
+                ..Default::default()
+            }],
+            Toolchain::Custom(&toolchain),
+        )
+    };
+    println!("cargo:rerun-if-env-changed=ROCE_OBSERVER_BPF_VERBOSE");
+    if env::var("ROCE_OBSERVER_BPF_VERBOSE").is_ok_and(|v| v == "1") {
+        return build()
+            .with_context(|| format!("building the eBPF programs with toolchain `{toolchain}`"));
+    }
+    let out_dir = PathBuf::from(env::var("OUT_DIR").context("OUT_DIR")?);
+    let log = out_dir.join("ebpf-build.log");
+    let (result, output) = with_stdout_in(&log, build)?;
+    // Directives go to cargo; the inner build's lines (as cargo:warning) only on failure.
+    let mut stdout = std::io::stdout().lock();
+    for line in output.lines() {
+        match line.strip_prefix("cargo:warning=") {
+            Some(text) if result.is_err() => eprintln!("{text}"),
+            Some(_) => {}
+            None => writeln!(stdout, "{line}").context("stdout")?,
+        }
+    }
+    result.with_context(|| {
+        format!(
+            "building the eBPF programs with toolchain `{toolchain}` failed (its output is above \
+             and in {})",
+            log.display()
+        )
+    })
+}
+
+/// Run `f` with this process's stdout (fd 1, where aya-build prints) sent to the file at
+/// `path`; returns what `f` returned and what it printed.
+fn with_stdout_in<T>(path: &Path, f: impl FnOnce() -> T) -> anyhow::Result<(T, String)> {
+    let file = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    std::io::stdout().flush().context("stdout")?;
+    // SAFETY: dup and dup2 on fds this process owns; fd 1 is restored below on every path
+    // (nothing in between returns early or unwinds past the restore: `f` is called inside
+    // catch_unwind).
+    let saved = unsafe { libc::dup(1) };
+    anyhow::ensure!(saved >= 0, "dup(1): {}", std::io::Error::last_os_error());
+    // SAFETY: as above.
+    if unsafe { libc::dup2(file.as_raw_fd(), 1) } < 0 {
+        let err = std::io::Error::last_os_error();
+        // SAFETY: `saved` is ours.
+        unsafe { libc::close(saved) };
+        anyhow::bail!("dup2 to {}: {err}", path.display());
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let _ = std::io::stdout().flush();
+    // SAFETY: `saved` is the original fd 1, duplicated above.
+    unsafe {
+        libc::dup2(saved, 1);
+        libc::close(saved);
+    }
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    match result {
+        Ok(value) => Ok((value, text)),
+        Err(panic) => {
+            eprintln!("{text}");
+            std::panic::resume_unwind(panic)
+        }
+    }
 }

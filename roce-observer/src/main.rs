@@ -5,20 +5,15 @@ use clap::Parser as _;
 use roce_observer::cli::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
+    // clap exits by itself on what it refuses: status 2, or 0 for --help and --version.
     let cli = Cli::parse();
-    roce_observer::color::init(cli.color);
     // Errors are for people (and the journal, under systemd): the whole cause chain on one
-    // line, no backtrace, and a non-zero exit so a service manager sees the failure.
+    // line, no backtrace, and a status that says which kind of failure it was (cli::exit).
     match dispatch(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("roce-observer: {err:#}");
-            // A tripped `--fail-on` gate (analyze, run) is a verdict, not an error: its own status.
-            if err.is::<roce_observer::fail_on::GateFailed>() {
-                std::process::ExitCode::from(roce_observer::fail_on::EXIT_GATE)
-            } else {
-                std::process::ExitCode::FAILURE
-            }
+            std::process::ExitCode::from(roce_observer::cli::exit::status(&err))
         }
     }
 }
@@ -29,5 +24,9 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Counters(args) => roce_observer::counters::run(args),
         Command::Analyze(args) => roce_observer::analyze::run(args),
         Command::Generate(args) => roce_observer::cli::generate(&args.dir),
+        Command::Help(args) => {
+            print!("{}", roce_observer::cli::help_text(&args.command)?);
+            Ok(())
+        }
     }
 }

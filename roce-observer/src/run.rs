@@ -9,7 +9,8 @@ use clap::{Args, ValueEnum};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
-    cli::{EngineArgs, MetricsArgs, OutputArgs},
+    cli::{EngineArgs, MetricsArgs, OutputArgs, RdmaSysfsArgs, exit::UsageError, values},
+    color::ColorChoice,
     engine::Engine,
     fail_on::{self, FailOn},
     live::{Gate, Schedule, Ui, run_live},
@@ -18,7 +19,7 @@ use crate::{
         LiveSource,
         capture::{CaptureSource, Pace},
         hw::{DeviceChoice, NicWatch},
-        kernel::{KernelOptions, KernelSource},
+        kernel::{KernelError, KernelOptions, KernelSource, ifindex},
         qp_owner::OwnerBook,
     },
 };
@@ -34,14 +35,29 @@ pub enum XdpModeArg {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    group(clap::ArgGroup::new("source").args(["ifaces", "capture"]).required(true)),
+    after_long_help = RUN_EXAMPLES
+)]
 pub struct RunArgs {
+    /// Colour in the terminal UI: auto = on a terminal unless NO_COLOR is set (no-color.org).
+    /// Problems are marked with `!` as well, so nothing is lost without colour.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        value_name = "WHEN",
+        help_heading = "Output"
+    )]
+    pub color: ColorChoice,
     /// Interfaces to watch (comma-separated): XDP on ingress, TC on egress of each.
     #[arg(
         short = 'i',
         long = "iface",
+        value_name = "IFACE",
         value_delimiter = ',',
-        required_unless_present = "capture",
-        value_parser = parse_iface
+        value_parser = parse_iface,
+        help_heading = "Source"
     )]
     pub ifaces: Vec<String>,
     /// Feed the live pipeline from a pcap/pcapng capture instead of the kernel programs: a
@@ -50,30 +66,27 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "FILE|-",
-        conflicts_with_all = ["ifaces", "xdp_mode", "kernel_log", "no_steps"]
+        conflicts_with_all = ["ifaces", "xdp_mode", "kernel_log", "no_steps"],
+        help_heading = "Source"
     )]
     pub capture: Option<PathBuf>,
     /// With --capture: replay frames at the pace they were recorded (default: as fast as
     /// possible).
-    #[arg(long, requires = "capture")]
+    #[arg(long, requires = "capture", help_heading = "Source")]
     pub realtime: bool,
     /// RDMA device whose counters (hw_counters, ethtool PFC counters) are shown beside the
     /// wire view, or `none` [default: every device in /sys/class/infiniband, if any].
-    #[arg(long = "rdma-dev", value_name = "NAME|none")]
+    #[arg(long = "rdma-dev", value_name = "NAME|none", help_heading = "Source")]
     pub rdma_dev: Option<DeviceChoice>,
-    /// Where the RDMA core exposes its devices.
-    #[arg(
-        long = "rdma-sysfs",
-        value_name = "DIR",
-        default_value = "/sys/class/infiniband"
-    )]
-    pub rdma_sysfs: PathBuf,
-    /// Stop after this many seconds (default: until Ctrl-C).
-    #[arg(long)]
-    pub duration: Option<f64>,
+    #[command(flatten)]
+    pub rdma_sysfs: RdmaSysfsArgs,
+    /// Stop after this many seconds (default: until Ctrl-C; 0: one report).
+    #[arg(long, value_name = "SECS", value_parser = values::seconds,
+        allow_negative_numbers = true, help_heading = "Output")]
+    pub duration: Option<Duration>,
     /// Plain periodic tables instead of the terminal UI (the UI needs a terminal on stdout;
     /// without one, plain output is used anyway).
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub no_tui: bool,
     #[command(flatten)]
     pub output: OutputArgs,
@@ -81,35 +94,44 @@ pub struct RunArgs {
     pub metrics: MetricsArgs,
     /// Write the same Prometheus metrics as --metrics to this file every interval (atomically
     /// replaced), for node_exporter's textfile collector.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub prom_file: Option<std::path::PathBuf>,
     /// Seconds between two reports.
-    #[arg(long, default_value_t = 1.0)]
-    pub interval: f64,
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = values::positive_seconds,
+        allow_negative_numbers = true, help_heading = "Output")]
+    pub interval: Duration,
     /// Flow table size: in the kernel up to N IPv4 flows and up to N IPv6 flows (two maps;
     /// default 16384); with --capture up to N flows (default 131072, ~3 KB of memory each).
     /// Packets of new flows past it are counted in map_full.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+        allow_negative_numbers = true, help_heading = "Engine")]
     pub max_flows: Option<u32>,
     /// XDP attach mode.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(
+        long,
+        value_name = "MODE",
+        value_enum,
+        default_value = "auto",
+        help_heading = "Kernel"
+    )]
     pub xdp_mode: XdpModeArg,
     /// Exit with status 3 and a one-line reason when EXPR holds (repeatable; any one that holds
     /// fails; the metrics of `analyze --fail-on`, docs/analyze.md). With --capture it is judged
     /// on the final report, when the capture ends. On interfaces it is judged on every interval
     /// report: the first that trips ends the run (programs detached, final report printed);
     /// it is judged on the final report too (Ctrl-C, --duration).
-    #[arg(long = "fail-on", value_name = "EXPR", value_parser = fail_on::parse)]
+    #[arg(long = "fail-on", value_name = "EXPR", value_parser = fail_on::parse,
+        help_heading = "Output")]
     pub fail_on: Vec<FailOn>,
     /// Log rare kernel-side events to stderr (after the UI closes when it is up): the flow
     /// table full, the event ring buffer full, the first frame of each header combination.
     /// Off by default; off, the kernel programs carry no logging code at all.
-    #[arg(long)]
+    #[arg(long, help_heading = "Kernel")]
     pub kernel_log: bool,
     /// Interfaces only: do not keep the activity runs that training steps are found from
     /// (`steps` is then null). Saves the precise clock read on every data packet (~15 ns of
     /// the kernel programs' per-packet time); for monitor hosts at line rate.
-    #[arg(long)]
+    #[arg(long, help_heading = "Kernel")]
     pub no_steps: bool,
     /// Interfaces only: turn the kernel's BPF run-time statistics on while the observer runs
     /// (off again when it exits), so that reports show each program's runs and ns per run
@@ -120,6 +142,22 @@ pub struct RunArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
 }
+
+/// Examples at the end of `run --help` (and in the man page).
+const RUN_EXAMPLES: &str = "\
+Examples:
+  roce-observer run --capture tests/fixtures/mixed_demo.pcap
+      replay a bundled capture in the terminal UI (no privileges needed)
+  sudo roce-observer run -i eth1,eth2
+      watch two interfaces live (XDP ingress, TC egress)
+  sudo roce-observer run -i eth1 --no-tui --duration 60 --json > report.json
+      one minute, then one JSON document
+  sudo roce-observer run -i eth1 --metrics 9470 --log-dir /var/log/roce-observer
+      a long-running service: Prometheus on 127.0.0.1:9470 and rotating JSON Lines
+  tcpdump -i eth1 -w - udp port 4791 | roce-observer run --capture -
+      a live stream where XDP cannot see RoCE (a NIC that offloads it)
+
+Exit status: 0 done, 1 runtime error, 2 command-line error, 3 a --fail-on condition held.";
 
 /// Kept here for callers of the kernel source outside the crate (tests).
 pub use crate::source::kernel::refresh;
@@ -151,22 +189,11 @@ pub fn capture_max_flows(n: Option<u32>) -> anyhow::Result<usize> {
     }
 }
 
-fn seconds(name: &str, secs: f64) -> anyhow::Result<Duration> {
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .with_context(|| format!("--{name} must be a positive number of seconds (got {secs})"))
-}
-
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    let interval = seconds("interval", args.interval)?;
-    let duration = match args.duration {
-        // A zero duration still gives one report.
-        Some(d) => Some(Duration::try_from_secs_f64(d.max(0.0)).context("--duration")?),
-        None => None,
-    };
+    crate::color::init(args.color);
+    let (interval, duration) = (args.interval, args.duration);
     let nic = NicWatch::start(
-        &args.rdma_sysfs,
+        &args.rdma_sysfs.dir,
         args.rdma_dev.as_ref().unwrap_or(&DeviceChoice::All),
         true,
     )?;
@@ -317,6 +344,11 @@ async fn run_kernel<F: Future<Output = ()>>(
         bpf_stats: args.bpf_stats,
         ..KernelOptions::default()
     };
+    // A misspelt interface is said before anything else: loading as a user without the
+    // privilege would otherwise fail first, and the user would fix the wrong thing.
+    if let Some(missing) = args.ifaces.iter().find(|i| ifindex(i).is_none()) {
+        return Err(KernelError::NoSuchInterface(missing.clone()).into());
+    }
     let mut src = KernelSource::load(&opts)?;
     let mut engine = Engine::new(cfg);
     for iface in &args.ifaces {
@@ -348,10 +380,12 @@ async fn run_capture<F: Future<Output = ()>>(
     let pace = if realtime { Pace::Recorded } else { Pace::Fast };
     let mut src = if path.as_os_str() == "-" {
         if std::io::stdin().is_terminal() {
-            anyhow::bail!(
+            return Err(UsageError(
                 "--capture - reads a capture from stdin, but stdin is a terminal: pipe one in \
                  (`tcpdump -i mlx5_0 -w - | roce-observer run --capture -`) or give a file"
-            );
+                    .into(),
+            )
+            .into());
         }
         CaptureSource::start("stdin".into(), std::io::stdin(), pace, HEADER_WAIT)?
     } else {

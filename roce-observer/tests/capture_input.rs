@@ -472,7 +472,8 @@ fn flow_log_is_replaced_by_log_dir_with_a_clear_error() {
         ],
         None,
     );
-    assert_eq!(out.status.code(), Some(1));
+    // A removed option is a command-line error: the service must not retry it.
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--log-dir"), "{err}");
     // An unusable log directory is an error before anything is read.
@@ -487,5 +488,6 @@ fn flow_log_is_replaced_by_log_dir_with_a_clear_error() {
         None,
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot use the log directory"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is a file, not a directory"), "{err}");
 }

@@ -38,6 +38,7 @@ fn json_totals() {
             "--no-ethtool",
             "--duration",
             "0",
+            // The old name of --rdma-sysfs, kept (hidden) for existing scripts.
             "--sysfs",
         ])
         .arg(&root)
@@ -58,11 +59,25 @@ fn json_totals() {
     assert_eq!(port["totals"]["rdma"]["rcvd_pkts"], 1000);
 }
 
-/// One interval report: counter name -> (change, rate per second), as printed.
-fn parse_report(lines: &[String]) -> BTreeMap<String, (u64, f64)> {
-    lines
+/// One interval report: the seconds it covers, and counter name -> (change, rate per second),
+/// as printed.
+fn parse_report(lines: &[String]) -> (f64, BTreeMap<String, (u64, f64)>) {
+    // `13:05:42.123 UTC  rxe0 port 1  (last 0.200 s)`, then the column headers.
+    let secs = lines[0]
+        .rsplit_once("(last ")
+        .and_then(|(_, t)| t.strip_suffix(" s)"))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no interval in the header: {}", lines[0]));
+    let columns: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        columns,
+        ["COUNTER", "CHANGE", "RATE", "MEANING"],
+        "{}",
+        lines[1]
+    );
+    let rows = lines
         .iter()
-        .skip(1)
+        .skip(2)
         .filter_map(|l| {
             let mut words = l.split_whitespace();
             let name = words.next()?.to_string();
@@ -70,7 +85,8 @@ fn parse_report(lines: &[String]) -> BTreeMap<String, (u64, f64)> {
             let rate = words.next()?.strip_suffix("/s")?.parse().ok()?;
             Some((name, (change, rate)))
         })
-        .collect()
+        .collect();
+    (secs, rows)
 }
 
 /// The interval reports show what changed between two reads, and the rate over the interval.
@@ -83,7 +99,7 @@ fn interval_reports_show_changes_and_rates() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
         .args(["counters", "--all", "--no-ethtool", "--interval"])
         .arg(interval.to_string())
-        .arg("--sysfs")
+        .arg("--rdma-sysfs")
         .arg(&root)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -95,12 +111,16 @@ fn interval_reports_show_changes_and_rates() {
     let mut next_report = || {
         let block: Vec<String> = lines.by_ref().take_while(|l| !l.is_empty()).collect();
         assert!(!block.is_empty(), "the command stopped reporting");
-        assert_eq!(block[0], "rxe0 port 1", "report header");
+        assert!(
+            block[0].contains("UTC  rxe0 port 1  (last "),
+            "report header: {}",
+            block[0]
+        );
         parse_report(&block)
     };
     // The first report comes after two reads of the unchanged tree: nothing changed (the key
     // counters are listed even at zero; --all adds others only when they changed).
-    let quiet = next_report();
+    let (_, quiet) = next_report();
     assert_eq!(quiet.get("out_of_seq_request"), Some(&(0, 0.0)));
     assert_eq!(quiet.get("duplicate_request"), Some(&(0, 0.0)));
     assert_eq!(
@@ -120,15 +140,17 @@ fn interval_reports_show_changes_and_rates() {
     let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
     // Bounded by reports, not by time: the change shows within a few of them.
     for _ in 0..50 {
-        let report = next_report();
+        let (secs, report) = next_report();
         for (name, _) in want {
             if let Some((change, rate)) = report.get(name) {
                 *seen.entry(name).or_default() += change;
                 // Printed with one decimal.
-                let expected = *change as f64 / interval;
+                // Over the time the header says (about --interval; printed to the ms).
+                assert!((secs - interval).abs() < 0.1, "{secs} s");
+                let expected = *change as f64 / secs;
                 assert!(
-                    (rate - expected).abs() < 0.05 + 1e-9,
-                    "{name}: rate {rate}/s for {change} in {interval} s"
+                    (rate - expected).abs() < 0.05 + expected * 0.005,
+                    "{name}: rate {rate}/s for {change} in {secs} s"
                 );
             }
         }
@@ -141,6 +163,57 @@ fn interval_reports_show_changes_and_rates() {
     let _ = fs::remove_dir_all(&root);
     let want: BTreeMap<&str, u64> = want.into_iter().collect();
     assert_eq!(seen, want, "changes reported over the intervals");
+}
+
+/// One read (`--duration 0`): totals under column headers, no rate column.
+#[test]
+fn one_read_prints_totals_under_headers() {
+    let root = tree("totals");
+    let out = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
+        .args([
+            "counters",
+            "--no-ethtool",
+            "--duration",
+            "0",
+            "--rdma-sysfs",
+        ])
+        .arg(&root)
+        .output()
+        .expect("runs");
+    let _ = fs::remove_dir_all(&root);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "rxe0 port 1  (totals since the driver loaded)");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["COUNTER", "TOTAL", "MEANING"]
+    );
+    let row = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("out_of_seq_request"))
+        .expect("a key counter");
+    assert_eq!(row.split_whitespace().nth(1), Some("16"), "{row}");
+    assert!(!text.contains("/s"), "totals have no rate:\n{text}");
+}
+
+#[test]
+fn bad_intervals_are_command_line_errors() {
+    for args in [
+        &["--interval", "0"][..],
+        &["--interval", "-1"],
+        &["--interval=-1"],
+        &["--duration=-5"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
+            .arg("counters")
+            .args(args)
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("number of seconds"), "{args:?}: {err}");
+    }
 }
 
 #[test]

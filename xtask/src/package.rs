@@ -73,7 +73,7 @@ pub fn build_deb(debug: bool) -> anyhow::Result<PathBuf> {
 
     let packaging = root.join("packaging");
     let docs = "usr/share/doc/roce-observer";
-    let copies: [(PathBuf, &str); 15] = [
+    let copies: [(PathBuf, &str); 16] = [
         (bin.clone(), "usr/bin/roce-observer"),
         (
             packaging.join("roce-observer.service"),
@@ -118,6 +118,11 @@ pub fn build_deb(debug: bool) -> anyhow::Result<PathBuf> {
         (
             root.join("docs/prometheus/roce-observer.rules.yml"),
             "usr/share/doc/roce-observer/roce-observer.rules.yml",
+        ),
+        // The README's first try: `roce-observer run --capture` on it, no privileges needed.
+        (
+            root.join("tests/fixtures/mixed_demo.pcap"),
+            "usr/share/doc/roce-observer/examples/mixed_demo.pcap",
         ),
         (
             generated.join("completions/roce-observer"),

@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf};
 
 use clap::Args;
 
+use super::values;
 use crate::{
     engine::{EngineConfig, ecmp::EcmpHash},
     sink::{
@@ -15,6 +16,7 @@ use crate::{
 
 /// How the engine analyses what it is fed (the same for live and capture input).
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Engine")]
 pub struct EngineArgs {
     /// RoCE path MTU in bytes used to size READ PSN reservations (256, 512, 1024, 2048 or 4096)
     /// [default: 4096; `analyze` learns it from READ responses unless it is given].
@@ -28,13 +30,16 @@ pub struct EngineArgs {
         value_parser = clap::value_parser!(u32).range(1..=i64::from(roce_observer_common::sequence::MAX_REORDER_WINDOW)))]
     pub reorder_window: u32,
     /// Link speed in Gb/s, to turn PFC pause quanta into time.
-    #[arg(long = "link-speed", value_name = "GBPS", default_value_t = 100.0)]
+    #[arg(long = "link-speed", value_name = "GBPS", default_value_t = 100.0,
+        value_parser = values::gbps, allow_negative_numbers = true)]
     pub link_speed: f64,
     /// UDP destination port of RoCEv2.
-    #[arg(long = "roce-port", default_value_t = roce_observer_common::ROCE_V2_PORT)]
+    #[arg(long = "roce-port", value_name = "PORT", default_value_t = roce_observer_common::ROCE_V2_PORT,
+        value_parser = clap::value_parser!(u16).range(1..), allow_negative_numbers = true)]
     pub roce_port: u16,
     /// UDP destination port of VXLAN: mirrored frames inside are unwrapped.
-    #[arg(long = "vxlan-port", default_value_t = roce_observer_common::headers::VXLAN_PORT)]
+    #[arg(long = "vxlan-port", value_name = "PORT", default_value_t = roce_observer_common::headers::VXLAN_PORT,
+        value_parser = clap::value_parser!(u16).range(1..), allow_negative_numbers = true)]
     pub vxlan_port: u16,
     /// Uplinks in the modelled ECMP view (0 turns the model off).
     #[arg(long = "ecmp-paths", value_name = "N", default_value_t = 8)]
@@ -43,16 +48,16 @@ pub struct EngineArgs {
     #[arg(long = "ecmp-hash", value_enum, default_value_t = EcmpHash::Crc32)]
     pub ecmp_hash: EcmpHash,
     /// Hash seed for the modelled ECMP view.
-    #[arg(long = "ecmp-seed", value_name = "S", default_value_t = 0)]
+    #[arg(long = "ecmp-seed", value_name = "SEED", default_value_t = 0)]
     pub ecmp_seed: u32,
     /// DSCP of the lossless class RoCE data should use.
-    #[arg(long = "lossless-dscp", default_value_t = 26, value_parser = clap::value_parser!(u8).range(0..64))]
+    #[arg(long = "lossless-dscp", value_name = "DSCP", default_value_t = 26, value_parser = clap::value_parser!(u8).range(0..64))]
     pub lossless_dscp: u8,
     /// 802.1p priority of the lossless class (checked on tagged frames).
-    #[arg(long = "lossless-pcp", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
+    #[arg(long = "lossless-pcp", value_name = "PCP", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..8))]
     pub lossless_pcp: u8,
     /// DSCP CNPs should use.
-    #[arg(long = "cnp-dscp", default_value_t = 48, value_parser = clap::value_parser!(u8).range(0..64))]
+    #[arg(long = "cnp-dscp", value_name = "DSCP", default_value_t = 48, value_parser = clap::value_parser!(u8).range(0..64))]
     pub cnp_dscp: u8,
     /// Alert on latency samples above this many microseconds.
     #[arg(long = "rtt-alert-us", value_name = "US")]
@@ -61,7 +66,9 @@ pub struct EngineArgs {
     #[arg(
         long = "storm-threshold",
         value_name = "PERCENT",
-        default_value_t = 50.0
+        default_value_t = 50.0,
+        value_parser = values::percent,
+        allow_negative_numbers = true
     )]
     pub storm_threshold: f64,
     /// PFC storm window, milliseconds.
@@ -69,8 +76,25 @@ pub struct EngineArgs {
     pub storm_window_ms: u64,
 }
 
+/// Where the RDMA core exposes its devices (`run` and `counters`).
+#[derive(Args, Clone, Debug)]
+pub struct RdmaSysfsArgs {
+    /// Where the RDMA core exposes its devices.
+    #[arg(
+        id = "rdma_sysfs",
+        long = "rdma-sysfs",
+        // The old name on `counters`, kept for existing scripts.
+        alias = "sysfs",
+        value_name = "DIR",
+        default_value = "/sys/class/infiniband",
+        help_heading = "Source"
+    )]
+    pub dir: PathBuf,
+}
+
 /// Where the results go besides stdout (shared by `run` and `analyze`).
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Output")]
 pub struct OutputArgs {
     /// Print one JSON document at the end instead of tables.
     #[arg(long)]
@@ -169,10 +193,11 @@ impl LogDirArgs {
     /// The log directory settings, or None without --log-dir.
     pub fn config(&self) -> anyhow::Result<Option<LogDirConfig>> {
         if let Some(path) = &self.flow_log {
-            anyhow::bail!(
+            return Err(super::exit::UsageError(format!(
                 "--flow-log {} was replaced by --log-dir DIR: rotating, compressed JSON Lines with a schema version on every line (docs/log-schema.md)",
                 path.display()
-            );
+            ))
+            .into());
         }
         Ok(self.log_dir.as_ref().map(|dir| LogDirConfig {
             dir: dir.clone(),
@@ -218,6 +243,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 #[derive(Args, Debug, Clone, PartialEq)]
+#[command(next_help_heading = "Output")]
 pub struct MetricsArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics. A bare PORT listens on loopback only
     /// (127.0.0.1:PORT); give an address to listen elsewhere, e.g. 0.0.0.0:9470 for a
@@ -305,20 +331,37 @@ mod tests {
     }
 
     #[test]
-    fn bad_values_are_refused_with_the_option_named() {
-        let err = parse(&["--pmtu", "1500"]).expect_err("1500 is not a RoCE MTU");
-        assert!(err.to_string().contains("not a RoCE path MTU"), "{err}");
+    fn bad_values_are_refused_while_parsing_with_the_option_named() {
         for (args, needle) in [
+            (&["--pmtu", "1500"][..], "not a RoCE path MTU"),
             (&["--link-speed", "0"][..], "--link-speed"),
+            (&["--link-speed", "-25"][..], "--link-speed"),
             (&["--link-speed", "NaN"][..], "--link-speed"),
             (&["--storm-threshold", "150"][..], "--storm-threshold"),
+            (&["--storm-threshold=-1"][..], "--storm-threshold"),
+            (&["--roce-port", "0"][..], "--roce-port"),
+            (&["--vxlan-port", "0"][..], "--vxlan-port"),
         ] {
-            let err = parse(args)
-                .expect("parses")
-                .engine_config()
-                .expect_err("refused");
-            assert!(err.to_string().contains(needle), "{err}");
+            let err = parse(args).expect_err("refused");
+            assert!(err.to_string().contains(needle), "{args:?}: {err}");
+            assert_eq!(err.exit_code(), 2, "{args:?}: a command-line error");
         }
+    }
+
+    #[test]
+    fn a_config_built_by_hand_is_still_checked() {
+        let mut args = parse(&[]).expect("defaults");
+        args.link_speed = 0.0;
+        assert!(matches!(
+            args.engine_config(),
+            Err(EngineArgsError::LinkSpeed(_))
+        ));
+        args.link_speed = 100.0;
+        args.storm_threshold = 150.0;
+        assert!(matches!(
+            args.engine_config(),
+            Err(EngineArgsError::StormThreshold(_))
+        ));
     }
 
     #[test]

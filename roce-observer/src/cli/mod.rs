@@ -1,6 +1,7 @@
 //! The command line, defined once: `main` parses it, and the hidden `generate` subcommand
 //! turns the same definition into man pages and shell completions for the Debian package
-//! (`cargo xtask package`), so neither can drift from `--help`.
+//! (`cargo xtask package`), so neither can drift from `--help`. `generate` is hidden because
+//! it is a packaging step, not something a user runs; docs/development.md describes it.
 
 use std::path::{Path, PathBuf};
 
@@ -8,24 +9,29 @@ use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use clap_complete::Shell;
 
-use crate::color::ColorChoice;
-
 mod args;
-pub use args::{EngineArgs, EngineArgsError, LogDirArgs, MetricsArgs, OutputArgs};
+pub mod capture_time;
+pub mod exit;
+pub mod manual;
+pub mod values;
+pub use args::{EngineArgs, EngineArgsError, LogDirArgs, MetricsArgs, OutputArgs, RdmaSysfsArgs};
+
+/// The end of `roce-observer --help`.
+const TOP_AFTER_HELP: &str = "\
+Start with `roce-observer run --capture tests/fixtures/mixed_demo.pcap` (no privileges needed);
+`roce-observer help COMMAND` (or `COMMAND --help`) lists a command's options and examples.
+
+Exit status: 0 done, 1 runtime error, 2 command-line error, 3 a --fail-on condition held.";
 
 #[derive(Parser)]
-#[command(name = "roce-observer", version, about = "Per-QP RoCEv2 observer")]
+#[command(
+    name = "roce-observer",
+    version,
+    about = "Per-QP RoCEv2 observer",
+    disable_help_subcommand = true,
+    after_help = TOP_AFTER_HELP
+)]
 pub struct Cli {
-    /// Colour in the terminal UI: auto = on a terminal unless NO_COLOR is set (no-color.org).
-    /// Problems are marked with `!` as well, so nothing is lost without colour.
-    #[arg(
-        long,
-        value_enum,
-        global = true,
-        default_value = "auto",
-        value_name = "WHEN"
-    )]
-    pub color: ColorChoice,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -44,6 +50,40 @@ pub enum Command {
     /// the Debian package; hidden from --help).
     #[command(hide = true)]
     Generate(GenerateArgs),
+    /// Print this message or the help of the given command (`help run`).
+    Help(HelpArgs),
+}
+
+#[derive(Args)]
+pub struct HelpArgs {
+    /// The command whose help to print (none: the list of commands).
+    #[arg(value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// The long help of `roce-observer COMMAND...`, or a usage error naming the unknown command.
+pub fn help_text(path: &[String]) -> anyhow::Result<String> {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut at = &mut cmd;
+    for name in path {
+        let known: Vec<String> = at
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name().to_string())
+            .collect();
+        at = match at.find_subcommand_mut(name) {
+            Some(sub) => sub,
+            None => {
+                return Err(exit::UsageError(format!(
+                    "no command named `{name}`: give one of {}",
+                    known.join(", ")
+                ))
+                .into());
+            }
+        };
+    }
+    Ok(at.render_long_help().to_string())
 }
 
 #[derive(Args)]
@@ -70,11 +110,11 @@ pub fn generate(dir: &Path) -> anyhow::Result<()> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     let cmd = Cli::command();
-    clap_mangen::generate_to(cmd.clone(), &man)
-        .with_context(|| format!("writing man pages to {}", man.display()))?;
+    manual::write_pages(&cmd, &man)?;
     // clap_complete offers hidden subcommands too: complete the command line as --help shows it.
     let shown = clap::Command::new("roce-observer")
         .version(env!("CARGO_PKG_VERSION"))
+        .disable_help_subcommand(true)
         .args(cmd.get_arguments().cloned())
         .subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
     for (shell, file) in COMPLETIONS {

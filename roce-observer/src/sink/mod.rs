@@ -1,6 +1,7 @@
 //! Renderers of an engine snapshot.
 
 pub mod files;
+pub mod hint;
 pub mod json;
 pub mod logdir;
 pub mod metrics;

@@ -57,10 +57,16 @@ pub const DEFAULT_MAX_FILES: usize = 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogDirError {
+    /// The OS error is part of the message, not a source: printed with its cause chain it
+    /// would otherwise appear twice.
     #[error(
-        "cannot use the log directory {dir}: {source} (create it, make it writable for this user, or pass another --log-dir)"
+        "cannot use the log directory {dir}: {cause} (create it, make it writable for this user, or pass another --log-dir)"
     )]
-    Unusable { dir: PathBuf, source: io::Error },
+    Unusable { dir: PathBuf, cause: io::Error },
+    #[error(
+        "--log-dir {dir} is a file, not a directory: give a directory (created if missing), e.g. --log-dir /var/log/roce-observer"
+    )]
+    NotADirectory { dir: PathBuf },
     #[error("--log-max-files must be at least 2 (the live file and one rotated file)")]
     TooFewFiles,
     #[error("--log-max-bytes must be at least 4096")]
@@ -133,9 +139,12 @@ impl LogDir {
         if cfg.max_bytes < 4096 {
             return Err(LogDirError::TooFewBytes);
         }
-        let unusable = |source| LogDirError::Unusable {
+        if fs::metadata(&cfg.dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(LogDirError::NotADirectory { dir: cfg.dir });
+        }
+        let unusable = |cause| LogDirError::Unusable {
             dir: cfg.dir.clone(),
-            source,
+            cause,
         };
         fs::create_dir_all(&cfg.dir).map_err(unusable)?;
         let mut log = LogDir {
@@ -152,16 +161,14 @@ impl LogDir {
             cfg,
         };
         log.clear_live_path(ts)
-            .map_err(|source| LogDirError::Unusable {
+            .map_err(|cause| LogDirError::Unusable {
                 dir: log.cfg.dir.clone(),
-                source,
+                cause,
             })?;
-        let live = log
-            .create_live(ts)
-            .map_err(|source| LogDirError::Unusable {
-                dir: log.cfg.dir.clone(),
-                source,
-            })?;
+        let live = log.create_live(ts).map_err(|cause| LogDirError::Unusable {
+            dir: log.cfg.dir.clone(),
+            cause,
+        })?;
         log.live = Some(live);
         log.spawn_retention();
         Ok(log)

@@ -384,9 +384,17 @@ fn unusable_directory_at_start_is_a_clear_error() {
         .expect("a file is not a directory");
     let msg = err.to_string();
     assert!(
-        msg.contains("not-a-dir") && msg.contains("--log-dir"),
+        msg.contains("not-a-dir") && msg.contains("is a file, not a directory"),
         "{msg}"
     );
+    assert!(matches!(err, LogDirError::NotADirectory { .. }), "{msg}");
+    // Below a file the directory cannot be made: the OS error is said once, with the chain.
+    let err = LogDir::open(cfg(&file.join("sub")), 0)
+        .err()
+        .expect("no directory below a file");
+    let msg = format!("{:#}", anyhow::Error::new(err));
+    assert_eq!(msg.matches("os error").count(), 1, "{msg}");
+    assert!(msg.contains("--log-dir"), "{msg}");
     assert!(matches!(
         LogDir::open(
             LogDirConfig {

@@ -51,11 +51,29 @@ pub enum ServeError {
         "cannot serve metrics on {addr}: the address is already in use (another exporter or roce-observer?): pick another port with --metrics"
     )]
     InUse { addr: SocketAddr },
-    #[error("cannot serve metrics on {addr}: {source}")]
+    /// The OS error is part of the message, not a source: printed with its cause chain it
+    /// would otherwise appear twice.
+    #[error(
+        "cannot serve metrics on {addr}: {cause}{}",
+        bind_advice(.cause)
+    )]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
+}
+
+/// What to do about a refused bind.
+fn bind_advice(err: &std::io::Error) -> &'static str {
+    match err.kind() {
+        std::io::ErrorKind::AddrNotAvailable => {
+            " (that address is not one of this host's: give one from `ip addr`, or 0.0.0.0:PORT for all)"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            " (ports below 1024 need CAP_NET_BIND_SERVICE: pick a higher one, e.g. --metrics 9470)"
+        }
+        _ => "",
+    }
 }
 
 /// `PORT` means loopback (127.0.0.1:PORT): exposing flow details to the network is a choice the
@@ -234,7 +252,10 @@ impl MetricsServer {
             if source.kind() == std::io::ErrorKind::AddrInUse {
                 ServeError::InUse { addr }
             } else {
-                ServeError::Bind { addr, source }
+                ServeError::Bind {
+                    addr,
+                    cause: source,
+                }
             }
         })?;
         let addr = listener.local_addr().unwrap_or(addr);
@@ -261,7 +282,10 @@ impl MetricsServer {
             let listener = listener
                 .set_nonblocking(true)
                 .and_then(|()| TcpListener::from_std(listener))
-                .map_err(|source| ServeError::Bind { addr, source })?;
+                .map_err(|source| ServeError::Bind {
+                    addr,
+                    cause: source,
+                })?;
             let accept = tokio::spawn(accept_loop(
                 listener,
                 self.shared.clone(),
@@ -272,7 +296,7 @@ impl MetricsServer {
         } else if matches!(self.state, State::Failed) {
             return Err(ServeError::Bind {
                 addr,
-                source: std::io::Error::other("serving failed to start earlier"),
+                cause: std::io::Error::other("serving failed to start earlier"),
             });
         }
         Ok(addr)
@@ -468,6 +492,19 @@ mod tests {
         let mut out = String::new();
         conn.read_to_string(&mut out).expect("read");
         out
+    }
+
+    #[test]
+    fn an_address_of_another_host_is_refused_once_with_advice() {
+        // A documentation address: never one of this host's, so the bind fails and nothing
+        // listens or is sent anywhere.
+        let addr: SocketAddr = "192.0.2.1:9470".parse().expect("addr");
+        let Err(err) = MetricsServer::bind(addr, 10) else {
+            panic!("192.0.2.1 is not an address of this host");
+        };
+        let msg = format!("{:#}", anyhow::Error::new(err));
+        assert_eq!(msg.matches("os error").count(), 1, "{msg}");
+        assert!(msg.contains("ip addr") && msg.contains("0.0.0.0"), "{msg}");
     }
 
     #[test]
