@@ -40,3 +40,9 @@ pub struct Beside {
     /// What watching costs (live runs).
     pub observer: Option<ObserverCost>,
 }
+
+/// Write the whole report as the JSON document, pretty-printed, with a final newline.
+pub fn write_document<W: std::io::Write>(mut w: W, snap: &Snapshot) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut w, snap)?;
+    writeln!(w)
+}

@@ -1,17 +1,9 @@
 //! The JSON document (`{"schema_version": 1, "flows": [...], "pfc": [...], "summary": {...},
 //! "latency": {...}, "ecmp": {...}, "alerts": [...], "steps": {...} or null, "paths": [...],
-//! "pfc_origin": {...} or null}`), straight from a [`Snapshot`]. The JSON Lines log is
+//! "pfc_origin": {...} or null}`), straight from a [`crate::report::Snapshot`]. The JSON Lines log is
 //! `sink::logdir`.
 
-use std::io::Write;
-
-use crate::report::Snapshot;
-
-/// Write the whole document, pretty-printed, with a final newline.
-pub fn write_document<W: Write>(mut w: W, snap: &Snapshot) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(&mut w, snap)?;
-    writeln!(w)
-}
+pub use crate::report::write_document;
 
 #[cfg(test)]
 mod tests {

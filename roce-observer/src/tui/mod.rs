@@ -95,7 +95,7 @@ pub fn write_report(
         {
             Ok(file) => {
                 let mut w = std::io::BufWriter::new(file);
-                crate::sink::json::write_document(&mut w, snap)?;
+                crate::report::write_document(&mut w, snap)?;
                 std::io::Write::flush(&mut w)?;
                 return Ok(path);
             }
