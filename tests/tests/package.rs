@@ -20,7 +20,7 @@ use integration_tests::{
 };
 
 /// Every file the package installs (directories aside).
-const FILES: [&str; 20] = [
+const FILES: [&str; 21] = [
     "etc/default/roce-observer",
     "lib/systemd/system/roce-observer.service",
     "usr/bin/roce-observer",
@@ -28,6 +28,7 @@ const FILES: [&str; 20] = [
     "usr/share/bash-completion/completions/roce-observer",
     "usr/share/doc/roce-observer/README.md",
     "usr/share/doc/roce-observer/copyright",
+    "usr/share/doc/roce-observer/examples/mixed_demo.pcap",
     "usr/share/doc/roce-observer/kernels.md",
     "usr/share/doc/roce-observer/log-schema.md",
     "usr/share/doc/roce-observer/metrics.md",
