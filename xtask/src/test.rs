@@ -56,9 +56,18 @@ struct Tally {
     failures: Vec<String>,
     skips: Vec<String>,
     allow_skip: bool,
+    /// How long each stage took, printed at the end so the test command's budget can be watched.
+    timings: Vec<(String, std::time::Duration)>,
 }
 
 impl Tally {
+    /// Note that the stage `name` has ended: it took the time since the previous mark.
+    fn mark(&mut self, name: &str, since: &mut std::time::Instant) {
+        let now = std::time::Instant::now();
+        self.timings.push((name.to_string(), now - *since));
+        *since = now;
+    }
+
     fn stage(&mut self, name: &str, result: anyhow::Result<()>) {
         match result {
             Ok(()) => self.passed += 1,
@@ -247,7 +256,9 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
     };
     let root = workspace_root();
     let root_user = is_root();
+    let mut since = std::time::Instant::now();
     tally.stage("setup", setup::setup().map(|_| ()));
+    tally.mark("setup", &mut since);
     tally.stage(
         "fmt",
         sh(cargo().current_dir(&root).args(["fmt", "--all", "--check"])),
@@ -260,6 +271,7 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
             .args(HOST_PACKAGES)
             .args(["--all-targets", "--", "-D", "warnings"])),
     );
+    tally.mark("fmt and clippy", &mut since);
     tally.stage(
         "build",
         sh(cargo()
@@ -268,6 +280,7 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
             .args(HOST_PACKAGES)
             .arg("--bins")),
     );
+    tally.mark("build", &mut since);
     // The recording rules' unit tests (promtool is installed by setup).
     tally.stage(
         "prometheus rules",
@@ -279,6 +292,7 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
         Ok(()) => tally.stage("fixtures", fixtures::check()),
         Err(err) => tally.cannot_run("fixtures", &format!("{err:#}")),
     }
+    tally.mark("prometheus rules and fixtures", &mut since);
 
     // Kernel tests are ignored by default. As root they run; without root they run too unless
     // skips are allowed, and then fail with "needs root" (a skipped test never shows as passed).
@@ -293,10 +307,12 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
             None
         }
     };
+    tally.mark("package", &mut since);
     match cargo_test(include_ignored, deb.as_deref()) {
         Ok((run, ok)) => tally.tests(&run, ok),
         Err(err) => tally.stage("cargo test", Err(err)),
     }
+    tally.mark("cargo test", &mut since);
 
     if opts.no_vm {
         tally.skip("Soft-RoCE VMs", "--no-vm");
@@ -315,6 +331,7 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
             Err(err) => tally.stage("Soft-RoCE VMs", Err(err)),
         }
     }
+    tally.mark("Soft-RoCE VMs", &mut since);
 
     if opts.no_vm {
         tally.skip("kernel matrix", "--no-vm");
@@ -328,6 +345,11 @@ pub fn run(opts: &TestOpts) -> anyhow::Result<()> {
             vm_timeout: 600,
         };
         tally.stage("kernel matrix", kernels::run(&matrix));
+    }
+    tally.mark("kernel matrix", &mut since);
+
+    for (stage, took) in &tally.timings {
+        println!("time: {stage}: {:.0} s", took.as_secs_f64());
     }
 
     for skip in &tally.skips {
