@@ -96,6 +96,8 @@ fn draw_storm(frame: &mut Frame, app: &App, area: Rect) {
         by.push(
             match (s.paused_by, s.evidence, s.hop_ms) {
                 (Some(p), Some(ev), Some(ms)) => format!("#{} +{ms:.2} ms {ev}", p + 1),
+                // A deadlock is a closed loop: no member is its root.
+                _ if o.origin.is_none() => "in the cycle".into(),
                 _ => "root".into(),
             },
             plain,
