@@ -42,6 +42,11 @@ fn xoff(mac: u8) -> Vec<u8> {
 }
 
 fn analyze(ifaces: &[&str], trace: &Trace, args: &[&str]) -> Output {
+    analyze_at(Some("0.1"), ifaces, trace, args)
+}
+
+/// `analyze` with `--link-speed link`, or with the assumed default speed for None.
+fn analyze_at(link: Option<&str>, ifaces: &[&str], trace: &Trace, args: &[&str]) -> Output {
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
@@ -62,7 +67,8 @@ fn analyze(ifaces: &[&str], trace: &Trace, args: &[&str]) -> Output {
     let ifaces: Vec<(u16, &str)> = ifaces.iter().map(|n| (1, *n)).collect();
     std::fs::write(&path, pcapng(&ifaces, &records, |i| trace[i].1)).expect("write capture");
     let out = Command::new(env!("CARGO_BIN_EXE_roce-observer"))
-        .args(["analyze", "--link-speed", "0.1"])
+        .arg("analyze")
+        .args(link.iter().flat_map(|l| ["--link-speed", l]))
         .args(args)
         .arg(&path)
         .output()
@@ -193,6 +199,10 @@ fn marks_at_twenty_percent_load_raise_ecn_at_low_load() {
         (Some(T0_US * 1000), Some((T0_US + 200_000) * 1000))
     );
     assert_eq!(exit_code(&["sw"], &trace, "ecn_at_low_load>0"), Some(3));
+    // Without --link-speed the speed is only assumed: the load is not judged.
+    let assumed = analyze_at(None, &["sw"], &trace, &["--json"]);
+    let assumed: Value = serde_json::from_slice(&assumed.stdout).expect("JSON");
+    assert_eq!(findings(&assumed, "ecn_at_low_load").len(), 0);
     // The same marks at 87.8% load (clean_dcqcn) are not at low load.
     let busy = episodes(Some(2), 3, |_| false);
     assert_eq!(exit_code(&["sw"], &busy, "ecn_at_low_load>0"), Some(0));

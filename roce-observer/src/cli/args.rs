@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::values;
 use crate::{
-    engine::{EngineConfig, ecmp::EcmpHash},
+    engine::{DEFAULT_LINK_GBPS, EngineConfig, ecmp::EcmpHash},
     sink::{
         logdir::{DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, LogDirConfig},
         metrics::{DEFAULT_TOP_FLOWS, server::parse_listen},
@@ -29,10 +29,11 @@ pub struct EngineArgs {
         default_value_t = roce_observer_common::sequence::DEFAULT_REORDER_WINDOW,
         value_parser = clap::value_parser!(u32).range(1..=i64::from(roce_observer_common::sequence::MAX_REORDER_WINDOW)))]
     pub reorder_window: u32,
-    /// Link speed in Gb/s, to turn PFC pause quanta into time.
-    #[arg(long = "link-speed", value_name = "GBPS", default_value_t = 100.0,
+    /// Link speed in Gb/s, to turn PFC pause quanta into time [default: 100]. Given, it also
+    /// lets the lossless diagnosis judge whether CE marks come at low load.
+    #[arg(long = "link-speed", value_name = "GBPS",
         value_parser = values::gbps, allow_negative_numbers = true)]
-    pub link_speed: f64,
+    pub link_speed: Option<f64>,
     /// UDP destination port of RoCEv2.
     #[arg(long = "roce-port", value_name = "PORT", default_value_t = roce_observer_common::ROCE_V2_PORT,
         value_parser = clap::value_parser!(u16).range(1..), allow_negative_numbers = true)]
@@ -115,8 +116,9 @@ pub enum EngineArgsError {
 impl EngineArgs {
     /// The engine configuration these arguments describe, or what is wrong with them.
     pub fn engine_config(&self) -> Result<EngineConfig, EngineArgsError> {
-        if !(self.link_speed > 0.0 && self.link_speed.is_finite()) {
-            return Err(EngineArgsError::LinkSpeed(self.link_speed));
+        let link_gbps = self.link_speed.unwrap_or(DEFAULT_LINK_GBPS);
+        if !(link_gbps > 0.0 && link_gbps.is_finite()) {
+            return Err(EngineArgsError::LinkSpeed(link_gbps));
         }
         if !(0.0..=100.0).contains(&self.storm_threshold) {
             return Err(EngineArgsError::StormThreshold(self.storm_threshold));
@@ -125,7 +127,8 @@ impl EngineArgs {
             pmtu: self.pmtu(),
             pmtu_explicit: self.pmtu.is_some(),
             reorder_window: self.reorder_window,
-            link_gbps: self.link_speed,
+            link_gbps,
+            link_known: self.link_speed.is_some(),
             roce_port: self.roce_port,
             vxlan_port: self.vxlan_port,
             ecmp_paths: self.ecmp_paths,
@@ -300,6 +303,15 @@ mod tests {
         assert_eq!(cfg.ecmp_paths, 8);
         assert_eq!(cfg.storm_threshold, 0.5);
         assert_eq!(cfg.storm_window_ns, 1_000_000_000);
+        // Without --link-speed the speed is assumed, so loads are not judged against it.
+        assert_eq!((cfg.link_gbps, cfg.link_known), (DEFAULT_LINK_GBPS, false));
+        let given = parse(&["--link-speed", "400"])
+            .expect("parses")
+            .engine_config();
+        assert_eq!(
+            given.map(|c| (c.link_gbps, c.link_known)).ok(),
+            Some((400.0, true))
+        );
         assert_eq!(
             (cfg.lossless_dscp, cfg.lossless_pcp, cfg.cnp_dscp),
             (def.lossless_dscp, def.lossless_pcp, def.cnp_dscp)
@@ -351,12 +363,12 @@ mod tests {
     #[test]
     fn a_config_built_by_hand_is_still_checked() {
         let mut args = parse(&[]).expect("defaults");
-        args.link_speed = 0.0;
+        args.link_speed = Some(0.0);
         assert!(matches!(
             args.engine_config(),
             Err(EngineArgsError::LinkSpeed(_))
         ));
-        args.link_speed = 100.0;
+        args.link_speed = Some(100.0);
         args.storm_threshold = 150.0;
         assert!(matches!(
             args.engine_config(),

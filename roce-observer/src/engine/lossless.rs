@@ -481,6 +481,11 @@ fn ecn_order(p: &Point, prio: u8, name: &str) -> Option<LosslessFinding> {
 
 /// `ecn_at_low_load` at one point and priority.
 fn low_load(p: &Point, prio: u8, name: &str, cfg: &EngineConfig) -> Option<LosslessFinding> {
+    // A load is a share of the link: against an assumed speed (or a slow replay of a fast
+    // link) it would call every marking "low load".
+    if !cfg.link_known {
+        return None;
+    }
     let mut load = p.load;
     if let Some(cur) = load.current.take() {
         load.close(cur, cfg.link_gbps);

@@ -50,6 +50,9 @@ use pfc::PfcEntry;
 use pfc_origin::PauseLog;
 use steps::Steps;
 
+/// The link speed assumed when none is given, Gb/s.
+pub const DEFAULT_LINK_GBPS: f64 = 100.0;
+
 /// Valid RoCE path MTUs, largest first.
 const PMTUS: [u32; 5] = [4096, 2048, 1024, 512, 256];
 
@@ -64,6 +67,9 @@ pub struct EngineConfig {
     pub reorder_window: u32,
     /// Link speed for PFC pause time, Gb/s.
     pub link_gbps: f64,
+    /// `link_gbps` was given (not the default): loads against it can be judged
+    /// (`ecn_at_low_load`).
+    pub link_known: bool,
     /// RoCEv2 UDP destination port.
     pub roce_port: u16,
     /// UDP destination port of VXLAN mirrors to unwrap.
@@ -97,7 +103,8 @@ impl Default for EngineConfig {
             pmtu: roce_observer_common::DEFAULT_PMTU,
             pmtu_explicit: false,
             reorder_window: roce_observer_common::sequence::DEFAULT_REORDER_WINDOW,
-            link_gbps: 100.0,
+            link_gbps: DEFAULT_LINK_GBPS,
+            link_known: false,
             roce_port: roce_observer_common::ROCE_V2_PORT,
             vxlan_port: roce_observer_common::headers::VXLAN_PORT,
             ecmp_paths: 8,
