@@ -56,7 +56,7 @@ impl Names {
     }
 
     /// How many interfaces have a name.
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.0.len()
     }
 }

@@ -10,9 +10,14 @@
 //! records.
 //!
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
-//! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
-//! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started), `lossless` (ECN before PFC, ECN at low load, PFC deadlock); `report` builds the snapshot, whose types ([`crate::report`]) import nothing from here.
+//! either path, handed to their concept); the engine's own concepts: `flows`, `pfc` (pause
+//! time, storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert
+//! rule), `ecmp`, `ecmp_advice` (source ports that spread colliding elephants); the analyses
+//! behind [`analysis::Analysis`], each owning its state and its report section: `lossless`
+//! (ECN before PFC, ECN at low load, PFC deadlock), `pfc_origin` (where a PFC storm started),
+//! `pathloss` (where it was lost), `steps` (training steps, stragglers). `report` assembles
+//! the snapshot, whose types ([`crate::report`]) import nothing from here. See
+//! docs/design/engine.md.
 
 pub mod alerts;
 pub mod analysis;

@@ -576,7 +576,7 @@ impl Analysis for PathsAnalysis {
     /// A capture that declares several interfaces (pcapng) may hold one flow at several
     /// points, written in any order (dumpcap writes each interface's packets in batches).
     fn renamed(&mut self, names: &Names) {
-        self.loss.several_points = names.len() >= 2;
+        self.loss.several_points = names.count() >= 2;
     }
 
     fn section(&mut self, view: &View<'_>, _now: u64, report: &mut Snapshot) {
