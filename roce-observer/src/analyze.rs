@@ -21,11 +21,10 @@ use crate::{
     fail_on::{self, FailOn},
     live::{
         Gate, Pipeline,
-        batch::{self, Batch, run_batch},
+        batch::{self, Batch, Window, run_batch},
         stop::Stop,
     },
     sink::outputs::{IntervalTables, OutputPlan, Outputs},
-    source::capture::Window,
     wire::capture::CaptureError,
 };
 

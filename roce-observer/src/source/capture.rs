@@ -24,7 +24,6 @@ use anyhow::Context as _;
 use bytes::{Bytes, BytesMut};
 
 use crate::{
-    cli::capture_time::CaptureTime,
     engine::Engine,
     report::CaptureSummary,
     source::{LiveSource, SourceState},
@@ -271,47 +270,6 @@ pub fn capture_summary(end: &CaptureEnd) -> CaptureSummary {
             .filter_map(|l| l.unseen().map(|u| format!("{}: {u}", l.name())))
             .collect(),
         error: end.error.as_ref().map(|e| e.to_string()),
-    }
-}
-
-/// The capture-time window of `--since`/`--until`, and what it left out.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Window {
-    pub since: Option<CaptureTime>,
-    pub until: Option<CaptureTime>,
-    /// The capture's first frame (what relative times count from), once seen.
-    start_ns: Option<u64>,
-    /// Frames before the window and from its end on.
-    pub before: u64,
-    pub after: u64,
-}
-
-impl Window {
-    pub fn new(since: Option<CaptureTime>, until: Option<CaptureTime>) -> Window {
-        Window {
-            since,
-            until,
-            ..Window::default()
-        }
-    }
-
-    /// Whether there is a window at all.
-    pub fn is_set(&self) -> bool {
-        self.since.is_some() || self.until.is_some()
-    }
-
-    /// Whether the frame at `ts_ns` is inside (counting it as left out if not).
-    pub fn keep(&mut self, ts_ns: u64) -> bool {
-        let start = *self.start_ns.get_or_insert(ts_ns);
-        if self.since.is_some_and(|t| ts_ns < t.resolve(start)) {
-            self.before += 1;
-            false
-        } else if self.until.is_some_and(|t| ts_ns >= t.resolve(start)) {
-            self.after += 1;
-            false
-        } else {
-            true
-        }
     }
 }
 
