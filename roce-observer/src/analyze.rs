@@ -1,17 +1,15 @@
 //! `roce-observer analyze FILE|-`: read a pcap/pcapng capture (file or stdin stream) through
-//! the engine and print the table or the JSON document. Timestamps come from the capture, so
-//! the output is deterministic.
+//! the pipeline on its batch schedule ([`crate::live::batch`]) and print the table or the JSON
+//! document. Timestamps come from the capture, so the output is deterministic.
 
 use std::{
     fs::File,
     io::{BufWriter, Read},
     path::PathBuf,
-    sync::atomic::{AtomicBool, Ordering},
 };
 
 use anyhow::Context;
 
-use crate::report::{Beside, Snapshot};
 use crate::{
     cli::{
         EngineArgs, OutputArgs,
@@ -21,9 +19,13 @@ use crate::{
     },
     engine::{Engine, EngineConfig},
     fail_on::{self, FailOn},
-    sink::outputs::{IntervalTables, OutputError, OutputPlan, Outputs},
-    source::capture::capture_summary,
-    wire::capture::{CaptureError, read_capture},
+    live::{
+        Gate, Pipeline,
+        batch::{self, Batch, Window, run_batch},
+        stop::Stop,
+    },
+    sink::outputs::{IntervalTables, OutputPlan, Outputs},
+    wire::capture::CaptureError,
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -63,47 +65,6 @@ pub struct AnalyzeArgs {
     pub engine: EngineArgs,
 }
 
-/// Set by the first SIGINT/SIGTERM: end the input there and print what was read.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-/// On Ctrl-C (which also stops the `tcpdump` feeding the pipe) finish with the results so far
-/// instead of dying silently. The handler is one-shot: a second Ctrl-C kills as usual.
-fn stop_on_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: an all-zero sigaction is a valid value; the handler only stores to an atomic
-        // (async-signal-safe); no SA_RESTART, so a blocked read() returns EINTR and the reader
-        // below sees the flag.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_stop_signal as *const () as libc::sighandler_t;
-            sa.sa_flags = libc::SA_RESETHAND;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
-/// A reader that reports end of input once a stop signal arrived.
-struct UntilStopped<R>(R);
-
-impl<R: Read> Read for UntilStopped<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            if STOP.load(Ordering::Relaxed) {
-                return Ok(0);
-            }
-            match self.0.read(buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                r => return r,
-            }
-        }
-    }
-}
-
 /// Errors of the analyze command.
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
@@ -115,93 +76,22 @@ pub enum AnalyzeError {
     },
 }
 
-/// The capture-time window of `--since`/`--until`, and what it left out.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Window {
-    pub since: Option<CaptureTime>,
-    pub until: Option<CaptureTime>,
-    /// The capture's first frame (what relative times count from), once seen.
-    start_ns: Option<u64>,
-    /// Frames before the window and from its end on.
-    pub before: u64,
-    pub after: u64,
-}
-
-impl Window {
-    pub fn new(since: Option<CaptureTime>, until: Option<CaptureTime>) -> Window {
-        Window {
-            since,
-            until,
-            ..Window::default()
-        }
-    }
-
-    /// Whether there is a window at all.
-    pub fn is_set(&self) -> bool {
-        self.since.is_some() || self.until.is_some()
-    }
-
-    /// Whether the frame at `ts_ns` is inside (counting it as left out if not).
-    fn keep(&mut self, ts_ns: u64) -> bool {
-        let start = *self.start_ns.get_or_insert(ts_ns);
-        if self.since.is_some_and(|t| ts_ns < t.resolve(start)) {
-            self.before += 1;
-            false
-        } else if self.until.is_some_and(|t| ts_ns >= t.resolve(start)) {
-            self.after += 1;
-            false
-        } else {
-            true
-        }
-    }
-}
-
-/// Feed a whole capture through a new engine. Returns the engine and the damage, if any.
+/// Feed a whole capture through a new engine (the batch schedule without reports). Returns
+/// the engine and the damage, if any.
 pub fn analyze_reader<R: Read + Send>(
     input: R,
     cfg: EngineConfig,
 ) -> (Engine, Option<CaptureError>) {
-    let (engine, damage, _) = analyze_reader_reporting(input, cfg, None, Window::default(), |_| {});
-    (engine, damage)
-}
-
-/// [`analyze_reader`] over the frames inside `window`, calling `report` with a snapshot every
-/// `every_ns` of capture time (and starting a new reporting interval after each). Returns the
-/// window with its counts of frames left out.
-pub fn analyze_reader_reporting<R: Read + Send>(
-    input: R,
-    cfg: EngineConfig,
-    every_ns: Option<u64>,
-    mut window: Window,
-    mut report: impl FnMut(Snapshot),
-) -> (Engine, Option<CaptureError>, Window) {
     let mut engine = Engine::new(cfg);
-    let mut next_report: Option<u64> = None;
-    let end = {
-        let engine = std::cell::RefCell::new(&mut engine);
-        read_capture(
-            input,
-            |iface| engine.borrow_mut().set_iface_name(iface.index, &iface.name),
-            |f| {
-                if !window.keep(f.ts_ns) {
-                    return;
-                }
-                let mut e = engine.borrow_mut();
-                e.ingest(&f);
-                let Some(every) = every_ns.filter(|n| *n > 0) else {
-                    return;
-                };
-                let due = *next_report.get_or_insert(f.ts_ns.saturating_add(every));
-                if f.ts_ns >= due {
-                    report(e.snapshot(f.ts_ns));
-                    e.begin_interval(f.ts_ns);
-                    next_report = Some(f.ts_ns.saturating_add(every));
-                }
-            },
-        )
-    };
-    engine.set_capture_summary(capture_summary(&end));
-    (engine, end.error, window)
+    let damage = batch::feed(
+        input,
+        &mut engine,
+        None,
+        &mut Window::default(),
+        &Stop::never(),
+        |_, _| true,
+    );
+    (engine, damage)
 }
 
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
@@ -223,7 +113,7 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    let mut outputs = Outputs::open(OutputPlan {
+    let outputs = Outputs::open(OutputPlan {
         json: args.output.json,
         interval_tables: if every_ns.is_some() {
             IntervalTables::WithCaptureSpan
@@ -235,39 +125,35 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         metrics: None,
         metrics_top_flows: crate::sink::metrics::DEFAULT_TOP_FLOWS,
     })?;
-    stop_on_signals();
+    let mut pipeline = Pipeline {
+        gate: Gate {
+            judge: fail_on::Judge::new(args.fail_on.clone()),
+            each_interval: false,
+        },
+        advise_empty: true,
+        ..Pipeline::new(outputs)
+    };
+    let stop = Stop::batch();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    // The first failed interval write stops reading; it is returned once the reader is done.
-    let mut failed: Option<OutputError> = None;
-    // Interval reports are the base of the final report's rates (the rates it prints).
-    let mut gate = fail_on::Judge::new(args.fail_on.clone());
-    let report = |snap: Snapshot| {
-        gate.note(&snap);
-        if failed.is_none()
-            && let Err(e) = outputs.interval(&snap, &mut out)
-        {
-            failed = Some(e);
-            STOP.store(true, Ordering::Relaxed);
-        }
-        for warning in outputs.take_warnings() {
-            eprintln!("roce-observer: {warning}");
-        }
-    };
-    let (engine, damage, window) = if name == "-" {
-        analyze_reader_reporting(
-            UntilStopped(std::io::stdin()),
-            cfg,
-            every_ns,
-            window,
-            report,
+    let mut engine = Engine::new(cfg);
+    let schedule = Batch { every_ns, window };
+    let end = if name == "-" {
+        run_batch(
+            std::io::stdin(),
+            &mut engine,
+            &mut pipeline,
+            schedule,
+            &stop,
+            &mut out,
         )
     } else {
         let file = File::open(&args.input).with_context(|| {
             format!("cannot open capture {name} (check the path and permissions)")
         })?;
-        analyze_reader_reporting(UntilStopped(file), cfg, every_ns, window, report)
+        run_batch(file, &mut engine, &mut pipeline, schedule, &stop, &mut out)
     };
+    let window = end.window;
     if window.is_set() {
         // On stderr: stdout stays the table or the JSON document.
         eprintln!(
@@ -276,14 +162,14 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
             window.before, window.after
         );
     }
-    if let Some(e) = failed {
+    if let Some(e) = end.failed {
         return Err(e.into());
     }
-    if STOP.load(Ordering::Relaxed) {
+    if stop.requested() {
         eprintln!("interrupted: results cover the frames read so far");
     }
     let frames = engine.frames_seen();
-    if let Some(err) = damage {
+    if let Some(err) = end.damage {
         if frames == 0 {
             return Err(AnalyzeError::Unreadable {
                 input: name,
@@ -293,20 +179,10 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<()> {
         }
         eprintln!("warning: {name}: {err}");
     }
-    let snap = engine.report(
-        engine.last_ts(),
-        Beside {
-            outputs: outputs.health(),
-            ..Beside::default()
-        },
-    );
-    outputs.finish(&snap, &mut BufWriter::new(out))?;
-    // After the report, on stderr: the table or the document on stdout stays what it was.
-    if let Some(hint) =
-        crate::sink::hint::no_roce(&snap.summary, args.engine.roce_port, args.engine.vxlan_port)
-    {
-        eprintln!("roce-observer: {hint}");
+    let now = engine.last_ts();
+    let verdict = pipeline.finish(&mut engine, now, &[], None, &mut BufWriter::new(out), false)?;
+    match verdict {
+        Some(gate) => Err(gate.into()),
+        None => Ok(()),
     }
-    gate.judge(&snap)?;
-    Ok(())
 }

@@ -1,6 +1,18 @@
-//! The live pipeline: a [`LiveSource`] -> the engine -> the outputs (or the terminal UI), one
-//! report per interval and a final one. Independent of where the data comes from, so it is
-//! tested here against a scripted source, without root.
+//! The pipeline: a source -> the engine -> the outputs (or the terminal UI), an interval report
+//! now and then and a final one, on one of two schedules:
+//! - live ([`run_live`]): any [`LiveSource`] (the kernel programs, a capture fed by a reader
+//!   thread), reported every interval of wall-clock time (`run`);
+//! - batch ([`batch::run_batch`]): a capture read to its end in the calling thread, reported
+//!   every N seconds of capture time, so that the output depends on the capture only
+//!   (`analyze`).
+//!
+//! Both assemble their reports, write them, judge `--fail-on` and give the empty-result advice
+//! through one [`Pipeline`], and stop on SIGINT/SIGTERM through one [`stop::Stop`]. Independent
+//! of where the data comes from, so the live loop is tested here against a scripted source,
+//! without root.
+
+pub mod batch;
+pub mod stop;
 
 use std::{
     future::Future,
@@ -21,7 +33,7 @@ use crate::{
     engine::Engine,
     fail_on::{GateFailed, Judge},
     report::{Beside, ObserverCost, Snapshot},
-    sink::outputs::Outputs,
+    sink::outputs::{OutputError, Outputs},
     source::{LiveSource, SourceState, hw::NicWatch, qp_owner::OwnerBook},
     tui::{self, Action, App, TerminalGuard},
 };
@@ -36,7 +48,7 @@ pub struct Ui {
 
 impl Ui {
     /// Take over the terminal (restored when the `Ui` is dropped, or on panic).
-    pub fn start(title: String, engine: &Engine, now_ns: u64) -> Ui {
+    pub fn start(title: String, engine: &mut Engine, now_ns: u64) -> Ui {
         let terminal = ratatui::init();
         let guard = TerminalGuard;
         let (keys_tx, keys) = tokio::sync::mpsc::unbounded_channel();
@@ -73,22 +85,130 @@ impl Ui {
     }
 }
 
-/// Timing of a live run, and what is read beside the source at every report.
+/// Timing of the live schedule.
+#[derive(Clone, Copy, Debug)]
 pub struct Schedule {
     pub interval: Duration,
     /// Stop at the first report after this long (default: until stopped or the input ends).
     pub duration: Option<Duration>,
-    /// The host's RDMA NIC counters, attached to every snapshot (`nic` in the JSON).
-    pub nic: Option<NicWatch>,
-    /// The host's QP owners, read over RDMA netlink for every snapshot and every
-    /// [`OWNER_POLL`] between them (`qp_owners`, and each flow's `owner`).
-    pub owners: Option<OwnerBook>,
-    /// `run --fail-on`: judged on the final report always, and on every interval report too
-    /// when [`Gate::each_interval`] is set (the kernel source).
-    pub gate: Gate,
 }
 
-/// The `--fail-on` expressions of a live run and when they are judged.
+/// What both schedules share: what is read beside the source at every report, where reports
+/// go, how they are judged, and what is said after the last one.
+pub struct Pipeline {
+    pub outputs: Outputs,
+    /// The host's RDMA NIC counters, attached to every report (`nic` in the JSON).
+    pub nic: Option<NicWatch>,
+    /// The host's QP owners, read over RDMA netlink for every report and every
+    /// [`OWNER_POLL`] between them (`qp_owners`, and each flow's `owner`).
+    pub owners: Option<OwnerBook>,
+    /// `--fail-on`: judged on the final report always, and on every interval report too
+    /// when [`Gate::each_interval`] is set (the kernel source).
+    pub gate: Gate,
+    /// A capture source: after the final report (and without the terminal UI), say on stderr
+    /// why a report holds no RoCE and what to try ([`crate::sink::hint`]).
+    pub advise_empty: bool,
+}
+
+impl Pipeline {
+    /// Reports to `outputs` only: nothing read beside the source, no gate, no advice.
+    pub fn new(outputs: Outputs) -> Pipeline {
+        Pipeline {
+            outputs,
+            nic: None,
+            owners: None,
+            gate: Gate::default(),
+            advise_empty: false,
+        }
+    }
+
+    /// The report at `now`: the engine's sections, the NIC counters and QP owners read now,
+    /// the watched interfaces and the outputs' health.
+    fn report(
+        &mut self,
+        engine: &mut Engine,
+        now: u64,
+        interfaces: &[(String, bool)],
+        observer: Option<ObserverCost>,
+    ) -> Snapshot {
+        let nic = self.nic.as_mut().map(NicWatch::sample).unwrap_or_default();
+        let qp_owners = match self.owners.as_mut() {
+            Some(book) => {
+                // A host whose RDMA netlink cannot be read (no RDMA core) simply has no owners.
+                let _ = book.refresh();
+                book.owners()
+            }
+            None => Vec::new(),
+        };
+        engine.report(
+            now,
+            Beside {
+                nic,
+                qp_owners,
+                interfaces_up: interfaces.iter().cloned().collect(),
+                outputs: self.outputs.health(),
+                observer,
+            },
+        )
+    }
+
+    /// The end of one reporting interval at `now`: the report goes to every output (its
+    /// warnings to stderr unless the terminal UI is up) and to the gate. Returns the report
+    /// and, when the gate judges every interval, the conditions that held. The caller starts
+    /// the next interval.
+    pub fn interval(
+        &mut self,
+        engine: &mut Engine,
+        now: u64,
+        interfaces: &[(String, bool)],
+        observer: Option<ObserverCost>,
+        stdout: &mut dyn Write,
+        ui_up: bool,
+    ) -> Result<(Snapshot, Option<GateFailed>), OutputError> {
+        let snap = self.report(engine, now, interfaces, observer);
+        self.outputs.interval(&snap, stdout)?;
+        // Under the terminal UI they wait for the final report.
+        if !ui_up {
+            for warning in self.outputs.take_warnings() {
+                eprintln!("roce-observer: {warning}");
+            }
+        }
+        let tripped = if self.gate.each_interval {
+            self.gate.judge.judge(&snap).err()
+        } else {
+            self.gate.judge.note(&snap);
+            None
+        };
+        Ok((snap, tripped))
+    }
+
+    /// The final report at `now`, to every output; then, on stderr, the advice for a capture
+    /// without RoCE (unless `ui_shown`: the terminal UI said what it had). Returns the
+    /// conditions of the gate that hold on it.
+    pub fn finish(
+        mut self,
+        engine: &mut Engine,
+        now: u64,
+        interfaces: &[(String, bool)],
+        observer: Option<ObserverCost>,
+        stdout: &mut dyn Write,
+        ui_shown: bool,
+    ) -> anyhow::Result<Option<GateFailed>> {
+        let snap = self.report(engine, now, interfaces, observer);
+        let (roce_port, vxlan_port) = (engine.config().roce_port, engine.config().vxlan_port);
+        self.outputs.finish(&snap, stdout)?;
+        // After the report, on stderr: the table or the document on stdout stays what it was.
+        if self.advise_empty
+            && !ui_shown
+            && let Some(hint) = crate::sink::hint::no_roce(&snap.summary, roce_port, vxlan_port)
+        {
+            eprintln!("roce-observer: {hint}");
+        }
+        Ok(self.gate.judge.judge(&snap).err())
+    }
+}
+
+/// The `--fail-on` expressions of a run and when they are judged.
 #[derive(Clone, Debug, Default)]
 pub struct Gate {
     pub judge: Judge,
@@ -122,39 +242,6 @@ fn gone_interfaces(ifaces: &[(String, bool)]) -> Vec<String> {
 /// run, a job that fails at start) is still caught and its flows labelled.
 pub const OWNER_POLL: Duration = Duration::from_millis(200);
 
-impl Schedule {
-    /// The report at `now`: the engine's sections, the NIC counters and QP owners read now,
-    /// the watched interfaces and the outputs' health.
-    fn report(
-        &mut self,
-        engine: &Engine,
-        now: u64,
-        interfaces: &[(String, bool)],
-        outputs: &Outputs,
-        observer: Option<ObserverCost>,
-    ) -> Snapshot {
-        let nic = self.nic.as_mut().map(NicWatch::sample).unwrap_or_default();
-        let qp_owners = match self.owners.as_mut() {
-            Some(book) => {
-                // A host whose RDMA netlink cannot be read (no RDMA core) simply has no owners.
-                let _ = book.refresh();
-                book.owners()
-            }
-            None => Vec::new(),
-        };
-        engine.report(
-            now,
-            Beside {
-                nic,
-                qp_owners,
-                interfaces_up: interfaces.iter().cloned().collect(),
-                outputs: outputs.health(),
-                observer,
-            },
-        )
-    }
-}
-
 struct Fd(RawFd);
 impl AsRawFd for Fd {
     fn as_raw_fd(&self) -> RawFd {
@@ -186,9 +273,9 @@ async fn next_key(ui: &mut Option<Ui>) -> Option<Action> {
 pub async fn run_live<S: LiveSource>(
     src: &mut S,
     engine: &mut Engine,
-    mut outputs: Outputs,
+    mut pipeline: Pipeline,
     mut ui: Option<Ui>,
-    mut schedule: Schedule,
+    schedule: Schedule,
     stop: impl Future<Output = ()>,
     stdout: &mut dyn Write,
 ) -> anyhow::Result<Ended> {
@@ -202,7 +289,7 @@ pub async fn run_live<S: LiveSource>(
         None => None,
     };
     // The metrics endpoint was bound when the command started; it serves from this runtime.
-    if let Some(addr) = outputs.serve()? {
+    if let Some(addr) = pipeline.outputs.serve()? {
         eprintln!("roce-observer: metrics at http://{addr}/metrics");
     }
     tokio::pin!(stop);
@@ -216,13 +303,14 @@ pub async fn run_live<S: LiveSource>(
     // The source's log lines while the terminal UI is up, shown once it is gone.
     let mut held_log = Vec::new();
     let mut meter = CostMeter::default();
+    let ui_shown = ui.is_some();
     loop {
         tokio::select! {
             _ = &mut stop => break,
             ready = readable(events.as_ref()), if !ended => {
                 ready.context("polling the source")?;
                 if src.pump(engine)? == SourceState::Ended {
-                    if !show_end(src, engine, ui.as_mut(), &mut schedule, &outputs)? {
+                    if !show_end(src, engine, ui.as_mut(), &mut pipeline)? {
                         break;
                     }
                     ended = true;
@@ -237,8 +325,8 @@ pub async fn run_live<S: LiveSource>(
                     ui.draw()?;
                 }
             }
-            _ = owner_tick.tick(), if schedule.owners.is_some() && !ended => {
-                if let Some(book) = schedule.owners.as_mut() {
+            _ = owner_tick.tick(), if pipeline.owners.is_some() && !ended => {
+                if let Some(book) = pipeline.owners.as_mut() {
                     let _ = book.refresh();
                 }
             }
@@ -248,20 +336,10 @@ pub async fn run_live<S: LiveSource>(
                 let now = src.now_ns();
                 let interfaces = src.interfaces();
                 let observer = Some(meter.interval(src.kernel_cost()));
-                let snap = schedule.report(engine, now, &interfaces, &outputs, observer);
+                let (snap, verdict) = pipeline.interval(
+                    engine, now, &interfaces, observer, stdout, ui.is_some())?;
+                tripped = verdict;
                 gone = gone_interfaces(&interfaces);
-                outputs.interval(&snap, stdout)?;
-                // Under the terminal UI they wait for the final report.
-                if ui.is_none() {
-                    for warning in outputs.take_warnings() {
-                        eprintln!("roce-observer: {warning}");
-                    }
-                }
-                if schedule.gate.each_interval {
-                    tripped = schedule.gate.judge.judge(&snap).err();
-                } else {
-                    schedule.gate.judge.note(&snap);
-                }
                 // Its programs went with it: nothing more can be seen there. The unit
                 // restarts the observer on the failure this ends with.
                 // Under the terminal UI the header says so until the user quits.
@@ -281,7 +359,7 @@ pub async fn run_live<S: LiveSource>(
                     break;
                 }
                 if state == SourceState::Ended {
-                    if !show_end(src, engine, ui.as_mut(), &mut schedule, &outputs)? {
+                    if !show_end(src, engine, ui.as_mut(), &mut pipeline)? {
                         break;
                     }
                     ended = true;
@@ -302,10 +380,9 @@ pub async fn run_live<S: LiveSource>(
     // The final report analyses the steps of everything seen (no reused analysis).
     engine.forget_steps_analysis();
     let observer = Some(meter.interval(kernel_cost));
-    let snap = schedule.report(engine, src.now_ns(), &ifaces, &outputs, observer);
-    outputs.finish(&snap, stdout)?;
+    let verdict = pipeline.finish(engine, src.now_ns(), &ifaces, observer, stdout, ui_shown)?;
     // The interval that ended the run is the reason; else the final report is judged.
-    let tripped = tripped.or_else(|| schedule.gate.judge.judge(&snap).err());
+    let tripped = tripped.or(verdict);
     Ok(Ended {
         warnings,
         tripped,
@@ -333,15 +410,14 @@ fn show_end<S: LiveSource>(
     src: &mut S,
     engine: &mut Engine,
     ui: Option<&mut Ui>,
-    schedule: &mut Schedule,
-    outputs: &Outputs,
+    pipeline: &mut Pipeline,
 ) -> anyhow::Result<bool> {
     let Some(ui) = ui else {
         return Ok(false);
     };
     src.refresh(engine)?;
     engine.forget_steps_analysis();
-    let snap = schedule.report(engine, src.now_ns(), &src.interfaces(), outputs, None);
+    let snap = pipeline.report(engine, src.now_ns(), &src.interfaces(), None);
     ui.app.update(Action::Snapshot(Box::new(snap)));
     ui.app.update(Action::SourceEnded);
     ui.draw()?;
@@ -503,15 +579,16 @@ mod tests {
         let schedule = Schedule {
             interval: Duration::from_millis(1),
             duration: None,
-            nic: None,
-            owners: None,
+        };
+        let pipeline = Pipeline {
             gate,
+            ..Pipeline::new(outputs)
         };
         let ended = rt
             .block_on(run_live(
                 src,
                 &mut engine,
-                outputs,
+                pipeline,
                 None,
                 schedule,
                 std::future::pending(),
@@ -598,7 +675,7 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/mixed_demo.pcap");
         let open = || std::fs::File::open(&path).expect("fixture");
-        let (batch, _) = crate::analyze::analyze_reader(open(), EngineConfig::default());
+        let (mut batch, _) = crate::analyze::analyze_reader(open(), EngineConfig::default());
         let want = batch.snapshot(batch.last_ts());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -625,14 +702,11 @@ mod tests {
         rt.block_on(run_live(
             &mut src,
             &mut engine,
-            outputs,
+            Pipeline::new(outputs),
             None,
             Schedule {
                 interval: Duration::from_millis(1),
                 duration: None,
-                nic: None,
-                owners: None,
-                gate: Gate::default(),
             },
             std::future::pending(),
             &mut stdout,

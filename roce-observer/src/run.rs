@@ -6,14 +6,13 @@ use std::{fs::File, future::Future, io::IsTerminal as _, path::PathBuf, time::Du
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     cli::{EngineArgs, MetricsArgs, OutputArgs, RdmaSysfsArgs, exit::UsageError, values},
     color::ColorChoice,
     engine::Engine,
     fail_on::{self, FailOn},
-    live::{Gate, Schedule, Ui, run_live},
+    live::{Gate, Pipeline, Schedule, Ui, run_live, stop::Stop},
     sink::outputs::{IntervalTables, OutputPlan, Outputs},
     source::{
         LiveSource,
@@ -204,17 +203,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             _ => None,
         })
     });
-    let schedule = Schedule {
-        interval,
-        duration,
-        nic,
-        owners,
-        gate: Gate {
-            judge: fail_on::Judge::new(args.fail_on.clone()),
-            // A capture ends by itself and is judged then; the interfaces are watched until
-            // stopped, so each interval is a verdict.
-            each_interval: args.capture.is_none(),
-        },
+    let schedule = Schedule { interval, duration };
+    let gate = Gate {
+        judge: fail_on::Judge::new(args.fail_on.clone()),
+        // A capture ends by itself and is judged then; the interfaces are watched until
+        // stopped, so each interval is a verdict.
+        each_interval: args.capture.is_none(),
     };
     let mut cfg = args.engine.engine_config()?;
     if args.capture.is_some() {
@@ -244,18 +238,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics: args.metrics.metrics,
         metrics_top_flows: args.metrics.metrics_top_flows,
     })?;
+    let pipeline = Pipeline {
+        outputs,
+        nic,
+        owners,
+        gate,
+        // A capture that holds no RoCE says why and what to try, as `analyze` does.
+        advise_empty: args.capture.is_some(),
+    };
     rt.block_on(async {
         // Handlers first: a signal right after "attached" must stop us cleanly, not kill us.
-        let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-        let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-        let stop = async move {
-            tokio::select! {
-                _ = sigint.recv() => {}
-                _ = sigterm.recv() => {}
-            }
-        };
+        let stop = Stop::live()?;
+        let stop = async move { stop.wait().await };
         let live = Live {
-            outputs,
+            pipeline,
             use_tui,
             schedule,
             stop,
@@ -269,7 +265,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// What both sources hand to the live pipeline.
 struct Live<F> {
-    outputs: Outputs,
+    pipeline: Pipeline,
     use_tui: bool,
     schedule: Schedule,
     stop: F,
@@ -284,12 +280,12 @@ impl<F: Future<Output = ()>> Live<F> {
     ) -> anyhow::Result<()> {
         let ui = self
             .use_tui
-            .then(|| Ui::start(title, &engine, src.now_ns()));
+            .then(|| Ui::start(title, &mut engine, src.now_ns()));
         let mut stdout = std::io::stdout().lock();
         let ended = run_live(
             src,
             &mut engine,
-            self.outputs,
+            self.pipeline,
             ui,
             self.schedule,
             self.stop,

@@ -54,7 +54,7 @@ fn damaged_captures_never_panic() {
                     bytes.splice(at..at, junk);
                 }
             }
-            let (engine, _damage) = analyze_reader(bytes.as_slice(), EngineConfig::default());
+            let (mut engine, _damage) = analyze_reader(bytes.as_slice(), EngineConfig::default());
             let s = engine.snapshot(engine.last_ts());
             let m = &s.summary;
             assert_eq!(

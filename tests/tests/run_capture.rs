@@ -167,6 +167,45 @@ fn a_stream_that_is_not_a_capture_is_refused_with_exit_1() {
     assert!(out.stdout.is_empty(), "no report for a non-capture");
 }
 
+/// A capture without RoCE ends a `run --capture` outside the terminal UI (plain tables) with
+/// the same advice on stderr as `analyze` gives, after the report; a capture with RoCE gets none.
+#[test]
+fn a_capture_without_roce_ends_with_the_advice_analyze_gives() {
+    let pcap = fixtures_dir().join("non_roce.pcap");
+    let run = run_file(&["--no-tui"], &pcap);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let analyze = Command::new(observer_bin())
+        .arg("analyze")
+        .arg(&pcap)
+        .output()
+        .expect("analyze runs");
+    let advice = |out: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.contains("no RoCE flows"))
+            .map(str::to_string)
+            .collect()
+    };
+    let said = advice(&run);
+    assert_eq!(said.len(), 1, "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(said[0].contains("none RoCEv2 on UDP port 4791") && said[0].contains("--roce-port"));
+    assert_eq!(said, advice(&analyze), "the same advice as analyze");
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("SRC > DST"),
+        "the table first"
+    );
+    let roce = run_file(&["--no-tui"], &fixtures_dir().join("mixed_demo.pcap"));
+    assert!(
+        advice(&roce).is_empty(),
+        "{}",
+        String::from_utf8_lossy(&roce.stderr)
+    );
+}
+
 #[test]
 fn capture_conflicts_with_interfaces() {
     let out = Command::new(observer_bin())

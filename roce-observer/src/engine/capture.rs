@@ -70,7 +70,7 @@ impl Engine {
     ) {
         // Frames change flows through the shared observation code, not flow by flow: the
         // next snapshot looks at every flow.
-        self.shown.get_mut().valid = false;
+        self.shown.valid = false;
         self.seen(ts_ns);
         let mut events = std::mem::take(&mut self.event_buf);
         let mut tables = CaptureTables {
@@ -115,14 +115,9 @@ impl Engine {
             self.alerts.classes(&key, added, ts_ns, &self.cfg);
         }
         if let Some((key, pkt, out)) = tables.packet {
-            if !self.steps_from_runs {
-                self.steps.packet(ts_ns, &key, &pkt, &out);
+            for a in self.analyses.each() {
+                a.packet(&self.cfg, ts_ns, &key, &pkt, &out);
             }
-            if !self.paths_from_events {
-                self.paths.packet(&key, &pkt, &out);
-            }
-            self.lossless
-                .packet(ts_ns, key.ifindex, &pkt, out.cnp, &self.cfg);
         }
         for ev in events.drain(..) {
             self.on_event(&ev, true);
@@ -214,7 +209,7 @@ struct CaptureTables<'a> {
     events: &'a mut Vec<Event>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
     added: Option<(FlowKey, Added)>,
-    /// The same packet as accounted, for the per-packet analyses (steps, path loss).
+    /// The same packet as accounted, for the analyses' packet hook.
     packet: Option<(FlowKey, RocePacket, Outcome)>,
 }
 

@@ -1,15 +1,15 @@
 //! Events from either path (the kernel's ring buffer, or the capture path's shared
-//! observation), each handed to its concept: PFC pause timelines, latency samples, activity
-//! runs (training steps, kernel path), path events (where was it lost, kernel path).
+//! observation), each handed to its concept: PFC pause timelines, latency samples; activity
+//! runs and path events go to the analyses' event hook.
 //! (Bursts of retransmissions and NAKs are read from the flow records, alerts::bursts.)
 
 use roce_observer_common::{Direction, Event, EventBody, pfc::PRIORITY_LINK};
 
-use super::{Engine, pfc_key, steps::Run};
+use super::{Engine, pfc_key};
 
 impl Engine {
-    /// `per_packet`: the event comes from the capture path, which also feeds steps and path
-    /// views packet by packet (its frames may carry any direction: SLL captures say ingress or
+    /// `per_packet`: the event comes from the capture path, which also feeds the analyses
+    /// packet by packet (its frames may carry any direction: SLL captures say ingress or
     /// egress).
     pub(super) fn on_event(&mut self, ev: &Event, per_packet: bool) {
         let Some(body) = ev.body() else {
@@ -39,43 +39,13 @@ impl Engine {
                 self.pause_timeline(key, ts, quanta);
             }
             EventBody::Latency { ns, .. } => self.on_latency(&ev.flow, ts, ns),
-            // The capture path feeds steps packet by packet (exact bins): the runs its shared
-            // observation also emits are not needed there.
-            EventBody::DataRun { .. } | EventBody::SignalRun { .. }
-                if per_packet && !self.steps_from_runs => {}
-            EventBody::DataRun {
-                duration_ns,
-                bytes,
-                ce,
-                retransmits,
-                ..
-            } => self.steps.data_run(
-                &ev.flow,
-                Run {
-                    start: ts,
-                    end: ts.saturating_add(duration_ns),
-                    bytes,
-                    ce: u64::from(ce),
-                    retransmits: u64::from(retransmits),
-                },
-            ),
-            // The capture path sees every PSN (pathloss.rs): its path events are not needed.
-            EventBody::Path { .. } if per_packet && !self.paths_from_events => {}
-            EventBody::Path { resend, gap } => {
-                if let Some((first, last)) = resend {
-                    self.paths.from_events.resend(&ev.flow, first, last);
-                }
-                if let Some((first, missing)) = gap {
-                    self.paths.from_events.gap(&ev.flow, first, missing);
+            // Activity runs (training steps) and path events (where was it lost), for the
+            // analyses (the capture path feeds them packet by packet unless fed as the kernel).
+            EventBody::DataRun { .. } | EventBody::SignalRun { .. } | EventBody::Path { .. } => {
+                for a in self.analyses.each() {
+                    a.event(ev, &body, per_packet);
                 }
             }
-            EventBody::SignalRun {
-                duration_ns,
-                cnp,
-                naks,
-            } => self
-                .steps
-                .signal_run(&ev.flow, ts, ts.saturating_add(duration_ns), cnp, naks),
         }
     }
 }

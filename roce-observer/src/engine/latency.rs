@@ -63,7 +63,7 @@ impl Engine {
         }
         if let Some(e) = self.flows.get_mut(flow) {
             e.add_rtt_sample(ns);
-            self.dirty.get_mut().push(*flow);
+            self.dirty.push(*flow);
         }
         self.rtt_overall.insert(ns);
         if let Some(threshold) = self.cfg.rtt_alert_ns {

@@ -36,12 +36,11 @@ impl Engine {
                 added
             }
         };
-        self.dirty.get_mut().push(*key);
+        self.dirty.push(*key);
         self.alerts.classes(key, added, ts, &self.cfg);
-        // Training steps: the runs still open, and the bytes of runs too short to be sent.
-        self.steps.flow_read(key, stats);
-        // Where was it lost: first and highest request PSN, the open resend run.
-        self.paths.from_events.flow_read(key, stats);
+        for a in self.analyses.each() {
+            a.flow_read(key, stats);
+        }
     }
 
     /// Kernel path: the absolute values of one PFC map entry.

@@ -10,11 +10,21 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use roce_observer_common::{account::RocePacket, flow::PCP_UNTAGGED, pfc::PRIORITY_LINK};
+use roce_observer_common::{
+    FlowKey, PfcKey,
+    account::{Outcome, RocePacket},
+    flow::PCP_UNTAGGED,
+    pfc::PRIORITY_LINK,
+};
 
-use super::{Engine, EngineConfig, pfc_origin::EPISODE_QUIET_NS};
+use super::{
+    EngineConfig,
+    analysis::{Analysis, View},
+    pfc_origin::EPISODE_QUIET_NS,
+};
 use crate::report::{
     AlertSnapshot, CycleMember, EpisodeFigures, LoadFigures, LosslessFinding, PfcOrigin, PfcRef,
+    Snapshot,
 };
 
 /// Length of the load intervals the data rate of a point and priority is measured over.
@@ -566,11 +576,33 @@ pub fn lossless_alert(f: &LosslessFinding) -> AlertSnapshot {
 /// A flow across observation points: source IP, destination IP, destination QP.
 type FlowId = ([u8; 16], [u8; 16], u32);
 
-impl Engine {
-    /// The lossless-class findings as of `now`.
-    pub(super) fn lossless_findings(&self, now: u64) -> Vec<LosslessFinding> {
+/// The lossless-class diagnosis as an analysis.
+#[derive(Default)]
+pub struct LosslessAnalysis {
+    state: Lossless,
+}
+
+impl Analysis for LosslessAnalysis {
+    fn packet(
+        &mut self,
+        cfg: &EngineConfig,
+        ts: u64,
+        key: &FlowKey,
+        pkt: &RocePacket,
+        out: &Outcome,
+    ) {
+        self.state.packet(ts, key.ifindex, pkt, out.cnp, cfg);
+    }
+
+    fn pause(&mut self, cfg: &EngineConfig, key: &PfcKey, ts: u64, _quanta: u16, pause_ns: u64) {
+        self.state
+            .pause(ts, key.ifindex, key.priority, pause_ns, cfg.storm_window_ns);
+    }
+
+    /// The findings as of `now`, and an alert for each (after the engine's, which are sorted).
+    fn section(&mut self, view: &View<'_>, now: u64, report: &mut Snapshot) {
         let mut seen: HashMap<FlowId, Vec<(u64, u32)>> = HashMap::new();
-        for (k, e) in self.flows.iter() {
+        for (k, e) in view.flows.iter() {
             let st = e.stats();
             if st.packets() > 0 {
                 let at = seen.entry((k.src_ip, k.dst_ip, k.dst_qp)).or_default();
@@ -581,7 +613,10 @@ impl Engine {
             }
         }
         let flows: Vec<Vec<(u64, u32)>> = seen.into_values().filter(|v| v.len() >= 2).collect();
-        self.lossless
-            .findings(now, &self.cfg, |i| self.iface_name(i), &flows)
+        let findings = self
+            .state
+            .findings(now, view.cfg, |i| view.names.name(i), &flows);
+        report.alerts.extend(findings.iter().map(lossless_alert));
+        report.lossless = findings;
     }
 }

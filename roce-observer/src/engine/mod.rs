@@ -10,11 +10,17 @@
 //! records.
 //!
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
-//! either path, handed to their concept); one home per concept: `flows`, `pfc` (pause time,
-//! storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert rule),
-//! `ecmp`, `ecmp_advice` (source ports that spread colliding elephants), `steps` (training steps, stragglers), `pathloss` (where it was lost), `pfc_origin` (where a PFC storm started), `lossless` (ECN before PFC, ECN at low load, PFC deadlock); `report` builds the snapshot, whose types ([`crate::report`]) import nothing from here.
+//! either path, handed to their concept); the engine's own concepts: `flows`, `pfc` (pause
+//! time, storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert
+//! rule), `ecmp`, `ecmp_advice` (source ports that spread colliding elephants); the analyses
+//! behind [`analysis::Analysis`], each owning its state and its report section: `lossless`
+//! (ECN before PFC, ECN at low load, PFC deadlock), `pfc_origin` (where a PFC storm started),
+//! `pathloss` (where it was lost), `steps` (training steps, stragglers). `report` assembles
+//! the snapshot, whose types ([`crate::report`]) import nothing from here. See
+//! docs/design/engine.md.
 
 pub mod alerts;
+pub mod analysis;
 mod capture;
 pub mod ecmp;
 pub mod ecmp_advice;
@@ -30,10 +36,7 @@ mod report;
 
 pub mod steps;
 
-use std::{
-    cell::RefCell,
-    collections::{BTreeMap, HashMap},
-};
+use std::collections::BTreeMap;
 
 use roce_observer_common::{
     Counter, Direction, Event, EventKind, FlowKey, PfcKey,
@@ -42,13 +45,11 @@ use roce_observer_common::{
 
 use crate::report::CaptureSummary;
 use alerts::Alerts;
+use analysis::{Analyses, Feed, Names};
 use ecmp::EcmpHash;
 use flows::FlowTable;
 use latency::{Pending, sketch::Sketch};
-use pathloss::PathLoss;
 use pfc::PfcEntry;
-use pfc_origin::PauseLog;
-use steps::Steps;
 
 /// The link speed assumed when none is given, Gb/s.
 pub const DEFAULT_LINK_GBPS: f64 = 100.0;
@@ -133,7 +134,7 @@ pub struct Engine {
     /// Path MTU in use (the configured one, or learned from READ responses).
     pmtu: u32,
     pmtu_learned: bool,
-    iface_names: HashMap<u32, String>,
+    names: Names,
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
     /// Switch-mirror sessions: frames and sequence gaps (bounded by MAX_MIRROR_SESSIONS).
@@ -153,30 +154,16 @@ pub struct Engine {
     /// Events received, by `EventKind::index`: ring-buffer records on the kernel path, the
     /// records the shared observation would have sent on the capture path.
     events: [u64; EventKind::ALL.len()],
-    /// Byte series and per-flow activity for training steps (capture path: per packet;
-    /// kernel path: run events and flow reads).
-    steps: Steps,
-    /// Tests only: feed steps from the capture path's run events and flow records, as the
-    /// kernel path does, instead of per packet.
-    steps_from_runs: bool,
-    /// Tests only: build path views from the capture path's path events and flow records, as
-    /// the kernel path does, instead of per packet.
-    paths_from_events: bool,
-    /// Request PSNs per observation point, for flows seen at several (capture path).
-    paths: PathLoss,
-    /// PFC/PAUSE frame times per source, for the storm origin.
-    pauses: PauseLog,
-    /// Lossless-class diagnosis (lossless.rs).
-    lossless: lossless::Lossless,
+    /// The analyses that own their state (analysis.rs): lossless class, PFC storm origin,
+    /// where it was lost, training steps.
+    analyses: Analyses,
     /// Tells engines apart (a kernel source skips map entries it already gave this engine).
     id: u64,
     /// The last snapshot's per-flow results, kept so that the next one redoes only the flows
     /// that changed (report.rs).
-    shown: RefCell<report::Shown>,
-    /// The last steps analysis and the series' extent it saw (report.rs, `steps_snapshot`).
-    steps_cache: RefCell<Option<(u64, Option<crate::report::StepsSnapshot>)>>,
+    shown: report::Shown,
     /// Flows changed since the last snapshot (kernel path: `update_flow`, latency samples).
-    dirty: RefCell<Vec<FlowKey>>,
+    dirty: Vec<FlowKey>,
 }
 
 /// Frame classes and error counters, one block per direction (see [`dir_index`]).
@@ -200,6 +187,12 @@ pub fn show_mac(m: [u8; 6]) -> String {
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
+        Engine::with_feed(cfg, Feed::Packets)
+    }
+
+    /// An engine whose capture path feeds the analyses the kernel path's way (`Feed::Events`:
+    /// from activity runs, path events and flow records), to compare the two paths.
+    pub fn with_feed(cfg: EngineConfig, feed: Feed) -> Engine {
         let pmtu = if PMTUS.contains(&cfg.pmtu) || cfg.pmtu_explicit {
             cfg.pmtu.max(1)
         } else {
@@ -208,7 +201,7 @@ impl Engine {
         Engine {
             pmtu,
             pmtu_learned: false,
-            iface_names: HashMap::new(),
+            names: Names::default(),
             flows: FlowTable::default(),
             pfc: BTreeMap::new(),
             mirrors: BTreeMap::new(),
@@ -222,15 +215,9 @@ impl Engine {
             capture: None,
             event_buf: Vec::new(),
             events: [0; EventKind::ALL.len()],
-            steps: Steps::default(),
-            steps_from_runs: false,
-            paths_from_events: false,
-            paths: PathLoss::default(),
-            pauses: PauseLog::default(),
-            lossless: lossless::Lossless::default(),
-            shown: RefCell::default(),
-            steps_cache: RefCell::default(),
-            dirty: RefCell::default(),
+            analyses: Analyses::fed(feed),
+            shown: report::Shown::default(),
+            dirty: Vec::new(),
             id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -240,13 +227,12 @@ impl Engine {
     }
 
     pub fn set_iface_name(&mut self, ifindex: u32, name: &str) {
-        self.iface_names.insert(ifindex, name.to_string());
-        // A capture that declares several interfaces (pcapng) may hold one flow at several
-        // points, written in any order (dumpcap writes each interface's packets in batches).
-        self.paths.several_points = self.iface_names.len() >= 2;
-        // Names are part of every flow's view and of the flow order, and of stragglers.
-        *self.shown.get_mut() = report::Shown::default();
-        *self.steps_cache.get_mut() = None;
+        self.names.set(ifindex, name);
+        for a in self.analyses.each() {
+            a.renamed(&self.names);
+        }
+        // Names are part of every flow's view and of the flow order.
+        self.shown = report::Shown::default();
         for e in self.flows.values_mut() {
             e.view.clear();
             e.ordered.set(false);
@@ -256,12 +242,27 @@ impl Engine {
     /// The next snapshot analyses the steps afresh instead of reusing the last analysis
     /// (report.rs: reused until the series has grown by a 64th): for a final report.
     pub fn forget_steps_analysis(&mut self) {
-        *self.steps_cache.get_mut() = None;
+        self.analyses.steps.forget();
+    }
+
+    /// Every flow record through the analyses' kernel-path hook, as if read from the kernel's
+    /// map now (with [`Feed::Events`], the capture path then feeds them as `run -i` does).
+    pub fn read_flows_as_kernel(&mut self) {
+        for (k, e) in &self.flows {
+            for a in self.analyses.each() {
+                a.flow_read(k, e.stats());
+            }
+        }
     }
 
     /// Attach the capture's own counts (shown in the summary).
     pub fn set_capture_summary(&mut self, c: CaptureSummary) {
         self.capture = Some(c);
+    }
+
+    /// The settings this engine runs with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
     }
 
     /// This engine's identity among the engines of the process.
@@ -278,10 +279,7 @@ impl Engine {
     }
 
     fn iface_name(&self, ifindex: u32) -> String {
-        self.iface_names
-            .get(&ifindex)
-            .cloned()
-            .unwrap_or_else(|| format!("if{ifindex}"))
+        self.names.name(ifindex)
     }
 
     fn seen(&mut self, ts: u64) {

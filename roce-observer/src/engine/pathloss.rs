@@ -16,14 +16,18 @@
 use std::collections::{BTreeMap, HashMap};
 
 use roce_observer_common::{
-    Direction, FlowKey,
+    Direction, Event, EventBody, FlowKey, FlowStats,
     account::{Outcome, RocePacket},
     opcode::{self, PsnSpace},
     psn::{PSN_MASK, PsnVerdict, psn_add, psn_diff, psn_newer},
 };
 
-use super::{Engine, flows::FastHash};
-use crate::report::{MirrorSource, PathPair, PointRef, show_ip};
+use super::{
+    EngineConfig,
+    analysis::{Analysis, Feed, Names, View},
+    flows::FastHash,
+};
+use crate::report::{MirrorSource, PathPair, PointRef, Snapshot, show_ip};
 
 /// PSNs held per flow.
 pub const RING: u32 = 4096;
@@ -461,12 +465,27 @@ impl PathLoss {
 /// Path pairs listed in the snapshot.
 pub const MAX_PATH_PAIRS: usize = 1000;
 
-impl Engine {
+/// Where was it lost, as an analysis: fed per packet on the capture path, or from path events
+/// and flow records (the kernel path, and the capture path fed as the kernel).
+#[derive(Default)]
+pub struct PathsAnalysis {
+    pub loss: PathLoss,
+    feed: Feed,
+}
+
+impl PathsAnalysis {
+    pub fn fed(feed: Feed) -> PathsAnalysis {
+        PathsAnalysis {
+            feed,
+            ..PathsAnalysis::default()
+        }
+    }
+
     /// Per ordered pair of points of each flow seen at several, what went missing between them;
     /// most missing first, at most [`MAX_PATH_PAIRS`].
-    pub(super) fn path_pairs(&self) -> Vec<PathPair> {
+    fn pairs(&self, names: &Names) -> Vec<PathPair> {
         let point = |p: Point| PointRef {
-            iface: self.iface_name(p.0),
+            iface: names.name(p.0),
             direction: Direction::from_u8(p.1).name(),
             mirror: MirrorSource::new(p.2, p.3, p.4),
         };
@@ -489,13 +508,13 @@ impl Engine {
             }
         };
         // A flow seen at one point (a ring started at its first packet) has no pair to judge.
-        for (path, f) in self.paths.flows().filter(|(_, f)| f.points.len() >= 2) {
+        for (path, f) in self.loss.flows().filter(|(_, f)| f.points.len() >= 2) {
             for ((a, b), c) in f.counts() {
                 let (up, down) = (&f.points[a as usize], &f.points[b as usize]);
                 row(path, up.point, down.point, c, false);
             }
         }
-        for (path, f) in self.paths.from_events.flows() {
+        for (path, f) in self.loss.from_events.flows() {
             for a in 0..f.points.len() {
                 for b in (0..f.points.len()).filter(|&b| b != a) {
                     if let Some(c) = f.pair(a, b) {
@@ -524,6 +543,44 @@ impl Engine {
         });
         out.truncate(MAX_PATH_PAIRS);
         out
+    }
+}
+
+impl Analysis for PathsAnalysis {
+    fn packet(&mut self, _: &EngineConfig, _: u64, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
+        if self.feed == Feed::Packets {
+            self.loss.packet(key, pkt, out);
+        }
+    }
+
+    fn event(&mut self, ev: &Event, body: &EventBody, from_capture: bool) {
+        // Fed packet by packet, the capture path sees every PSN: its path events are not needed.
+        if from_capture && self.feed == Feed::Packets {
+            return;
+        }
+        if let EventBody::Path { resend, gap } = *body {
+            if let Some((first, last)) = resend {
+                self.loss.from_events.resend(&ev.flow, first, last);
+            }
+            if let Some((first, missing)) = gap {
+                self.loss.from_events.gap(&ev.flow, first, missing);
+            }
+        }
+    }
+
+    /// First and highest request PSN, the open resend run.
+    fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
+        self.loss.from_events.flow_read(key, stats);
+    }
+
+    /// A capture that declares several interfaces (pcapng) may hold one flow at several
+    /// points, written in any order (dumpcap writes each interface's packets in batches).
+    fn renamed(&mut self, names: &Names) {
+        self.loss.several_points = names.count() >= 2;
+    }
+
+    fn section(&mut self, view: &View<'_>, _now: u64, report: &mut Snapshot) {
+        report.paths = self.pairs(view.names);
     }
 }
 

@@ -145,11 +145,8 @@ impl Engine {
             self.alerts.pfc_storm(&key, ts, cfg);
         }
         let ns = quanta_to_ns(u64::from(quanta), gbps) as u64;
-        self.pauses.frame(key, ts, ns);
-        self.lossless
-            .pause(ts, key.ifindex, key.priority, ns, self.cfg.storm_window_ns);
-        if quanta > 0 {
-            self.steps.pause(ts, ns);
+        for a in self.analyses.each() {
+            a.pause(&self.cfg, &key, ts, quanta, ns);
         }
     }
 }

@@ -11,8 +11,12 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use roce_observer_common::{Direction, PfcKey, pfc::PRIORITY_LINK};
 
-use super::{Engine, show_mac};
-use crate::report::{PauseSource, PfcOrigin, PfcRef};
+use super::{
+    EngineConfig,
+    analysis::{Analysis, View},
+    lossless, show_mac,
+};
+use crate::report::{PauseSource, PfcOrigin, PfcRef, Snapshot};
 
 /// Pause periods kept per source (the latest); each source's episodes are kept whole
 /// (start and paused time) whatever their number of frames.
@@ -173,134 +177,152 @@ fn hop_evidence(
     }
 }
 
-impl Engine {
-    /// Ordered pairs of the `ifaces` that see one flow (source IP, destination IP, QP), in
-    /// either direction: the interfaces of one path.
-    fn shared_flow_ifaces(&self, ifaces: &HashSet<u32>) -> HashSet<(u32, u32)> {
-        let mut seen: HashMap<([u8; 16], [u8; 16], u32), Vec<u32>> = HashMap::new();
-        for (k, e) in self.flows.iter() {
-            if e.stats().packets() > 0 && ifaces.contains(&k.ifindex) {
-                let at = seen.entry((k.src_ip, k.dst_ip, k.dst_qp)).or_default();
-                if !at.contains(&k.ifindex) {
-                    at.push(k.ifindex);
-                }
-            }
-        }
-        let mut pairs = HashSet::new();
-        for at in seen.values() {
-            for &x in at {
-                for &y in at {
-                    if x != y {
-                        pairs.insert((x, y));
-                    }
-                }
-            }
-        }
-        pairs
+/// The PFC storm origin as an analysis: every PFC/PAUSE class frame's time per source.
+#[derive(Default)]
+pub struct PfcOriginAnalysis {
+    pauses: PauseLog,
+}
+
+impl Analysis for PfcOriginAnalysis {
+    fn pause(&mut self, _: &EngineConfig, key: &PfcKey, ts: u64, _quanta: u16, pause_ns: u64) {
+        self.pauses.frame(*key, ts, pause_ns);
     }
 
-    /// The storm origin view as of `now`, or `None` when no storm was detected.
-    pub(super) fn pfc_origin(&self, now: u64) -> Option<PfcOrigin> {
-        let onset = self
-            .pfc
-            .values()
-            .filter_map(|e| e.timeline.first_storm_ns)
-            .min()?;
-        // A storm is detected at the end of a window that was mostly paused, at least one
-        // window after the source's first frame: its start can lie two windows back.
-        let window = self.cfg.storm_window_ns;
-        let (from, to) = (
-            onset.saturating_sub(2 * window),
-            onset.saturating_add(window),
-        );
-        let mut found: Vec<(&PfcKey, &SourceLog, PauseSource)> = self
-            .pauses
-            .sources()
-            .filter_map(|(k, frames)| {
-                // The first episode in the window, from its own first XOFF (which may lie
-                // before the window: a storm keeps its start).
-                let episode = frames
-                    .episodes(now)
-                    .find(|ep| ep.start < to && ep.end.max(ep.start + 1) > from)?;
-                let first = episode.start;
-                let paused = frames.paused_within(from, to);
-                let source = PauseSource {
-                    source: PfcRef {
-                        iface: self.iface_name(k.ifindex),
-                        direction: Direction::from_u8(k.direction).name(),
-                        src_mac: show_mac(k.src_mac),
-                        priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
-                    },
-                    first_xoff_ts: first,
-                    episode_paused_ms: episode.paused_ns as f64 / 1e6,
-                    episode_end_ts: episode.end,
-                    paused_fraction: paused as f64 / (to - from).max(1) as f64,
-                    storm: self.pfc.get(k).is_some_and(|e| e.timeline.storms > 0),
-                    paused_by: None,
-                    evidence: None,
-                    hop_ms: None,
-                };
-                Some((k, frames, source))
-            })
-            .collect();
-        found.sort_by(|(_, _, a), (_, _, b)| {
-            (a.first_xoff_ts, &a.source).cmp(&(b.first_xoff_ts, &b.source))
-        });
-        let ifaces: HashSet<u32> = found.iter().map(|(k, _, _)| k.ifindex).collect();
-        let shared = self.shared_flow_ifaces(&ifaces);
-        // Each source's cause: the latest earlier source that explains it.
-        for j in 0..found.len() {
-            let (kb, first_b) = (found[j].0, found[j].2.first_xoff_ts);
-            let cause = (0..j).rev().find_map(|i| {
-                let (ka, fa, sa) = &found[i];
-                hop_evidence((ka, fa, sa.first_xoff_ts), (kb, first_b), window, &shared)
-                    .map(|ev| (i, ev, sa.first_xoff_ts))
-            });
-            if let Some((i, ev, first_a)) = cause {
-                let b = &mut found[j].2;
-                b.paused_by = Some(i);
-                b.evidence = Some(ev);
-                b.hop_ms = Some((first_b - first_a) as f64 / 1e6);
+    /// Written after the lossless findings: a source those explain is no root.
+    fn section(&mut self, view: &View<'_>, now: u64, report: &mut Snapshot) {
+        let mut origin = pfc_origin(&self.pauses, view, now);
+        if let Some(o) = origin.as_mut() {
+            lossless::unroot(o, &report.lossless);
+        }
+        report.pfc_origin = origin;
+    }
+}
+
+/// Ordered pairs of the `ifaces` that see one flow (source IP, destination IP, QP), in
+/// either direction: the interfaces of one path.
+fn shared_flow_ifaces(view: &View<'_>, ifaces: &HashSet<u32>) -> HashSet<(u32, u32)> {
+    let mut seen: HashMap<([u8; 16], [u8; 16], u32), Vec<u32>> = HashMap::new();
+    for (k, e) in view.flows.iter() {
+        if e.stats().packets() > 0 && ifaces.contains(&k.ifindex) {
+            let at = seen.entry((k.src_ip, k.dst_ip, k.dst_qp)).or_default();
+            if !at.contains(&k.ifindex) {
+                at.push(k.ifindex);
             }
         }
-        let sources: Vec<PauseSource> = found.into_iter().map(|(_, _, s)| s).collect();
-        // Depth of every source below its root (causes come first in `sources`).
-        let mut root = vec![0usize; sources.len()];
-        let mut depth = vec![0usize; sources.len()];
-        for (j, s) in sources.iter().enumerate() {
-            (root[j], depth[j]) = match s.paused_by {
-                Some(i) => (root[i], depth[i] + 1),
-                None => (j, 0),
-            };
-        }
-        let reach = |r: usize| {
-            (0..sources.len())
-                .filter(|&j| root[j] == r && j != r)
-                .count()
-        };
-        let origin_index = (0..sources.len())
-            .filter(|&j| root[j] == j)
-            // Most reached first; on ties the earlier (smaller index) wins.
-            .min_by_key(|&r| (std::cmp::Reverse(reach(r)), r))?;
-        let first = sources.first()?;
-        let last = sources.last()?;
-        Some(PfcOrigin {
-            storm_onset_ts: onset,
-            window_start_ts: from,
-            window_end_ts: to,
-            origin: Some(sources[origin_index].source.clone()),
-            origin_index: Some(origin_index),
-            deadlock: false,
-            reached: reach(origin_index),
-            hops: (0..sources.len())
-                .filter(|&j| root[j] == origin_index)
-                .map(|j| depth[j])
-                .max()
-                .unwrap_or(0),
-            spread_ms: (last.first_xoff_ts - first.first_xoff_ts) as f64 / 1e6,
-            sources,
-        })
     }
+    let mut pairs = HashSet::new();
+    for at in seen.values() {
+        for &x in at {
+            for &y in at {
+                if x != y {
+                    pairs.insert((x, y));
+                }
+            }
+        }
+    }
+    pairs
+}
+
+/// The storm origin view as of `now`, or `None` when no storm was detected.
+fn pfc_origin(pauses: &PauseLog, view: &View<'_>, now: u64) -> Option<PfcOrigin> {
+    let onset = view
+        .pfc
+        .values()
+        .filter_map(|e| e.timeline.first_storm_ns)
+        .min()?;
+    // A storm is detected at the end of a window that was mostly paused, at least one
+    // window after the source's first frame: its start can lie two windows back.
+    let window = view.cfg.storm_window_ns;
+    let (from, to) = (
+        onset.saturating_sub(2 * window),
+        onset.saturating_add(window),
+    );
+    let mut found: Vec<(&PfcKey, &SourceLog, PauseSource)> = pauses
+        .sources()
+        .filter_map(|(k, frames)| {
+            // The first episode in the window, from its own first XOFF (which may lie
+            // before the window: a storm keeps its start).
+            let episode = frames
+                .episodes(now)
+                .find(|ep| ep.start < to && ep.end.max(ep.start + 1) > from)?;
+            let first = episode.start;
+            let paused = frames.paused_within(from, to);
+            let source = PauseSource {
+                source: PfcRef {
+                    iface: view.names.name(k.ifindex),
+                    direction: Direction::from_u8(k.direction).name(),
+                    src_mac: show_mac(k.src_mac),
+                    priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
+                },
+                first_xoff_ts: first,
+                episode_paused_ms: episode.paused_ns as f64 / 1e6,
+                episode_end_ts: episode.end,
+                paused_fraction: paused as f64 / (to - from).max(1) as f64,
+                storm: view.pfc.get(k).is_some_and(|e| e.timeline.storms > 0),
+                paused_by: None,
+                evidence: None,
+                hop_ms: None,
+            };
+            Some((k, frames, source))
+        })
+        .collect();
+    found.sort_by(|(_, _, a), (_, _, b)| {
+        (a.first_xoff_ts, &a.source).cmp(&(b.first_xoff_ts, &b.source))
+    });
+    let ifaces: HashSet<u32> = found.iter().map(|(k, _, _)| k.ifindex).collect();
+    let shared = shared_flow_ifaces(view, &ifaces);
+    // Each source's cause: the latest earlier source that explains it.
+    for j in 0..found.len() {
+        let (kb, first_b) = (found[j].0, found[j].2.first_xoff_ts);
+        let cause = (0..j).rev().find_map(|i| {
+            let (ka, fa, sa) = &found[i];
+            hop_evidence((ka, fa, sa.first_xoff_ts), (kb, first_b), window, &shared)
+                .map(|ev| (i, ev, sa.first_xoff_ts))
+        });
+        if let Some((i, ev, first_a)) = cause {
+            let b = &mut found[j].2;
+            b.paused_by = Some(i);
+            b.evidence = Some(ev);
+            b.hop_ms = Some((first_b - first_a) as f64 / 1e6);
+        }
+    }
+    let sources: Vec<PauseSource> = found.into_iter().map(|(_, _, s)| s).collect();
+    // Depth of every source below its root (causes come first in `sources`).
+    let mut root = vec![0usize; sources.len()];
+    let mut depth = vec![0usize; sources.len()];
+    for (j, s) in sources.iter().enumerate() {
+        (root[j], depth[j]) = match s.paused_by {
+            Some(i) => (root[i], depth[i] + 1),
+            None => (j, 0),
+        };
+    }
+    let reach = |r: usize| {
+        (0..sources.len())
+            .filter(|&j| root[j] == r && j != r)
+            .count()
+    };
+    let origin_index = (0..sources.len())
+        .filter(|&j| root[j] == j)
+        // Most reached first; on ties the earlier (smaller index) wins.
+        .min_by_key(|&r| (std::cmp::Reverse(reach(r)), r))?;
+    let first = sources.first()?;
+    let last = sources.last()?;
+    Some(PfcOrigin {
+        storm_onset_ts: onset,
+        window_start_ts: from,
+        window_end_ts: to,
+        origin: Some(sources[origin_index].source.clone()),
+        origin_index: Some(origin_index),
+        deadlock: false,
+        reached: reach(origin_index),
+        hops: (0..sources.len())
+            .filter(|&j| root[j] == origin_index)
+            .map(|j| depth[j])
+            .max()
+            .unwrap_or(0),
+        spread_ms: (last.first_xoff_ts - first.first_xoff_ts) as f64 / 1e6,
+        sources,
+    })
 }
 
 #[cfg(test)]

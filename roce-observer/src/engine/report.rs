@@ -15,13 +15,13 @@ use roce_observer_common::{
 use super::{
     DIRECTIONS, Engine,
     alerts::{Alert, Subject, bursts, ce_without_cnp, flow_problems},
+    analysis::View,
     dir_index,
     ecmp::{self, FiveTuple, FlowLoad},
     ecmp_advice,
     flows::{self, FastHash, FlowEntry},
     latency::{rtt_summary, sketch},
-    lossless::{self, lossless_alert},
-    show_mac, steps,
+    show_mac,
 };
 use crate::report::{
     AlertSnapshot, Beside, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
@@ -86,13 +86,15 @@ fn may_alert(s: &FlowStats) -> bool {
 impl Engine {
     /// Everything the engine knows, as of `now_ns` (the end of the reporting interval), with
     /// nothing from beside it (no NIC counters, QP owners, interfaces or output health).
-    pub fn snapshot(&self, now_ns: u64) -> Snapshot {
+    pub fn snapshot(&mut self, now_ns: u64) -> Snapshot {
         self.report(now_ns, Beside::default())
     }
 
-    /// The report as of `now_ns`: the engine's sections, and those from beside it; flows are
-    /// labelled with their QP owners.
-    pub fn report(&self, now_ns: u64, beside: Beside) -> Snapshot {
+    /// The report as of `now_ns`: the engine's sections, then each analysis's
+    /// ([`super::analysis::Analysis::section`]), and those from beside it; flows are labelled
+    /// with their QP owners. Takes `&mut self` for what the last report left to reuse (the
+    /// flows' views, the steps analysis).
+    pub fn report(&mut self, now_ns: u64, beside: Beside) -> Snapshot {
         let Beside {
             nic,
             qp_owners,
@@ -104,7 +106,9 @@ impl Engine {
         let interval_ns = now_ns.saturating_sub(start);
         let interval_s = interval_ns as f64 / 1e9;
 
-        let pass = self.flow_pass(interval_ns, interval_s);
+        let mut shown = std::mem::take(&mut self.shown);
+        let dirty = std::mem::take(&mut self.dirty);
+        let pass = self.flow_pass(&mut shown, &dirty, interval_ns, interval_s);
         let mut flows = pass.flows;
         owners::label_flows(&qp_owners, &mut flows);
 
@@ -202,15 +206,9 @@ impl Engine {
             m.qp_advice = ecmp_advice::qp_counts(m, self.cfg.roce_port);
         }
 
-        let lossless = self.lossless_findings(now_ns);
-        alerts.extend(lossless.iter().map(lossless_alert));
-        let mut pfc_origin = self.pfc_origin(now_ns);
-        if let Some(o) = pfc_origin.as_mut() {
-            lossless::unroot(o, &lossless);
-        }
-
+        let with_samples = pass.with_samples;
         let ringbuf_full = total(Counter::RingbufFull);
-        Snapshot {
+        let mut snap = Snapshot {
             schema_version: SCHEMA_VERSION,
             summary: Summary {
                 total_packets: total(Counter::TotalPackets),
@@ -254,7 +252,7 @@ impl Engine {
             latency: LatencySnapshot {
                 observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
                 overall: rtt_summary(Some(&self.rtt_overall)),
-                flows_with_samples: pass.with_samples,
+                flows_with_samples: with_samples,
                 pending: self.pending.waiting() as u64,
                 relative_accuracy: sketch::ALPHA,
             },
@@ -263,36 +261,27 @@ impl Engine {
             mirror,
             ecmp,
             alerts,
-            paths: self.path_pairs(),
-            pfc_origin,
-            lossless,
-            steps: self.steps_snapshot(),
+            // The analyses' sections, below.
+            paths: Vec::new(),
+            pfc_origin: None,
+            lossless: Vec::new(),
+            steps: None,
             nic,
             qp_owners,
+        };
+        self.shown = shown;
+        self.dirty = dirty;
+        self.dirty.clear();
+        let view = View {
+            cfg: &self.cfg,
+            names: &self.names,
+            flows: &self.flows,
+            pfc: &self.pfc,
+        };
+        for a in self.analyses.each() {
+            a.section(&view, now_ns, &mut snap);
         }
-    }
-
-    /// The steps of the window, analysed again only when the series has grown by a 64th of
-    /// its length (at least a bin) since the last analysis: an analysis of the full 300 s
-    /// window (an FFT of 2^20 points) took 130 ms here, and a live report every second would
-    /// repeat it for 1.6% more data; at most 4.7 s of the newest data wait for the next one.
-    fn steps_snapshot(&self) -> Option<crate::report::StepsSnapshot> {
-        let (extent, len) = self.steps.extent();
-        let mut cache = self.steps_cache.borrow_mut();
-        if let Some((at, result)) = &*cache
-            && extent >= *at
-            && extent - *at < (len as u64 / 64).max(1)
-        {
-            return result.clone();
-        }
-        let result = steps::analyse(&self.steps, |k| {
-            (
-                self.iface_name(k.ifindex),
-                Direction::from_u8(k.direction).name(),
-            )
-        });
-        *cache = Some((extent, result.clone()));
-        result
+        snap
     }
 
     /// Everything the snapshot needs from each flow: the flows with packets in snapshot order
@@ -306,9 +295,13 @@ impl Engine {
     /// noted in `dirty` and those whose last rate was not zero (it becomes zero, or moves with
     /// the interval) are redone. A flow's view is rebuilt only when the flow changed or its
     /// rate did; otherwise the last snapshot's view is shared.
-    fn flow_pass(&self, interval_ns: u64, interval_s: f64) -> FlowPass<'_> {
-        let mut shown = self.shown.borrow_mut();
-        let dirty = std::mem::take(&mut *self.dirty.borrow_mut());
+    fn flow_pass(
+        &self,
+        shown: &mut Shown,
+        dirty: &[FlowKey],
+        interval_ns: u64,
+        interval_s: f64,
+    ) -> FlowPass<'_> {
         let grown = shown.keys.len() != self.flows.len();
         if grown {
             // Flows are never removed: the new ones are those not yet in the order.
@@ -321,7 +314,7 @@ impl Engine {
             let cmp = |a: &FlowKey, b: &FlowKey| {
                 (a.src_ip, a.dst_ip, a.dst_qp)
                     .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
-                    .then_with(|| self.iface_order(a.ifindex, b.ifindex))
+                    .then_with(|| self.names.order(a.ifindex, b.ifindex))
                     .then(a.direction.cmp(&b.direction))
                     .then((a.encap, a.outer_src, a.mirror_id).cmp(&(
                         b.encap,
@@ -436,14 +429,6 @@ impl Engine {
                 .collect(),
             ecmp: shown.loads.iter().flatten().cloned().collect(),
             with_samples: shown.sampled.iter().filter(|s| **s).count() as u64,
-        }
-    }
-
-    /// Interface names in order, without building them for known interfaces.
-    fn iface_order(&self, a: u32, b: u32) -> std::cmp::Ordering {
-        match (self.iface_names.get(&a), self.iface_names.get(&b)) {
-            (Some(x), Some(y)) => x.cmp(y),
-            _ => self.iface_name(a).cmp(&self.iface_name(b)),
         }
     }
 

@@ -64,7 +64,7 @@ mod tests {
             .join("../tests/fixtures")
             .join(name);
         let file = std::fs::File::open(&path).expect("fixture");
-        let (engine, damage) = analyze_reader(file, cfg);
+        let (mut engine, damage) = analyze_reader(file, cfg);
         assert!(damage.is_none());
         engine.snapshot(engine.last_ts()).summary
     }

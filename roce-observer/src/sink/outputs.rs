@@ -332,7 +332,7 @@ mod tests {
     }
 
     /// The engine's report with the outputs' health, as the pipeline assembles it.
-    fn report(engine: &Engine, outputs: &Outputs, now: u64) -> Snapshot {
+    fn report(engine: &mut Engine, outputs: &Outputs, now: u64) -> Snapshot {
         engine.report(
             now,
             Beside {
@@ -360,12 +360,12 @@ mod tests {
             ..plan()
         })
         .expect("open");
-        let engine = Engine::new(EngineConfig::default());
+        let mut engine = Engine::new(EngineConfig::default());
         let mut stdout = Vec::new();
-        let snap = report(&engine, &outputs, 5);
+        let snap = report(&mut engine, &outputs, 5);
         outputs.interval(&snap, &mut stdout).expect("interval");
         assert_eq!(outputs.health().log_records_lost, Some(0));
-        let snap = report(&engine, &outputs, 6);
+        let snap = report(&mut engine, &outputs, 6);
         outputs.finish(&snap, &mut stdout).expect("finish");
         let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON on stdout");
         assert_eq!(doc["summary"]["log_records_lost"], 0);
@@ -398,16 +398,16 @@ mod tests {
             ..plan()
         })
         .expect("open");
-        let engine = Engine::new(EngineConfig::default());
+        let mut engine = Engine::new(EngineConfig::default());
         let mut stdout = Vec::new();
-        let snap = report(&engine, &outputs, 1);
+        let snap = report(&mut engine, &outputs, 1);
         outputs.interval(&snap, &mut stdout).expect("interval");
         assert_eq!(outputs.health().prom_file_errors, Some(0));
         assert!(outputs.take_warnings().is_empty());
         // The directory goes away: two intervals fail, are counted, and said once.
         std::fs::remove_dir_all(&prom_dir).expect("remove");
         for n in 1..=2 {
-            let snap = report(&engine, &outputs, 1 + n);
+            let snap = report(&mut engine, &outputs, 1 + n);
             outputs
                 .interval(&snap, &mut stdout)
                 .expect("a failed metrics file write does not stop the command");
@@ -423,7 +423,7 @@ mod tests {
         );
         // Back: written again, with the count, and the recovery is said.
         std::fs::create_dir_all(&prom_dir).expect("create");
-        let snap = report(&engine, &outputs, 5);
+        let snap = report(&mut engine, &outputs, 5);
         outputs.interval(&snap, &mut stdout).expect("interval");
         let text = std::fs::read_to_string(&prom).expect("metrics file");
         assert!(
@@ -435,7 +435,7 @@ mod tests {
             warnings.len() == 1 && warnings[0].contains("written again"),
             "{warnings:?}"
         );
-        let snap = report(&engine, &outputs, 6);
+        let snap = report(&mut engine, &outputs, 6);
         outputs.finish(&snap, &mut stdout).expect("finish");
         let doc: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON on stdout");
         assert_eq!(doc["summary"]["prom_file_errors"], 2);

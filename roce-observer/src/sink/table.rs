@@ -897,7 +897,7 @@ pub(crate) mod tests {
         epb.extend((frame.len() as u32).to_le_bytes());
         epb.extend(&frame);
         block(&mut cap, 6, &epb);
-        let (engine, err) =
+        let (mut engine, err) =
             crate::analyze::analyze_reader(&cap[..], crate::engine::EngineConfig::default());
         assert!(err.is_none(), "{err:?}");
         let mut snap = crate::sink::metrics::tests::with_host(engine.snapshot(0));
@@ -942,7 +942,7 @@ pub(crate) mod tests {
             .join("../tests/fixtures")
             .join(format!("{name}.pcap"));
         let file = std::fs::File::open(path).expect("fixture");
-        let (engine, err) =
+        let (mut engine, err) =
             crate::analyze::analyze_reader(file, crate::engine::EngineConfig::default());
         assert!(err.is_none(), "{err:?}");
         engine.snapshot(0)

@@ -4,7 +4,7 @@
 use roce_observer_common::frames::RoceFrame;
 
 use super::*;
-use crate::engine::EngineConfig;
+use crate::engine::{Engine, EngineConfig, analysis::Feed};
 use crate::report::PathPair;
 
 const T0: u64 = 1_700_000_000_000_000_000;
@@ -54,7 +54,7 @@ fn pair<'a>(paths: &'a [PathPair], up: &str, down: &str) -> &'a PathPair {
 fn drops_between_two_points_are_counted_by_psn() {
     let psns: Vec<u32> = (1000..3000).collect();
     let dropped = [1010, 1500, 1501, 1502, 2998];
-    let e = replay(&psns, &dropped, &[1010]);
+    let mut e = replay(&psns, &dropped, &[1010]);
     let paths = e.snapshot(T0 + 10_000_000).paths;
     assert_eq!(paths.len(), 2, "{paths:?}");
     let lost = pair(&paths, "up", "down");
@@ -88,7 +88,7 @@ fn many_psns_and_a_wrap_are_judged_through_the_ring() {
     let psns: Vec<u32> = (0..3 * RING).map(|k| (start + k) & PSN_MASK).collect();
     let dropped: Vec<u32> = psns.iter().copied().skip(7).step_by(997).collect();
     assert!(dropped.iter().any(|&p| p < start) && dropped.iter().any(|&p| p > start));
-    let e = replay(&psns, &dropped, &[]);
+    let mut e = replay(&psns, &dropped, &[]);
     let paths = e.snapshot(T0 + 100_000_000).paths;
     let lost = pair(&paths, "up", "down");
     assert_eq!(lost.missing, dropped.len() as u64);
@@ -234,7 +234,7 @@ fn before_the_second_point_only_the_last_in_order_run_is_compared() {
     assert_eq!(lost.missing_psns, [45]);
     // Both saw 40..49 but 45; upstream's 30..39 are compared (downstream did not cover them).
     assert_eq!(lost.both, 9);
-    let up = e.paths.flows().next().expect("a ring").1;
+    let up = e.analyses.paths.loss.flows().next().expect("a ring").1;
     assert_eq!(up.points[0].first_psn(), Some(30));
 }
 
@@ -268,17 +268,13 @@ fn single_point_flows_leave_rings_for_flows_seen_at_two_points() {
 /// shared observation, and the flow records read at the end (first and highest PSN, the open
 /// resend run), as `run -i` reads its map (ranges.rs).
 fn as_kernel(frames: impl FnOnce(&mut Engine)) -> Vec<PathPair> {
-    let mut e = Engine::new(EngineConfig::default());
-    e.paths_from_events = true;
+    let mut e = Engine::with_feed(EngineConfig::default(), Feed::Events);
     e.set_iface_name(UP, "up");
     e.set_iface_name(DOWN, "down");
     frames(&mut e);
-    let reads: Vec<_> = e.flows.iter().map(|(k, v)| (*k, *v.stats())).collect();
-    for (k, stats) in &reads {
-        e.paths.from_events.flow_read(k, stats);
-    }
+    e.read_flows_as_kernel();
     assert!(
-        e.paths.flows().next().is_none(),
+        e.analyses.paths.loss.flows().next().is_none(),
         "the kernel-path view must not use the ring"
     );
     sorted(e.snapshot(T0 + 100_000_000_000).paths)
@@ -378,8 +374,7 @@ fn kernel_view_does_not_blame_a_point_that_stopped_early() {
 /// no gap): no path event at all, and nothing missing.
 #[test]
 fn a_replayed_stream_makes_no_path_event() {
-    let mut e = Engine::new(EngineConfig::default());
-    e.paths_from_events = true;
+    let mut e = Engine::with_feed(EngineConfig::default(), Feed::Events);
     for _ in 0..2 {
         for psn in 0..500u32 {
             send(&mut e, UP, psn, u64::from(psn));
@@ -459,8 +454,7 @@ fn a_stream_seen_twice_blames_no_pair_for_loss_before_both() {
 #[test]
 fn a_path_event_lost_to_the_ring_marks_the_view_incomplete() {
     for lost in [0, 1] {
-        let mut e = Engine::new(EngineConfig::default());
-        e.paths_from_events = true;
+        let mut e = Engine::with_feed(EngineConfig::default(), Feed::Events);
         e.set_iface_name(UP, "up");
         e.set_iface_name(DOWN, "down");
         for psn in 0..20u32 {
@@ -472,7 +466,7 @@ fn a_path_event_lost_to_the_ring_marks_the_view_incomplete() {
             if k.ifindex == DOWN {
                 stats.path_lost = lost;
             }
-            e.paths.from_events.flow_read(&k, &stats);
+            e.analyses.paths.loss.from_events.flow_read(&k, &stats);
         }
         let paths = e.snapshot(T0 + 100_000_000_000).paths;
         let down = pair(&paths, "up", "down");

@@ -9,7 +9,7 @@ use roce_observer_common::{
 };
 
 use super::*;
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{Engine, EngineConfig, analysis::Feed};
 use crate::report::StepsSnapshot;
 
 const T0: u64 = 1_700_000_000_000_000_000;
@@ -85,17 +85,12 @@ fn run(mut frames: Vec<Timed>) -> (Engine, Option<StepsSnapshot>) {
 /// of unsent short runs read from the flow records at the end (as `run -i` reads its map).
 fn run_as_kernel(mut frames: Vec<Timed>) -> Option<StepsSnapshot> {
     frames.sort_by_key(|f| f.0);
-    let mut e = Engine::new(EngineConfig::default());
-    e.steps_from_runs = true;
+    let mut e = Engine::with_feed(EngineConfig::default(), Feed::Events);
     let last = frames.last().map(|f| f.0).unwrap_or(T0);
     for (ts, f) in &frames {
         e.ingest_frame(*ts, f, f.len() as u32, 0);
     }
-    let reads: Vec<(FlowKey, roce_observer_common::FlowStats)> =
-        e.flows.iter().map(|(k, v)| (*k, *v.stats())).collect();
-    for (k, stats) in &reads {
-        e.steps.flow_read(k, stats);
-    }
+    e.read_flows_as_kernel();
     e.snapshot(last).steps
 }
 
@@ -717,7 +712,7 @@ fn real_capture(name: &str) -> StepsSnapshot {
         .join("../tests/fixtures/softroce")
         .join(name);
     let file = std::fs::File::open(&path).expect("fixture");
-    let (e, damage) = crate::analyze::analyze_reader(file, EngineConfig::default());
+    let (mut e, damage) = crate::analyze::analyze_reader(file, EngineConfig::default());
     assert!(damage.is_none(), "{damage:?}");
     e.snapshot(e.last_ts()).steps.expect("steps")
 }
@@ -794,18 +789,13 @@ fn real_capture_as_kernel(name: &str) -> Option<StepsSnapshot> {
         .join("../tests/fixtures/softroce")
         .join(name);
     let file = std::fs::File::open(&path).expect("fixture");
-    let mut e = Engine::new(EngineConfig::default());
-    e.steps_from_runs = true;
+    let mut e = Engine::with_feed(EngineConfig::default(), Feed::Events);
     crate::wire::capture::read_capture(
         file,
         |_| {},
         |f| e.ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface),
     );
-    let reads: Vec<(FlowKey, roce_observer_common::FlowStats)> =
-        e.flows.iter().map(|(k, v)| (*k, *v.stats())).collect();
-    for (k, stats) in &reads {
-        e.steps.flow_read(k, stats);
-    }
+    e.read_flows_as_kernel();
     e.snapshot(e.last_ts()).steps
 }
 
