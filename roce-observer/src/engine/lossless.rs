@@ -253,18 +253,22 @@ impl Lossless {
             p.ce += 1;
             p.signal(ts, false, ts);
         }
-        let idx = ts / LOAD_INTERVAL_NS;
-        let bytes = u64::from(pkt.frame_len);
-        match p.load.current.as_mut() {
-            Some(cur) if cur.0 == idx => {
-                cur.1 += bytes;
-                cur.2 += u64::from(ce);
-            }
-            _ => {
-                if let Some(done) = p.load.current.take() {
-                    p.load.close(done, cfg.link_gbps);
+        // Loads are judged against a given link speed only (`low_load`): without one, nothing
+        // to keep per packet.
+        if cfg.link_known {
+            let idx = ts / LOAD_INTERVAL_NS;
+            let bytes = u64::from(pkt.frame_len);
+            match p.load.current.as_mut() {
+                Some(cur) if cur.0 == idx => {
+                    cur.1 += bytes;
+                    cur.2 += u64::from(ce);
                 }
-                p.load.current = Some((idx, bytes, u64::from(ce)));
+                _ => {
+                    if let Some(done) = p.load.current.take() {
+                        p.load.close(done, cfg.link_gbps);
+                    }
+                    p.load.current = Some((idx, bytes, u64::from(ce)));
+                }
             }
         }
         if let Some(span) = p.span.as_mut()

@@ -3,13 +3,12 @@
 //! stores to an atomic and writes to an eventfd, both async-signal-safe; the batch schedule
 //! reads the flag between reads, the live loop waits on the eventfd.
 
-use std::{
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
-    sync::atomic::{AtomicBool, AtomicI32, Ordering},
-};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use anyhow::Context as _;
 use tokio::io::{Interest, unix::AsyncFd};
+
+use super::Fd;
 
 /// Set by the first SIGINT/SIGTERM.
 static REQUESTED: AtomicBool = AtomicBool::new(false);
@@ -56,13 +55,6 @@ fn install(handling: Handling) {
     }
 }
 
-struct Fd(RawFd);
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
 /// A request to stop, from SIGINT/SIGTERM once installed.
 pub struct Stop {
     installed: bool,
@@ -95,16 +87,13 @@ impl Stop {
         if fd < 0 {
             return Err(std::io::Error::last_os_error()).context("creating an eventfd");
         }
-        // SAFETY: `fd` is a fresh descriptor owned by nobody else. It is kept open for the
-        // rest of the process (the handler may write to it at any time), hence the forget.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        let raw = owned.as_raw_fd();
-        std::mem::forget(owned);
-        WAKE.store(raw, Ordering::Relaxed);
+        // The descriptor is never closed: the handler may write to it at any time for the rest
+        // of the process.
+        WAKE.store(fd, Ordering::Relaxed);
         install(Handling::Live);
-        // SAFETY: `raw` is never closed (above), so it outlives the AsyncFd; `Fd` always
+        // SAFETY: `fd` is never closed (above), so it outlives the AsyncFd; `Fd` always
         // returns that same fd.
-        let wake = unsafe { AsyncFd::register_with_interest(Fd(raw), Interest::READABLE) }
+        let wake = unsafe { AsyncFd::register_with_interest(Fd(fd), Interest::READABLE) }
             .context("installing the SIGINT/SIGTERM handler")?;
         Ok(Stop {
             installed: true,
