@@ -61,16 +61,66 @@ pub fn write_pcap(path: &Path, frames: impl IntoIterator<Item = Vec<u8>>) -> any
 /// the responder. Replaying it a second time makes every request a retransmission (a go-back-N
 /// storm) while the ACKs stay ACKs.
 pub fn steady_frames(qps: u32, rounds: u32, payload: usize) -> impl Iterator<Item = Vec<u8>> {
+    rc_rounds(qps, rounds, payload, Order::InOrder)
+}
+
+/// PSN order within each block of four requests of [`sprayed_frames`]: round-robin over paths
+/// of different delays delivers a QP's packets in this order (distances 3 and 1, nothing lost).
+const SPRAY_ORDER: [u32; 4] = [1, 3, 0, 2];
+
+/// [`steady_frames`] as a fabric that sprays each QP over several paths delivers it: the same
+/// flows, PSNs continuing from `psn_base` (after the steady and storm passes: known flows, no
+/// resend), each block of four requests arriving in [`SPRAY_ORDER`], nothing lost; the fourth
+/// request of a block asks for an ACK of the block's highest PSN. `rounds` is rounded up to a
+/// whole block.
+pub fn sprayed_frames(
+    qps: u32,
+    rounds: u32,
+    payload: usize,
+    psn_base: u32,
+) -> impl Iterator<Item = Vec<u8>> {
+    rc_rounds(
+        qps,
+        rounds.div_ceil(4) * 4,
+        payload,
+        Order::Sprayed(psn_base),
+    )
+}
+
+/// How the requests of a round arrive: in PSN order from 0, or sprayed from a base PSN.
+#[derive(Clone, Copy)]
+enum Order {
+    InOrder,
+    Sprayed(u32),
+}
+
+impl Order {
+    /// The PSN of the request of `round`, and the PSN its ACK (if asked for) acknowledges.
+    fn psns(self, round: u32) -> (u32, u32) {
+        match self {
+            Order::InOrder => (round, round),
+            Order::Sprayed(base) => {
+                let block = base + (round & !3);
+                (block + SPRAY_ORDER[(round & 3) as usize], block + 3)
+            }
+        }
+    }
+}
+
+/// `rounds` requests on each of `qps` RC queue pairs (interleaved), SEND_ONLY with `payload`
+/// bytes, every fourth with AckReq and answered by an ACK from the responder.
+fn rc_rounds(qps: u32, rounds: u32, payload: usize, order: Order) -> impl Iterator<Item = Vec<u8>> {
     use roce_observer_common::frames::RoceFrame;
     (0..rounds).flat_map(move |round| {
         (0..qps).flat_map(move |qp| {
+            let (psn, ack_psn) = order.psns(round);
             let ack_req = round % 4 == 3;
             let request = RoceFrame {
                 payload,
                 tos: 0x6a,
                 ack_req,
                 udp_sport: 49152 + (qp % 1024) as u16,
-                ..RoceFrame::new(0x04, 0x100 + qp, round)
+                ..RoceFrame::new(0x04, 0x100 + qp, psn)
             }
             .build();
             let ack = ack_req.then(|| {
@@ -80,7 +130,7 @@ pub fn steady_frames(qps: u32, rounds: u32, payload: usize) -> impl Iterator<Ite
                     tos: 0x6a,
                     syndrome: 0x1f,
                     udp_sport: 49152 + (qp % 1024) as u16,
-                    ..RoceFrame::new(0x11, 0x10000 + qp, round)
+                    ..RoceFrame::new(0x11, 0x10000 + qp, ack_psn)
                 }
                 .build()
             });
