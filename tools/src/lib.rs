@@ -138,3 +138,39 @@ fn rc_rounds(qps: u32, rounds: u32, payload: usize, order: Order) -> impl Iterat
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use roce_observer::engine::{Engine, EngineConfig};
+
+    use super::{sprayed_frames, steady_frames};
+
+    /// The bench's passes are what its table says: the second steady pass resends every
+    /// request, the sprayed pass reorders half of its requests (distances 1 and 3) and loses
+    /// and resends nothing.
+    #[test]
+    fn the_sprayed_pass_reorders_and_loses_nothing() {
+        let (qps, rounds) = (3, 8);
+        let mut engine = Engine::new(EngineConfig::default());
+        let frames = steady_frames(qps, rounds, 64)
+            .chain(steady_frames(qps, rounds, 64))
+            .chain(sprayed_frames(qps, rounds, 64, rounds));
+        for (i, frame) in frames.enumerate() {
+            let len = u32::try_from(frame.len()).expect("frame length");
+            engine.ingest_frame(1_000 * (i as u64 + 1), &frame, len, 0);
+        }
+        let report = engine.snapshot(u64::MAX / 2);
+        let requests: Vec<_> = report
+            .flows
+            .iter()
+            .filter(|f| f.req_retransmits > 0 || f.reordered > 0)
+            .collect();
+        assert_eq!(requests.len(), qps as usize, "{:?}", report.flows);
+        for f in requests {
+            assert_eq!(f.req_retransmits, u64::from(rounds), "storm pass: {f:?}");
+            assert_eq!(f.reordered, u64::from(rounds / 2), "sprayed pass: {f:?}");
+            assert_eq!(f.reorder_distance_max, 3);
+            assert_eq!((f.psn_missing, f.psn_gaps, f.psn_holes), (0, 0, 0));
+        }
+    }
+}
