@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::util::output_checked;
 
 use super::SoftRoceOpts;
+use super::check::{Check, Checks};
 use super::observer::{ObserverInputs, observer_bin, observer_checks};
 use super::outputs::{
     Perftest, counter_deltas, netem_dropped, parse_perftest, read_kv, tcpdump_kernel_drops,
@@ -19,56 +20,6 @@ use super::scenarios::{CLIENT_IP, Op, SERVER_IP, Scenario};
 use super::steps::{netem_sent_packets, steady_checks, steps_checks, truth_checks, wire_steps};
 use super::wire::{direction, tshark_packets};
 use super::wire_flows::{WireFlow, wire_flows};
-
-#[derive(Debug, Clone)]
-pub(super) struct Check {
-    pub(super) name: String,
-    pub(super) expected: String,
-    pub(super) actual: String,
-    pub(super) ok: bool,
-}
-
-impl Check {
-    pub(super) fn describe(&self) -> String {
-        format!(
-            "{}: expected {}, got {}",
-            self.name, self.expected, self.actual
-        )
-    }
-}
-
-pub(super) struct Checks(pub(super) Vec<Check>);
-impl Checks {
-    pub(super) fn eq<T: PartialEq + std::fmt::Display>(
-        &mut self,
-        name: &str,
-        expected: T,
-        actual: T,
-    ) {
-        self.0.push(Check {
-            name: name.into(),
-            expected: expected.to_string(),
-            actual: actual.to_string(),
-            ok: expected == actual,
-        });
-    }
-    pub(super) fn range(&mut self, name: &str, lo: i64, hi: i64, actual: i64) {
-        self.0.push(Check {
-            name: name.into(),
-            expected: format!("{lo}..={hi}"),
-            actual: actual.to_string(),
-            ok: lo <= actual && actual <= hi,
-        });
-    }
-    pub(super) fn truth(&mut self, name: &str, expected: &str, actual: String, ok: bool) {
-        self.0.push(Check {
-            name: name.into(),
-            expected: expected.into(),
-            actual,
-            ok,
-        });
-    }
-}
 
 pub(super) struct Summary {
     pub(super) checks: Vec<Check>,

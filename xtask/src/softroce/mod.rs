@@ -26,6 +26,7 @@
 //! shares), `wire` and `wire_flows` (tshark's decoding, per direction and per flow), `checks`,
 //! `observer` (the observer's records against `analyze` and the wire), `report` (tables).
 
+mod check;
 mod checks;
 mod host;
 pub(crate) mod image;

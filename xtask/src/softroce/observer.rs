@@ -9,12 +9,12 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use super::SoftRoceOpts;
-use super::checks::Checks;
+use super::check::Checks;
 use super::outputs::read_kv;
 use super::owners::owner_checks;
 use super::scenarios::{CLIENT_IP, Scenario};
-use super::wire::Dir;
-use super::wire_flows::{FlowKey, WireFlow, flow_label};
+use super::wire::{Dir, FlowKey, flow_label};
+use super::wire_flows::WireFlow;
 use crate::util::output_checked;
 
 /// The roce-observer binary that ran in the client VM: `--observer PATH` when given, else the

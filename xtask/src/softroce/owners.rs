@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::checks::Checks;
+use super::check::Checks;
 use super::outputs::read_kv;
 use super::scenarios::{CLIENT_IP, Scenario};
 

@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use super::checks::Checks;
+use super::check::Checks;
 use super::outputs::{netem_dropped, tcpdump_kernel_drops_in};
 use super::scenarios::{CLIENT_IP, SERVER_IP, Scenario};
 use super::wire::{Pkt, is_request, psn_diff, tshark_packets};

@@ -7,8 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::wire::{Pkt, is_read_response, is_request, psn_add, psn_diff, span};
-use super::wire_flows::FlowKey;
+use super::wire::{FlowKey, Pkt, is_read_response, is_request, psn_add, psn_diff, span};
 
 /// The observer's default reorder window, in PSNs.
 pub(super) const WINDOW: u32 = 64;

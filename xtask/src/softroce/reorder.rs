@@ -9,12 +9,12 @@ use std::path::Path;
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::checks::Checks;
+use super::check::Checks;
 use super::outputs::netem_dropped;
 use super::psn_truth::{BUCKETS, PsnFigures, WINDOW};
 use super::scenarios::{CLIENT_IP, Op, Reorder, SERVER_IP, Scenario};
-use super::wire::{Pkt, tshark_packets};
-use super::wire_flows::{FlowKey, WireFlow, flow_label, wire_flows_of};
+use super::wire::{FlowKey, Pkt, flow_label, tshark_packets};
+use super::wire_flows::{WireFlow, wire_flows_of};
 
 /// Fewest first copies the capture must show arriving after a higher PSN (RFC 4737, no
 /// window) on the reordered flow: below it the scenario tests nothing.

@@ -22,10 +22,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::checks::Checks;
+use super::check::Checks;
 use super::scenarios::{CLIENT_IP, SERVER_IP, Scenario};
-use super::wire::{Pkt, is_read_response, is_request};
-use super::wire_flows::{FlowKey, flow_label};
+use super::wire::{FlowKey, Pkt, flow_label, is_read_response, is_request};
 
 /// One step as the capture shows it.
 #[derive(Debug, Clone, PartialEq)]

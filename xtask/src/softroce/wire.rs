@@ -302,3 +302,10 @@ pub(super) fn direction(pkts: &[Pkt], src: &str, pmtu: u64, first_psn: Option<u3
     }
     d
 }
+
+/// A flow: (source IP, destination IP, BTH destination QP).
+pub(super) type FlowKey = (String, String, u32);
+
+pub(super) fn flow_label(k: &FlowKey) -> String {
+    format!("{}>{} qp {:#x}", k.0, k.1, k.2)
+}

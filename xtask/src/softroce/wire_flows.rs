@@ -5,14 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::psn_truth::{PsnFigures, psn_truth};
-use super::wire::{Pkt, is_request};
-
-/// A flow: (source IP, destination IP, BTH destination QP).
-pub(super) type FlowKey = (String, String, u32);
-
-pub(super) fn flow_label(k: &FlowKey) -> String {
-    format!("{}>{} qp {:#x}", k.0, k.1, k.2)
-}
+use super::wire::{FlowKey, Pkt, is_request};
 
 /// One flow of the capture, counted as docs/metrics.md defines the flow record.
 #[derive(Debug, Default, Clone)]
