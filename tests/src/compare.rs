@@ -484,7 +484,10 @@ pub fn diff_flows(a: &Value, a_view: &View<'_>, b: &Value, b_view: &View<'_>) ->
 fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
-            let (x, y) = (x.as_f64().unwrap_or(f64::NAN), y.as_f64().unwrap_or(f64::NAN));
+            let (x, y) = (
+                x.as_f64().unwrap_or(f64::NAN),
+                y.as_f64().unwrap_or(f64::NAN),
+            );
             (x - y).abs() <= 1e-9 * y.abs().max(1.0)
         }
         (Value::Object(x), Value::Object(y)) => {

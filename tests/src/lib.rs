@@ -88,7 +88,11 @@ pub fn kernel_fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
 pub fn fixture_args(expected: &serde_json::Value) -> Vec<String> {
     expected["args"]
         .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 

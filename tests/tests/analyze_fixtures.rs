@@ -55,7 +55,10 @@ fn every_fixture_matches_its_expected_document() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // Learning the path MTU must not change anything on these captures.
         for (label, extra) in [
-            ("pmtu given", [&["--pmtu", pmtu.as_str()][..], &args].concat()),
+            (
+                "pmtu given",
+                [&["--pmtu", pmtu.as_str()][..], &args].concat(),
+            ),
             ("pmtu learned", args.clone()),
         ] {
             let actual = analyze(&pcap, &extra);
