@@ -2,7 +2,13 @@
 //! `-i` interfaces) or by a capture (`--capture FILE|-`), handed to [`crate::live`]
 //! (engine -> terminal UI, periodic tables, or one JSON document at the end).
 
-use std::{fs::File, future::Future, io::IsTerminal as _, path::PathBuf, time::Duration};
+use std::{
+    fs::File,
+    future::Future,
+    io::IsTerminal as _,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
@@ -17,7 +23,7 @@ use crate::{
     source::{
         LiveSource,
         capture::{CaptureSource, Pace},
-        hw::{DeviceChoice, NicWatch},
+        hw::{self, DeviceChoice, NicWatch},
         kernel::{KernelError, KernelOptions, KernelSource, ifindex},
         qp_owner::OwnerBook,
     },
@@ -344,6 +350,22 @@ async fn run_kernel<F: Future<Output = ()>>(
     // privilege would otherwise fail first, and the user would fix the wrong thing.
     if let Some(missing) = args.ifaces.iter().find(|i| ifindex(i).is_none()) {
         return Err(KernelError::NoSuchInterface(missing.clone()).into());
+    }
+    if !cfg.link_known {
+        // Loads (ECN marking at low load) are judged only against a known speed: the
+        // interfaces' own when they share one, as a NIC reports it (a veth reports none).
+        match hw::shared_link_speed(Path::new(hw::NET_SYSFS), &args.ifaces) {
+            Ok(gbps) => {
+                cfg.link_gbps = gbps;
+                cfg.link_known = true;
+                eprintln!("roce-observer: link speed {gbps} Gb/s, as the interfaces report it");
+            }
+            Err(why) => eprintln!(
+                "roce-observer: no link speed ({why}): ECN marking at low load is not judged \
+                 and pause times assume {} Gb/s; give --link-speed",
+                cfg.link_gbps
+            ),
+        }
     }
     let mut src = KernelSource::load(&opts)?;
     let mut engine = Engine::new(cfg);

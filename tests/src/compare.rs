@@ -478,3 +478,104 @@ pub fn diff_flows(a: &Value, a_view: &View<'_>, b: &Value, b_view: &View<'_>) ->
     }
     diffs
 }
+
+/// Two JSON values equal, numbers within a relative 1e-9 (figures computed in floating point,
+/// such as a share or a utilisation, by the engine and by the fixture's oracle).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) if x.is_f64() || y.is_f64() => {
+            let (x, y) = (
+                x.as_f64().unwrap_or(f64::NAN),
+                y.as_f64().unwrap_or(f64::NAN),
+            );
+            (x - y).abs() <= 1e-9 * y.abs().max(1.0)
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same(v, w))
+        }
+        _ => a == b,
+    }
+}
+
+const FINDING_FIELDS: &[&str] = &[
+    "kind", "priority", "points", "start_ts", "end_ts", "episodes", "load", "cycle",
+];
+
+/// The lossless-class findings (`lossless`, in order: absent means none) and the storm origin
+/// (`pfc_origin`: origin, deadlock, reach and each source's start, paused time and cause)
+/// against the expected ones, when the expected document lists them.
+pub fn lossless_diffs(expected: &Value, actual: &Value) -> Vec<String> {
+    let Some(want) = expected["lossless"].as_array() else {
+        return Vec::new();
+    };
+    let empty = Vec::new();
+    let got = actual["lossless"].as_array().unwrap_or(&empty);
+    let mut diffs = Vec::new();
+    if want.len() != got.len() {
+        diffs.push(format!(
+            "lossless: expected {} findings, got {}: {}",
+            want.len(),
+            got.len(),
+            actual["lossless"]
+        ));
+    }
+    for (i, (exp, act)) in want.iter().zip(got).enumerate() {
+        for field in FINDING_FIELDS {
+            let act_field = act.get(*field).unwrap_or(&Value::Null);
+            if !same(&exp[field], act_field) {
+                diffs.push(format!(
+                    "lossless[{i}] ({}): {field}: expected {}, got {act_field}",
+                    exp["kind"], exp[field]
+                ));
+            }
+        }
+    }
+    let (want, got) = (&expected["pfc_origin"], &actual["pfc_origin"]);
+    if want.is_null() || got.is_null() {
+        if want.is_null() != got.is_null() {
+            diffs.push(format!("pfc_origin: expected {want}, got {got}"));
+        }
+        return diffs;
+    }
+    let origin = &got["origin"]["iface"];
+    if want["origin"] != *origin {
+        diffs.push(format!(
+            "pfc_origin.origin: expected {}, got {origin}",
+            want["origin"]
+        ));
+    }
+    for field in ["deadlock", "reached", "hops"] {
+        if want[field] != got[field] {
+            diffs.push(format!(
+                "pfc_origin.{field}: expected {}, got {}",
+                want[field], got[field]
+            ));
+        }
+    }
+    let sources: Vec<Value> = got["sources"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "iface": s["source"]["iface"],
+                "src_mac": s["source"]["src_mac"],
+                "priority": s["source"]["priority"],
+                "first_xoff_ts": s["first_xoff_ts"],
+                "episode_paused_ms": s["episode_paused_ms"],
+                "paused_by": s["paused_by"],
+            })
+        })
+        .collect();
+    let sources = Value::Array(sources);
+    if !same(&want["sources"], &sources) {
+        diffs.push(format!(
+            "pfc_origin.sources: expected {}, got {sources}",
+            want["sources"]
+        ));
+    }
+    diffs
+}

@@ -38,7 +38,7 @@ pub fn fixtures_dir() -> PathBuf {
     workspace_root().join("tests/fixtures")
 }
 
-/// Every fixture: (name, pcap path, expected JSON).
+/// Every fixture: (name, capture path, expected JSON).
 pub fn fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir(fixtures_dir()) else {
@@ -53,7 +53,13 @@ pub fn fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
         else {
             continue;
         };
-        let pcap = path.with_file_name(format!("{name}.pcap"));
+        // A fixture with several observation points is a pcapng (one interface each).
+        let pcapng = path.with_file_name(format!("{name}.pcapng"));
+        let pcap = if pcapng.exists() {
+            pcapng
+        } else {
+            path.with_file_name(format!("{name}.pcap"))
+        };
         let text = std::fs::read_to_string(&path).expect("read expected JSON");
         let expected = serde_json::from_str(&text).expect("expected JSON parses");
         out.push((name.to_string(), pcap, expected));
@@ -75,6 +81,19 @@ pub fn kernel_fixtures() -> Vec<(String, PathBuf, serde_json::Value)> {
         .into_iter()
         .filter(|f| f.2["kernel"] != serde_json::Value::Bool(false))
         .collect()
+}
+
+/// The `analyze` / `run` arguments a fixture's expected document holds for (`args`: a link
+/// speed, a storm window), none for most.
+pub fn fixture_args(expected: &serde_json::Value) -> Vec<String> {
+    expected["args"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Every frame of a capture, in order.

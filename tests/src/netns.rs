@@ -105,6 +105,62 @@ impl VethNs {
         Ok(())
     }
 
+    /// Another veth pair `x` <-> `y` in the namespace, both up, IPv6 off; it goes with the
+    /// namespace.
+    pub fn add_pair(&self, x: &str, y: &str) -> anyhow::Result<()> {
+        sh(self
+            .exec("ip")
+            .args(["link", "add", x, "type", "veth", "peer", "name", y]))
+        .context("veth pair")?;
+        for dev in [x, y] {
+            sh(self
+                .exec("sysctl")
+                .args(["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]))
+            .context("no IPv6 chatter")?;
+            sh(self.exec("ip").args(["link", "set", dev, "up"])).context("link up")?;
+        }
+        Ok(())
+    }
+
+    /// Two more pairs (`a`-like ends first): three pairs in all, three observation points
+    /// for a test that needs them (a pause loop). Names after the namespace's, as
+    /// [`VethNs::forward_dropping`]'s.
+    pub fn three_pairs(&self) -> anyhow::Result<[(String, String); 3]> {
+        let pair = |x: char, y: char| (format!("{}{x}", self.name), format!("{}{y}", self.name));
+        let [two, three] = [pair('g', 'h'), pair('i', 'j')];
+        self.add_pair(&two.0, &two.1)?;
+        self.add_pair(&three.0, &three.1)?;
+        Ok([(self.a.clone(), self.b.clone()), two, three])
+    }
+
+    /// Send each frame out of its device (`(at, device, bytes)`, `at` in ns from now) at its
+    /// time, from one AF_PACKET socket in the namespace, in order: each waits for its own
+    /// deadline (absolute, so a late frame does not delay the rest: tcpreplay's relative
+    /// delays drifted by 60% on a busy machine). Returns how many went out more than 1 ms late.
+    pub fn send_timed(&self, frames: &[(u64, &str, &[u8])]) -> anyhow::Result<usize> {
+        use std::os::fd::AsRawFd as _;
+        let netns = std::fs::File::open(format!("/run/netns/{}", self.name))?;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| -> anyhow::Result<usize> {
+                    // SAFETY: setns on a namespace file we opened; it changes only this
+                    // thread's network namespace (a scoped thread that ends here).
+                    if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                        bail!("setns: {}", std::io::Error::last_os_error());
+                    }
+                    // Real-time priority for this thread only, so that other work on a busy
+                    // machine does not delay the frames (each waits for its deadline by
+                    // sleeping, then spinning the last 100 us). Best effort.
+                    let param = libc::sched_param { sched_priority: 50 };
+                    // SAFETY: sets the calling thread's policy; `param` is valid.
+                    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+                    send_from_here(frames)
+                })
+                .join()
+                .map_err(|_| anyhow::anyhow!("sender thread panicked"))?
+        })
+    }
+
     /// A forwarding path inside the namespace, for loss between two observation points:
     /// everything arriving on `b` is redirected by a tc ingress action out of a second pair's
     /// `a2` (to `b2`), except the RoCE requests with a PSN in `dropped` (tc u32 on the BTH PSN
@@ -117,19 +173,8 @@ impl VethNs {
             s1: format!("{}e", self.name),
             s2: format!("{}f", self.name),
         };
-        for (x, y) in [(&f.a2, &f.b2), (&f.s1, &f.s2)] {
-            sh(self
-                .exec("ip")
-                .args(["link", "add", x, "type", "veth", "peer", "name", y]))
-            .context("veth pair")?;
-        }
-        for dev in [&f.a2, &f.b2, &f.s1, &f.s2] {
-            sh(self
-                .exec("sysctl")
-                .args(["-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]))
-            .context("no IPv6 chatter")?;
-            sh(self.exec("ip").args(["link", "set", dev, "up"])).context("link up")?;
-        }
+        self.add_pair(&f.a2, &f.b2)?;
+        self.add_pair(&f.s1, &f.s2)?;
         let b1 = &self.b;
         sh(self.exec("tc").args(["qdisc", "add", "dev", b1, "ingress"]))
             .context("ingress qdisc")?;
@@ -265,6 +310,66 @@ impl VethNs {
             .args(["-q", "--topspeed", "-i", &self.a])
             .arg(pcap))
     }
+}
+
+/// [`VethNs::send_timed`]'s sending, in the calling thread's namespace.
+fn send_from_here(frames: &[(u64, &str, &[u8])]) -> anyhow::Result<usize> {
+    // SAFETY: plain syscalls with valid arguments; the socket is closed below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+    anyhow::ensure!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    let mut addrs: std::collections::HashMap<&str, libc::sockaddr_ll> = Default::default();
+    let start = Instant::now() + Duration::from_millis(20);
+    let mut late = 0;
+    let mut result = Ok(());
+    for &(at, dev, frame) in frames {
+        let addr = match addrs.entry(dev) {
+            std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let name = std::ffi::CString::new(dev)?;
+                // SAFETY: a NUL-terminated name.
+                let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+                // SAFETY: an all-zero sockaddr_ll is valid; the fields we need are set.
+                let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+                addr.sll_family = libc::AF_PACKET as u16;
+                addr.sll_ifindex = ifindex as i32;
+                addr.sll_halen = 6;
+                *e.insert(addr)
+            }
+        };
+        let due = start + Duration::from_nanos(at);
+        // Sleep to just before the deadline, then spin.
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            if wait > Duration::from_micros(200) {
+                std::thread::sleep(wait - Duration::from_micros(100));
+            }
+            while Instant::now() < due {
+                std::hint::spin_loop();
+            }
+        } else if Instant::now() - due > Duration::from_millis(1) {
+            late += 1;
+        }
+        // SAFETY: `frame` and `addr` are valid for the lengths given.
+        let sent = unsafe {
+            libc::sendto(
+                fd,
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                std::ptr::from_ref(&addr).cast(),
+                size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if sent < 0 {
+            result = Err(anyhow::anyhow!(
+                "sendto: {}",
+                std::io::Error::last_os_error()
+            ));
+            break;
+        }
+    }
+    // SAFETY: closing the socket opened above.
+    unsafe { libc::close(fd) };
+    result.map(|()| late)
 }
 
 impl Drop for VethNs {

@@ -1,12 +1,13 @@
 //! `roce-observer analyze --json` on every fixture capture must reproduce its expected
 //! document: summary classes, every flow field, latency samples (min, max and quantiles), PFC
-//! entries, path views where listed, and the order of flows and PFC entries, with the path MTU
-//! given and learned. Fixtures whose flows name their observation point (`tcpdump -i any`
+//! entries, path views, lossless findings and the storm origin where listed, and the order of
+//! flows and PFC entries, with the path MTU given and learned, and with the arguments a fixture
+//! is made for (`args`: a link speed, a storm window). Fixtures whose flows name their observation point (`tcpdump -i any`
 //! captures: interface and direction from the link header) are compared at every point.
 
 use integration_tests::{
-    compare::{View, compare},
-    fixtures, observer_bin,
+    compare::{View, compare, lossless_diffs},
+    fixture_args, fixtures, observer_bin,
 };
 use serde_json::Value;
 
@@ -50,13 +51,21 @@ fn every_fixture_matches_its_expected_document() {
     for (name, pcap, expected) in fixtures() {
         let view = View::for_fixture(&expected);
         let pmtu = expected["pmtu"].as_u64().unwrap_or(4096).to_string();
+        let args = fixture_args(&expected);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // Learning the path MTU must not change anything on these captures.
         for (label, extra) in [
-            ("pmtu given", vec!["--pmtu", pmtu.as_str()]),
-            ("pmtu learned", vec![]),
+            (
+                "pmtu given",
+                [&["--pmtu", pmtu.as_str()][..], &args].concat(),
+            ),
+            ("pmtu learned", args.clone()),
         ] {
             let actual = analyze(&pcap, &extra);
-            for d in compare(&expected, &actual, &view) {
+            for d in compare(&expected, &actual, &view)
+                .into_iter()
+                .chain(lossless_diffs(&expected, &actual))
+            {
                 diffs.push(format!("{name} ({label}): {d}"));
             }
             if order(&expected) != order(&actual) {

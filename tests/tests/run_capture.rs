@@ -1,5 +1,6 @@
 //! `roce-observer run --capture FILE|-`: the live pipeline fed by a capture must report what
-//! `analyze` reports (every fixture's expected document, from a file and from a stdin stream),
+//! `analyze` reports (every fixture's expected document, lossless findings and storm origin
+//! included, from a file and from a stdin stream),
 //! end with the capture when there is no UI, refuse a stream that is not a capture, and, under
 //! the terminal UI with the capture on stdin, read keys from the terminal and keep the final
 //! state on screen marked "capture ended" until `q`.
@@ -13,8 +14,8 @@ use std::{
 };
 
 use integration_tests::{
-    compare::{View, compare},
-    fixtures, fixtures_dir, observer_bin,
+    compare::{View, compare, lossless_diffs},
+    fixture_args, fixtures, fixtures_dir, observer_bin,
 };
 use serde_json::Value;
 
@@ -61,11 +62,19 @@ fn every_fixture_from_a_file_and_from_stdin_matches_its_expected_document() {
     let mut diffs = Vec::new();
     let mut checked = 0;
     for (name, pcap, expected) in fixtures() {
-        let from_file = document(&run_file(&["--json"], &pcap), &name);
+        let extra = fixture_args(&expected);
+        let args: Vec<&str> = std::iter::once("--json")
+            .chain(extra.iter().map(String::as_str))
+            .collect();
+        let from_file = document(&run_file(&args, &pcap), &name);
         let bytes = std::fs::read(&pcap).expect("read fixture");
-        let from_stdin = document(&run_stdin(&["--json"], bytes), &name);
+        let from_stdin = document(&run_stdin(&args, bytes), &name);
         for (how, actual) in [("file", from_file), ("stdin", from_stdin)] {
-            for d in compare(&expected, &actual, &View::for_fixture(&expected)) {
+            let view = View::for_fixture(&expected);
+            for d in compare(&expected, &actual, &view)
+                .into_iter()
+                .chain(lossless_diffs(&expected, &actual))
+            {
                 diffs.push(format!("{name} ({how}): {d}"));
             }
             checked += 1;

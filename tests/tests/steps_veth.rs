@@ -32,11 +32,7 @@
 //! - CE evidence within 10% and CNP evidence present on both (CNP times are spread over their
 //!   signal run on the kernel path).
 
-use std::{
-    path::Path,
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{path::Path, process::Command, time::Duration};
 
 use integration_tests::{
     netns::{Observer, VethNs},
@@ -133,83 +129,6 @@ fn traffic() -> Vec<Frame> {
     }
     out.sort_by_key(|f| f.at);
     out
-}
-
-/// Send `frames` out of the pair's `a` end at their times (from now), on an AF_PACKET socket in
-/// the namespace: each frame waits for its own deadline (absolute, so a late frame does not
-/// delay the rest: tcpreplay's relative delays drifted by 60% on a busy machine). Returns how
-/// many frames went out more than 1 ms late.
-fn send_timed(ns: &VethNs, frames: &[Frame]) -> anyhow::Result<usize> {
-    use std::os::fd::AsRawFd as _;
-    let netns = std::fs::File::open(format!("/run/netns/{}", ns.name))?;
-    let iface = std::ffi::CString::new(ns.a.clone())?;
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| -> anyhow::Result<usize> {
-                // SAFETY: setns on a namespace file we opened; it changes only this thread's
-                // network namespace (a scoped thread that ends here).
-                if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    anyhow::bail!("setns: {}", std::io::Error::last_os_error());
-                }
-                // Real-time priority for this thread only, so that other work on a busy machine
-                // does not delay the frames (each waits for its deadline by sleeping, then
-                // spinning the last 100 us; the replay lasts 1.2 s). Best effort.
-                let param = libc::sched_param { sched_priority: 50 };
-                // SAFETY: sets the calling thread's policy; `param` is valid.
-                let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-                // SAFETY: plain syscalls with valid arguments; the socket is closed below.
-                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-                anyhow::ensure!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-                // SAFETY: a NUL-terminated name.
-                let ifindex = unsafe { libc::if_nametoindex(iface.as_ptr()) };
-                // SAFETY: an all-zero sockaddr_ll is valid; the fields we need are set.
-                let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-                addr.sll_family = libc::AF_PACKET as u16;
-                addr.sll_ifindex = ifindex as i32;
-                addr.sll_halen = 6;
-                let start = Instant::now() + Duration::from_millis(20);
-                let mut late = 0;
-                for Frame {
-                    at, bytes: frame, ..
-                } in frames
-                {
-                    let due = start + Duration::from_nanos(*at);
-                    // Sleep to just before the deadline, then spin.
-                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                        if wait > Duration::from_micros(200) {
-                            std::thread::sleep(wait - Duration::from_micros(100));
-                        }
-                        while Instant::now() < due {
-                            std::hint::spin_loop();
-                        }
-                    } else if Instant::now() - due > Duration::from_millis(1) {
-                        late += 1;
-                    }
-                    // SAFETY: `frame` and `addr` are valid for the lengths given.
-                    let sent = unsafe {
-                        libc::sendto(
-                            fd,
-                            frame.as_ptr().cast(),
-                            frame.len(),
-                            0,
-                            std::ptr::from_ref(&addr).cast(),
-                            size_of::<libc::sockaddr_ll>() as u32,
-                        )
-                    };
-                    if sent < 0 {
-                        let err = std::io::Error::last_os_error();
-                        // SAFETY: closing the socket opened above.
-                        unsafe { libc::close(fd) };
-                        anyhow::bail!("sendto: {err}");
-                    }
-                }
-                // SAFETY: closing the socket opened above.
-                unsafe { libc::close(fd) };
-                Ok(late)
-            })
-            .join()
-            .map_err(|_| anyhow::anyhow!("sender thread panicked"))?
-    })
 }
 
 /// The traffic as it went out, from the capture's timestamps (not from the observers): the
@@ -313,7 +232,11 @@ fn observe(ns: &VethNs, frames: &[Frame], captured: &Path) -> (usize, String) {
     let observer = Observer::start(ns, &["-i", &ns.b, "--json", "--interval", "0.2"])
         .expect("observer attaches");
     // At the traffic's own timing: the pauses between bursts are the point.
-    let late = send_timed(ns, frames).expect("send the frames");
+    let timed: Vec<(u64, &str, &[u8])> = frames
+        .iter()
+        .map(|f| (f.at, ns.a.as_str(), f.bytes.as_slice()))
+        .collect();
+    let late = ns.send_timed(&timed).expect("send the frames");
     eprintln!(
         "frames sent more than 1 ms late: {late} of {}",
         frames.len()

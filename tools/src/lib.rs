@@ -9,10 +9,19 @@ pub mod veth;
 
 /// Every frame of a capture, in order (with the capture reader `analyze` uses).
 pub fn read_frames(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    Ok(read_points(path)?.into_iter().map(|f| f.2).collect())
+}
+
+/// Every frame of a capture, in order, with its capture time (ns since the epoch) and its
+/// observation point (a pcapng interface; 0 in a pcap).
+pub fn read_points(path: &Path) -> anyhow::Result<Vec<(u64, u32, Vec<u8>)>> {
     let file = std::fs::File::open(path)?;
     let mut frames = Vec::new();
-    let end =
-        roce_observer::wire::capture::read_capture(file, |_| {}, |f| frames.push(f.to_ethernet()));
+    let end = roce_observer::wire::capture::read_capture(
+        file,
+        |_| {},
+        |f| frames.push((f.ts_ns, f.iface, f.to_ethernet())),
+    );
     if let Some(err) = end.error {
         anyhow::bail!("{}: {err}", path.display());
     }

@@ -30,7 +30,7 @@ pub fn run() -> anyhow::Result<()> {
     generate(&workspace_root().join("tests/fixtures"))
 }
 
-/// The committed fixtures (every `.pcap` and `.expected.json`) must be exactly what the
+/// The committed fixtures (every `.pcap`, `.pcapng` and `.expected.json`) must be exactly what the
 /// generator writes: a fixture edited by hand, or a generator change that was not re-run,
 /// fails here.
 pub fn check() -> anyhow::Result<()> {
@@ -42,7 +42,10 @@ pub fn check() -> anyhow::Result<()> {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(dir).with_context(|| dir.display().to_string())? {
             let name = entry?.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".pcap") || name.ends_with(".expected.json") {
+            if [".pcap", ".pcapng", ".expected.json"]
+                .iter()
+                .any(|ext| name.ends_with(ext))
+            {
                 names.push(name);
             }
         }

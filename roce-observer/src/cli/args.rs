@@ -29,8 +29,10 @@ pub struct EngineArgs {
         default_value_t = roce_observer_common::sequence::DEFAULT_REORDER_WINDOW,
         value_parser = clap::value_parser!(u32).range(1..=i64::from(roce_observer_common::sequence::MAX_REORDER_WINDOW)))]
     pub reorder_window: u32,
-    /// Link speed in Gb/s, to turn PFC pause quanta into time [default: 100]. Given, it also
-    /// lets the lossless diagnosis judge whether CE marks come at low load.
+    /// Link speed in Gb/s, to turn PFC pause quanta into time [default: `run -i`: the speed
+    /// the interfaces report in /sys/class/net/IFACE/speed when they share one, else 100].
+    /// Given or reported, it also lets the lossless diagnosis judge whether CE marks come at
+    /// low load.
     #[arg(long = "link-speed", value_name = "GBPS",
         value_parser = values::gbps, allow_negative_numbers = true)]
     pub link_speed: Option<f64>,

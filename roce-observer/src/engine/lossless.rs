@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use roce_observer_common::{
-    FlowKey, PfcKey,
+    FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
     pfc::PRIORITY_LINK,
@@ -189,6 +189,19 @@ impl Point {
         first.get_or_insert(t);
     }
 
+    /// A data packet of the priority at `ts`: noted in the pause span that holds it (the
+    /// current one, or the last long one when a kernel read comes after it closed).
+    fn saw_data(&mut self, ts: u64) {
+        for span in [self.span.as_mut(), self.long_span.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if span.start <= ts && ts < span.end {
+                span.data_last = Some(span.data_last.map_or(ts, |d| d.max(ts)));
+            }
+        }
+    }
+
     /// The counts with the open episode closed at `now`: an episode still within its quiet
     /// period counts as it stands.
     fn counts(&self) -> EpisodeCounts {
@@ -216,18 +229,26 @@ impl Point {
 #[derive(Clone, Debug, Default)]
 pub struct Lossless {
     points: BTreeMap<PointKey, Point>,
+    /// The lossless DSCP and PCP, from the first pause (which brings the configuration): the
+    /// kernel path's data reads come without it, and before a pause there is no span to note
+    /// data in.
+    classes: Option<(u8, u8)>,
 }
 
-/// The priority a data packet travels on: its PCP when tagged, else the lossless priority for
-/// the lossless DSCP, else DSCP / 8 (the default DSCP-to-priority map).
-fn priority(pkt: &RocePacket, cfg: &EngineConfig) -> u8 {
-    if pkt.pcp != PCP_UNTAGGED {
-        pkt.pcp
-    } else if pkt.dscp == cfg.lossless_dscp {
-        cfg.lossless_pcp
+/// The priority data with `pcp` and `dscp` travels on: its PCP when tagged, else the lossless
+/// priority for the lossless DSCP, else DSCP / 8 (the default DSCP-to-priority map).
+fn priority_of(pcp: u8, dscp: u8, (lossless_dscp, lossless_pcp): (u8, u8)) -> u8 {
+    if pcp != PCP_UNTAGGED {
+        pcp
+    } else if dscp == lossless_dscp {
+        lossless_pcp
     } else {
-        pkt.dscp >> 3
+        dscp >> 3
     }
+}
+
+fn priority(pkt: &RocePacket, cfg: &EngineConfig) -> u8 {
+    priority_of(pkt.pcp, pkt.dscp, (cfg.lossless_dscp, cfg.lossless_pcp))
 }
 
 impl Lossless {
@@ -271,20 +292,31 @@ impl Lossless {
                 }
             }
         }
-        if let Some(span) = p.span.as_mut()
-            && span.start <= ts
-            && ts < span.end
+        p.saw_data(ts);
+    }
+
+    /// Kernel path: data of a flow with `pcp` and `dscp` passed `point` at `ts` (its latest
+    /// data packet as a flow record read says).
+    pub fn data_at(&mut self, ts: u64, point: u32, pcp: u8, dscp: u8) {
+        let Some(classes) = self.classes else {
+            return;
+        };
+        if let Some(p) = self
+            .points
+            .get_mut(&(point, priority_of(pcp, dscp, classes)))
         {
-            span.data_last = Some(ts);
+            p.saw_data(ts);
         }
     }
 
     /// Both paths: a PFC class frame for `priority` at `point`, pausing `pause_ns` (0: XON).
     /// Link-level PAUSE is not part of these rules (it is no priority's flow control).
-    pub fn pause(&mut self, ts: u64, point: u32, priority: u8, pause_ns: u64, window: u64) {
+    pub fn pause(&mut self, ts: u64, point: u32, priority: u8, pause_ns: u64, cfg: &EngineConfig) {
         if priority == PRIORITY_LINK {
             return;
         }
+        self.classes = Some((cfg.lossless_dscp, cfg.lossless_pcp));
+        let window = cfg.storm_window_ns;
         let p = self.points.entry((point, priority)).or_default();
         let until = ts.saturating_add(pause_ns);
         if pause_ns > 0 {
@@ -600,7 +632,17 @@ impl Analysis for LosslessAnalysis {
 
     fn pause(&mut self, cfg: &EngineConfig, key: &PfcKey, ts: u64, _quanta: u16, pause_ns: u64) {
         self.state
-            .pause(ts, key.ifindex, key.priority, pause_ns, cfg.storm_window_ns);
+            .pause(ts, key.ifindex, key.priority, pause_ns, cfg);
+    }
+
+    /// Kernel path: a changed flow record's open data run ends at its latest data packet,
+    /// data passing its point (a deadlock needs none). The capture path notes every data
+    /// packet itself.
+    fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
+        if stats.run.packets > 0 {
+            self.state
+                .data_at(stats.run.end_ns, key.ifindex, stats.pcp, stats.dscp);
+        }
     }
 
     /// The findings as of `now`, and an alert for each (after the engine's, which are sorted).
@@ -622,5 +664,54 @@ impl Analysis for LosslessAnalysis {
             .findings(now, view.cfg, |i| view.names.name(i), &flows);
         report.alerts.extend(findings.iter().map(lossless_alert));
         report.lossless = findings;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// Three points 1 -> 2 -> 3 -> 1 (a flow seen at each, then at the next), each pausing
+    /// priority 3 from 30 + p ms: an XOFF of 102.4 ms every 50 ms, twelve of them; `data`
+    /// notes kernel-path data reads. The deadlocks found at 700 ms.
+    fn ring(data: impl FnOnce(&mut Lossless)) -> Vec<LosslessFinding> {
+        let cfg = EngineConfig {
+            storm_window_ns: 100 * MS,
+            ..EngineConfig::default()
+        };
+        let mut l = Lossless::default();
+        for k in 0..12 {
+            for p in 1..=3u32 {
+                let ts = (30 + u64::from(p) + 50 * k) * MS;
+                l.pause(ts, p, 3, 102_400_000, &cfg);
+            }
+        }
+        data(&mut l);
+        let flows = vec![
+            vec![(0, 1), (1, 2)],
+            vec![(2, 2), (3, 3)],
+            vec![(4, 3), (5, 1)],
+        ];
+        l.findings(700 * MS, &cfg, |p| format!("p{p}"), &flows)
+            .into_iter()
+            .filter(|f| f.kind == DEADLOCK)
+            .collect()
+    }
+
+    #[test]
+    fn kernel_reads_of_data_inside_a_span_rule_out_a_deadlock() {
+        let none = ring(|_| {});
+        assert_eq!(none.len(), 1);
+        assert_eq!(none[0].points, ["p1", "p2", "p3"]);
+        // A flow record read says DSCP 26 data (the lossless priority, 3) passed p2 mid-span.
+        let flowing = ring(|l| l.data_at(300 * MS, 2, PCP_UNTAGGED, 26));
+        assert!(flowing.is_empty(), "{flowing:?}");
+        // Data of another priority, or data before the spans, is no evidence.
+        assert_eq!(ring(|l| l.data_at(300 * MS, 2, PCP_UNTAGGED, 40)).len(), 1);
+        assert_eq!(ring(|l| l.data_at(10 * MS, 2, PCP_UNTAGGED, 26)).len(), 1);
+        // Tagged data travels on its PCP.
+        assert!(ring(|l| l.data_at(300 * MS, 3, 3, 0)).is_empty());
     }
 }

@@ -45,6 +45,43 @@ fn read_dir_counters(dir: &Path, into: &mut BTreeMap<String, u64>) {
     }
 }
 
+/// Where the kernel lists network interfaces, each with its link `speed`.
+pub const NET_SYSFS: &str = "/sys/class/net";
+
+/// The link speed of `iface` in Gb/s from `ROOT/IFACE/speed` (the kernel gives Mb/s), or None
+/// when the interface reports none: a veth, a link that is down (-1, or a read error), a
+/// missing interface.
+pub fn link_speed_gbps(root: &Path, iface: &str) -> Option<f64> {
+    let mbps: i64 = fs::read_to_string(root.join(iface).join("speed"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    // SPEED_UNKNOWN is -1; 0 would be no link at all.
+    (mbps > 0).then(|| mbps as f64 / 1000.0)
+}
+
+/// The link speed the watched interfaces share, for loads to be judged against (the engine
+/// has one speed): Ok with their common speed, or Err saying why there is none.
+pub fn shared_link_speed(root: &Path, ifaces: &[String]) -> Result<f64, String> {
+    let speeds: Vec<(&str, Option<f64>)> = ifaces
+        .iter()
+        .map(|i| (i.as_str(), link_speed_gbps(root, i)))
+        .collect();
+    if let Some((iface, _)) = speeds.iter().find(|(_, s)| s.is_none()) {
+        return Err(format!("{iface} reports no link speed"));
+    }
+    let first = speeds.first().and_then(|(_, s)| *s).ok_or("no interface")?;
+    if speeds.iter().any(|(_, s)| *s != Some(first)) {
+        let all: Vec<String> = speeds
+            .iter()
+            .map(|(i, s)| format!("{i} {} Gb/s", s.unwrap_or(0.0)))
+            .collect();
+        return Err(format!("the interfaces differ ({})", all.join(", ")));
+    }
+    Ok(first)
+}
+
 /// `ethtool -S` lines `name: value` whose name mentions pause (PFC and 802.3x).
 pub fn parse_ethtool_pause(text: &str) -> BTreeMap<String, u64> {
     text.lines()
@@ -315,6 +352,37 @@ mod tests {
                 .expect("ok")
                 .is_none()
         );
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn link_speed_from_a_sysfs_net_tree() {
+        let root = std::env::temp_dir().join(format!("roce-net-{}", std::process::id()));
+        for (iface, speed) in [
+            ("eth0", "100000\n"),
+            ("eth1", "100000"),
+            ("eth2", "25000\n"),
+            ("veth0", "-1\n"),
+            ("down0", ""),
+        ] {
+            fs::create_dir_all(root.join(iface)).expect("mkdir");
+            fs::write(root.join(iface).join("speed"), speed).expect("write");
+        }
+        assert_eq!(link_speed_gbps(&root, "eth0"), Some(100.0));
+        assert_eq!(link_speed_gbps(&root, "eth2"), Some(25.0));
+        // A veth says -1 (SPEED_UNKNOWN); a down link's read fails; no such interface.
+        assert_eq!(link_speed_gbps(&root, "veth0"), None);
+        assert_eq!(link_speed_gbps(&root, "down0"), None);
+        assert_eq!(link_speed_gbps(&root, "nothere"), None);
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            shared_link_speed(&root, &names(&["eth0", "eth1"])),
+            Ok(100.0)
+        );
+        let differ = shared_link_speed(&root, &names(&["eth0", "eth2"])).expect_err("differ");
+        assert!(differ.contains("eth0 100 Gb/s, eth2 25 Gb/s"), "{differ}");
+        let unknown = shared_link_speed(&root, &names(&["eth0", "veth0"])).expect_err("veth");
+        assert_eq!(unknown, "veth0 reports no link speed");
         let _ = fs::remove_dir_all(&root);
     }
 
