@@ -1,11 +1,10 @@
 //! One analysis, one type: it owns its state, is fed through the hooks of [`Analysis`], and
 //! writes its section of the report. The engine keeps what every analysis may read (the
 //! configuration, the interface names, the flow and PFC tables: [`View`]), the counters and
-//! the list of analyses ([`Analyses`]).
+//! the list of analyses (analyses.rs).
 //!
-//! Adding an analysis: a file with its type and `impl Analysis`, a field in [`Analyses`] and
-//! its line in [`Analyses::each`]; its section's field in the report schema
-//! (crate::report).
+//! Adding an analysis: a file with its type and `impl Analysis`, its field and its line in
+//! analyses.rs; its section's field in the report schema (crate::report).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,10 +13,7 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
 };
 
-use super::{
-    EngineConfig, flows::FlowTable, lossless::LosslessAnalysis, pathloss::PathsAnalysis,
-    pfc::PfcEntry, pfc_origin::PfcOriginAnalysis, steps::StepsAnalysis,
-};
+use super::{EngineConfig, flows::FlowTable, pfc::PfcEntry};
 use crate::report::Snapshot;
 
 /// How the capture path feeds an analysis that the two paths feed differently.
@@ -105,37 +101,6 @@ pub trait Analysis {
     fn renamed(&mut self, _names: &Names) {}
 
     /// Its section of the report as of `now`. Sections are written in the order of
-    /// [`Analyses::each`], after the engine's own: a section may read an earlier one's.
+    /// `Analyses::each` (analyses.rs), after the engine's own: a section may read an earlier one's.
     fn section(&mut self, _view: &View<'_>, _now: u64, _report: &mut Snapshot) {}
-}
-
-/// The analyses of an engine.
-#[derive(Default)]
-pub struct Analyses {
-    pub lossless: LosslessAnalysis,
-    pub pfc_origin: PfcOriginAnalysis,
-    pub paths: PathsAnalysis,
-    pub steps: StepsAnalysis,
-}
-
-impl Analyses {
-    /// Every analysis fed the capture path's way `feed`.
-    pub fn fed(feed: Feed) -> Analyses {
-        Analyses {
-            paths: PathsAnalysis::fed(feed),
-            steps: StepsAnalysis::fed(feed),
-            ..Analyses::default()
-        }
-    }
-
-    /// Every analysis, in the order their sections are written (the PFC origin reads the
-    /// lossless findings).
-    pub fn each(&mut self) -> [&mut dyn Analysis; 4] {
-        [
-            &mut self.lossless,
-            &mut self.pfc_origin,
-            &mut self.paths,
-            &mut self.steps,
-        ]
-    }
 }

@@ -20,7 +20,7 @@ use roce_observer_common::{
 use super::{
     EngineConfig,
     analysis::{Analysis, View},
-    pfc_origin::EPISODE_QUIET_NS,
+    pfc::EPISODE_QUIET_NS,
 };
 use crate::report::{
     AlertSnapshot, CycleMember, EpisodeFigures, LoadFigures, LosslessFinding, PfcOrigin, PfcRef,

@@ -20,6 +20,7 @@
 //! docs/design/engine.md.
 
 pub mod alerts;
+pub mod analyses;
 pub mod analysis;
 mod capture;
 pub mod ecmp;
@@ -45,7 +46,8 @@ use roce_observer_common::{
 
 use crate::report::CaptureSummary;
 use alerts::Alerts;
-use analysis::{Analyses, Feed, Names};
+use analyses::Analyses;
+use analysis::{Feed, Names};
 use ecmp::EcmpHash;
 use flows::FlowTable;
 use latency::{Pending, sketch::Sketch};

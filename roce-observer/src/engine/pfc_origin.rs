@@ -14,7 +14,9 @@ use roce_observer_common::{Direction, PfcKey, pfc::PRIORITY_LINK};
 use super::{
     EngineConfig,
     analysis::{Analysis, View},
-    lossless, show_mac,
+    lossless,
+    pfc::EPISODE_QUIET_NS,
+    show_mac,
 };
 use crate::report::{PauseSource, PfcOrigin, PfcRef, Snapshot};
 
@@ -24,10 +26,6 @@ pub const MAX_PERIODS: usize = 4096;
 
 /// Episodes kept per source (the latest).
 pub const MAX_EPISODES: usize = 1024;
-
-/// A pause episode ends when its source has been unpaused this long (docs/metrics.md, "Pause
-/// and congestion episodes"); the next XOFF starts a new one.
-pub const EPISODE_QUIET_NS: u64 = 10_000_000;
 
 /// One source's pause episode: its first XOFF, the end of its last pause period so far, and
 /// the paused time of its closed periods.
