@@ -12,7 +12,7 @@ use anyhow::Context;
 
 use crate::{
     cli::{
-        EngineArgs, OutputArgs,
+        args::{EngineArgs, OutputArgs},
         capture_time::{self, CaptureTime},
         exit::UsageError,
         values,

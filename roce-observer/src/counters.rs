@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::{
-    cli::{RdmaSysfsArgs, values},
+    cli::{args::RdmaSysfsArgs, values},
     report::nic::KEY_COUNTERS,
     source::hw::{self, PortCounters},
 };

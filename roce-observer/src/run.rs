@@ -14,7 +14,11 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
 use crate::{
-    cli::{EngineArgs, MetricsArgs, OutputArgs, RdmaSysfsArgs, exit::UsageError, values},
+    cli::{
+        args::{EngineArgs, MetricsArgs, OutputArgs, RdmaSysfsArgs},
+        exit::UsageError,
+        values,
+    },
     color::ColorChoice,
     engine::Engine,
     fail_on::{self, FailOn},

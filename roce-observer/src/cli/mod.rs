@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use clap_complete::Shell;
 
-mod args;
+pub mod args;
 pub mod capture_time;
 pub mod exit;
 pub mod manual;
