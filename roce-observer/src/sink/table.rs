@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use crate::{
     format::{self, shorten as fit},
     report::{
-        FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot, Summary, steps::steps_window,
+        FlowSnapshot, ModelledView, QpOwner, RttSummary, Snapshot, StepsSnapshot, Summary,
+        steps::steps_window,
     },
     severity::Severity,
 };
@@ -57,7 +58,8 @@ const FLOW_DROP_ORDER: [usize; 7] = [10, 2, 3, 11, 4, 6, 9];
 pub struct FlowLayout {
     shown: [bool; 12],
     widths: [usize; 12],
-    /// Timestamp resolution of the report (crate::derived): latencies below it read `< 1 us`.
+    /// Timestamp resolution of the report (`summary.ts_resolution_ns`): latencies below it
+    /// read `< 1 us`.
     resolution_ns: u64,
 }
 
@@ -341,7 +343,6 @@ fn steps(out: &mut String, st: &StepsSnapshot) {
     }
 }
 
-/// Render the snapshot as text.
 /// The report as text for a terminal or a pipe. Text that comes from a capture or another
 /// process (interface names, process names) is printed with its control characters escaped.
 /// The table at the fixed width (files, pipes, tests).
@@ -362,7 +363,7 @@ pub fn render_for(s: &Snapshot, width: Option<u16>) -> String {
         ),
         None => FlowLayout::FIXED,
     };
-    layout.resolution_ns = crate::derived::timestamp_resolution_ns(s);
+    layout.resolution_ns = s.summary.ts_resolution_ns;
     let out = render_text(s, &layout);
     if let std::borrow::Cow::Owned(escaped) = crate::format::terminal_lines(&out) {
         return escaped;
@@ -407,7 +408,29 @@ fn observer_line(m: &Summary) -> String {
 
 fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
     let mut out = String::new();
-    let m = &s.summary;
+    summary(&mut out, &s.summary);
+    let _ = writeln!(out);
+    flows(&mut out, s, layout);
+    nic(&mut out, s);
+    mirror_sessions(&mut out, s);
+    pfc(&mut out, s);
+    pfc_origin(&mut out, s);
+    latency(&mut out, s);
+    ecmp(&mut out, s);
+    path_loss(&mut out, s);
+    if let Some(st) = &s.steps {
+        let _ = writeln!(out);
+        steps(&mut out, st);
+    }
+    if !s.alerts.is_empty() {
+        let _ = writeln!(out);
+        alerts(&mut out, &s.alerts);
+    }
+    out
+}
+
+/// The frame classes, the interval, what watching costs, and what the source lost or cut.
+fn summary(out: &mut String, m: &Summary) {
     let _ = writeln!(
         out,
         "frames {}  roce {}  pfc {}  pause {}  non-roce {}  malformed {}  fragments {}  unsupported {}",
@@ -429,7 +452,7 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         if m.pmtu_learned { " (learned)" } else { "" },
         m.link_gbps,
     );
-    wrap(&mut out, &observer_line(m), "", 118);
+    wrap(out, &observer_line(m), "", 118);
     if m.map_full + m.ringbuf_full + m.pending_full + m.tail_call_failed > 0 {
         let _ = writeln!(
             out,
@@ -450,21 +473,23 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
                 .map(|e| format!("; {e}"))
                 .unwrap_or_default()
         );
-        wrap(&mut out, &text, "", 118);
+        wrap(out, &text, "", 118);
     }
     if let Some(c) = &m.capture {
         for u in &c.unseen {
-            wrap(&mut out, &format!("capture {u}"), "", 118);
+            wrap(out, &format!("capture {u}"), "", 118);
         }
     }
+}
 
-    let _ = writeln!(out);
+/// The flow table, problems first, and the owners of the flows it lists.
+fn flows(out: &mut String, s: &Snapshot, layout: &FlowLayout) {
     let capture = s.summary.capture.is_some();
     let mut header = FLOW_HEADER;
     if capture {
         header[4] = "ACT RATE";
     }
-    flow_line(&mut out, header, layout);
+    flow_line(out, header, layout);
     // The rows shown: problems first (crate::severity, the order every renderer uses), then
     // most bytes, ties in snapshot order. Selected, then only they are sorted: sorting every
     // flow for 50 rows was measurable at 100,000 flows.
@@ -487,7 +512,7 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         *seen.entry((f.src_ip, f.dst_ip, f.dst_qp)).or_insert(point) != point
     });
     for (_, i) in &rows {
-        flow_row(&mut out, &s.flows[*i], (at_point, capture), layout);
+        flow_row(out, &s.flows[*i], (at_point, capture), layout);
     }
     if s.flows.len() > MAX_FLOW_ROWS {
         let _ = writeln!(
@@ -501,9 +526,11 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         );
     }
     let listed: Vec<&FlowSnapshot> = rows.iter().map(|(_, i)| &*s.flows[*i]).collect();
-    owners(&mut out, &listed);
-    nic(&mut out, s);
+    owners(out, &listed);
+}
 
+/// The switch-mirror sessions and the frames lost on the mirror path.
+fn mirror_sessions(out: &mut String, s: &Snapshot) {
     if !s.mirror.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -534,10 +561,13 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         let _ = writeln!(
             out,
             "mirror frames lost in transit (sum of SEQ LOST): {}",
-            m.mirror_seq_lost
+            s.summary.mirror_seq_lost
         );
     }
+}
 
+/// PFC and PAUSE per interface, source MAC and priority.
+fn pfc(out: &mut String, s: &Snapshot) {
     if !s.pfc.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -563,7 +593,10 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             );
         }
     }
+}
 
+/// Where a PFC storm started, and the sources it paused in order.
+fn pfc_origin(out: &mut String, s: &Snapshot) {
     if let Some(o) = &s.pfc_origin {
         let prio = |p: Option<u8>| p.map(|v| v.to_string()).unwrap_or_else(|| "link".into());
         match (&o.origin, o.origin_index) {
@@ -612,23 +645,30 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             );
         }
     }
+}
 
+/// The latency seen at the observation point over all flows.
+fn latency(out: &mut String, s: &Snapshot) {
     let l = &s.latency.overall;
+    let lat = |v| format::latency(v, s.summary.ts_resolution_ns);
     if l.count > 0 {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
             "latency at the observation point, {} samples: min {} p50 {} p90 {} p99 {} p99.9 {} max {}",
             l.count,
-            format::ns(l.min),
-            format::ns(l.p50),
-            format::ns(l.p90),
-            format::ns(l.p99),
-            format::ns(l.p999),
-            format::ns(l.max)
+            lat(l.min),
+            lat(l.p50),
+            lat(l.p90),
+            lat(l.p99),
+            lat(l.p999),
+            lat(l.max)
         );
     }
+}
 
+/// ECMP balance: measured, modelled, the remedies, and the entropy per host pair.
+fn ecmp(out: &mut String, s: &Snapshot) {
     let e = &s.ecmp;
     if !e.measured.paths.is_empty() {
         let _ = writeln!(out);
@@ -644,100 +684,7 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             e.measured.jain
         );
         if let Some(mdl) = &e.modelled {
-            let _ = writeln!(
-                out,
-                "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}",
-                mdl.paths,
-                mdl.hash.name(),
-                mdl.seed,
-                mdl.imbalance,
-                mdl.jain,
-            );
-            if mdl.multipath_flows > 0 {
-                let _ = writeln!(
-                    out,
-                    "  left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
-                    mdl.multipath_flows,
-                    format::bytes(mdl.multipath_bytes)
-                );
-            }
-            let total: u64 = mdl.bytes_per_path.iter().sum();
-            let shares: Vec<String> = mdl
-                .bytes_per_path
-                .iter()
-                .take(24)
-                .map(|b| format!("{:.0}%", *b as f64 * 100.0 / total.max(1) as f64))
-                .collect();
-            let more = if mdl.bytes_per_path.len() > 24 {
-                " ..."
-            } else {
-                ""
-            };
-            let _ = writeln!(out, "  byte share per path: {}{more}", shares.join(" "));
-            for c in mdl.collisions.iter().take(3) {
-                let _ = writeln!(
-                    out,
-                    "  path {} carries {} elephant 5-tuples ({})",
-                    c.path,
-                    c.elephants.len(),
-                    format::bytes(c.bytes)
-                );
-            }
-            if let Some(a) = mdl.advice.as_ref().filter(|a| !a.changes.is_empty()) {
-                let _ = writeln!(
-                    out,
-                    "  advice: move {} 5-tuples to new UDP source ports: max/mean {:.2} -> {:.2}",
-                    a.changes.len(),
-                    mdl.imbalance,
-                    a.imbalance_after
-                );
-                for c in a.changes.iter().take(5) {
-                    let _ = writeln!(
-                        out,
-                        "    {} > {} sport {} -> {} (path {} -> {}, {})",
-                        c.src_ip,
-                        c.dst_ip,
-                        c.udp_src_port,
-                        c.new_udp_src_port,
-                        c.from_path,
-                        c.to_path,
-                        format::bytes(c.bytes)
-                    );
-                }
-            }
-            if let Some(q) = &mdl.qp_advice {
-                // The connections whose QP count changes (the JSON lists every one).
-                let changed: Vec<_> = q
-                    .connections
-                    .iter()
-                    .filter(|c| u64::from(c.qps) != c.qps_now)
-                    .collect();
-                let mut counts: Vec<String> = changed
-                    .iter()
-                    .take(5)
-                    .map(|c| {
-                        format!(
-                            "{} > {} {} (now {})",
-                            c.src_ip,
-                            c.dst_ip,
-                            format::plural(u64::from(c.qps), "QP", "QPs"),
-                            c.qps_now
-                        )
-                    })
-                    .collect();
-                if changed.len() > 5 {
-                    counts.push(format!("{} more", changed.len() - 5));
-                }
-                if !counts.is_empty() {
-                    let _ = writeln!(
-                        out,
-                        "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
-                        mdl.imbalance,
-                        q.imbalance_after,
-                        counts.join(", ")
-                    );
-                }
-            }
+            ecmp_modelled(out, mdl);
         }
         for p in e.entropy.iter().take(5) {
             let _ = writeln!(
@@ -751,7 +698,114 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             );
         }
     }
+}
 
+/// The modelled hash's balance over the paths, the flows it leaves out, and the elephants that
+/// share a path.
+fn ecmp_modelled(out: &mut String, mdl: &ModelledView) {
+    let _ = writeln!(
+        out,
+        "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}",
+        mdl.paths,
+        mdl.hash.name(),
+        mdl.seed,
+        mdl.imbalance,
+        mdl.jain,
+    );
+    if mdl.multipath_flows > 0 {
+        let _ = writeln!(
+            out,
+            "  left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
+            mdl.multipath_flows,
+            format::bytes(mdl.multipath_bytes)
+        );
+    }
+    let total: u64 = mdl.bytes_per_path.iter().sum();
+    let shares: Vec<String> = mdl
+        .bytes_per_path
+        .iter()
+        .take(24)
+        .map(|b| format!("{:.0}%", *b as f64 * 100.0 / total.max(1) as f64))
+        .collect();
+    let more = if mdl.bytes_per_path.len() > 24 {
+        " ..."
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "  byte share per path: {}{more}", shares.join(" "));
+    for c in mdl.collisions.iter().take(3) {
+        let _ = writeln!(
+            out,
+            "  path {} carries {} elephant 5-tuples ({})",
+            c.path,
+            c.elephants.len(),
+            format::bytes(c.bytes)
+        );
+    }
+    ecmp_remedies(out, mdl);
+}
+
+/// The remedies for a modelled imbalance: new UDP source ports, or QPs per connection.
+fn ecmp_remedies(out: &mut String, mdl: &ModelledView) {
+    if let Some(a) = mdl.advice.as_ref().filter(|a| !a.changes.is_empty()) {
+        let _ = writeln!(
+            out,
+            "  advice: move {} 5-tuples to new UDP source ports: max/mean {:.2} -> {:.2}",
+            a.changes.len(),
+            mdl.imbalance,
+            a.imbalance_after
+        );
+        for c in a.changes.iter().take(5) {
+            let _ = writeln!(
+                out,
+                "    {} > {} sport {} -> {} (path {} -> {}, {})",
+                c.src_ip,
+                c.dst_ip,
+                c.udp_src_port,
+                c.new_udp_src_port,
+                c.from_path,
+                c.to_path,
+                format::bytes(c.bytes)
+            );
+        }
+    }
+    if let Some(q) = &mdl.qp_advice {
+        // The connections whose QP count changes (the JSON lists every one).
+        let changed: Vec<_> = q
+            .connections
+            .iter()
+            .filter(|c| u64::from(c.qps) != c.qps_now)
+            .collect();
+        let mut counts: Vec<String> = changed
+            .iter()
+            .take(5)
+            .map(|c| {
+                format!(
+                    "{} > {} {} (now {})",
+                    c.src_ip,
+                    c.dst_ip,
+                    format::plural(u64::from(c.qps), "QP", "QPs"),
+                    c.qps_now
+                )
+            })
+            .collect();
+        if changed.len() > 5 {
+            counts.push(format!("{} more", changed.len() - 5));
+        }
+        if !counts.is_empty() {
+            let _ = writeln!(
+                out,
+                "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
+                mdl.imbalance,
+                q.imbalance_after,
+                counts.join(", ")
+            );
+        }
+    }
+}
+
+/// Request PSNs lost between two observation points.
+fn path_loss(out: &mut String, s: &Snapshot) {
     let lossy: Vec<_> = s
         .paths
         .iter()
@@ -789,20 +843,9 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             } else {
                 text
             };
-            wrap(&mut out, &text, "  ", 118);
+            wrap(out, &text, "  ", 118);
         }
     }
-
-    if let Some(st) = &s.steps {
-        let _ = writeln!(out);
-        steps(&mut out, st);
-    }
-
-    if !s.alerts.is_empty() {
-        let _ = writeln!(out);
-        alerts(&mut out, &s.alerts);
-    }
-    out
 }
 
 /// Lines of an alert list: groups by kind, problems first; per group its first lines.
@@ -935,6 +978,102 @@ pub(crate) mod tests {
         crate::sink::json::write_document(&mut json, &snap).expect("JSON");
         let doc: serde_json::Value = serde_json::from_slice(&json).expect("parses");
         assert_eq!(doc["flows"][0]["iface"], format!("{HOSTILE}eth0"));
+    }
+
+    /// A SEND with an ACK 400 ns later, in a pcap of microsecond (`ns` false) or nanosecond
+    /// timestamps, or in a pcapng whose interface has `if_tsresol` `tsresol`.
+    fn timed_exchange(container: &str, tsresol: u8) -> Vec<u8> {
+        use roce_observer_common::frames::RoceFrame;
+        let req = RoceFrame {
+            ack_req: true,
+            payload: 64,
+            ..RoceFrame::new(0x04, 0x12, 100)
+        }
+        .build();
+        let ack = RoceFrame {
+            src_ip: [192, 0, 2, 2],
+            dst_ip: [192, 0, 2, 1],
+            ..RoceFrame::new(0x11, 0x11, 100)
+        }
+        .build();
+        // 1_700_000_000.000_001_200 s, then 400 ns later.
+        let frames = [(1_200u64, req), (1_600, ack)];
+        let mut cap = Vec::new();
+        if container == "pcapng" {
+            let mut shb = Vec::new();
+            shb.extend(0x1A2B_3C4Du32.to_le_bytes());
+            shb.extend(1u16.to_le_bytes());
+            shb.extend(0u16.to_le_bytes());
+            shb.extend((-1i64).to_le_bytes());
+            block(&mut cap, 0x0A0D_0D0A, &shb);
+            let mut idb = Vec::new();
+            idb.extend(1u16.to_le_bytes());
+            idb.extend(0u16.to_le_bytes());
+            idb.extend(65535u32.to_le_bytes());
+            idb.extend(9u16.to_le_bytes()); // if_tsresol
+            idb.extend(1u16.to_le_bytes());
+            idb.extend([tsresol, 0, 0, 0]);
+            idb.extend([0u8; 4]);
+            block(&mut cap, 1, &idb);
+            let per_s = 10u64.pow(u32::from(tsresol));
+            for (ns, f) in &frames {
+                let t = 1_700_000_000 * per_s + ns * per_s / 1_000_000_000;
+                let mut epb = Vec::new();
+                epb.extend(0u32.to_le_bytes());
+                epb.extend(((t >> 32) as u32).to_le_bytes());
+                epb.extend((t as u32).to_le_bytes());
+                epb.extend((f.len() as u32).to_le_bytes());
+                epb.extend((f.len() as u32).to_le_bytes());
+                epb.extend(f);
+                block(&mut cap, 6, &epb);
+            }
+            return cap;
+        }
+        let ns = container == "pcap-ns";
+        cap.extend(if ns { 0xa1b2_3c4du32 } else { 0xa1b2_c3d4u32 }.to_le_bytes());
+        cap.extend(2u16.to_le_bytes());
+        cap.extend(4u16.to_le_bytes());
+        cap.extend([0u8; 8]);
+        cap.extend(65535u32.to_le_bytes());
+        cap.extend(1u32.to_le_bytes());
+        for (t, f) in &frames {
+            cap.extend(1_700_000_000u32.to_le_bytes());
+            let frac = if ns { *t } else { t / 1000 };
+            cap.extend((frac as u32).to_le_bytes());
+            cap.extend((f.len() as u32).to_le_bytes());
+            cap.extend((f.len() as u32).to_le_bytes());
+            cap.extend(f);
+        }
+        cap
+    }
+
+    /// The timestamp resolution comes from the capture header: a microsecond pcap cannot
+    /// measure 400 ns (both frames read the same microsecond), so the latency reads `< 1 us`,
+    /// never `0 ns`; a nanosecond pcap and a nanosecond pcapng interface measure it.
+    #[test]
+    fn latency_below_the_capture_resolution_reads_less_than_it() {
+        for (container, tsresol, resolution, shown) in [
+            ("pcap-us", 0, 1000, "< 1 us/< 1 us"),
+            ("pcap-ns", 0, 1, "400 ns/400 ns"),
+            ("pcapng", 6, 1000, "< 1 us/< 1 us"),
+            ("pcapng", 9, 1, "400 ns/400 ns"),
+        ] {
+            let cap = timed_exchange(container, tsresol);
+            let (mut engine, err) =
+                crate::analyze::analyze_reader(&cap[..], crate::engine::EngineConfig::default());
+            assert!(err.is_none(), "{container}: {err:?}");
+            let snap = engine.snapshot(engine.last_ts());
+            assert_eq!(
+                snap.summary.ts_resolution_ns, resolution,
+                "{container} {tsresol}"
+            );
+            let out = render(&snap);
+            let row = out
+                .lines()
+                .find(|l| l.starts_with("192.0.2.1 > 192.0.2.2"))
+                .unwrap_or_else(|| panic!("the request flow in\n{out}"));
+            assert!(row.ends_with(shown), "{container} {tsresol}: {row}");
+        }
     }
 
     fn analyzed(name: &str) -> Snapshot {

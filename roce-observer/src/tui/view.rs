@@ -104,12 +104,16 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             3,
         ),
     ];
-    // A capture's clock and frames read so far: a `--realtime` replay shows it advancing
-    // before its RoCE starts.
-    if s.capture.is_some() || s.roce_packets == 0 {
+    // A capture's clock, frames and share of the file read so far: a `--realtime` replay
+    // shows it advancing before its RoCE starts.
+    if s.capture.is_some() || s.capture_read.is_some() || s.roce_packets == 0 {
+        // Floored: 100% only once the whole file was read.
+        let read = s.capture_read.map_or(String::new(), |r| {
+            format!(" ({:.0}% read)", (r * 100.0).floor())
+        });
         first.push((
             Span::raw(format!(
-                "at {}  frames {}",
+                "at {}  frames {}{read}",
                 format::clock(s.interval_end_ts),
                 format::count(s.total_packets)
             )),
@@ -184,8 +188,8 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         (
             Span::raw(format!(
                 "latency p50 {} p99 {}",
-                format::ns(lat.p50),
-                format::ns(lat.p99)
+                format::latency(lat.p50, s.ts_resolution_ns),
+                format::latency(lat.p99, s.ts_resolution_ns)
             )),
             1,
         ),
