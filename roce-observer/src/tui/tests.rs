@@ -1249,6 +1249,14 @@ fn empty_flows_view_advises_on_the_ports_looked_on() {
     assert!(screen.contains("none RoCEv2 on UDP port 4792"), "{screen}");
     assert!(screen.contains("--roce-port"), "{screen}");
     insta::assert_snapshot!(screen);
+    // While the capture is still read, the advice is about what came so far.
+    let mut app = App::new(
+        "tests/fixtures/mixed_demo.pcap".into(),
+        app.snapshot.clone(),
+    );
+    app.update(Action::Redraw);
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("So far no RoCE flows"), "{screen}");
     // Before anything was read it says so, not that the capture is empty.
     let mut waiting = fixture_snapshot("mixed_demo");
     waiting.summary.total_packets = 0;
@@ -1271,6 +1279,12 @@ fn header_shows_the_share_of_a_capture_file_read() {
         screen.contains(&format!("frames {}", snap.summary.total_packets)),
         "{screen}"
     );
+    // A long path gives way to the progress, at 120 columns as at 80.
+    let long = "capture /var/tmp/captures/2026-12-04/rack7/leaf3-uplink-mirror-session-2.pcap";
+    for width in [80, 120] {
+        let screen = render_at(&App::new(long.into(), snap.clone()), width, 24);
+        assert!(screen.contains("(37% read)"), "{width}: {screen}");
+    }
     snap.summary.capture_read = Some(0.999);
     let screen = render_at(&App::new("big.pcap".into(), snap.clone()), 120, 24);
     assert!(

@@ -43,11 +43,12 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
 }
 
-/// What is watched, as the header names it: in full on a wide terminal, a capture by its file
-/// name on a narrow one (the counts beside it matter more than its directory).
+/// What is watched, as the header names it: in full on a wide terminal when it takes at most a
+/// third of it, else a capture by its file name (the counts and the replay's progress beside it
+/// matter more than its directory).
 fn source_label(source: &str, width: u16) -> String {
     let shown = format::terminal(source);
-    if width >= 120 {
+    if width >= 120 && shown.chars().count() <= usize::from(width / 3) {
         return shown.into_owned();
     }
     let name = std::path::Path::new(&*shown)
@@ -111,13 +112,15 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         let read = s.capture_read.map_or(String::new(), |r| {
             format!(" ({:.0}% read)", (r * 100.0).floor())
         });
+        // While a file is replayed its clock and progress outrank every count but the flows.
+        let replaying = s.capture_read.is_some() && !app.ended;
         first.push((
-            Span::raw(format!(
-                "at {}  frames {}{read}",
-                format::clock(s.interval_end_ts),
-                format::count(s.total_packets)
-            )),
-            5,
+            Span::raw(format!("at {}{read}", format::clock(s.interval_end_ts))),
+            if replaying { 1 } else { 5 },
+        ));
+        first.push((
+            Span::raw(format!("frames {}", format::count(s.total_packets))),
+            if replaying { 3 } else { 5 },
         ));
     }
     if app.paused {

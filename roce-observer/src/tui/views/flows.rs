@@ -60,7 +60,12 @@ fn no_flows(app: &App) -> String {
     if s.total_packets == 0 && !app.ended {
         return "No RoCE flow yet: no frame read so far.".into();
     }
-    crate::report::hint::no_roce(s).unwrap_or_else(|| "No RoCE flow yet.".into())
+    match crate::report::hint::no_roce(s) {
+        // A replay or an interface may still bring RoCE: the advice is about what came so far.
+        Some(hint) if !app.ended => format!("So far {hint}"),
+        Some(hint) => hint,
+        None => "No RoCE flow yet.".into(),
+    }
 }
 
 fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
