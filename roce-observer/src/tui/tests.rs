@@ -290,9 +290,18 @@ fn ended_capture_is_marked_and_keeps_its_state() {
     app.update(Action::SourceEnded);
     assert!(app.ended);
     assert_eq!(app.snapshot, snap);
-    assert!(render(&app).contains("capture ended (q to quit)"));
+    assert!(render_at(&app, 120, 24).contains("capture ended (q to quit)"));
+    // At 80 columns the banner is short and the header keeps its counts.
+    let narrow = render(&app);
+    assert!(narrow.contains("capture ended "), "{narrow}");
+    for count in ["flows ", "RoCE ", "PFC "] {
+        assert!(
+            narrow.lines().next().is_some_and(|l| l.contains(count)),
+            "{count}: {narrow}"
+        );
+    }
     app.update(Action::SelectTab(tab("PFC")));
-    assert!(render(&app).contains("capture ended (q to quit)"));
+    assert!(render(&app).contains("capture ended "));
     app.update(Action::Quit);
     assert!(app.quit);
 }

@@ -145,13 +145,13 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         ));
     }
     if app.ended {
-        first.push((
-            Span::styled(
-                " capture ended (q to quit) ",
-                Style::new().black().on_cyan(),
-            ),
-            0,
-        ));
+        // Narrow, the footer's `q quit` says how to leave: the counts keep their room.
+        let banner = if area.width >= 100 {
+            " capture ended (q to quit) "
+        } else {
+            " capture ended "
+        };
+        first.push((Span::styled(banner, Style::new().black().on_cyan()), 0));
     }
     // Problems and advice counted apart: advice alone (every flow Not-ECT) marks nothing.
     let problems = app

@@ -33,8 +33,12 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
     let ecmp = &app.snapshot.ecmp;
     let [top, bottom] = Layout::vertical([Constraint::Length(4), Constraint::Min(3)]).areas(area);
     let mut lines = vec![Line::from(format!(
-        "measured over {} observation points: max/mean {:.2}, Jain {:.3}",
-        ecmp.measured.paths.len(),
+        "measured over {}: max/mean {:.2}, Jain {:.3}",
+        format::plural(
+            ecmp.measured.paths.len() as u64,
+            "observation point",
+            "observation points"
+        ),
         ecmp.measured.imbalance,
         ecmp.measured.jain
     ))];
