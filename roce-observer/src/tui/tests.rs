@@ -1304,3 +1304,14 @@ fn header_shows_the_share_of_a_capture_file_read() {
     let screen = render_at(&App::new("stdin".into(), snap), 120, 24);
     assert!(!screen.contains("% read"), "{screen}");
 }
+
+/// A report without alerts says so in the Alerts view instead of an empty table.
+#[test]
+fn alerts_view_without_alerts_says_so() {
+    let snap = fixture_snapshot("mirrors");
+    assert!(snap.alerts.is_empty());
+    let mut app = App::new("mirrors.pcap".into(), snap);
+    app.update(Action::SelectTab(tab("Alerts")));
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("No alerts"), "{screen}");
+}

@@ -8,7 +8,7 @@ use ratatui::{
     widgets::{Cell, Row, Table},
 };
 
-use super::{HIGHLIGHT, MARK, View, table_state, titled};
+use super::{HIGHLIGHT, MARK, View, empty, table_state, titled};
 use crate::format;
 use crate::tui::app::App;
 
@@ -63,11 +63,22 @@ pub(super) struct AlertRow<'a> {
     reason: Option<&'a String>,
 }
 
+const TITLE: &str = "diagnostics by kind, problems first";
+
 /// Room a reason needs beside the subject; with less it goes under the subject.
 const REASON_BESIDE: usize = 40;
 
 fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     let rows = alert_rows(app);
+    if rows.is_empty() {
+        empty(
+            frame,
+            area,
+            TITLE,
+            "No alerts: nothing in this report crossed a rule (docs/metrics.md, \"Alerts\").",
+        );
+        return;
+    }
     let layout = Layout::measure(&rows, usize::from(area.width));
     // Each reason is wrapped in its row, never cut: rows are as high as their text.
     let cells: Vec<RowText> = rows.iter().map(|r| layout.text(r)).collect();
@@ -136,7 +147,7 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     }
     let table = Table::new(table_rows, widths)
         .header(Row::new(header).style(Style::new().bold()))
-        .block(titled(" diagnostics by kind, problems first ".into()))
+        .block(titled(format!(" {TITLE} ")))
         .row_highlight_style(HIGHLIGHT);
     frame.render_stateful_widget(table, area, &mut table_state(selected));
 }
