@@ -195,15 +195,17 @@ fn reordering_line(out: &mut String, f: &FlowSnapshot) {
         return;
     }
     let mut line = format!(
-        "  reordered {} (at most {} PSNs late)",
+        "  reordered {} (at most {} late)",
         format::count(f.reordered),
-        f.reorder_distance_max
+        format::plural(f.reorder_distance_max, "PSN", "PSNs")
     );
     if f.reorder_naks > 0 {
-        let _ = write!(line, ", {} NAKs caused by reordering", f.reorder_naks);
+        let naks = format::plural(f.reorder_naks, "NAK", "NAKs");
+        let _ = write!(line, ", {naks} caused by reordering");
     }
     if f.psn_holes > 0 {
-        let _ = write!(line, ", {} PSNs skipped and not arrived yet", f.psn_holes);
+        let holes = format::plural(f.psn_holes, "PSN", "PSNs");
+        let _ = write!(line, ", {holes} skipped and not arrived yet");
     }
     let _ = writeln!(out, "{line}");
 }

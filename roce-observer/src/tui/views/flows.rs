@@ -310,13 +310,16 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
             f.udp_src_ports
         )),
         Line::from(format!(
-            "lost {} PSNs in {} events  retransmits: requests {}, READ responses {}",
-            f.psn_missing, f.psn_gaps, f.req_retransmits, f.resp_retransmits
+            "lost {} in {}  retransmits: requests {}, READ responses {}",
+            format::plural(f.psn_missing, "PSN", "PSNs"),
+            format::plural(f.psn_gaps, "event", "events"),
+            f.req_retransmits,
+            f.resp_retransmits
         )),
         Line::from(format!(
-            "reordered {} (at most {} PSNs late; by distance {})  NAKs caused by reordering {}  holes open {}",
+            "reordered {} (at most {} late; by distance {})  NAKs caused by reordering {}  holes open {}",
             f.reordered,
-            f.reorder_distance_max,
+            format::plural(f.reorder_distance_max, "PSN", "PSNs"),
             roce_observer_common::sequence::DISTANCE_NAMES
                 .iter()
                 .zip(f.reorder_distance.buckets())
