@@ -1089,6 +1089,20 @@ pub(crate) mod tests {
         engine.snapshot(0)
     }
 
+    /// The reordering line under a flow counts in the right number.
+    #[test]
+    fn reordering_lines_use_singulars() {
+        let out = render(&analyzed("reorder_duplicate"));
+        assert!(
+            out.contains("  reordered 1 (at most 1 PSN late), 1 NAK caused by reordering"),
+            "{out}"
+        );
+        assert!(
+            !out.contains(" 1 PSNs") && !out.contains(" 1 NAKs"),
+            "{out}"
+        );
+    }
+
     /// One QP seen at two points is two rows: each says where when the flows were seen at
     /// more than one point, and none does otherwise.
     #[test]
