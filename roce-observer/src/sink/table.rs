@@ -61,6 +61,8 @@ pub struct FlowLayout {
     /// Timestamp resolution of the report (`summary.ts_resolution_ns`): latencies below it
     /// read `< 1 us`.
     resolution_ns: u64,
+    /// The width prose lines (reasons, stragglers, lost PSNs) are wrapped at.
+    text: usize,
 }
 
 impl FlowLayout {
@@ -69,6 +71,7 @@ impl FlowLayout {
         shown: [true; 12],
         widths: FLOW_WIDTHS,
         resolution_ns: 1,
+        text: 118,
     };
 
     /// Fitted to a terminal `width` columns wide: narrower drops whole columns (the problem
@@ -91,6 +94,7 @@ impl FlowLayout {
         }
         let room = width.saturating_sub(total(&l));
         l.widths[0] += room.min(longest.saturating_sub(l.widths[0]));
+        l.text = width.min(FlowLayout::FIXED.text);
         l
     }
 
@@ -311,10 +315,33 @@ fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
     }
 }
 
+/// `line` as it is at the fixed width (files and pipes keep their lines); on a narrower
+/// terminal, when it does not fit, broken between its items (separated by two spaces, or by
+/// one in prose), continuation lines indented by two more spaces than `indent`.
+fn fit_line(out: &mut String, indent: &str, line: &str, width: usize) {
+    if width >= FlowLayout::FIXED.text || indent.len() + line.chars().count() <= width {
+        let _ = writeln!(out, "{indent}{line}");
+        return;
+    }
+    let sep = if line.contains("  ") { "  " } else { " " };
+    let mut current = String::from(indent);
+    for item in line.split(sep).filter(|i| !i.is_empty()) {
+        if current.trim().is_empty() {
+            current.push_str(item);
+        } else if current.chars().count() + sep.len() + item.chars().count() <= width {
+            current.push_str(sep);
+            current.push_str(item);
+        } else {
+            let _ = writeln!(out, "{current}");
+            current = format!("{indent}  {item}");
+        }
+    }
+    let _ = writeln!(out, "{current}");
+}
+
 /// Training steps and their stragglers.
-fn steps(out: &mut String, st: &StepsSnapshot) {
-    let _ = writeln!(
-        out,
+fn steps(out: &mut String, st: &StepsSnapshot, width: usize) {
+    let line = format!(
         "steps: period {:.2} ms, {} steps in {}, communicating {:.0}% of a step (confidence {:.2})",
         st.period_ms,
         st.count,
@@ -322,6 +349,7 @@ fn steps(out: &mut String, st: &StepsSnapshot) {
         st.comm_fraction * 100.0,
         st.confidence
     );
+    fit_line(out, "", &line, width);
     for g in st.stragglers.iter().take(5) {
         let e = &g.evidence;
         let text = format!(
@@ -341,7 +369,7 @@ fn steps(out: &mut String, st: &StepsSnapshot) {
             e.naks,
             format::us(e.pause_us)
         );
-        wrap(out, &text, "  ", 118);
+        wrap(out, &text, "  ", width);
     }
 }
 
@@ -410,31 +438,30 @@ fn observer_line(m: &Summary) -> String {
 
 fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
     let mut out = String::new();
-    summary(&mut out, &s.summary);
+    summary(&mut out, &s.summary, layout.text);
     let _ = writeln!(out);
     flows(&mut out, s, layout);
     nic(&mut out, s);
     mirror_sessions(&mut out, s);
     pfc(&mut out, s);
     pfc_origin(&mut out, s);
-    latency(&mut out, s);
-    ecmp(&mut out, s);
-    path_loss(&mut out, s);
+    latency(&mut out, s, layout.text);
+    ecmp(&mut out, s, layout.text);
+    path_loss(&mut out, s, layout.text);
     if let Some(st) = &s.steps {
         let _ = writeln!(out);
-        steps(&mut out, st);
+        steps(&mut out, st, layout.text);
     }
     if !s.alerts.is_empty() {
         let _ = writeln!(out);
-        alerts(&mut out, &s.alerts);
+        alerts(&mut out, &s.alerts, layout.text);
     }
     out
 }
 
 /// The frame classes, the interval, what watching costs, and what the source lost or cut.
-fn summary(out: &mut String, m: &Summary) {
-    let _ = writeln!(
-        out,
+fn summary(out: &mut String, m: &Summary, width: usize) {
+    let frames = format!(
         "frames {}  roce {}  pfc {}  pause {}  non-roce {}  malformed {}  fragments {}  unsupported {}",
         m.total_packets,
         m.roce_packets,
@@ -445,8 +472,8 @@ fn summary(out: &mut String, m: &Summary) {
         m.ip_fragments,
         m.unsupported,
     );
-    let _ = writeln!(
-        out,
+    fit_line(out, "", &frames, width);
+    let flows = format!(
         "flows {}  interval {:.3} s  path MTU {}{}  link {} Gb/s",
         m.flows,
         m.interval_s,
@@ -454,7 +481,8 @@ fn summary(out: &mut String, m: &Summary) {
         if m.pmtu_learned { " (learned)" } else { "" },
         m.link_gbps,
     );
-    wrap(out, &observer_line(m), "", 118);
+    fit_line(out, "", &flows, width);
+    wrap(out, &observer_line(m), "", width);
     if m.map_full + m.ringbuf_full + m.pending_full + m.tail_call_failed > 0 {
         let _ = writeln!(
             out,
@@ -475,11 +503,11 @@ fn summary(out: &mut String, m: &Summary) {
                 .map(|e| format!("; {e}"))
                 .unwrap_or_default()
         );
-        wrap(out, &text, "", 118);
+        wrap(out, &text, "", width);
     }
     if let Some(c) = &m.capture {
         for u in &c.unseen {
-            wrap(out, &format!("capture {u}"), "", 118);
+            wrap(out, &format!("capture {u}"), "", width);
         }
     }
 }
@@ -650,15 +678,14 @@ fn pfc_origin(out: &mut String, s: &Snapshot) {
 }
 
 /// The latency seen at the observation point over all flows.
-fn latency(out: &mut String, s: &Snapshot) {
+fn latency(out: &mut String, s: &Snapshot, width: usize) {
     let l = &s.latency.overall;
     let lat = |v| format::latency(v, s.summary.ts_resolution_ns);
     if l.count > 0 {
         let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "latency at the observation point, {} samples: min {} p50 {} p90 {} p99 {} p99.9 {} max {}",
-            l.count,
+        let head = format!("latency at the observation point, {} samples:", l.count);
+        let values = format!(
+            "min {} p50 {} p90 {} p99 {} p99.9 {} max {}",
             lat(l.min),
             lat(l.p50),
             lat(l.p90),
@@ -666,11 +693,18 @@ fn latency(out: &mut String, s: &Snapshot) {
             lat(l.p999),
             lat(l.max)
         );
+        // One line at the fixed width; on a narrow terminal the values go on a line of their
+        // own (a value is never parted from its unit).
+        if width >= FlowLayout::FIXED.text || head.len() + 1 + values.len() <= width {
+            let _ = writeln!(out, "{head} {values}");
+        } else {
+            let _ = writeln!(out, "{head}\n  {values}");
+        }
     }
 }
 
 /// ECMP balance: measured, modelled, the remedies, and the entropy per host pair.
-fn ecmp(out: &mut String, s: &Snapshot) {
+fn ecmp(out: &mut String, s: &Snapshot, width: usize) {
     let e = &s.ecmp;
     if !e.measured.paths.is_empty() {
         let _ = writeln!(out);
@@ -686,25 +720,25 @@ fn ecmp(out: &mut String, s: &Snapshot) {
             e.measured.jain
         );
         if let Some(mdl) = &e.modelled {
-            ecmp_modelled(out, mdl);
+            ecmp_modelled(out, mdl, width);
         }
         for p in e.entropy.iter().take(5) {
-            let _ = writeln!(
-                out,
-                "  {} > {}: {} on {}, busiest 5-tuple {:.0}% of bytes",
+            let text = format!(
+                "{} > {}: {} on {}, busiest 5-tuple {:.0}% of bytes",
                 p.src_ip,
                 p.dst_ip,
                 format::plural(p.qps, "QP", "QPs"),
                 format::plural(p.udp_src_ports, "UDP source port", "UDP source ports"),
                 p.busiest_tuple_share * 100.0
             );
+            wrap(out, &text, "  ", width);
         }
     }
 }
 
 /// The modelled hash's balance over the paths, the flows it leaves out, and the elephants that
 /// share a path.
-fn ecmp_modelled(out: &mut String, mdl: &ModelledView) {
+fn ecmp_modelled(out: &mut String, mdl: &ModelledView, width: usize) {
     let _ = writeln!(
         out,
         "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}",
@@ -715,12 +749,12 @@ fn ecmp_modelled(out: &mut String, mdl: &ModelledView) {
         mdl.jain,
     );
     if mdl.multipath_flows > 0 {
-        let _ = writeln!(
-            out,
-            "  left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
+        let line = format!(
+            "left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
             mdl.multipath_flows,
             format::bytes(mdl.multipath_bytes)
         );
+        fit_line(out, "  ", &line, width);
     }
     let total: u64 = mdl.bytes_per_path.iter().sum();
     let shares: Vec<String> = mdl
@@ -807,7 +841,7 @@ fn ecmp_remedies(out: &mut String, mdl: &ModelledView) {
 }
 
 /// Request PSNs lost between two observation points.
-fn path_loss(out: &mut String, s: &Snapshot) {
+fn path_loss(out: &mut String, s: &Snapshot, width: usize) {
     let lossy: Vec<_> = s
         .paths
         .iter()
@@ -845,7 +879,7 @@ fn path_loss(out: &mut String, s: &Snapshot) {
             } else {
                 text
             };
-            wrap(out, &text, "  ", 118);
+            wrap(out, &text, "  ", width);
         }
     }
 }
@@ -855,7 +889,7 @@ const ALERT_LINES: usize = 5;
 
 /// The alerts grouped by kind with their counts, worst first (crate::severity); advice one line
 /// per host pair or observation point.
-fn alerts(out: &mut String, alerts: &[crate::report::AlertSnapshot]) {
+fn alerts(out: &mut String, alerts: &[crate::report::AlertSnapshot], width: usize) {
     let _ = writeln!(out, "alerts:");
     for g in crate::severity::group_alerts(alerts) {
         let mark = if g.severity.is_problem() { "!" } else { " " };
@@ -875,7 +909,7 @@ fn alerts(out: &mut String, alerts: &[crate::report::AlertSnapshot]) {
         );
         for e in g.entries.iter().take(ALERT_LINES) {
             let _ = writeln!(out, "    {} (x{})", fit(&e.subject.text(), 100), e.count);
-            wrap(out, &e.alert.reason, "      ", 118);
+            wrap(out, &e.alert.reason, "      ", width);
         }
         if g.entries.len() > ALERT_LINES {
             let _ = writeln!(
@@ -1172,6 +1206,36 @@ pub(crate) mod tests {
             table[0].contains("NAKS") && table[0].contains("GAPS"),
             "{table:?}"
         );
+    }
+
+    /// On an 80-column terminal the summary, latency, ECMP, steps and alert lines fit too (the
+    /// PFC and mirror tables keep their fixed columns); files and pipes keep one line each.
+    #[test]
+    fn prose_and_summary_lines_fit_a_narrow_terminal() {
+        for name in ["reorder_duplicate", "mixed_demo", "loss_nak_go_back_n"] {
+            let snap = analyzed(name);
+            let narrow = render_for(&snap, Some(80));
+            let pfc_rows = narrow
+                .lines()
+                .skip_while(|l| !l.starts_with("PFC IFACE"))
+                .take_while(|l| !l.is_empty())
+                .count();
+            let wide: Vec<&str> = narrow.lines().filter(|l| l.chars().count() > 79).collect();
+            // A PFC row is one line per source; nothing else is wider than the terminal.
+            assert!(wide.len() <= pfc_rows, "{name}: {wide:#?}");
+            assert!(
+                wide.iter()
+                    .all(|l| l.starts_with("PFC IFACE") || l.contains("/capture ")),
+                "{name}: {wide:#?}"
+            );
+            let fixed = render(&snap);
+            assert!(
+                fixed
+                    .lines()
+                    .any(|l| l.starts_with("frames ") && l.contains("unsupported")),
+                "{name}: one summary line at the fixed width:\n{fixed}"
+            );
+        }
     }
 
     /// On a host with an RDMA device the table gains the owners of the listed flows and the
