@@ -103,13 +103,23 @@ fn main() -> anyhow::Result<()> {
             None => writeln!(stdout, "{line}").context("stdout")?,
         }
     }
-    result.with_context(|| {
-        format!(
-            "building the eBPF programs with toolchain `{toolchain}` failed (its output is above \
-             and in {})",
+    if let Err(err) = result {
+        // Said once, plainly, with what to do; not as an error chain with a stack backtrace
+        // (cargo shows a build script's stderr when it fails).
+        eprintln!(
+            "error: building the eBPF programs (roce-observer-ebpf) with toolchain `{toolchain}` \
+             failed; its messages are above and in {}.\n\
+             What to do: fix the error shown if you changed the kernel programs; if the toolchain \
+             itself fails, run `cargo xtask setup` again (or set ROCE_OBSERVER_BPF_TOOLCHAIN); to \
+             build without the kernel programs set AYA_BUILD_SKIP=1 (`analyze` and `run \
+             --capture` work, `run -i` does not). ROCE_OBSERVER_BPF_VERBOSE=1 shows the build's \
+             output as it runs.\n\
+             The inner build: {err:#}",
             log.display()
-        )
-    })
+        );
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 /// Run `f` with this process's stdout (fd 1, where aya-build prints) sent to the file at

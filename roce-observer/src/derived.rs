@@ -1,6 +1,5 @@
 //! Figures the renderers derive from the report for display (the table and the TUI show them
-//! the same way): a flow's rate over its active time, and the timestamp resolution latencies
-//! were measured with. Reads the report only.
+//! the same way): a flow's rate over its active time. Reads the report only.
 
 use crate::report::{FlowSnapshot, Snapshot};
 
@@ -25,26 +24,6 @@ pub fn total_active_bps(s: &Snapshot) -> f64 {
     }
 }
 
-/// The coarsest power of ten (in ns, up to 1 s) that divides every flow's first and last
-/// timestamp: 1000 for a microsecond pcap, 1 for nanosecond timestamps. A latency below it
-/// was not measurable (`format::latency` prints `< 1 us`). 1 without flows.
-pub fn timestamp_resolution_ns(s: &Snapshot) -> u64 {
-    let mut res = 1_000_000_000u64;
-    let mut any = false;
-    for f in &s.flows {
-        for ts in [f.first_ts, f.last_ts] {
-            any = true;
-            while res > 1 && ts % res != 0 {
-                res /= 10;
-            }
-        }
-        if res == 1 {
-            break;
-        }
-    }
-    if any { res } else { 1 }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,19 +45,5 @@ mod tests {
         let mut one = FlowSnapshot::clone(f);
         one.last_ts = one.first_ts;
         assert_eq!(active_bps(&one), None, "a single instant has no rate");
-    }
-
-    #[test]
-    fn resolution_is_the_coarsest_power_of_ten_dividing_every_timestamp() {
-        let mut snap = crate::sink::metrics::tests::fixture_snapshot(&["psn_gap"]);
-        let f = std::sync::Arc::make_mut(&mut snap.flows[0]);
-        f.first_ts = 1_700_000_000_123_456_000;
-        f.last_ts = 1_700_000_000_123_457_000;
-        snap.flows.truncate(1);
-        assert_eq!(timestamp_resolution_ns(&snap), 1000);
-        std::sync::Arc::make_mut(&mut snap.flows[0]).last_ts += 1;
-        assert_eq!(timestamp_resolution_ns(&snap), 1);
-        snap.flows.clear();
-        assert_eq!(timestamp_resolution_ns(&snap), 1);
     }
 }

@@ -106,7 +106,7 @@ pub struct Pipeline {
     /// when [`Gate::each_interval`] is set (the kernel source).
     pub gate: Gate,
     /// A capture source: after the final report (and without the terminal UI), say on stderr
-    /// why a report holds no RoCE and what to try ([`crate::sink::hint`]).
+    /// why a report holds no RoCE and what to try ([`crate::report::hint`]).
     pub advise_empty: bool,
 }
 
@@ -195,12 +195,11 @@ impl Pipeline {
         ui_shown: bool,
     ) -> anyhow::Result<Option<GateFailed>> {
         let snap = self.report(engine, now, interfaces, observer);
-        let (roce_port, vxlan_port) = (engine.config().roce_port, engine.config().vxlan_port);
         self.outputs.finish(&snap, stdout)?;
         // After the report, on stderr: the table or the document on stdout stays what it was.
         if self.advise_empty
             && !ui_shown
-            && let Some(hint) = crate::sink::hint::no_roce(&snap.summary, roce_port, vxlan_port)
+            && let Some(hint) = crate::report::hint::no_roce(&snap.summary)
         {
             eprintln!("roce-observer: {hint}");
         }
@@ -684,6 +683,7 @@ mod tests {
         let mut src = crate::source::capture::CaptureSource::start(
             "fixture".into(),
             open(),
+            Some(std::fs::metadata(&path).expect("fixture").len()),
             crate::source::capture::Pace::Fast,
             Duration::from_secs(5),
         )

@@ -5,11 +5,13 @@
 //! interfaces, the outputs' own health) passed into that same assembly; once assembled, a
 //! report is only read.
 //!
-//! Modules: `schema` (the types), `nic` (the NIC section's rows), `owners` (which process owns
-//! a flow), `steps` (the steps section in words).
+//! Modules: `schema` (the types), `hint` (the advice for a report without RoCE), `nic` (the
+//! NIC section's rows), `owners` (which process owns a flow), `steps` (the steps section in
+//! words).
 
 use std::collections::BTreeMap;
 
+pub mod hint;
 pub mod nic;
 pub mod owners;
 mod schema;

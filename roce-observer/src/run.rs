@@ -409,13 +409,19 @@ async fn run_capture<F: Future<Output = ()>>(
             )
             .into());
         }
-        CaptureSource::start("stdin".into(), std::io::stdin(), pace, HEADER_WAIT)?
+        CaptureSource::start("stdin".into(), std::io::stdin(), None, pace, HEADER_WAIT)?
     } else {
         let name = path.display().to_string();
         let file = File::open(path).with_context(|| {
             format!("cannot open capture {name} (check the path and permissions)")
         })?;
-        CaptureSource::start(name, file, pace, HEADER_WAIT)?
+        // A regular file's size: the report says how much of it was read (not a pipe's).
+        let size = file
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len());
+        CaptureSource::start(name, file, size, pace, HEADER_WAIT)?
     };
     let title = format!("capture {}", src.name());
     live.run(title, &mut src, Engine::new(cfg)).await

@@ -380,8 +380,9 @@ where
             }),
             (AlertKind::Reordering, reordered, &|| {
                 format!(
-                    "{reordered} of {sequenced} packets ({:.2}%) arrived reordered, at most {distance_max} PSNs late, nothing lost for it: the fabric spreads this flow over several paths (adaptive routing, packet spraying)",
-                    reordered as f64 * 100.0 / sequenced.max(1) as f64
+                    "{reordered} of {sequenced} packets ({:.2}%) arrived reordered, at most {} late, nothing lost for it: the fabric spreads this flow over several paths (adaptive routing, packet spraying)",
+                    reordered as f64 * 100.0 / sequenced.max(1) as f64,
+                    plural(distance_max, "PSN", "PSNs")
                 )
             }),
             (AlertKind::Retransmissions, retransmits, &|| {

@@ -151,6 +151,11 @@ pub struct Engine {
     /// Start of the reporting interval (None: the earliest time seen).
     interval_start: Option<u64>,
     capture: Option<CaptureSummary>,
+    /// The resolution of the timestamps, ns: 1 (the kernel's clock) until a capture announces
+    /// a coarser interface.
+    ts_resolution_ns: u64,
+    /// The share of a capture file taken (`run --capture FILE`); none otherwise.
+    capture_read: Option<f64>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
     /// Events received, by `EventKind::index`: ring-buffer records on the kernel path, the
@@ -215,6 +220,8 @@ impl Engine {
             last_ns: 0,
             interval_start: None,
             capture: None,
+            ts_resolution_ns: 1,
+            capture_read: None,
             event_buf: Vec::new(),
             events: [0; EventKind::ALL.len()],
             analyses: Analyses::fed(feed),
@@ -226,6 +233,18 @@ impl Engine {
             },
             cfg,
         }
+    }
+
+    /// A capture's interface: its name, and the resolution of its timestamps (the report
+    /// gives the coarsest of them).
+    pub fn announce(&mut self, iface: &crate::wire::capture::CaptureIface) {
+        self.set_ts_resolution(iface.ts_resolution_ns);
+        self.set_iface_name(iface.index, &iface.name);
+    }
+
+    /// Timestamps of `ns` resolution are read from now on (the report keeps the coarsest).
+    pub fn set_ts_resolution(&mut self, ns: u64) {
+        self.ts_resolution_ns = self.ts_resolution_ns.max(ns);
     }
 
     pub fn set_iface_name(&mut self, ifindex: u32, name: &str) {
@@ -255,6 +274,11 @@ impl Engine {
                 a.flow_read(k, e.stats());
             }
         }
+    }
+
+    /// The share of a capture file taken so far (`run --capture FILE`).
+    pub fn set_capture_read(&mut self, share: f64) {
+        self.capture_read = Some(share.clamp(0.0, 1.0));
     }
 
     /// Attach the capture's own counts (shown in the summary).

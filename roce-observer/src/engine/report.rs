@@ -239,6 +239,9 @@ impl Engine {
                 pmtu: self.pmtu,
                 pmtu_learned: self.pmtu_learned,
                 link_gbps: self.cfg.link_gbps,
+                roce_port: self.cfg.roce_port,
+                vxlan_port: self.cfg.vxlan_port,
+                ts_resolution_ns: self.ts_resolution_ns,
                 interval_start_ts: start,
                 interval_end_ts: now_ns,
                 interval_s,
@@ -247,6 +250,7 @@ impl Engine {
                 log_records_lost: outputs.log_records_lost,
                 prom_file_errors: outputs.prom_file_errors,
                 interfaces_up,
+                capture_read: self.capture_read,
                 capture: self.capture.clone(),
             },
             latency: LatencySnapshot {

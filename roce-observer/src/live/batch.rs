@@ -120,7 +120,7 @@ pub fn feed<R: Read + Send>(
         let engine = std::cell::RefCell::new(&mut *engine);
         read_capture(
             input,
-            |iface| engine.borrow_mut().set_iface_name(iface.index, &iface.name),
+            |iface| engine.borrow_mut().announce(&iface),
             |f| {
                 if !window.keep(f.ts_ns) {
                     return;

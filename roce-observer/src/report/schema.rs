@@ -505,6 +505,14 @@ pub struct Summary {
     pub pmtu: u32,
     pub pmtu_learned: bool,
     pub link_gbps: f64,
+    /// The UDP ports RoCEv2 and VXLAN were looked for on (`--roce-port`, `--vxlan-port`): what
+    /// a report without RoCE advises against.
+    pub roce_port: u16,
+    pub vxlan_port: u16,
+    /// The resolution of the timestamps, ns: 1 on the kernel path; for a capture, from its
+    /// header (1000 for a microsecond pcap), the coarsest of its interfaces. A latency below
+    /// it was not measurable.
+    pub ts_resolution_ns: u64,
     /// Reporting interval, ns since the epoch.
     pub interval_start_ts: u64,
     pub interval_end_ts: u64,
@@ -521,6 +529,10 @@ pub struct Summary {
     /// The interfaces `run -i` watches and whether each is still there (a removed interface
     /// ends the run); empty for captures. From the live loop ([`super::Beside`]).
     pub interfaces_up: BTreeMap<String, bool>,
+    /// `run --capture FILE`: the share of the file taken so far (bytes to the end of the
+    /// last frame read / the file's size, 1 at its end); null for a stream, `analyze` and
+    /// interfaces.
+    pub capture_read: Option<f64>,
     /// Present for captures (`analyze`).
     pub capture: Option<CaptureSummary>,
 }

@@ -1,7 +1,6 @@
 //! Renderers of an engine snapshot.
 
 pub mod files;
-pub mod hint;
 pub mod json;
 pub mod logdir;
 pub mod metrics;

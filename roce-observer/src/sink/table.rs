@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use crate::{
     format::{self, shorten as fit},
     report::{
-        FlowSnapshot, QpOwner, RttSummary, Snapshot, StepsSnapshot, Summary, steps::steps_window,
+        FlowSnapshot, ModelledView, QpOwner, RttSummary, Snapshot, StepsSnapshot, Summary,
+        steps::steps_window,
     },
     severity::Severity,
 };
@@ -57,8 +58,11 @@ const FLOW_DROP_ORDER: [usize; 7] = [10, 2, 3, 11, 4, 6, 9];
 pub struct FlowLayout {
     shown: [bool; 12],
     widths: [usize; 12],
-    /// Timestamp resolution of the report (crate::derived): latencies below it read `< 1 us`.
+    /// Timestamp resolution of the report (`summary.ts_resolution_ns`): latencies below it
+    /// read `< 1 us`.
     resolution_ns: u64,
+    /// The width prose lines (reasons, stragglers, lost PSNs) are wrapped at.
+    text: usize,
 }
 
 impl FlowLayout {
@@ -67,6 +71,7 @@ impl FlowLayout {
         shown: [true; 12],
         widths: FLOW_WIDTHS,
         resolution_ns: 1,
+        text: 118,
     };
 
     /// Fitted to a terminal `width` columns wide: narrower drops whole columns (the problem
@@ -89,6 +94,7 @@ impl FlowLayout {
         }
         let room = width.saturating_sub(total(&l));
         l.widths[0] += room.min(longest.saturating_sub(l.widths[0]));
+        l.text = width.min(FlowLayout::FIXED.text);
         l
     }
 
@@ -193,15 +199,17 @@ fn reordering_line(out: &mut String, f: &FlowSnapshot) {
         return;
     }
     let mut line = format!(
-        "  reordered {} (at most {} PSNs late)",
+        "  reordered {} (at most {} late)",
         format::count(f.reordered),
-        f.reorder_distance_max
+        format::plural(f.reorder_distance_max, "PSN", "PSNs")
     );
     if f.reorder_naks > 0 {
-        let _ = write!(line, ", {} NAKs caused by reordering", f.reorder_naks);
+        let naks = format::plural(f.reorder_naks, "NAK", "NAKs");
+        let _ = write!(line, ", {naks} caused by reordering");
     }
     if f.psn_holes > 0 {
-        let _ = write!(line, ", {} PSNs skipped and not arrived yet", f.psn_holes);
+        let holes = format::plural(f.psn_holes, "PSN", "PSNs");
+        let _ = write!(line, ", {holes} skipped and not arrived yet");
     }
     let _ = writeln!(out, "{line}");
 }
@@ -307,10 +315,33 @@ fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
     }
 }
 
+/// `line` as it is at the fixed width (files and pipes keep their lines); on a narrower
+/// terminal, when it does not fit, broken between its items (separated by two spaces, or by
+/// one in prose), continuation lines indented by two more spaces than `indent`.
+fn fit_line(out: &mut String, indent: &str, line: &str, width: usize) {
+    if width >= FlowLayout::FIXED.text || indent.len() + line.chars().count() <= width {
+        let _ = writeln!(out, "{indent}{line}");
+        return;
+    }
+    let sep = if line.contains("  ") { "  " } else { " " };
+    let mut current = String::from(indent);
+    for item in line.split(sep).filter(|i| !i.is_empty()) {
+        if current.trim().is_empty() {
+            current.push_str(item);
+        } else if current.chars().count() + sep.len() + item.chars().count() <= width {
+            current.push_str(sep);
+            current.push_str(item);
+        } else {
+            let _ = writeln!(out, "{current}");
+            current = format!("{indent}  {item}");
+        }
+    }
+    let _ = writeln!(out, "{current}");
+}
+
 /// Training steps and their stragglers.
-fn steps(out: &mut String, st: &StepsSnapshot) {
-    let _ = writeln!(
-        out,
+fn steps(out: &mut String, st: &StepsSnapshot, width: usize) {
+    let line = format!(
         "steps: period {:.2} ms, {} steps in {}, communicating {:.0}% of a step (confidence {:.2})",
         st.period_ms,
         st.count,
@@ -318,6 +349,7 @@ fn steps(out: &mut String, st: &StepsSnapshot) {
         st.comm_fraction * 100.0,
         st.confidence
     );
+    fit_line(out, "", &line, width);
     for g in st.stragglers.iter().take(5) {
         let e = &g.evidence;
         let text = format!(
@@ -337,11 +369,10 @@ fn steps(out: &mut String, st: &StepsSnapshot) {
             e.naks,
             format::us(e.pause_us)
         );
-        wrap(out, &text, "  ", 118);
+        wrap(out, &text, "  ", width);
     }
 }
 
-/// Render the snapshot as text.
 /// The report as text for a terminal or a pipe. Text that comes from a capture or another
 /// process (interface names, process names) is printed with its control characters escaped.
 /// The table at the fixed width (files, pipes, tests).
@@ -362,7 +393,7 @@ pub fn render_for(s: &Snapshot, width: Option<u16>) -> String {
         ),
         None => FlowLayout::FIXED,
     };
-    layout.resolution_ns = crate::derived::timestamp_resolution_ns(s);
+    layout.resolution_ns = s.summary.ts_resolution_ns;
     let out = render_text(s, &layout);
     if let std::borrow::Cow::Owned(escaped) = crate::format::terminal_lines(&out) {
         return escaped;
@@ -407,9 +438,30 @@ fn observer_line(m: &Summary) -> String {
 
 fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
     let mut out = String::new();
-    let m = &s.summary;
-    let _ = writeln!(
-        out,
+    summary(&mut out, &s.summary, layout.text);
+    let _ = writeln!(out);
+    flows(&mut out, s, layout);
+    nic(&mut out, s);
+    mirror_sessions(&mut out, s);
+    pfc(&mut out, s);
+    pfc_origin(&mut out, s);
+    latency(&mut out, s, layout.text);
+    ecmp(&mut out, s, layout.text);
+    path_loss(&mut out, s, layout.text);
+    if let Some(st) = &s.steps {
+        let _ = writeln!(out);
+        steps(&mut out, st, layout.text);
+    }
+    if !s.alerts.is_empty() {
+        let _ = writeln!(out);
+        alerts(&mut out, &s.alerts, layout.text);
+    }
+    out
+}
+
+/// The frame classes, the interval, what watching costs, and what the source lost or cut.
+fn summary(out: &mut String, m: &Summary, width: usize) {
+    let frames = format!(
         "frames {}  roce {}  pfc {}  pause {}  non-roce {}  malformed {}  fragments {}  unsupported {}",
         m.total_packets,
         m.roce_packets,
@@ -420,8 +472,8 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         m.ip_fragments,
         m.unsupported,
     );
-    let _ = writeln!(
-        out,
+    fit_line(out, "", &frames, width);
+    let flows = format!(
         "flows {}  interval {:.3} s  path MTU {}{}  link {} Gb/s",
         m.flows,
         m.interval_s,
@@ -429,7 +481,8 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         if m.pmtu_learned { " (learned)" } else { "" },
         m.link_gbps,
     );
-    wrap(&mut out, &observer_line(m), "", 118);
+    fit_line(out, "", &flows, width);
+    wrap(out, &observer_line(m), "", width);
     if m.map_full + m.ringbuf_full + m.pending_full + m.tail_call_failed > 0 {
         let _ = writeln!(
             out,
@@ -450,21 +503,23 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
                 .map(|e| format!("; {e}"))
                 .unwrap_or_default()
         );
-        wrap(&mut out, &text, "", 118);
+        wrap(out, &text, "", width);
     }
     if let Some(c) = &m.capture {
         for u in &c.unseen {
-            wrap(&mut out, &format!("capture {u}"), "", 118);
+            wrap(out, &format!("capture {u}"), "", width);
         }
     }
+}
 
-    let _ = writeln!(out);
+/// The flow table, problems first, and the owners of the flows it lists.
+fn flows(out: &mut String, s: &Snapshot, layout: &FlowLayout) {
     let capture = s.summary.capture.is_some();
     let mut header = FLOW_HEADER;
     if capture {
         header[4] = "ACT RATE";
     }
-    flow_line(&mut out, header, layout);
+    flow_line(out, header, layout);
     // The rows shown: problems first (crate::severity, the order every renderer uses), then
     // most bytes, ties in snapshot order. Selected, then only they are sorted: sorting every
     // flow for 50 rows was measurable at 100,000 flows.
@@ -487,7 +542,7 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         *seen.entry((f.src_ip, f.dst_ip, f.dst_qp)).or_insert(point) != point
     });
     for (_, i) in &rows {
-        flow_row(&mut out, &s.flows[*i], (at_point, capture), layout);
+        flow_row(out, &s.flows[*i], (at_point, capture), layout);
     }
     if s.flows.len() > MAX_FLOW_ROWS {
         let _ = writeln!(
@@ -501,9 +556,11 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         );
     }
     let listed: Vec<&FlowSnapshot> = rows.iter().map(|(_, i)| &*s.flows[*i]).collect();
-    owners(&mut out, &listed);
-    nic(&mut out, s);
+    owners(out, &listed);
+}
 
+/// The switch-mirror sessions and the frames lost on the mirror path.
+fn mirror_sessions(out: &mut String, s: &Snapshot) {
     if !s.mirror.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -534,10 +591,13 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
         let _ = writeln!(
             out,
             "mirror frames lost in transit (sum of SEQ LOST): {}",
-            m.mirror_seq_lost
+            s.summary.mirror_seq_lost
         );
     }
+}
 
+/// PFC and PAUSE per interface, source MAC and priority.
+fn pfc(out: &mut String, s: &Snapshot) {
     if !s.pfc.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(
@@ -563,7 +623,10 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             );
         }
     }
+}
 
+/// Where a PFC storm started, and the sources it paused in order.
+fn pfc_origin(out: &mut String, s: &Snapshot) {
     if let Some(o) = &s.pfc_origin {
         let prio = |p: Option<u8>| p.map(|v| v.to_string()).unwrap_or_else(|| "link".into());
         match (&o.origin, o.origin_index) {
@@ -612,23 +675,36 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             );
         }
     }
+}
 
+/// The latency seen at the observation point over all flows.
+fn latency(out: &mut String, s: &Snapshot, width: usize) {
     let l = &s.latency.overall;
+    let lat = |v| format::latency(v, s.summary.ts_resolution_ns);
     if l.count > 0 {
         let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "latency at the observation point, {} samples: min {} p50 {} p90 {} p99 {} p99.9 {} max {}",
-            l.count,
-            format::ns(l.min),
-            format::ns(l.p50),
-            format::ns(l.p90),
-            format::ns(l.p99),
-            format::ns(l.p999),
-            format::ns(l.max)
+        let head = format!("latency at the observation point, {} samples:", l.count);
+        let values = format!(
+            "min {} p50 {} p90 {} p99 {} p99.9 {} max {}",
+            lat(l.min),
+            lat(l.p50),
+            lat(l.p90),
+            lat(l.p99),
+            lat(l.p999),
+            lat(l.max)
         );
+        // One line at the fixed width; on a narrow terminal the values go on a line of their
+        // own (a value is never parted from its unit).
+        if width >= FlowLayout::FIXED.text || head.len() + 1 + values.len() <= width {
+            let _ = writeln!(out, "{head} {values}");
+        } else {
+            let _ = writeln!(out, "{head}\n  {values}");
+        }
     }
+}
 
+/// ECMP balance: measured, modelled, the remedies, and the entropy per host pair.
+fn ecmp(out: &mut String, s: &Snapshot, width: usize) {
     let e = &s.ecmp;
     if !e.measured.paths.is_empty() {
         let _ = writeln!(out);
@@ -644,114 +720,128 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             e.measured.jain
         );
         if let Some(mdl) = &e.modelled {
-            let _ = writeln!(
-                out,
-                "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}",
-                mdl.paths,
-                mdl.hash.name(),
-                mdl.seed,
-                mdl.imbalance,
-                mdl.jain,
-            );
-            if mdl.multipath_flows > 0 {
-                let _ = writeln!(
-                    out,
-                    "  left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
-                    mdl.multipath_flows,
-                    format::bytes(mdl.multipath_bytes)
-                );
-            }
-            let total: u64 = mdl.bytes_per_path.iter().sum();
-            let shares: Vec<String> = mdl
-                .bytes_per_path
-                .iter()
-                .take(24)
-                .map(|b| format!("{:.0}%", *b as f64 * 100.0 / total.max(1) as f64))
-                .collect();
-            let more = if mdl.bytes_per_path.len() > 24 {
-                " ..."
-            } else {
-                ""
-            };
-            let _ = writeln!(out, "  byte share per path: {}{more}", shares.join(" "));
-            for c in mdl.collisions.iter().take(3) {
-                let _ = writeln!(
-                    out,
-                    "  path {} carries {} elephant 5-tuples ({})",
-                    c.path,
-                    c.elephants.len(),
-                    format::bytes(c.bytes)
-                );
-            }
-            if let Some(a) = mdl.advice.as_ref().filter(|a| !a.changes.is_empty()) {
-                let _ = writeln!(
-                    out,
-                    "  advice: move {} 5-tuples to new UDP source ports: max/mean {:.2} -> {:.2}",
-                    a.changes.len(),
-                    mdl.imbalance,
-                    a.imbalance_after
-                );
-                for c in a.changes.iter().take(5) {
-                    let _ = writeln!(
-                        out,
-                        "    {} > {} sport {} -> {} (path {} -> {}, {})",
-                        c.src_ip,
-                        c.dst_ip,
-                        c.udp_src_port,
-                        c.new_udp_src_port,
-                        c.from_path,
-                        c.to_path,
-                        format::bytes(c.bytes)
-                    );
-                }
-            }
-            if let Some(q) = &mdl.qp_advice {
-                // The connections whose QP count changes (the JSON lists every one).
-                let changed: Vec<_> = q
-                    .connections
-                    .iter()
-                    .filter(|c| u64::from(c.qps) != c.qps_now)
-                    .collect();
-                let mut counts: Vec<String> = changed
-                    .iter()
-                    .take(5)
-                    .map(|c| {
-                        format!(
-                            "{} > {} {} (now {})",
-                            c.src_ip,
-                            c.dst_ip,
-                            format::plural(u64::from(c.qps), "QP", "QPs"),
-                            c.qps_now
-                        )
-                    })
-                    .collect();
-                if changed.len() > 5 {
-                    counts.push(format!("{} more", changed.len() - 5));
-                }
-                if !counts.is_empty() {
-                    let _ = writeln!(
-                        out,
-                        "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
-                        mdl.imbalance,
-                        q.imbalance_after,
-                        counts.join(", ")
-                    );
-                }
-            }
+            ecmp_modelled(out, mdl, width);
         }
         for p in e.entropy.iter().take(5) {
-            let _ = writeln!(
-                out,
-                "  {} > {}: {} on {}, busiest 5-tuple {:.0}% of bytes",
+            let text = format!(
+                "{} > {}: {} on {}, busiest 5-tuple {:.0}% of bytes",
                 p.src_ip,
                 p.dst_ip,
                 format::plural(p.qps, "QP", "QPs"),
                 format::plural(p.udp_src_ports, "UDP source port", "UDP source ports"),
                 p.busiest_tuple_share * 100.0
             );
+            wrap(out, &text, "  ", width);
         }
     }
+}
 
+/// The modelled hash's balance over the paths, the flows it leaves out, and the elephants that
+/// share a path.
+fn ecmp_modelled(out: &mut String, mdl: &ModelledView, width: usize) {
+    let _ = writeln!(
+        out,
+        "ecmp modelled ({} paths, {} seed {}): max/mean {:.2}  jain {:.3}",
+        mdl.paths,
+        mdl.hash.name(),
+        mdl.seed,
+        mdl.imbalance,
+        mdl.jain,
+    );
+    if mdl.multipath_flows > 0 {
+        let line = format!(
+            "left out: {} flows ({}) whose packets arrive reordered: the fabric sprays them over several paths, no 5-tuple hash decides theirs",
+            mdl.multipath_flows,
+            format::bytes(mdl.multipath_bytes)
+        );
+        fit_line(out, "  ", &line, width);
+    }
+    let total: u64 = mdl.bytes_per_path.iter().sum();
+    let shares: Vec<String> = mdl
+        .bytes_per_path
+        .iter()
+        .take(24)
+        .map(|b| format!("{:.0}%", *b as f64 * 100.0 / total.max(1) as f64))
+        .collect();
+    let more = if mdl.bytes_per_path.len() > 24 {
+        " ..."
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "  byte share per path: {}{more}", shares.join(" "));
+    for c in mdl.collisions.iter().take(3) {
+        let _ = writeln!(
+            out,
+            "  path {} carries {} elephant 5-tuples ({})",
+            c.path,
+            c.elephants.len(),
+            format::bytes(c.bytes)
+        );
+    }
+    ecmp_remedies(out, mdl);
+}
+
+/// The remedies for a modelled imbalance: new UDP source ports, or QPs per connection.
+fn ecmp_remedies(out: &mut String, mdl: &ModelledView) {
+    if let Some(a) = mdl.advice.as_ref().filter(|a| !a.changes.is_empty()) {
+        let _ = writeln!(
+            out,
+            "  advice: move {} 5-tuples to new UDP source ports: max/mean {:.2} -> {:.2}",
+            a.changes.len(),
+            mdl.imbalance,
+            a.imbalance_after
+        );
+        for c in a.changes.iter().take(5) {
+            let _ = writeln!(
+                out,
+                "    {} > {} sport {} -> {} (path {} -> {}, {})",
+                c.src_ip,
+                c.dst_ip,
+                c.udp_src_port,
+                c.new_udp_src_port,
+                c.from_path,
+                c.to_path,
+                format::bytes(c.bytes)
+            );
+        }
+    }
+    if let Some(q) = &mdl.qp_advice {
+        // The connections whose QP count changes (the JSON lists every one).
+        let changed: Vec<_> = q
+            .connections
+            .iter()
+            .filter(|c| u64::from(c.qps) != c.qps_now)
+            .collect();
+        let mut counts: Vec<String> = changed
+            .iter()
+            .take(5)
+            .map(|c| {
+                format!(
+                    "{} > {} {} (now {})",
+                    c.src_ip,
+                    c.dst_ip,
+                    format::plural(u64::from(c.qps), "QP", "QPs"),
+                    c.qps_now
+                )
+            })
+            .collect();
+        if changed.len() > 5 {
+            counts.push(format!("{} more", changed.len() - 5));
+        }
+        if !counts.is_empty() {
+            let _ = writeln!(
+                out,
+                "  or QPs per connection: max/mean {:.2} -> {:.2}: {}",
+                mdl.imbalance,
+                q.imbalance_after,
+                counts.join(", ")
+            );
+        }
+    }
+}
+
+/// Request PSNs lost between two observation points.
+fn path_loss(out: &mut String, s: &Snapshot, width: usize) {
     let lossy: Vec<_> = s
         .paths
         .iter()
@@ -789,20 +879,9 @@ fn render_text(s: &Snapshot, layout: &FlowLayout) -> String {
             } else {
                 text
             };
-            wrap(&mut out, &text, "  ", 118);
+            wrap(out, &text, "  ", width);
         }
     }
-
-    if let Some(st) = &s.steps {
-        let _ = writeln!(out);
-        steps(&mut out, st);
-    }
-
-    if !s.alerts.is_empty() {
-        let _ = writeln!(out);
-        alerts(&mut out, &s.alerts);
-    }
-    out
 }
 
 /// Lines of an alert list: groups by kind, problems first; per group its first lines.
@@ -810,7 +889,7 @@ const ALERT_LINES: usize = 5;
 
 /// The alerts grouped by kind with their counts, worst first (crate::severity); advice one line
 /// per host pair or observation point.
-fn alerts(out: &mut String, alerts: &[crate::report::AlertSnapshot]) {
+fn alerts(out: &mut String, alerts: &[crate::report::AlertSnapshot], width: usize) {
     let _ = writeln!(out, "alerts:");
     for g in crate::severity::group_alerts(alerts) {
         let mark = if g.severity.is_problem() { "!" } else { " " };
@@ -830,7 +909,7 @@ fn alerts(out: &mut String, alerts: &[crate::report::AlertSnapshot]) {
         );
         for e in g.entries.iter().take(ALERT_LINES) {
             let _ = writeln!(out, "    {} (x{})", fit(&e.subject.text(), 100), e.count);
-            wrap(out, &e.alert.reason, "      ", 118);
+            wrap(out, &e.alert.reason, "      ", width);
         }
         if g.entries.len() > ALERT_LINES {
             let _ = writeln!(
@@ -937,6 +1016,102 @@ pub(crate) mod tests {
         assert_eq!(doc["flows"][0]["iface"], format!("{HOSTILE}eth0"));
     }
 
+    /// A SEND with an ACK 400 ns later, in a pcap of microsecond (`ns` false) or nanosecond
+    /// timestamps, or in a pcapng whose interface has `if_tsresol` `tsresol`.
+    fn timed_exchange(container: &str, tsresol: u8) -> Vec<u8> {
+        use roce_observer_common::frames::RoceFrame;
+        let req = RoceFrame {
+            ack_req: true,
+            payload: 64,
+            ..RoceFrame::new(0x04, 0x12, 100)
+        }
+        .build();
+        let ack = RoceFrame {
+            src_ip: [192, 0, 2, 2],
+            dst_ip: [192, 0, 2, 1],
+            ..RoceFrame::new(0x11, 0x11, 100)
+        }
+        .build();
+        // 1_700_000_000.000_001_200 s, then 400 ns later.
+        let frames = [(1_200u64, req), (1_600, ack)];
+        let mut cap = Vec::new();
+        if container == "pcapng" {
+            let mut shb = Vec::new();
+            shb.extend(0x1A2B_3C4Du32.to_le_bytes());
+            shb.extend(1u16.to_le_bytes());
+            shb.extend(0u16.to_le_bytes());
+            shb.extend((-1i64).to_le_bytes());
+            block(&mut cap, 0x0A0D_0D0A, &shb);
+            let mut idb = Vec::new();
+            idb.extend(1u16.to_le_bytes());
+            idb.extend(0u16.to_le_bytes());
+            idb.extend(65535u32.to_le_bytes());
+            idb.extend(9u16.to_le_bytes()); // if_tsresol
+            idb.extend(1u16.to_le_bytes());
+            idb.extend([tsresol, 0, 0, 0]);
+            idb.extend([0u8; 4]);
+            block(&mut cap, 1, &idb);
+            let per_s = 10u64.pow(u32::from(tsresol));
+            for (ns, f) in &frames {
+                let t = 1_700_000_000 * per_s + ns * per_s / 1_000_000_000;
+                let mut epb = Vec::new();
+                epb.extend(0u32.to_le_bytes());
+                epb.extend(((t >> 32) as u32).to_le_bytes());
+                epb.extend((t as u32).to_le_bytes());
+                epb.extend((f.len() as u32).to_le_bytes());
+                epb.extend((f.len() as u32).to_le_bytes());
+                epb.extend(f);
+                block(&mut cap, 6, &epb);
+            }
+            return cap;
+        }
+        let ns = container == "pcap-ns";
+        cap.extend(if ns { 0xa1b2_3c4du32 } else { 0xa1b2_c3d4u32 }.to_le_bytes());
+        cap.extend(2u16.to_le_bytes());
+        cap.extend(4u16.to_le_bytes());
+        cap.extend([0u8; 8]);
+        cap.extend(65535u32.to_le_bytes());
+        cap.extend(1u32.to_le_bytes());
+        for (t, f) in &frames {
+            cap.extend(1_700_000_000u32.to_le_bytes());
+            let frac = if ns { *t } else { t / 1000 };
+            cap.extend((frac as u32).to_le_bytes());
+            cap.extend((f.len() as u32).to_le_bytes());
+            cap.extend((f.len() as u32).to_le_bytes());
+            cap.extend(f);
+        }
+        cap
+    }
+
+    /// The timestamp resolution comes from the capture header: a microsecond pcap cannot
+    /// measure 400 ns (both frames read the same microsecond), so the latency reads `< 1 us`,
+    /// never `0 ns`; a nanosecond pcap and a nanosecond pcapng interface measure it.
+    #[test]
+    fn latency_below_the_capture_resolution_reads_less_than_it() {
+        for (container, tsresol, resolution, shown) in [
+            ("pcap-us", 0, 1000, "< 1 us/< 1 us"),
+            ("pcap-ns", 0, 1, "400 ns/400 ns"),
+            ("pcapng", 6, 1000, "< 1 us/< 1 us"),
+            ("pcapng", 9, 1, "400 ns/400 ns"),
+        ] {
+            let cap = timed_exchange(container, tsresol);
+            let (mut engine, err) =
+                crate::analyze::analyze_reader(&cap[..], crate::engine::EngineConfig::default());
+            assert!(err.is_none(), "{container}: {err:?}");
+            let snap = engine.snapshot(engine.last_ts());
+            assert_eq!(
+                snap.summary.ts_resolution_ns, resolution,
+                "{container} {tsresol}"
+            );
+            let out = render(&snap);
+            let row = out
+                .lines()
+                .find(|l| l.starts_with("192.0.2.1 > 192.0.2.2"))
+                .unwrap_or_else(|| panic!("the request flow in\n{out}"));
+            assert!(row.ends_with(shown), "{container} {tsresol}: {row}");
+        }
+    }
+
     fn analyzed(name: &str) -> Snapshot {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures")
@@ -946,6 +1121,20 @@ pub(crate) mod tests {
             crate::analyze::analyze_reader(file, crate::engine::EngineConfig::default());
         assert!(err.is_none(), "{err:?}");
         engine.snapshot(0)
+    }
+
+    /// The reordering line under a flow counts in the right number.
+    #[test]
+    fn reordering_lines_use_singulars() {
+        let out = render(&analyzed("reorder_duplicate"));
+        assert!(
+            out.contains("  reordered 1 (at most 1 PSN late), 1 NAK caused by reordering"),
+            "{out}"
+        );
+        assert!(
+            !out.contains(" 1 PSNs") && !out.contains(" 1 NAKs"),
+            "{out}"
+        );
     }
 
     /// One QP seen at two points is two rows: each says where when the flows were seen at
@@ -1017,6 +1206,36 @@ pub(crate) mod tests {
             table[0].contains("NAKS") && table[0].contains("GAPS"),
             "{table:?}"
         );
+    }
+
+    /// On an 80-column terminal the summary, latency, ECMP, steps and alert lines fit too (the
+    /// PFC and mirror tables keep their fixed columns); files and pipes keep one line each.
+    #[test]
+    fn prose_and_summary_lines_fit_a_narrow_terminal() {
+        for name in ["reorder_duplicate", "mixed_demo", "loss_nak_go_back_n"] {
+            let snap = analyzed(name);
+            let narrow = render_for(&snap, Some(80));
+            let pfc_rows = narrow
+                .lines()
+                .skip_while(|l| !l.starts_with("PFC IFACE"))
+                .take_while(|l| !l.is_empty())
+                .count();
+            let wide: Vec<&str> = narrow.lines().filter(|l| l.chars().count() > 79).collect();
+            // A PFC row is one line per source; nothing else is wider than the terminal.
+            assert!(wide.len() <= pfc_rows, "{name}: {wide:#?}");
+            assert!(
+                wide.iter()
+                    .all(|l| l.starts_with("PFC IFACE") || l.contains("/capture ")),
+                "{name}: {wide:#?}"
+            );
+            let fixed = render(&snap);
+            assert!(
+                fixed
+                    .lines()
+                    .any(|l| l.starts_with("frames ") && l.contains("unsupported")),
+                "{name}: one summary line at the fixed width:\n{fixed}"
+            );
+        }
     }
 
     /// On a host with an RDMA device the table gains the owners of the listed flows and the

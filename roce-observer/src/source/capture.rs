@@ -29,7 +29,7 @@ use crate::{
     source::{LiveSource, SourceState},
     wire::{
         Link,
-        capture::{CaptureEnd, CaptureIface, CapturedFrame, read_capture},
+        capture::{CaptureEnd, CaptureIface, CapturedFrame, read_capture_at},
     },
 };
 use roce_observer_common::Direction;
@@ -60,6 +60,8 @@ enum Message {
         iface: u32,
         direction: Direction,
         link: Link,
+        /// Bytes of the input up to the end of this frame's record.
+        read_to: u64,
     },
     End(CaptureEnd),
 }
@@ -123,15 +125,20 @@ pub struct CaptureSource {
     /// At the recorded pace: the first frame's timestamp and when it was taken, so that the
     /// capture clock runs on between frames.
     origin: Option<(u64, Instant)>,
+    /// The size of a regular file (none for a stream): the report says how much of it the
+    /// engine has taken.
+    size: Option<u64>,
 }
 
 impl CaptureSource {
-    /// Start reading `input` (named `name` in messages) on a thread. Waits up to `wait` for
-    /// the capture header, so that a stream that is not a capture fails here, before a UI
-    /// takes the terminal; a slower stream's header is checked as soon as it arrives.
+    /// Start reading `input` (named `name` in messages, `size` bytes long when it is a regular
+    /// file) on a thread. Waits up to `wait` for the capture header, so that a stream that is
+    /// not a capture fails here, before a UI takes the terminal; a slower stream's header is
+    /// checked as soon as it arrives.
     pub fn start<R: Read + Send + 'static>(
         name: String,
         input: R,
+        size: Option<u64>,
         pace: Pace,
         wait: Duration,
     ) -> anyhow::Result<CaptureSource> {
@@ -165,6 +172,7 @@ impl CaptureSource {
             last_ts: 0,
             pace,
             origin: None,
+            size,
         };
         match src.messages.recv_timeout(wait) {
             Ok(Message::End(end)) => src.first = Some(Message::End(src.check_end(end)?)),
@@ -191,7 +199,7 @@ impl CaptureSource {
 
     fn apply(&mut self, engine: &mut Engine, message: Message) -> anyhow::Result<()> {
         match message {
-            Message::Iface(iface) => engine.set_iface_name(iface.index, &iface.name),
+            Message::Iface(iface) => engine.announce(&iface),
             Message::Frame {
                 ts_ns,
                 data,
@@ -199,7 +207,11 @@ impl CaptureSource {
                 iface,
                 direction,
                 link,
+                read_to,
             } => {
+                if let Some(size) = self.size {
+                    engine.set_capture_read(read_to as f64 / size.max(1) as f64);
+                }
                 self.last_ts = self.last_ts.max(ts_ns);
                 if self.pace == Pace::Recorded && self.origin.is_none() {
                     self.origin = Some((ts_ns, Instant::now()));
@@ -215,6 +227,9 @@ impl CaptureSource {
             }
             Message::End(end) => {
                 let end = self.check_end(end)?;
+                if self.size.is_some() {
+                    engine.set_capture_read(1.0);
+                }
                 engine.set_capture_summary(capture_summary(&end));
                 self.ended = true;
             }
@@ -287,7 +302,8 @@ fn read_into<R: Read + Send>(input: R, tx: SyncSender<Message>, pace: Pace, sign
     };
     let mut arena = BytesMut::new();
     let mut clock: Option<(u64, Instant)> = None;
-    let end = read_capture(
+    let position = std::cell::Cell::new(0);
+    let end = read_capture_at(
         input,
         |iface| send(Message::Iface(iface)),
         |f| {
@@ -308,8 +324,10 @@ fn read_into<R: Read + Send>(input: R, tx: SyncSender<Message>, pace: Pace, sign
                 iface: f.iface,
                 direction: f.direction,
                 link: f.link,
+                read_to: position.get(),
             });
         },
+        &position,
     );
     send(Message::End(end));
 }
@@ -362,5 +380,57 @@ impl LiveSource for CaptureSource {
         // The reader thread is not joined: it may be blocked reading a pipe, and it ends with
         // the process (or at its next read, for a file).
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::EngineConfig;
+
+    /// The report says how much of a capture file the engine has taken: after the first frame,
+    /// the header and that frame's record; at the end, all of it. A stream has no share.
+    #[test]
+    fn the_share_of_a_file_read_follows_the_frames_taken() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/mixed_demo.pcap");
+        let bytes = std::fs::read(&path).expect("fixture");
+        let size = bytes.len() as u64;
+        // A pcap's file header is 24 bytes, each record's header 16, then its captured bytes.
+        let first_record = 24
+            + 16
+            + u64::from(u32::from_le_bytes(
+                bytes[32..36].try_into().expect("a record header"),
+            ));
+        let mut src = CaptureSource::start(
+            "fixture".into(),
+            std::io::Cursor::new(bytes.clone()),
+            Some(size),
+            Pace::Fast,
+            Duration::from_secs(5),
+        )
+        .expect("a capture");
+        let mut engine = Engine::new(EngineConfig::default());
+        // The header was read by start; frames come one message at a time.
+        while engine.frames_seen() == 0 {
+            src.drain(&mut engine, 1).expect("drain");
+        }
+        let share = engine.snapshot(0).summary.capture_read.expect("a share");
+        assert_eq!(share, first_record as f64 / size as f64);
+        while src.drain(&mut engine, CHANNEL_FRAMES).expect("drain") == SourceState::Open {}
+        assert_eq!(engine.snapshot(0).summary.capture_read, Some(1.0));
+
+        let mut stream = CaptureSource::start(
+            "stdin".into(),
+            std::io::Cursor::new(bytes),
+            None,
+            Pace::Fast,
+            Duration::from_secs(5),
+        )
+        .expect("a capture");
+        let mut engine = Engine::new(EngineConfig::default());
+        while stream.drain(&mut engine, CHANNEL_FRAMES).expect("drain") == SourceState::Open {}
+        assert!(engine.frames_seen() > 0);
+        assert_eq!(engine.snapshot(0).summary.capture_read, None);
     }
 }

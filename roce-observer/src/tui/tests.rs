@@ -22,15 +22,17 @@ fn fixture_snapshot_with(name: &str, config: EngineConfig) -> crate::report::Sna
     let file = std::fs::File::open(&path).expect("fixture exists");
     let mut engine = Engine::new(config);
     let mut last = 0;
+    let mut resolution = 1;
     let end = wire::capture::read_capture(
         file,
-        |_| {},
+        |i| resolution = resolution.max(i.ts_resolution_ns),
         |f| {
             last = f.ts_ns;
             engine.ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface);
         },
     );
     assert!(end.error.is_none(), "fixture reads cleanly");
+    engine.set_ts_resolution(resolution);
     engine.snapshot(last)
 }
 
@@ -288,9 +290,18 @@ fn ended_capture_is_marked_and_keeps_its_state() {
     app.update(Action::SourceEnded);
     assert!(app.ended);
     assert_eq!(app.snapshot, snap);
-    assert!(render(&app).contains("capture ended (q to quit)"));
+    assert!(render_at(&app, 120, 24).contains("capture ended (q to quit)"));
+    // At 80 columns the banner is short and the header keeps its counts.
+    let narrow = render(&app);
+    assert!(narrow.contains("capture ended "), "{narrow}");
+    for count in ["flows ", "RoCE ", "PFC "] {
+        assert!(
+            narrow.lines().next().is_some_and(|l| l.contains(count)),
+            "{count}: {narrow}"
+        );
+    }
     app.update(Action::SelectTab(tab("PFC")));
-    assert!(render(&app).contains("capture ended (q to quit)"));
+    assert!(render(&app).contains("capture ended "));
     app.update(Action::Quit);
     assert!(app.quit);
 }
@@ -362,17 +373,19 @@ fn interval_snapshots(name: &str, parts: usize) -> Vec<crate::report::Snapshot> 
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")
         .join(format!("{name}.pcap"));
+    let mut resolution = 1;
     let frames = {
         let mut v = Vec::new();
         let end = wire::capture::read_capture(
             std::fs::File::open(&path).expect("fixture"),
-            |_| {},
+            |i| resolution = resolution.max(i.ts_resolution_ns),
             |f| v.push((f.ts_ns, f.data.to_vec(), f.orig_len, f.iface)),
         );
         assert!(end.error.is_none());
         v
     };
     let mut engine = Engine::new(EngineConfig::default());
+    engine.set_ts_resolution(resolution);
     let per = frames.len().div_ceil(parts);
     let mut out = Vec::new();
     for chunk in frames.chunks(per) {
@@ -801,7 +814,10 @@ fn storm_view_of_a_deadlock_names_no_origin() {
     // No member of a cycle is called its root, along the chain either.
     assert!(!screen.contains("root"), "{screen}");
     insta::assert_snapshot!(screen);
-    let alerts = render_at(&deadlock_app(tab("Alerts")), 80, 24);
+    // The deadlock is the last line: reasons are wrapped in their rows, so select it.
+    let mut app = deadlock_app(tab("Alerts"));
+    app.update(Action::Bottom);
+    let alerts = render_at(&app, 80, 24);
     assert!(
         alerts.contains("deadlock") && alerts.contains("a -> b -> c"),
         "{alerts}"
@@ -1222,4 +1238,80 @@ fn write_report_creates_a_new_json_file_each_time() {
     app.status = Some(format!("report written to {}", first.display()));
     assert!(render_at(&app, 200, 24).contains("report written to"));
     std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// A capture without RoCE: the empty flow table says what was read and what to try, with the
+/// ports the run looked on (the advice `analyze` prints).
+#[test]
+fn empty_flows_view_advises_on_the_ports_looked_on() {
+    let snap = fixture_snapshot_with(
+        "mixed_demo",
+        EngineConfig {
+            roce_port: 4792,
+            ..EngineConfig::default()
+        },
+    );
+    assert!(snap.flows.is_empty());
+    let mut app = App::new("tests/fixtures/mixed_demo.pcap".into(), snap);
+    app.update(Action::SourceEnded);
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("none RoCEv2 on UDP port 4792"), "{screen}");
+    assert!(screen.contains("--roce-port"), "{screen}");
+    insta::assert_snapshot!(screen);
+    // While the capture is still read, the advice is about what came so far.
+    let mut app = App::new(
+        "tests/fixtures/mixed_demo.pcap".into(),
+        app.snapshot.clone(),
+    );
+    app.update(Action::Redraw);
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("So far no RoCE flows"), "{screen}");
+    // Before anything was read it says so, not that the capture is empty.
+    let mut waiting = fixture_snapshot("mixed_demo");
+    waiting.summary.total_packets = 0;
+    waiting.summary.roce_packets = 0;
+    waiting.flows.clear();
+    let screen = render_at(&App::new("stdin".into(), waiting), 80, 24);
+    assert!(screen.contains("no frame read so far"), "{screen}");
+}
+
+/// A replay of a capture file shows its clock, frames and the share of the file read; a
+/// stream shows no share.
+#[test]
+fn header_shows_the_share_of_a_capture_file_read() {
+    let mut snap = fixture_snapshot("psn_gap");
+    snap.summary.capture = None;
+    snap.summary.capture_read = Some(0.376);
+    let screen = render_at(&App::new("big.pcap".into(), snap.clone()), 120, 24);
+    assert!(screen.contains("(37% read)"), "{screen}");
+    assert!(
+        screen.contains(&format!("frames {}", snap.summary.total_packets)),
+        "{screen}"
+    );
+    // A long path gives way to the progress, at 120 columns as at 80.
+    let long = "capture /var/tmp/captures/2026-12-04/rack7/leaf3-uplink-mirror-session-2.pcap";
+    for width in [80, 120] {
+        let screen = render_at(&App::new(long.into(), snap.clone()), width, 24);
+        assert!(screen.contains("(37% read)"), "{width}: {screen}");
+    }
+    snap.summary.capture_read = Some(0.999);
+    let screen = render_at(&App::new("big.pcap".into(), snap.clone()), 120, 24);
+    assert!(
+        screen.contains("(99% read)"),
+        "not 100% before the end: {screen}"
+    );
+    snap.summary.capture_read = None;
+    let screen = render_at(&App::new("stdin".into(), snap), 120, 24);
+    assert!(!screen.contains("% read"), "{screen}");
+}
+
+/// A report without alerts says so in the Alerts view instead of an empty table.
+#[test]
+fn alerts_view_without_alerts_says_so() {
+    let snap = fixture_snapshot("mirrors");
+    assert!(snap.alerts.is_empty());
+    let mut app = App::new("mirrors.pcap".into(), snap);
+    app.update(Action::SelectTab(tab("Alerts")));
+    let screen = render_at(&app, 80, 24);
+    assert!(screen.contains("No alerts"), "{screen}");
 }

@@ -43,11 +43,12 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
 }
 
-/// What is watched, as the header names it: in full on a wide terminal, a capture by its file
-/// name on a narrow one (the counts beside it matter more than its directory).
+/// What is watched, as the header names it: in full on a wide terminal when it takes at most a
+/// third of it, else a capture by its file name (the counts and the replay's progress beside it
+/// matter more than its directory).
 fn source_label(source: &str, width: u16) -> String {
     let shown = format::terminal(source);
-    if width >= 120 {
+    if width >= 120 && shown.chars().count() <= usize::from(width / 3) {
         return shown.into_owned();
     }
     let name = std::path::Path::new(&*shown)
@@ -104,16 +105,22 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             3,
         ),
     ];
-    // A capture's clock and frames read so far: a `--realtime` replay shows it advancing
-    // before its RoCE starts.
-    if s.capture.is_some() || s.roce_packets == 0 {
+    // A capture's clock, frames and share of the file read so far: a `--realtime` replay
+    // shows it advancing before its RoCE starts.
+    if s.capture.is_some() || s.capture_read.is_some() || s.roce_packets == 0 {
+        // Floored: 100% only once the whole file was read.
+        let read = s.capture_read.map_or(String::new(), |r| {
+            format!(" ({:.0}% read)", (r * 100.0).floor())
+        });
+        // While a file is replayed its clock and progress outrank every count but the flows.
+        let replaying = s.capture_read.is_some() && !app.ended;
         first.push((
-            Span::raw(format!(
-                "at {}  frames {}",
-                format::clock(s.interval_end_ts),
-                format::count(s.total_packets)
-            )),
-            5,
+            Span::raw(format!("at {}{read}", format::clock(s.interval_end_ts))),
+            if replaying { 1 } else { 5 },
+        ));
+        first.push((
+            Span::raw(format!("frames {}", format::count(s.total_packets))),
+            if replaying { 3 } else { 5 },
         ));
     }
     if app.paused {
@@ -138,13 +145,13 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         ));
     }
     if app.ended {
-        first.push((
-            Span::styled(
-                " capture ended (q to quit) ",
-                Style::new().black().on_cyan(),
-            ),
-            0,
-        ));
+        // Narrow, the footer's `q quit` says how to leave: the counts keep their room.
+        let banner = if area.width >= 100 {
+            " capture ended (q to quit) "
+        } else {
+            " capture ended "
+        };
+        first.push((Span::styled(banner, Style::new().black().on_cyan()), 0));
     }
     // Problems and advice counted apart: advice alone (every flow Not-ECT) marks nothing.
     let problems = app
@@ -184,8 +191,8 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
         (
             Span::raw(format!(
                 "latency p50 {} p99 {}",
-                format::ns(lat.p50),
-                format::ns(lat.p99)
+                format::latency(lat.p50, s.ts_resolution_ns),
+                format::latency(lat.p99, s.ts_resolution_ns)
             )),
             1,
         ),

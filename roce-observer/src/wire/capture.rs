@@ -11,7 +11,7 @@
 //! egress interfaces as two points. Both cooked formats also say whether a packet was received
 //! or sent (their packet type): frames carry that as their direction.
 
-use std::{collections::HashMap, io::Read};
+use std::{cell::Cell, collections::HashMap, io::Read};
 
 use pcap_parser::{Block, Linktype, PcapBlockOwned, PcapError, create_reader};
 use roce_observer_common::Direction;
@@ -126,6 +126,15 @@ pub struct CaptureEnd {
 pub struct CaptureIface {
     pub index: u32,
     pub name: String,
+    /// The resolution of its timestamps, ns (from the capture header: 1000 for a microsecond
+    /// pcap, 1 for a nanosecond one, a pcapng interface's `if_tsresol`).
+    pub ts_resolution_ns: u64,
+}
+
+/// Nanoseconds per timestamp unit of a clock of `units_per_s` (rounded up: a latency below it
+/// was not measurable).
+fn ns_per_unit(units_per_s: u64) -> u64 {
+    1_000_000_000u64.div_ceil(units_per_s.max(1)).max(1)
 }
 
 struct Iface {
@@ -208,7 +217,24 @@ fn header_len(head: &[u8]) -> Option<usize> {
 /// Read a capture from `input`, announcing each pcapng interface to `on_iface` and each
 /// Ethernet frame to `on_frame`, in file order. Returns `Err` only when nothing could be read;
 /// damage after that is returned in [`CaptureEnd::error`].
-pub fn read_capture<R, I, F>(input: R, mut on_iface: I, mut on_frame: F) -> CaptureEnd
+pub fn read_capture<R, I, F>(input: R, on_iface: I, on_frame: F) -> CaptureEnd
+where
+    R: Read + Send,
+    I: FnMut(CaptureIface),
+    F: FnMut(CapturedFrame<'_>),
+{
+    read_capture_at(input, on_iface, on_frame, &Cell::new(0))
+}
+
+/// [`read_capture`], keeping in `position` how many bytes of the input the records handed on
+/// so far take, to the end of the current one (the header included): what a replay has read
+/// of a file, whatever the reader has buffered ahead.
+pub fn read_capture_at<R, I, F>(
+    input: R,
+    mut on_iface: I,
+    mut on_frame: F,
+    position: &Cell<u64>,
+) -> CaptureEnd
 where
     R: Read + Send,
     I: FnMut(CaptureIface),
@@ -284,6 +310,8 @@ where
     // pcapng interface ids restart in every section; ours continue across sections.
     let mut section_base: u32 = 0;
     let mut legacy_ns = false;
+    // Bytes of the input the parser has consumed.
+    let mut consumed: u64 = 0;
     let mut capacity = INITIAL_BUFFER;
     let mut unsupported: Option<String> = None;
     let mut legacy_link = LinkType::Ethernet;
@@ -291,6 +319,9 @@ where
     let error = loop {
         match reader.next() {
             Ok((offset, block)) => {
+                // The header and blocks before this one, and this one.
+                let end = consumed + offset as u64;
+                position.set(end);
                 match block {
                     PcapBlockOwned::LegacyHeader(h) => {
                         stats.format = "pcap";
@@ -306,6 +337,7 @@ where
                             on_iface(CaptureIface {
                                 index: 0,
                                 name: "pcap".into(),
+                                ts_resolution_ns: legacy_resolution(legacy_ns),
                             });
                         }
                     }
@@ -318,6 +350,7 @@ where
                         let ts_ns = u64::from(b.ts_sec) * 1_000_000_000 + frac;
                         let raw = RawFrame {
                             ts_ns,
+                            ts_resolution_ns: legacy_resolution(legacy_ns),
                             data: b.data,
                             orig_len: b.origlen,
                             iface: 0,
@@ -349,15 +382,20 @@ where
                             Some(Ok(n)) if !n.is_empty() => n.trim_end_matches('\0').to_string(),
                             _ => format!("if{}", index - section_base),
                         };
+                        let resolution = idb.ts_resolution().unwrap_or(1_000_000).max(1);
                         ifaces.push(Iface {
                             link,
                             name: name.clone(),
-                            resolution: idb.ts_resolution().unwrap_or(1_000_000).max(1),
+                            resolution,
                             offset_s: idb.ts_offset(),
                         });
                         // An SLL2 interface's packets are on its interface indices' points.
                         if link != Some(LinkType::Sll2) {
-                            on_iface(CaptureIface { index, name });
+                            on_iface(CaptureIface {
+                                index,
+                                name,
+                                ts_resolution_ns: ns_per_unit(resolution),
+                            });
                         }
                     }
                     PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
@@ -377,6 +415,7 @@ where
                                 let data = &epb.data[..(epb.caplen as usize).min(epb.data.len())];
                                 let raw = RawFrame {
                                     ts_ns,
+                                    ts_resolution_ns: ns_per_unit(*resolution),
                                     data,
                                     orig_len: epb.origlen,
                                     iface: index,
@@ -405,11 +444,13 @@ where
                             Some(Iface {
                                 link: Some(link),
                                 name,
+                                resolution,
                                 ..
                             }) => {
                                 let data = &spb.data[..(spb.origlen as usize).min(spb.data.len())];
                                 let raw = RawFrame {
                                     ts_ns: 0,
+                                    ts_resolution_ns: ns_per_unit(*resolution),
                                     data,
                                     orig_len: spb.origlen,
                                     iface: section_base,
@@ -429,6 +470,7 @@ where
                     PcapBlockOwned::NG(_) => {}
                 }
                 reader.consume(offset);
+                consumed = end;
             }
             Err(PcapError::Eof) => break None,
             Err(PcapError::Incomplete(_)) => {
@@ -481,9 +523,16 @@ where
     CaptureEnd { stats, error }
 }
 
+/// The resolution of a pcap's timestamps, ns: its magic says microseconds or nanoseconds.
+fn legacy_resolution(nanosecond: bool) -> u64 {
+    if nanosecond { 1 } else { 1000 }
+}
+
 /// A record as the container gives it, before its link header is read.
 struct RawFrame<'a> {
     ts_ns: u64,
+    /// The resolution of `ts_ns`, ns.
+    ts_resolution_ns: u64,
     data: &'a [u8],
     orig_len: u32,
     iface: u32,
@@ -504,6 +553,7 @@ impl Sll2Points {
         iface: u32,
         iface_name: &str,
         ifindex: u32,
+        ts_resolution_ns: u64,
     ) -> u32 {
         if let Some(&p) = self.points.get(&(iface, ifindex)) {
             return p;
@@ -519,7 +569,11 @@ impl Sll2Points {
         } else {
             format!("{iface_name}:if{ifindex}")
         };
-        on_iface(CaptureIface { index, name });
+        on_iface(CaptureIface {
+            index,
+            name,
+            ts_resolution_ns,
+        });
         index
     }
 
@@ -554,7 +608,13 @@ impl Sll2Points {
                     frame.direction = c.direction;
                     frame.link = Link::Cooked(c.head);
                     if let Some(ifindex) = c.ifindex {
-                        frame.iface = self.point(on_iface, raw.iface, iface_name, ifindex);
+                        frame.iface = self.point(
+                            on_iface,
+                            raw.iface,
+                            iface_name,
+                            ifindex,
+                            raw.ts_resolution_ns,
+                        );
                     }
                 }
                 None => {

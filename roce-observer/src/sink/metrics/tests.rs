@@ -6,14 +6,16 @@ use crate::engine::{Engine, EngineConfig};
 pub(crate) fn fixture_snapshot(names: &[&str]) -> Snapshot {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
     let mut engine = Engine::new(EngineConfig::default());
+    let mut resolution = 1;
     for name in names {
         let file = std::fs::File::open(dir.join(format!("{name}.pcap"))).expect("fixture");
         crate::wire::capture::read_capture(
             file,
-            |_| {},
+            |i| resolution = resolution.max(i.ts_resolution_ns),
             |f| engine.ingest_frame(f.ts_ns, f.data, f.orig_len, f.iface),
         );
     }
+    engine.set_ts_resolution(resolution);
     engine.snapshot(0)
 }
 

@@ -2,17 +2,15 @@
 
 use ratatui::{
     Frame,
-    layout::{Constraint, Layout, Rect},
+    layout::{Alignment, Constraint, Rect},
     style::{Color, Style},
-    widgets::{Block, Borders, Paragraph, Table, Wrap},
+    text::{Line, Text},
+    widgets::{Cell, Row, Table},
 };
 
-use super::{HIGHLIGHT, MARK, View, table_state, window};
+use super::{HIGHLIGHT, MARK, View, empty, table_state, titled};
 use crate::format;
-use crate::tui::{
-    app::App,
-    columns::{self, Column},
-};
+use crate::tui::app::App;
 
 /// The Alerts view.
 pub struct Alerts;
@@ -65,78 +63,252 @@ pub(super) struct AlertRow<'a> {
     reason: Option<&'a String>,
 }
 
+const TITLE: &str = "diagnostics by kind, problems first";
+
+/// Room a reason needs beside the subject; with less it goes under the subject.
+const REASON_BESIDE: usize = 40;
+
 fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
-    let plain = Style::new();
     let rows = alert_rows(app);
-    let mut mark = Column::new(" ", 0);
-    let mut kind = Column::new("kind", 0);
-    let mut count = Column::new("count", 1);
-    let mut subject = Column::new("subject", 0);
-    // The selected line's reason is shown in full, wrapped, below the table: the column claims
-    // little, so that kind, count and subject fit at 80 columns.
-    let mut reason = Column::new("reason", 2).fill_at_least(12);
-    let shown = window(
+    if rows.is_empty() {
+        empty(
+            frame,
+            area,
+            TITLE,
+            "No alerts: nothing in this report crossed a rule (docs/metrics.md, \"Alerts\").",
+        );
+        return;
+    }
+    let layout = Layout::measure(&rows, usize::from(area.width));
+    // Each reason is wrapped in its row, never cut: rows are as high as their text.
+    let cells: Vec<RowText> = rows.iter().map(|r| layout.text(r)).collect();
+    let heights: Vec<usize> = cells.iter().map(RowText::height).collect();
+    // The area less its top border (the title) and the header row.
+    let shown = tall_window(
         app.selected,
-        rows.len(),
-        usize::from(area.height.saturating_sub(7)),
+        &heights,
+        usize::from(area.height.saturating_sub(2)),
     );
     let selected = app.selected.saturating_sub(shown.start);
-    for r in &rows[shown] {
-        let heading = r.reason.is_none();
-        mark.push(
-            if r.severity.is_problem() && heading {
+    let plain = Style::new();
+    let table_rows: Vec<Row> = shown
+        .map(|i| {
+            let r = &rows[i];
+            let heading = r.reason.is_none();
+            let style = if heading { Style::new().bold() } else { plain };
+            let mark = if r.severity.is_problem() && heading {
                 MARK
             } else {
                 ""
+            };
+            let kind = if heading { r.kind } else { "" };
+            let mut row = vec![
+                Cell::from(mark).style(Style::new().fg(Color::Red).bold()),
+                Cell::from(kind).style(style),
+                Cell::from(Text::from(format::count(r.count)).alignment(Alignment::Right))
+                    .style(style),
+            ];
+            let text = &cells[i];
+            // The subject's first line carries the row's style; the reason is plain.
+            let mut subject: Vec<Line> = text
+                .subject
+                .iter()
+                .enumerate()
+                .map(|(n, l)| {
+                    if n == 0 {
+                        Line::styled(l.clone(), style)
+                    } else {
+                        Line::raw(l.clone())
+                    }
+                })
+                .collect();
+            if subject.is_empty() {
+                subject.push(Line::raw(""));
             }
-            .into(),
-            Style::new().fg(Color::Red).bold(),
-        );
-        let style = if heading { Style::new().bold() } else { plain };
-        kind.push(
-            if heading {
-                r.kind.into()
-            } else {
-                String::new()
-            },
-            style,
-        );
-        count.push(format::count(r.count), style);
-        subject.push(r.subject.clone(), style);
-        reason.push(r.reason.cloned().unwrap_or_default(), plain);
+            row.push(Cell::from(Text::from(subject)));
+            if layout.beside {
+                row.push(Cell::from(Text::from_iter(text.reason.iter().cloned())));
+            }
+            Row::new(row).height(u16::try_from(text.height()).unwrap_or(u16::MAX))
+        })
+        .collect();
+    let mut header = vec!["", "kind", "count", "subject"];
+    let mut widths = vec![
+        Constraint::Length(1),
+        Constraint::Length(layout.kind as u16),
+        Constraint::Length(layout.count as u16),
+        Constraint::Length(layout.subject as u16),
+    ];
+    if layout.beside {
+        header.push("reason");
+        widths.push(Constraint::Fill(1));
+    } else {
+        header[3] = "subject, reason";
     }
-    let (header, table_rows, widths) =
-        columns::table(vec![mark, kind, count, subject, reason], area.width);
     let table = Table::new(table_rows, widths)
-        .header(header)
-        .block(
-            Block::new()
-                .borders(Borders::TOP)
-                .title(" diagnostics by kind, problems first "),
-        )
+        .header(Row::new(header).style(Style::new().bold()))
+        .block(titled(format!(" {TITLE} ")))
         .row_highlight_style(HIGHLIGHT);
-    let [list, full] = Layout::vertical([Constraint::Min(3), Constraint::Length(5)]).areas(area);
-    frame.render_stateful_widget(table, list, &mut table_state(selected));
-    // The selected line's reason in full, wrapped (never cut).
-    if let Some(r) = rows.get(app.selected) {
-        let text = match r.reason {
-            Some(reason) => format::terminal_owned(reason.clone()),
-            None => format!(
-                "{} {} ({}): select a line below for its reason",
-                r.subject,
-                r.kind,
-                format::plural(r.count, "occurrence", "occurrences")
-            ),
+    frame.render_stateful_widget(table, area, &mut table_state(selected));
+}
+
+/// The Alerts table's column widths at a terminal width: kind, count and subject as wide as
+/// their widest value; the reason beside the subject when [`REASON_BESIDE`] columns are left,
+/// else under it, in the subject's column.
+struct Layout {
+    kind: usize,
+    count: usize,
+    subject: usize,
+    /// The reason's own column (beside) or the subject column's width (under).
+    reason: usize,
+    beside: bool,
+}
+
+impl Layout {
+    fn measure(rows: &[AlertRow<'_>], width: usize) -> Layout {
+        let widest = |f: &dyn Fn(&AlertRow<'_>) -> usize, title: &str| {
+            rows.iter().map(f).chain([title.len()]).max().unwrap_or(0)
         };
-        frame.render_widget(
-            Paragraph::new(text)
-                .block(
-                    Block::new()
-                        .borders(Borders::TOP)
-                        .title(format!(" {} ", r.kind)),
-                )
-                .wrap(Wrap { trim: true }),
-            full,
+        let kind = widest(
+            &|r| if r.reason.is_none() { r.kind.len() } else { 0 },
+            "kind",
         );
+        let count = widest(&|r| format::count(r.count).chars().count(), "count");
+        let subject = widest(&|r| r.subject.chars().count(), "subject");
+        // The mark, then a space between each two columns.
+        let fixed = 1 + 1 + kind + 1 + count + 1;
+        let left = width.saturating_sub(fixed + subject + 1);
+        if left >= REASON_BESIDE {
+            return Layout {
+                kind,
+                count,
+                subject,
+                reason: left,
+                beside: true,
+            };
+        }
+        let subject = width.saturating_sub(fixed).max(1);
+        Layout {
+            kind,
+            count,
+            subject,
+            reason: subject.saturating_sub(UNDER.len()).max(1),
+            beside: false,
+        }
+    }
+
+    /// A row's text: the subject's lines and the reason's, wrapped to their columns (beside)
+    /// or both in the subject's column, the reason indented under the subject (under).
+    fn text(&self, r: &AlertRow<'_>) -> RowText {
+        let subject = format::terminal(&r.subject).into_owned();
+        let reason = r
+            .reason
+            .map(|t| wrap(&format::terminal(t), self.reason))
+            .unwrap_or_default();
+        if self.beside {
+            return RowText {
+                subject: vec![subject],
+                reason,
+            };
+        }
+        // A line of a group keeps its indent under the group's heading.
+        let body = subject.trim_start();
+        let lead = &subject[..subject.len() - body.len()];
+        let mut subject: Vec<String> = wrap(body, self.subject.saturating_sub(lead.len()))
+            .into_iter()
+            .map(|l| format!("{lead}{l}"))
+            .collect();
+        subject.extend(reason.into_iter().map(|l| format!("{UNDER}{l}")));
+        RowText {
+            subject,
+            reason: Vec::new(),
+        }
+    }
+}
+
+/// The text of one row of the Alerts view, by column.
+struct RowText {
+    subject: Vec<String>,
+    reason: Vec<String>,
+}
+
+impl RowText {
+    /// Lines the row takes.
+    fn height(&self) -> usize {
+        self.subject.len().max(self.reason.len()).max(1)
+    }
+}
+
+/// The indent of a reason under its subject.
+const UNDER: &str = "    ";
+
+/// `text` word-wrapped to `width` columns; a word longer than a line is split.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        while word.len() > width {
+            if !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+            }
+            lines.push(word.drain(..width).collect());
+        }
+        let word: String = word.into_iter().collect();
+        let used = line.chars().count();
+        if used > 0 && used + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// The rows a table `visible` lines high shows of rows `heights` high with `selected` on
+/// screen: from the top until the selection would pass the bottom, then with the selection
+/// the last row (as [`super::window`], counting each row's height). Rows that would not fit
+/// whole are left out.
+fn tall_window(selected: usize, heights: &[usize], visible: usize) -> std::ops::Range<usize> {
+    let fits = |range: std::ops::Range<usize>| heights[range].iter().sum::<usize>() <= visible;
+    let selected = selected.min(heights.len().saturating_sub(1));
+    let mut start = 0;
+    while start < selected && !fits(start..selected + 1) {
+        start += 1;
+    }
+    let mut end = (selected + 1).min(heights.len());
+    while end < heights.len() && fits(start..end + 1) {
+        end += 1;
+    }
+    start..end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_every_word_and_splits_only_overlong_ones() {
+        assert_eq!(wrap("a bb ccc", 4), ["a bb", "ccc"]);
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("", 4), [""]);
+    }
+
+    #[test]
+    fn tall_window_counts_row_heights() {
+        // Rows 1, 3, 3, 1 high in 5 lines.
+        let h = [1, 3, 3, 1];
+        assert_eq!(tall_window(0, &h, 5), 0..2);
+        assert_eq!(tall_window(1, &h, 5), 0..2);
+        assert_eq!(tall_window(2, &h, 5), 2..4, "the selection comes into view");
+        assert_eq!(tall_window(3, &h, 5), 2..4);
+        // A row higher than the window is still shown.
+        assert_eq!(tall_window(1, &[1, 9], 5), 1..2);
     }
 }

@@ -5,15 +5,12 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::Style,
     text::Line,
-    widgets::{Block, Borders, Paragraph, Table},
+    widgets::Paragraph,
 };
 
-use super::{HIGHLIGHT, View, table_state};
+use super::{View, draw_table, titled};
 use crate::format;
-use crate::tui::{
-    app::App,
-    columns::{self, Column},
-};
+use crate::tui::{app::App, columns::Column};
 
 /// The ECMP view.
 pub struct Ecmp;
@@ -36,8 +33,12 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
     let ecmp = &app.snapshot.ecmp;
     let [top, bottom] = Layout::vertical([Constraint::Length(4), Constraint::Min(3)]).areas(area);
     let mut lines = vec![Line::from(format!(
-        "measured over {} observation points: max/mean {:.2}, Jain {:.3}",
-        ecmp.measured.paths.len(),
+        "measured over {}: max/mean {:.2}, Jain {:.3}",
+        format::plural(
+            ecmp.measured.paths.len() as u64,
+            "observation point",
+            "observation points"
+        ),
         ecmp.measured.imbalance,
         ecmp.measured.jain
     ))];
@@ -59,10 +60,7 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
             "modelled view off (pass --ecmp-paths N to hash flows onto N uplinks)",
         )),
     }
-    frame.render_widget(
-        Paragraph::new(lines).block(Block::new().borders(Borders::TOP).title(" ECMP ")),
-        top,
-    );
+    frame.render_widget(Paragraph::new(lines).block(titled(" ECMP ".into())), top);
     let plain = Style::new();
     let mut pair = Column::new("host pair", 0);
     let mut bytes = Column::new("bytes", 2);
@@ -76,15 +74,11 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
         sports.push(e.udp_src_ports.to_string(), plain);
         busiest.push(format!("{:.0}%", e.busiest_tuple_share * 100.0), plain);
     }
-    let (header, rows, widths) =
-        columns::table(vec![pair, bytes, qps, sports, busiest], bottom.width);
-    let table = Table::new(rows, widths)
-        .header(header)
-        .block(
-            Block::new()
-                .borders(Borders::TOP)
-                .title(" entropy per host pair "),
-        )
-        .row_highlight_style(HIGHLIGHT);
-    frame.render_stateful_widget(table, bottom, &mut table_state(app.selected));
+    draw_table(
+        frame,
+        bottom,
+        " entropy per host pair ".into(),
+        vec![pair, bytes, qps, sports, busiest],
+        app.selected,
+    );
 }

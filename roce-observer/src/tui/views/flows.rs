@@ -5,13 +5,13 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Style},
     text::Line,
-    widgets::{Block, Borders, Paragraph, Sparkline, Table, Wrap},
+    widgets::{Block, Borders, Paragraph, Sparkline, Wrap},
 };
 
-use super::{HIGHLIGHT, MARK, View, marked, table_state, window};
+use super::{MARK, View, draw_table, empty, marked, window};
 use crate::tui::{
     app::{App, nak_total},
-    columns::{self, Column},
+    columns::Column,
     history::{DEPTH, FlowHistory},
 };
 use crate::{
@@ -53,7 +53,26 @@ fn owner_label(o: &QpOwner) -> String {
     }
 }
 
+/// What the flow table says while the report holds no flow: what was read instead and what to
+/// try (the advice `analyze` prints, crate::report::hint), or that nothing was read yet.
+fn no_flows(app: &App) -> String {
+    let s = &app.snapshot.summary;
+    if s.total_packets == 0 && !app.ended {
+        return "No RoCE flow yet: no frame read so far.".into();
+    }
+    match crate::report::hint::no_roce(s) {
+        // A replay or an interface may still bring RoCE: the advice is about what came so far.
+        Some(hint) if !app.ended => format!("So far {hint}"),
+        Some(hint) => hint,
+        None => "No RoCE flow yet.".into(),
+    }
+}
+
 fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
+    if app.snapshot.flows.is_empty() {
+        empty(frame, area, "flows", &no_flows(app));
+        return;
+    }
     let warn = |n: u64| {
         if n > 0 {
             Style::new().fg(Color::Yellow)
@@ -84,7 +103,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     // Wide terminals spell the direction out (`ingress`), narrow ones abbreviate it (`in`).
     let full_direction = area.width >= 150;
     // The area less its top border (the title) and the header row.
-    let resolution = crate::derived::timestamp_resolution_ns(&app.snapshot);
+    let resolution = app.snapshot.summary.ts_resolution_ns;
     let shown = window(
         app.selected,
         app.order.len(),
@@ -152,7 +171,6 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     if !app.snapshot.qp_owners.is_empty() {
         all.push(process);
     }
-    let (header, rows, widths) = columns::table(all, area.width);
     let mut title = format!(
         " flows by {}{} (s/S to change) ",
         app.sort.name(),
@@ -171,11 +189,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
             title.push_str(&format!("{MARK}no match (esc clears) "));
         }
     }
-    let table = Table::new(rows, widths)
-        .header(header)
-        .block(Block::new().borders(Borders::TOP).title(title))
-        .row_highlight_style(HIGHLIGHT);
-    frame.render_stateful_widget(table, area, &mut table_state(selected));
+    draw_table(frame, area, title, all, selected);
 }
 
 /// The selected flow's series over the last intervals, one row each: label, then a sparkline.
@@ -264,6 +278,7 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let [charts, area] = Layout::vertical([Constraint::Length(4), Constraint::Min(0)]).areas(inner);
+    let lat = |v| format::latency(v, app.snapshot.summary.ts_resolution_ns);
     if let Some(h) = app.history.of(f, app.merged) {
         draw_charts(frame, app, f, &h, charts);
     }
@@ -295,13 +310,16 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
             f.udp_src_ports
         )),
         Line::from(format!(
-            "lost {} PSNs in {} events  retransmits: requests {}, READ responses {}",
-            f.psn_missing, f.psn_gaps, f.req_retransmits, f.resp_retransmits
+            "lost {} in {}  retransmits: requests {}, READ responses {}",
+            format::plural(f.psn_missing, "PSN", "PSNs"),
+            format::plural(f.psn_gaps, "event", "events"),
+            f.req_retransmits,
+            f.resp_retransmits
         )),
         Line::from(format!(
-            "reordered {} (at most {} PSNs late; by distance {})  NAKs caused by reordering {}  holes open {}",
+            "reordered {} (at most {} late; by distance {})  NAKs caused by reordering {}  holes open {}",
             f.reordered,
-            f.reorder_distance_max,
+            format::plural(f.reorder_distance_max, "PSN", "PSNs"),
             roce_observer_common::sequence::DISTANCE_NAMES
                 .iter()
                 .zip(f.reorder_distance.buckets())
@@ -326,12 +344,12 @@ fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
             f.ecn_ce,
             f.ecn_ect,
             f.rtt_ns.count,
-            format::ns(f.rtt_ns.min),
-            format::ns(f.rtt_ns.p50),
-            format::ns(f.rtt_ns.p90),
-            format::ns(f.rtt_ns.p99),
-            format::ns(f.rtt_ns.p999),
-            format::ns(f.rtt_ns.max),
+            lat(f.rtt_ns.min),
+            lat(f.rtt_ns.p50),
+            lat(f.rtt_ns.p90),
+            lat(f.rtt_ns.p99),
+            lat(f.rtt_ns.p999),
+            lat(f.rtt_ns.max),
         )),
         Line::from(format!("opcodes: {opcodes}")),
     ];

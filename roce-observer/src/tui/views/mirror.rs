@@ -4,15 +4,11 @@ use ratatui::{
     Frame,
     layout::Rect,
     style::{Color, Style},
-    widgets::{Block, Borders, Paragraph, Table, Wrap},
 };
 
-use super::{HIGHLIGHT, View, marked, table_state};
+use super::{View, draw_table, empty, marked};
 use crate::format;
-use crate::tui::{
-    app::App,
-    columns::{self, Column},
-};
+use crate::tui::{app::App, columns::Column};
 
 /// The Mirrors view.
 pub struct Mirror;
@@ -32,19 +28,17 @@ impl View for Mirror {
 }
 
 fn draw_mirror(frame: &mut Frame, app: &App, area: Rect) {
-    let block = Block::new().borders(Borders::TOP).title(format!(
-        " switch-mirror sessions: frames lost on the mirror path {} ",
+    let title = format!(
+        "switch-mirror sessions: frames lost on the mirror path {}",
         app.snapshot.summary.mirror_seq_lost
-    ));
+    );
     if app.snapshot.mirror.is_empty() {
-        frame.render_widget(
-            Paragraph::new(
-                "No switch mirror seen: ERSPAN, GRE bridging and VXLAN mirrors are unwrapped and \
-                 counted here per session (docs/metrics.md, \"Mirror sessions\").",
-            )
-            .block(block)
-            .wrap(Wrap { trim: true }),
+        empty(
+            frame,
             area,
+            &title,
+            "No switch mirror seen: ERSPAN, GRE bridging and VXLAN mirrors are unwrapped and \
+             counted here per session (docs/metrics.md, \"Mirror sessions\").",
         );
         return;
     }
@@ -77,13 +71,11 @@ fn draw_mirror(frame: &mut Frame, app: &App, area: Rect) {
         resyncs.push(seq(m.seq_resyncs), plain);
         seen.push(format!("{}/{}", m.iface, &m.direction[..2]), plain);
     }
-    let (header, rows, widths) = columns::table(
+    draw_table(
+        frame,
+        area,
+        format!(" {title} "),
         vec![source, to, frames, lost, late, resyncs, seen],
-        area.width,
+        app.selected,
     );
-    let table = Table::new(rows, widths)
-        .header(header)
-        .block(block)
-        .row_highlight_style(HIGHLIGHT);
-    frame.render_stateful_widget(table, area, &mut table_state(app.selected));
 }

@@ -6,10 +6,10 @@ use ratatui::{
     Frame,
     layout::Rect,
     style::{Color, Modifier, Style},
-    widgets::{Block, Borders, Paragraph, TableState, Wrap},
+    widgets::{Block, Borders, Paragraph, Table, TableState, Wrap},
 };
 
-use super::app::App;
+use super::{app::App, columns::Column};
 
 pub mod alerts;
 pub mod ecmp;
@@ -83,6 +83,21 @@ pub(super) fn titled(title: String) -> Block<'static> {
     Block::new().borders(Borders::TOP).title(title)
 }
 
+/// A view's table, the part every view shares: the columns that fit the width, under a titled
+/// top border, with the `selected` row (counted in `columns`' rows) highlighted.
+fn draw_table(frame: &mut Frame, area: Rect, title: String, columns: Vec<Column>, selected: usize) {
+    let (header, rows, widths) = super::columns::table(columns, area.width);
+    frame.render_stateful_widget(
+        Table::new(rows, widths)
+            .header(header)
+            .block(titled(title))
+            .row_highlight_style(HIGHLIGHT),
+        area,
+        &mut table_state(selected),
+    );
+}
+
+/// A view with nothing to show: its title and why.
 fn empty(frame: &mut Frame, area: Rect, title: &str, why: &str) {
     frame.render_widget(
         Paragraph::new(why.to_string())

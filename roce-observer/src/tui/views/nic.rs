@@ -4,15 +4,11 @@ use ratatui::{
     Frame,
     layout::Rect,
     style::{Color, Style},
-    widgets::{Block, Borders, Paragraph, Table, Wrap},
 };
 
-use super::{HIGHLIGHT, View, table_state};
+use super::{View, draw_table, empty};
 use crate::format;
-use crate::tui::{
-    app::App,
-    columns::{self, Column},
-};
+use crate::tui::{app::App, columns::Column};
 
 /// The NIC view.
 pub struct Nic;
@@ -32,18 +28,14 @@ impl View for Nic {
 }
 
 fn draw_nic(frame: &mut Frame, app: &App, area: Rect) {
-    let block = Block::new()
-        .borders(Borders::TOP)
-        .title(" NIC counters per interval (hw_counters, ethtool -S) ");
+    const TITLE: &str = "NIC counters per interval (hw_counters, ethtool -S)";
     if app.snapshot.nic.is_empty() {
-        frame.render_widget(
-            Paragraph::new(
-                "No RDMA device is read: this host has none under /sys/class/infiniband, or \
-                 --rdma-dev none was given.",
-            )
-            .block(block)
-            .wrap(Wrap { trim: true }),
+        empty(
+            frame,
             area,
+            TITLE,
+            "No RDMA device is read: this host has none under /sys/class/infiniband, or \
+             --rdma-dev none was given.",
         );
         return;
     }
@@ -67,11 +59,11 @@ fn draw_nic(frame: &mut Frame, app: &App, area: Rect) {
         total.push(format::count(r.counter.total), plain);
         meaning.push(r.meaning.to_string(), plain);
     }
-    let (header, rows, widths) =
-        columns::table(vec![port, name, per_s, delta, total, meaning], area.width);
-    let table = Table::new(rows, widths)
-        .header(header)
-        .block(block)
-        .row_highlight_style(HIGHLIGHT);
-    frame.render_stateful_widget(table, area, &mut table_state(app.selected));
+    draw_table(
+        frame,
+        area,
+        format!(" {TITLE} "),
+        vec![port, name, per_s, delta, total, meaning],
+        app.selected,
+    );
 }

@@ -1,13 +1,10 @@
 //! Paths: loss between observation points (`paths` in the report).
 
-use ratatui::{Frame, layout::Rect, style::Style, widgets::Table};
+use ratatui::{Frame, layout::Rect, style::Style};
 
-use super::{HIGHLIGHT, View, empty, table_state, titled, warn};
+use super::{View, draw_table, empty, warn};
 use crate::format;
-use crate::tui::{
-    app::App,
-    columns::{self, Column},
-};
+use crate::tui::{app::App, columns::Column};
 
 /// The Paths view.
 pub struct Paths;
@@ -83,16 +80,11 @@ fn draw_paths(frame: &mut Frame, app: &App, area: Rect) {
             plain,
         );
     }
-    let (header, rows, widths) =
-        columns::table(vec![flow, hop, missing, both, unseen, psns], area.width);
-    frame.render_stateful_widget(
-        Table::new(rows, widths)
-            .header(header)
-            .block(titled(
-                " where was it lost: request PSNs seen upstream, missing downstream (lost) ".into(),
-            ))
-            .row_highlight_style(HIGHLIGHT),
+    draw_table(
+        frame,
         area,
-        &mut table_state(app.selected),
+        " where was it lost: request PSNs seen upstream, missing downstream (lost) ".into(),
+        vec![flow, hop, missing, both, unseen, psns],
+        app.selected,
     );
 }

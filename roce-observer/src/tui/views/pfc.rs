@@ -4,14 +4,13 @@ use ratatui::{
     Frame,
     layout::Rect,
     style::{Color, Style},
-    widgets::{Block, Borders, Table},
 };
 
-use super::{HEADER_TREND, HIGHLIGHT, View, table_state};
+use super::{HEADER_TREND, View, draw_table};
 use crate::format;
 use crate::tui::{
     app::App,
-    columns::{self, Column},
+    columns::Column,
     history::{bars, pfc_id},
 };
 
@@ -70,19 +69,17 @@ fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
             Style::new().fg(Color::Red).bold(),
         );
     }
-    let (header, rows, widths) = columns::table(
-        vec![
-            iface, mac, prio, xoff, xon, quanta, paused, fraction, trend, storm,
-        ],
-        area.width,
-    );
     let title = format!(
         " PFC / PAUSE per source and priority (quanta at {} Gb/s) ",
         app.snapshot.summary.link_gbps
     );
-    let table = Table::new(rows, widths)
-        .header(header)
-        .block(Block::new().borders(Borders::TOP).title(title))
-        .row_highlight_style(HIGHLIGHT);
-    frame.render_stateful_widget(table, area, &mut table_state(app.selected));
+    draw_table(
+        frame,
+        area,
+        title,
+        vec![
+            iface, mac, prio, xoff, xon, quanta, paused, fraction, trend, storm,
+        ],
+        app.selected,
+    );
 }

@@ -8,7 +8,7 @@ use ratatui::{
     widgets::{Paragraph, Table},
 };
 
-use super::{HIGHLIGHT, View, empty, table_state, titled, warn};
+use super::{View, draw_table, empty, titled, warn};
 use crate::tui::{
     app::App,
     columns::{self, Column},
@@ -147,21 +147,16 @@ fn draw_stragglers(frame: &mut Frame, app: &App, st: &StepsSnapshot, area: Rect)
         let (text, style) = warn(e.pause_us.ceil() as u64, format::us(e.pause_us));
         pause.push(text, style);
     }
-    let (header, rows, widths) = columns::table(
-        vec![flow, late, lag, ce, cnp, retx, naks, pause, point],
-        area.width,
-    );
     let title = if st.stragglers.is_empty() {
         " stragglers: none (no flow ends its steps last most often) "
     } else {
         " stragglers (evidence in their late steps) "
     };
-    frame.render_stateful_widget(
-        Table::new(rows, widths)
-            .header(header)
-            .block(titled(title.into()))
-            .row_highlight_style(HIGHLIGHT),
+    draw_table(
+        frame,
         area,
-        &mut table_state(app.selected),
+        title.into(),
+        vec![flow, late, lag, ce, cnp, retx, naks, pause, point],
+        app.selected,
     );
 }

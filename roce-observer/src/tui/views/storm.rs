@@ -5,14 +5,11 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Style},
     text::Line,
-    widgets::{Paragraph, Table},
+    widgets::Paragraph,
 };
 
-use super::{HIGHLIGHT, View, after, empty, table_state, titled};
-use crate::tui::{
-    app::App,
-    columns::{self, Column},
-};
+use super::{View, after, draw_table, empty, titled};
+use crate::tui::{app::App, columns::Column};
 use crate::{format, report::PfcRef};
 
 /// The Storm view.
@@ -119,18 +116,11 @@ fn draw_storm(frame: &mut Frame, app: &App, area: Rect) {
             Style::new().fg(Color::Red).bold(),
         );
     }
-    let (header, rows, widths) = columns::table(
-        vec![order, source, point, prio, xoff, fraction, by, storm],
-        table.width,
-    );
-    frame.render_stateful_widget(
-        Table::new(rows, widths)
-            .header(header)
-            .block(titled(
-                " pause sources by first XOFF, and who paused whom ".into(),
-            ))
-            .row_highlight_style(HIGHLIGHT),
+    draw_table(
+        frame,
         table,
-        &mut table_state(app.selected),
+        " pause sources by first XOFF, and who paused whom ".into(),
+        vec![order, source, point, prio, xoff, fraction, by, storm],
+        app.selected,
     );
 }

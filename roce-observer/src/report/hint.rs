@@ -5,8 +5,9 @@
 use crate::report::Summary;
 
 /// The advice for a report without RoCE flows, or None when there are flows (or nothing to
-/// advise on). `roce_port` and `vxlan_port` are the ports the engine looked for.
-pub fn no_roce(s: &Summary, roce_port: u16, vxlan_port: u16) -> Option<String> {
+/// advise on).
+pub fn no_roce(s: &Summary) -> Option<String> {
+    let (roce_port, vxlan_port) = (s.roce_port, s.vxlan_port);
     if s.flows > 0 || s.roce_packets > 0 {
         return None;
     }
@@ -72,7 +73,7 @@ mod tests {
     #[test]
     fn a_capture_without_roce_says_what_it_holds_and_what_to_try() {
         let s = summary("non_roce.pcap", EngineConfig::default());
-        let hint = no_roce(&s, 4791, 4789).expect("advice");
+        let hint = no_roce(&s).expect("advice");
         assert!(
             hint.contains(&format!(
                 "{} frames read, none RoCEv2 on UDP port 4791",
@@ -89,7 +90,7 @@ mod tests {
     #[test]
     fn roce_on_another_port_is_advice_and_roce_found_is_none() {
         let roce = summary("mixed_demo.pcap", EngineConfig::default());
-        assert_eq!(no_roce(&roce, 4791, 4789), None);
+        assert_eq!(no_roce(&roce), None);
         let elsewhere = summary(
             "mixed_demo.pcap",
             EngineConfig {
@@ -97,7 +98,7 @@ mod tests {
                 ..EngineConfig::default()
             },
         );
-        let hint = no_roce(&elsewhere, 4792, 4789).expect("advice");
+        let hint = no_roce(&elsewhere).expect("advice");
         assert!(hint.contains("none RoCEv2 on UDP port 4792"), "{hint}");
         assert!(
             hint.contains(&format!("{} PFC", elsewhere.pfc_frames)),
