@@ -240,11 +240,8 @@ mod tests {
 
     #[test]
     fn each_sample_lands_in_the_bucket_whose_range_holds_it() {
-        let mut probes = vec![0, 1, 99, u64::MAX, 1_000_000_001];
-        for &b in &HIST_BOUNDS_NS {
-            probes.extend([b - 1, b, b + 1]);
-        }
-        for ns in probes {
+        let around = HIST_BOUNDS_NS.iter().flat_map(|&b| [b - 1, b, b + 1]);
+        for ns in [0, 1, 99, u64::MAX, 1_000_000_001].into_iter().chain(around) {
             let i = hist_bucket(ns);
             let (lo, hi) = hist_bucket_range(i);
             assert!(i < HIST_BUCKETS, "{ns}");
