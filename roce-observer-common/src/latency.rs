@@ -66,7 +66,9 @@ assert_size!(PendingValue, 16);
 /// Buckets per decade of [`LatencyHist`]: bounds 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 7,
 /// 8 times a power of ten. No two neighbours are more than 1.25 apart, and every 1-2-5 bound of
 /// the classic Prometheus buckets is one of them.
-const MANTISSAS: [u64; 13] = [100, 125, 150, 175, 200, 250, 300, 350, 400, 500, 600, 700, 800];
+const MANTISSAS: [u64; 13] = [
+    100, 125, 150, 175, 200, 250, 300, 350, 400, 500, 600, 700, 800,
+];
 /// Decades covered with 13 buckets each: 100 ns .. 1 s.
 const DECADES: usize = 7;
 /// Upper bounds (ns) of the histogram's buckets but the last: 100 ns, 125 ns, ..., 800 ms, 1 s.
@@ -241,11 +243,17 @@ mod tests {
     #[test]
     fn each_sample_lands_in_the_bucket_whose_range_holds_it() {
         let around = HIST_BOUNDS_NS.iter().flat_map(|&b| [b - 1, b, b + 1]);
-        for ns in [0, 1, 99, u64::MAX, 1_000_000_001].into_iter().chain(around) {
+        for ns in [0, 1, 99, u64::MAX, 1_000_000_001]
+            .into_iter()
+            .chain(around)
+        {
             let i = hist_bucket(ns);
             let (lo, hi) = hist_bucket_range(i);
             assert!(i < HIST_BUCKETS, "{ns}");
-            assert!((i == 0 || lo < ns) && ns <= hi, "{ns} in bucket {i} ({lo}, {hi}]");
+            assert!(
+                (i == 0 || lo < ns) && ns <= hi,
+                "{ns} in bucket {i} ({lo}, {hi}]"
+            );
         }
         assert_eq!(hist_bucket(100), 0);
         assert_eq!(hist_bucket(101), 1);

@@ -48,13 +48,19 @@ fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
         ("steady", steady_pcap),
         ("storm", storm_pcap),
         ("spray_no_loss", fixtures.join("spray_no_loss.pcap")),
-        ("spray_nak_selective", fixtures.join("spray_nak_selective.pcap")),
+        (
+            "spray_nak_selective",
+            fixtures.join("spray_nak_selective.pcap"),
+        ),
     ];
     let mut failures = Vec::new();
     for (shape, pcap) in &shapes {
         let doc = analyze(pcap);
         let s = &doc["summary"];
-        let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("{shape}: a count: {s}"));
+        let n = |v: &Value| {
+            v.as_u64()
+                .unwrap_or_else(|| panic!("{shape}: a count: {s}"))
+        };
         let (events, packets) = (n(&s["events"]), n(&s["total_packets"]));
         let samples = n(&doc["latency"]["overall"]["count"]);
         assert!(samples * 20 > packets, "{shape}: latency measured: {s}");

@@ -88,7 +88,9 @@ impl FlowEntry {
     /// Kernel path: the flow's latency histogram as read now. What it gained since the last
     /// read goes into the sketch, and is returned (`None`: unchanged).
     pub fn read_rtt_hist(&mut self, hist: &LatencyHist) -> Option<HistGrowth> {
-        let last = self.rtt_read.get_or_insert_with(|| Box::new(LatencyHist::zeroed()));
+        let last = self
+            .rtt_read
+            .get_or_insert_with(|| Box::new(LatencyHist::zeroed()));
         if **last == *hist {
             return None;
         }
@@ -100,9 +102,12 @@ impl FlowEntry {
         **last = *hist;
         self.view.clear();
         let (min, max) = (hist.min().unwrap_or(0), hist.max_ns);
-        self.rtt
-            .get_or_insert_with(Default::default)
-            .merge_hist(&grown.buckets, grown.sum_ns, min, max);
+        self.rtt.get_or_insert_with(Default::default).merge_hist(
+            &grown.buckets,
+            grown.sum_ns,
+            min,
+            max,
+        );
         Some(grown)
     }
 }

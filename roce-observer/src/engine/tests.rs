@@ -198,7 +198,10 @@ fn kernel_latency_histograms_merge_their_growth_once() {
         .expect("high_latency raised");
     assert_eq!(alert.count, 2);
     assert!(alert.reason.contains("first: 40 us"), "{}", alert.reason);
-    assert_eq!((alert.first_ts, alert.last_ts), (T0 + 10 * US, T0 + 20 * US));
+    assert_eq!(
+        (alert.first_ts, alert.last_ts),
+        (T0 + 10 * US, T0 + 20 * US)
+    );
 }
 
 #[test]
