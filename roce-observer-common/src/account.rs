@@ -168,6 +168,22 @@ pub fn add(counter: &mut u64, n: u64) {
     }
 }
 
+/// [`add`] on a 32-bit counter (the BPF atomic add has a 32-bit form on every kernel too).
+#[inline(always)]
+pub fn add32(counter: &mut u32, n: u32) {
+    #[cfg(target_arch = "bpf")]
+    // SAFETY: as in `add`, for a valid, aligned u32 in a map value.
+    unsafe {
+        core::intrinsics::atomic_xadd::<u32, u32, { core::intrinsics::AtomicOrdering::Relaxed }>(
+            counter, n,
+        );
+    }
+    #[cfg(not(target_arch = "bpf"))]
+    {
+        *counter = counter.wrapping_add(n);
+    }
+}
+
 /// Load `v` and drop the value: starts bringing its cache line in. In the kernel the flow
 /// record is usually out of cache at 1,000 flows and more, and an atomic add waits for its line
 /// with everything after it held back (a locked instruction is a full barrier on x86), so the

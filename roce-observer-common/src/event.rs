@@ -1,6 +1,7 @@
-//! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a latency sample, a
-//! finished activity run, a request PSN gap or the resend run after one, rate-limited per
-//! flow), never one per data packet nor one per anomaly. Counters stay exact
+//! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a finished activity
+//! run, a request PSN gap or the resend run after one, rate-limited per flow), never one per
+//! data packet, per anomaly nor per latency sample (those are kept in a per-flow histogram,
+//! latency.rs). Counters stay exact
 //! in the maps when the ring buffer is full; a lost event is counted in
 //! `Counter::RingbufFull`.
 
@@ -21,8 +22,8 @@ pub enum EventKind {
     Pfc = 6,
     /// Legacy PAUSE: `mac` = source, `quanta[0]` = pause time.
     Pause = 7,
-    /// Latency sample on `flow` (the request's flow): `a` = nanoseconds, `c` = peer QP.
-    Latency = 8,
+    // 8 was one event per latency sample: samples are kept per flow in the kernel
+    // (`latency::LatencyHist`) and read on the report tick. The number stays unused.
     /// A finished data run of `flow` (run.rs) starting at the event time: `a` = duration
     /// (ns, last packet - first), `b` = frame bytes, `c` = CE-marked packets, `d` =
     /// retransmitted packets, `quanta[0..2]` = packets (low, high 16 bits).
@@ -43,11 +44,10 @@ pub const PATH_RESEND: u64 = 1 << 32;
 
 impl EventKind {
     /// Every kind, in the order of [`EventKind::index`].
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 6] = [
         EventKind::NewFlow,
         EventKind::Pfc,
         EventKind::Pause,
-        EventKind::Latency,
         EventKind::DataRun,
         EventKind::SignalRun,
         EventKind::Path,
@@ -59,10 +59,9 @@ impl EventKind {
             EventKind::NewFlow => 0,
             EventKind::Pfc => 1,
             EventKind::Pause => 2,
-            EventKind::Latency => 3,
-            EventKind::DataRun => 4,
-            EventKind::SignalRun => 5,
-            EventKind::Path => 6,
+            EventKind::DataRun => 3,
+            EventKind::SignalRun => 4,
+            EventKind::Path => 5,
         }
     }
 
@@ -72,7 +71,6 @@ impl EventKind {
             EventKind::NewFlow => "new_flow",
             EventKind::Pfc => "pfc",
             EventKind::Pause => "pause",
-            EventKind::Latency => "latency",
             EventKind::DataRun => "data_run",
             EventKind::SignalRun => "signal_run",
             EventKind::Path => "path",
@@ -84,7 +82,6 @@ impl EventKind {
             1 => EventKind::NewFlow,
             6 => EventKind::Pfc,
             7 => EventKind::Pause,
-            8 => EventKind::Latency,
             9 => EventKind::DataRun,
             10 => EventKind::SignalRun,
             11 => EventKind::Path,
@@ -126,11 +123,6 @@ pub enum EventBody {
     Pause {
         src_mac: [u8; 6],
         quanta: u16,
-    },
-    /// Request to answer on the event's flow (the request's flow); `peer_qp` answered it.
-    Latency {
-        ns: u64,
-        peer_qp: u32,
     },
     /// A finished data run of the event's flow, from the event time for `duration_ns`.
     DataRun {
@@ -200,12 +192,6 @@ impl Event {
     #[inline(always)]
     pub fn set_new_flow(&mut self, flow: &FlowKey) {
         self.set_flow(EventKind::NewFlow, flow, 0, 0, 0, 0);
-    }
-
-    /// A latency sample of `ns` on the request's flow, answered by `peer_qp`.
-    #[inline(always)]
-    pub fn set_latency(&mut self, request_flow: &FlowKey, ns: u64, peer_qp: u32) {
-        self.set_flow(EventKind::Latency, request_flow, ns, 0, peer_qp, 0);
     }
 
     /// A finished data run of `flow` (the caller sets the event time to `run.start_ns`). Read
@@ -294,10 +280,6 @@ impl Event {
         Event::filled(|e| e.set_new_flow(flow))
     }
 
-    pub fn latency(request_flow: &FlowKey, ns: u64, peer_qp: u32) -> Event {
-        Event::filled(|e| e.set_latency(request_flow, ns, peer_qp))
-    }
-
     pub fn data_run(flow: &FlowKey, run: &DataRun) -> Event {
         Event::filled(|e| e.set_data_run(flow, run)).at(run.start_ns)
     }
@@ -358,10 +340,6 @@ impl Event {
             EventKind::Pause => EventBody::Pause {
                 src_mac: self.mac,
                 quanta: self.quanta[0],
-            },
-            EventKind::Latency => EventBody::Latency {
-                ns: self.a,
-                peer_qp: self.c,
             },
             EventKind::DataRun => EventBody::DataRun {
                 duration_ns: self.a,
@@ -449,13 +427,6 @@ mod tests {
         };
         let cases = [
             (Event::new_flow(&flow), EventBody::NewFlow),
-            (
-                Event::latency(&flow, 5_000, 0x22),
-                EventBody::Latency {
-                    ns: 5_000,
-                    peer_qp: 0x22,
-                },
-            ),
             (
                 Event::pfc(3, 1, mac, 1 << 3, quanta),
                 EventBody::Pfc {

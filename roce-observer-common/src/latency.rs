@@ -1,8 +1,12 @@
 //! Latency matching keys: a timestamped request waits under (interface, requester IP,
 //! responder IP, PSN, mirror source) until the responder answers with the same PSN
 //! (docs/metrics.md). The mirror source keeps two switches' copies of one request apart.
+//!
+//! The kernel keeps each request flow's samples in a [`LatencyHist`] (the `LATENCY4`/`LATENCY6`
+//! maps), read on the report tick, instead of sending one ring-buffer event per sample: in
+//! plain WRITE traffic one packet in five is an answer that makes a sample.
 
-use crate::{FlowKey, assert_size};
+use crate::{FlowKey, account, assert_size};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,3 +62,227 @@ pub struct PendingValue {
     pub _pad: [u8; 3],
 }
 assert_size!(PendingValue, 16);
+
+/// Buckets per decade of [`LatencyHist`]: bounds 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 7,
+/// 8 times a power of ten. No two neighbours are more than 1.25 apart, and every 1-2-5 bound of
+/// the classic Prometheus buckets is one of them.
+const MANTISSAS: [u64; 13] = [
+    100, 125, 150, 175, 200, 250, 300, 350, 400, 500, 600, 700, 800,
+];
+/// Decades covered with 13 buckets each: 100 ns .. 1 s.
+const DECADES: usize = 7;
+/// Upper bounds (ns) of the histogram's buckets but the last: 100 ns, 125 ns, ..., 800 ms, 1 s.
+/// Bucket `i` holds samples in `(HIST_BOUNDS_NS[i-1], HIST_BOUNDS_NS[i]]` (bucket 0 from 0),
+/// and the last bucket everything above 1 s.
+pub const HIST_BOUNDS_NS: [u64; DECADES * 13 + 1] = {
+    let mut b = [0u64; DECADES * 13 + 1];
+    let mut scale = 1;
+    let mut d = 0;
+    while d < DECADES {
+        let mut m = 0;
+        while m < 13 {
+            b[d * 13 + m] = MANTISSAS[m] * scale;
+            m += 1;
+        }
+        scale *= 10;
+        d += 1;
+    }
+    b[DECADES * 13] = 1_000_000_000;
+    b
+};
+/// Buckets of a [`LatencyHist`]: one per bound, and one above the last.
+pub const HIST_BUCKETS: usize = HIST_BOUNDS_NS.len() + 1;
+
+/// The bounds padded to a power of two with `u64::MAX`, for a branch-free binary search of
+/// seven fixed steps (the kernel's loop is unrolled, each step one compare).
+const SEARCH: [u64; 128] = {
+    let mut t = [u64::MAX; 128];
+    let mut i = 0;
+    while i < HIST_BOUNDS_NS.len() {
+        t[i] = HIST_BOUNDS_NS[i];
+        i += 1;
+    }
+    t
+};
+
+/// The bucket of a sample of `ns`: the number of bounds below it.
+#[inline(always)]
+pub fn hist_bucket(ns: u64) -> usize {
+    let mut i = 0;
+    let mut step = 64;
+    while step > 0 {
+        // Masked: provably inside the table, for the compiler and the verifier.
+        if ns > SEARCH[(i + step - 1) & 127] {
+            i += step;
+        }
+        step >>= 1;
+    }
+    i
+}
+
+/// The range of samples bucket `i` holds: `(lo, hi]`, with `lo` = 0 for the first bucket and
+/// `hi` = `u64::MAX` for the last.
+pub fn hist_bucket_range(i: usize) -> (u64, u64) {
+    let lo = if i == 0 { 0 } else { HIST_BOUNDS_NS[i - 1] };
+    (lo, HIST_BOUNDS_NS.get(i).copied().unwrap_or(u64::MAX))
+}
+
+/// The latency samples of one request flow as the kernel keeps them (docs/metrics.md,
+/// "Latency"): exact counts per bucket ([`HIST_BOUNDS_NS`]: 13 per decade from 100 ns to 1 s,
+/// so a sample is known within a factor of 1.25), the exact sum, minimum and maximum, and the
+/// samples above the `--rtt-alert-us` threshold. User space merges what a bucket gained since
+/// its last read into the flow's quantile sketch.
+///
+/// Counts are u32 atomic adds, exact with several CPUs on one flow as long as a bucket gains
+/// fewer than 2^32 samples between two reads (user space takes differences modulo 2^32); u16
+/// would wrap within one report tick at a million answers a second. The minimum, maximum and
+/// first alert sample are plain stores (BPF has no atomic min on 5.10): two CPUs sampling the
+/// same flow in the same instant may keep the second-best of the two.
+///
+/// 432 bytes, in a map of its own rather than in [`crate::FlowStats`]: only flows with samples
+/// (request flows) take one, the preallocated flow table and its per-tick read stay as they
+/// were, and the data packet's lines of the flow record are untouched.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencyHist {
+    /// Sum of the samples, ns.
+    pub sum_ns: u64,
+    /// `!min`: the largest `!sample`, so that an all-zero (new) entry holds no minimum.
+    pub min_inv: u64,
+    pub max_ns: u64,
+    /// Samples above the load-time alert threshold; the first one's time and value, and the
+    /// latest one's time (the answer's time, same clock as `FlowStats::last_ns`).
+    pub over: u64,
+    pub over_first_ts: u64,
+    pub over_first_ns: u64,
+    pub over_last_ts: u64,
+    pub buckets: [u32; HIST_BUCKETS],
+    pub _pad: u32,
+}
+assert_size!(LatencyHist, 432);
+
+impl LatencyHist {
+    pub const fn zeroed() -> LatencyHist {
+        LatencyHist {
+            sum_ns: 0,
+            min_inv: 0,
+            max_ns: 0,
+            over: 0,
+            over_first_ts: 0,
+            over_first_ns: 0,
+            over_last_ts: 0,
+            buckets: [0; HIST_BUCKETS],
+            _pad: 0,
+        }
+    }
+
+    /// One sample of `ns` ns, answered at `now`; `alert_ns` is the alert threshold
+    /// (`u64::MAX`: none).
+    #[inline(always)]
+    pub fn add(&mut self, ns: u64, alert_ns: u64, now: u64) {
+        if let Some(bucket) = self.buckets.get_mut(hist_bucket(ns)) {
+            account::add32(bucket, 1);
+        }
+        account::add(&mut self.sum_ns, ns);
+        if !ns > self.min_inv {
+            self.min_inv = !ns;
+        }
+        if ns > self.max_ns {
+            self.max_ns = ns;
+        }
+        if ns > alert_ns {
+            if self.over == 0 {
+                self.over_first_ts = now;
+                self.over_first_ns = ns;
+            }
+            account::add(&mut self.over, 1);
+            self.over_last_ts = now;
+        }
+    }
+
+    /// Samples held.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|&n| u64::from(n)).sum()
+    }
+
+    /// The smallest sample (None without samples).
+    pub fn min(&self) -> Option<u64> {
+        (self.buckets.iter().any(|&n| n > 0)).then_some(!self.min_inv)
+    }
+
+    /// What each bucket gained since `earlier`, a read of the same entry (modulo 2^32).
+    pub fn growth(&self, earlier: &LatencyHist) -> [u32; HIST_BUCKETS] {
+        core::array::from_fn(|i| self.buckets[i].wrapping_sub(earlier.buckets[i]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_rise_by_at_most_a_quarter_and_hold_every_classic_bound() {
+        assert_eq!(HIST_BUCKETS, 93);
+        assert_eq!(HIST_BOUNDS_NS[0], 100);
+        assert_eq!(HIST_BOUNDS_NS[HIST_BOUNDS_NS.len() - 1], 1_000_000_000);
+        for w in HIST_BOUNDS_NS.windows(2) {
+            assert!(w[0] < w[1] && w[1] * 4 <= w[0] * 5, "{w:?}");
+        }
+        // The Prometheus buckets (1-2-5 from 1 us to 100 ms), and every 1-2-5 value in range.
+        let mut v = 100;
+        while v <= 1_000_000_000 {
+            for m in [1, 2, 5] {
+                if v * m <= 1_000_000_000 {
+                    assert!(HIST_BOUNDS_NS.contains(&(v * m)), "{}", v * m);
+                }
+            }
+            v *= 10;
+        }
+    }
+
+    #[test]
+    fn each_sample_lands_in_the_bucket_whose_range_holds_it() {
+        let around = HIST_BOUNDS_NS.iter().flat_map(|&b| [b - 1, b, b + 1]);
+        for ns in [0, 1, 99, u64::MAX, 1_000_000_001]
+            .into_iter()
+            .chain(around)
+        {
+            let i = hist_bucket(ns);
+            let (lo, hi) = hist_bucket_range(i);
+            assert!(i < HIST_BUCKETS, "{ns}");
+            assert!(
+                (i == 0 || lo < ns) && ns <= hi,
+                "{ns} in bucket {i} ({lo}, {hi}]"
+            );
+        }
+        assert_eq!(hist_bucket(100), 0);
+        assert_eq!(hist_bucket(101), 1);
+        assert_eq!(hist_bucket(1_000_000_000), HIST_BUCKETS - 2);
+        assert_eq!(hist_bucket(1_000_000_001), HIST_BUCKETS - 1);
+    }
+
+    #[test]
+    fn counts_sum_extremes_and_alerts_are_exact_and_growth_wraps() {
+        let mut h = LatencyHist::zeroed();
+        assert_eq!((h.count(), h.min()), (0, None));
+        for (i, ns) in [5_000u64, 0, 7_000, 2_000_000_000].into_iter().enumerate() {
+            h.add(ns, 6_000, 10 + i as u64);
+        }
+        assert_eq!(h.count(), 4);
+        assert_eq!(h.sum_ns, 2_000_012_000);
+        assert_eq!((h.min(), h.max_ns), (Some(0), 2_000_000_000));
+        assert_eq!(
+            (h.over, h.over_first_ts, h.over_first_ns, h.over_last_ts),
+            (2, 12, 7_000, 13)
+        );
+        let earlier = h;
+        h.buckets[hist_bucket(5_000)] = u32::MAX;
+        let mut later = h;
+        later.add(5_000, u64::MAX, 20);
+        later.add(5_000, u64::MAX, 21);
+        let grown = later.growth(&h);
+        assert_eq!(grown[hist_bucket(5_000)], 2, "across the u32 wrap");
+        assert_eq!(grown.iter().map(|&n| u64::from(n)).sum::<u64>(), 2);
+        assert_eq!(h.growth(&earlier)[hist_bucket(7_000)], 0);
+    }
+}

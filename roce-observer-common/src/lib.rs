@@ -93,6 +93,8 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::latency::PendingValue {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for super::latency::LatencyHist {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::mirror::MirrorKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::mirror::MirrorStats {}

@@ -1,7 +1,8 @@
 //! The whole per-packet observation, run by the kernel programs on every frame and by the engine
 //! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
 //! retransmissions and NAKs into bursts, keep the flow's activity runs (training steps; a
-//! finished run is one event), time requests and match their answers (Karn's rule, peer QPs),
+//! finished run is one event), time requests and match their answers (Karn's rule, peer QPs;
+//! a sample goes to the request flow's histogram, `Tables::latency_sample`, not to an event),
 //! account PFC and PAUSE frames per priority, count the frames and sequence gaps of each
 //! switch-mirror session, and send the rare path events of request gaps and resend runs (where
 //! was it lost; docs/metrics.md).
@@ -36,9 +37,11 @@ pub struct Scratch {
     pub point: MirrorPoint,
     /// The flow key of a RoCE frame, built here.
     pub key: FlowKey,
-    /// Latency matching: the pending request's key, and the flow of a matched request.
+    /// Latency matching: the pending request's key, and the flow of a matched request with
+    /// its observation point ([`NO_POINT`] when its mirror session is unknown).
     pub pending: PendingKey,
     pub request_flow: FlowKey,
+    pub request_point: u32,
     /// The flow's observation point (`Flows`): kept here, not in a variable, since a value
     /// held across helper calls is spilled to the stack, where on some paths the 5.10
     /// verifier saw it read unwritten.
@@ -58,11 +61,17 @@ impl Scratch {
             key: FlowKey::zeroed(),
             pending: PendingKey::zeroed(),
             request_flow: FlowKey::zeroed(),
+            request_point: 0,
             flow_point: 0,
             pkt: RocePacket::zeroed(),
         }
     }
 }
+
+/// `Scratch::request_point` of a request whose mirror session is not (or no longer) known.
+/// No observation point takes it: an interface index, or `POINT_MIRROR` with a session number
+/// far below 2^31 - 1.
+pub const NO_POINT: u32 = u32::MAX;
 
 /// A flow's entry as [`Flows::entry`] finds or makes it.
 pub enum Entry<'a> {
@@ -139,6 +148,12 @@ pub trait Tables {
     /// Remove and return the request waiting under `key`; `None` when absent or when another
     /// CPU took it first (that CPU then reports the sample).
     fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue>;
+    /// One latency sample of `rtt_ns` on the request flow `flow` at observation `point`,
+    /// answered at `now` (the precise clock). The kernel adds it to the flow's
+    /// `LatencyHist` in its latency map, made when absent (no room: counted in `map_full`),
+    /// which user space reads on its tick: no event per sample. The engine adds it to the
+    /// flow's sketch as it is.
+    fn latency_sample(&mut self, flow: &FlowKey, point: u32, rtt_ns: u64, now: u64);
     /// Account one PFC or PAUSE frame from `link`: `PfcStats::account` on every slot set in
     /// `slots` (bit p: PFC priority p with `quanta[p]`; bit `SLOT_LINK`: a legacy PAUSE with
     /// `quanta[0]`). False when the table has no room for `link` (nothing accounted). The
@@ -414,28 +429,29 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
         request_flow.dst_ip = key.src_ip;
         request_flow.dst_qp = request.dst_qp;
         request_flow.direction = request.direction;
+        // The request flow's point: this one, unless the request was mirrored to the other
+        // direction, which is another session. Kept in scratch memory, not a variable, as
+        // `flow_point` is.
+        s.request_point = s.flow_point;
+        if request.direction != key.direction && key.encap != encap::NONE {
+            s.point.key.direction = request.direction;
+            s.request_point = t.session_point(&s.point.key).unwrap_or(NO_POINT);
+            s.point.key.direction = key.direction;
+        }
         // The request's destination QP is the responder's QP (this flow's peer); the answer's
         // destination QP is the requester's. Both flows learn it on their first match; later
         // matches of the same pair skip the second flow lookup (a cache miss per answer).
         if stats.peer_qp() != Some(request.dst_qp) {
             learn_peer(stats, request.dst_qp);
-            // The request flow's point: this one, unless the request was mirrored to the
-            // other direction, which is another session.
-            let request_point = if request.direction == key.direction || key.encap == encap::NONE {
-                Some(s.flow_point)
-            } else {
-                s.point.key.direction = request.direction;
-                let other = t.session_point(&s.point.key);
-                s.point.key.direction = key.direction;
-                other
-            };
-            if let Some(request_stats) = request_point.and_then(|p| flows.get(request_flow, p)) {
+            if s.request_point != NO_POINT
+                && let Some(request_stats) = flows.get(request_flow, s.request_point)
+            {
                 learn_peer(request_stats, pkt.dst_qp);
             }
         }
-        t.emit(key.direction, answered, |ev| {
-            ev.set_latency(request_flow, rtt, pkt.dst_qp)
-        });
+        if s.request_point != NO_POINT {
+            t.latency_sample(request_flow, s.request_point, rtt, answered);
+        }
     }
 }
 

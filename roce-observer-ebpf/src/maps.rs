@@ -9,7 +9,7 @@ use roce_observer_common::{
     Counter, FlowStats,
     counters::COUNTER_SLOTS,
     flow::{FlowKey4, FlowKey6},
-    latency::{PendingKey, PendingValue},
+    latency::{LatencyHist, PendingKey, PendingValue},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
     observe::Scratch,
     pfc::{PfcLink, PfcLinkKey},
@@ -37,6 +37,26 @@ pub static FLOWS6: HashMap<FlowKey6, FlowStats> =
 
 /// uapi/linux/bpf.h map flag.
 const BPF_F_NO_PREALLOC: u32 = 1;
+
+/// The latency samples of each request flow (LatencyHist, 432 B: exact counts in 93 log
+/// buckets, sum, min, max, samples above the alert threshold), keyed as the flow maps: one
+/// entry per flow whose requests were answered, made at its first sample. User space reads
+/// them on its tick and merges what they gained into its sketches, where one ring-buffer event
+/// per sample was a fifth of the packets of plain WRITE traffic. A map of its own, not part of
+/// FlowStats: only request flows with samples take one (not preallocated), so the flow table's
+/// preallocated footprint and per-tick read stay as they were, and a data packet touches no
+/// more of its flow record. The loader sizes both to --max-flows: a sample's request flow has
+/// an entry in the flow maps, so they fill no sooner than those.
+#[map]
+pub static LATENCY4: HashMap<FlowKey4, LatencyHist> =
+    HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+#[map]
+pub static LATENCY6: HashMap<FlowKey6, LatencyHist> =
+    HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+
+/// One all-zero LatencyHist, never written: the source of new latency entries.
+#[map]
+pub static ZERO_LATENCY: PerCpuArray<LatencyHist> = PerCpuArray::with_max_entries(1, 0);
 
 /// PfcLinkKey -> PfcLink: per (interface, direction, source MAC), the counters of all eight
 /// priorities and of 802.3x PAUSE in one entry, so that a PFC frame costs one lookup.
@@ -93,6 +113,9 @@ pub struct KernelScratch {
     pub key4: FlowKey4,
     pub key6: FlowKey6,
     pub session: SessionCache,
+    /// The compact keys of a latency sample's request flow (`Tables::latency_sample`).
+    pub lat4: FlowKey4,
+    pub lat6: FlowKey6,
 }
 
 #[map]
@@ -135,7 +158,7 @@ pub static TC_HEAD: PerCpuArray<[u8; 2 * HEAD_BYTES]> = PerCpuArray::with_max_en
 /// Size of `EVENTS` in bytes.
 pub const EVENTS_BYTES: u64 = 1 << 20;
 
-/// Events (new flow, PFC, PAUSE, latency sample), 128 B each; 1 MiB holds ~8k events between
+/// Events (new flow, PFC, PAUSE, finished activity run, path event), 128 B each; 1 MiB holds ~8k events between
 /// two drains. Reserve failures are counted, counters stay exact.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);

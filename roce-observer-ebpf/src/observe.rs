@@ -1,8 +1,9 @@
 //! What happens to one frame: the shared parser and the shared per-packet observation
 //! (roce-observer-common/src/observe.rs, which the engine runs on captured frames too), here on
-//! the BPF maps of maps.rs. Counters and per-flow state go to maps; events go to the ring
-//! buffer only for rare things (new flow, PFC, PAUSE, latency sample, finished activity run,
-//! request gap or finished resend run, the last two limited per flow), without a wakeup each.
+//! the BPF maps of maps.rs. Counters and per-flow state (latency samples included, in a
+//! histogram per request flow) go to maps; events go to the ring buffer only for rare things
+//! (new flow, PFC, PAUSE, finished activity run, request gap or finished resend run, the last
+//! two limited per flow), without a wakeup each.
 
 use core::ffi::c_void;
 
@@ -13,7 +14,7 @@ use aya_ebpf::{
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
     flow::{Compact, FlowKey4, FlowKey6, POINT_MIRROR},
-    latency::{PendingKey, PendingValue},
+    latency::{LatencyHist, PendingKey, PendingValue},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
     observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
@@ -21,8 +22,8 @@ use roce_observer_common::{
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, MIRRORS, PENDING, PFC, SCRATCH, SESSIONS, SessionCache,
-    ZERO_FLOW, ZERO_PFC, count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, MIRRORS, PENDING, PFC, SCRATCH,
+    SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -45,6 +46,10 @@ static REORDER_WINDOW: u32 = roce_observer_common::sequence::DEFAULT_REORDER_WIN
 static BURST_COUNT: u32 = roce_observer_common::BURST_COUNT;
 #[unsafe(no_mangle)]
 static BURST_WINDOW_NS: u64 = roce_observer_common::BURST_WINDOW_NS;
+/// Latency samples above this count toward the `high_latency` alert (`LatencyHist::over`;
+/// `u64::MAX`: no alert); set by the loader.
+#[unsafe(no_mangle)]
+static RTT_ALERT_NS: u64 = u64::MAX;
 
 /// `bpf_ringbuf_submit` flags and `bpf_ringbuf_query` selector (uapi/linux/bpf.h; 5.8).
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -103,6 +108,8 @@ pub fn observe<P: PacketView>(
     };
     let mut maps = Maps::<false> {
         session: &mut scratch.session,
+        lat4: &mut scratch.lat4,
+        lat6: &mut scratch.lat6,
         ctx,
         programs: Some(programs),
         slot,
@@ -133,6 +140,8 @@ pub fn scoreboard() {
     };
     let mut maps = Maps::<true> {
         session: &mut scratch.session,
+        lat4: &mut scratch.lat4,
+        lat6: &mut scratch.lat6,
         ctx: core::ptr::null_mut(),
         programs: None,
         slot: 0,
@@ -193,14 +202,35 @@ fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Ent
     }
 }
 
-/// The other maps, the clocks and the ring buffer; `session` is this CPU's last mirror session.
+/// The other maps, the clocks and the ring buffer; `session` is this CPU's last mirror session,
+/// `lat4` and `lat6` the compact keys of a latency sample's request flow (scratch memory).
 /// `SCOREBOARD`: the scoreboard program (`Tables::SCOREBOARD`); the main programs hand their
 /// out-of-order packets to it through `ctx` and `slot`.
 struct Maps<'a, const SCOREBOARD: bool> {
     session: &'a mut SessionCache,
+    lat4: &'a mut FlowKey4,
+    lat6: &'a mut FlowKey6,
     ctx: *mut c_void,
     programs: Option<&'static ProgramArray>,
     slot: u32,
+}
+
+/// The latency histogram of compact key `k` in `map`, made when absent; `None` when the map
+/// has no room.
+#[inline(always)]
+fn hist_in<K>(map: &'static HashMap<K, LatencyHist>, k: &K) -> Option<&'static mut LatencyHist> {
+    if let Some(hist) = map.get_ptr_mut(k) {
+        // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
+        return Some(unsafe { &mut *hist });
+    }
+    let zero = ZERO_LATENCY.get_ptr(0)?;
+    // SAFETY: `zero` points at a live per-CPU array value of the right type. By reference: a
+    // value would be a 432-byte copy on the BPF stack. Another CPU may make it in between
+    // (EEXIST): then it is there to look up.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let _ = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
+    // SAFETY: as above.
+    map.get_ptr_mut(k).map(|hist| unsafe { &mut *hist })
 }
 
 /// Whether two mirror keys are equal, compared as eleven 32-bit words.
@@ -369,6 +399,18 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
         // Another CPU may have taken it first: then that CPU reports the sample.
         PENDING.remove(key).ok()?;
         Some(request)
+    }
+
+    #[inline(always)]
+    fn latency_sample(&mut self, flow: &FlowKey, point: u32, rtt_ns: u64, now: u64) {
+        let hist = match flow.compact(point, self.lat4, self.lat6) {
+            Compact::V4 => hist_in(&LATENCY4, self.lat4),
+            Compact::V6 => hist_in(&LATENCY6, self.lat6),
+        };
+        match hist {
+            Some(hist) => hist.add(rtt_ns, global(&RTT_ALERT_NS), now),
+            None => count(Counter::MapFull, flow.direction),
+        }
     }
 
     #[inline(always)]

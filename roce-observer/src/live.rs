@@ -522,7 +522,7 @@ mod tests {
             "\nroce_observer_bpf_stats_enabled 1\n",
             "\nroce_observer_program_runs_total{program=\"roce_observer_xdp\",hook=\"xdp\"} 4\n",
             "\nroce_observer_program_run_seconds_total{program=\"roce_observer_xdp\",hook=\"xdp\"} 0.000001\n",
-            "\nroce_observer_events_total{kind=\"latency\"} 0\n",
+            "\nroce_observer_events_total{kind=\"path\"} 0\n",
             "\nroce_observer_events_per_packet 0.0\n",
         ] {
             assert!(text.contains(line), "{line} not in {text}");

@@ -345,6 +345,7 @@ async fn run_kernel<F: Future<Output = ()>>(
         },
         burst_count: u32::try_from(cfg.burst_count).unwrap_or(u32::MAX),
         burst_window_ns: cfg.burst_window_ns,
+        rtt_alert_ns: cfg.rtt_alert_ns,
         kernel_log: args.kernel_log,
         runs: !args.no_steps,
         bpf_stats: args.bpf_stats,

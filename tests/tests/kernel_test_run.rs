@@ -336,3 +336,49 @@ fn a_frame_of_a_session_past_the_table_is_counted_not_accounted() {
             .all(|(k, _)| k.mirror_id >= 5000 && k.mirror_id < 5000 + MAX_MIRROR_SESSIONS)
     );
 }
+
+/// Latency on the kernel path: the samples of a fixture land in the request flows' histograms
+/// (no ring-buffer record each), and the loader's alert threshold reaches the programs: with
+/// `rtt_alert_ns` 0 every sample counts toward `high_latency`, without it none does (the
+/// engine raises what the kernel counted).
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn latency_samples_and_their_alert_threshold_reach_the_kernel_histograms() {
+    require_root();
+    let pcap = integration_tests::fixtures_dir().join("rc_send_write_read.pcap");
+    let frames = read_frames(&pcap).expect("fixture reads");
+    for alert in [Some(0), None] {
+        let mut src = KernelSource::load(&KernelOptions {
+            rtt_alert_ns: alert,
+            ..KernelOptions::default()
+        })
+        .expect("BPF programs load (run as root)");
+        for frame in &frames {
+            assert_eq!(src.test_run_xdp(frame).expect("test run"), XDP_PASS);
+        }
+        let mut engine = Engine::new(EngineConfig {
+            rtt_alert_ns: Some(0),
+            ..EngineConfig::default()
+        });
+        refresh(&mut src, &mut engine).expect("maps read");
+        let doc = serde_json::to_value(engine.snapshot(0)).expect("snapshot serializes");
+        let samples = doc["latency"]["overall"]["count"].as_u64().expect("count");
+        assert_eq!(samples, 12, "{}", doc["latency"]);
+        assert_eq!(
+            doc["summary"]["events_by_kind"]["new_flow"],
+            doc["summary"]["events"]
+        );
+        let alerted: u64 = doc["alerts"]
+            .as_array()
+            .expect("alerts")
+            .iter()
+            .filter(|a| a["kind"] == "high_latency")
+            .filter_map(|a| a["count"].as_u64())
+            .sum();
+        assert_eq!(
+            alerted,
+            if alert.is_some() { samples } else { 0 },
+            "{alert:?}"
+        );
+    }
+}

@@ -2,12 +2,89 @@
 //! and PFC frames replayed on a veth pair with `run --bpf-stats` attached to both ends. The
 //! events received must be what `analyze` counts for the same capture at each attach point
 //! (kinds that do not depend on the replay's timing), and each attached program's run count
-//! must be the frames its hook saw.
+//! must be the frames its hook saw. And what the programs send, measured through `analyze`
+//! (which sends, and counts, exactly the records the programs would for the same frames): at
+//! most one ring-buffer record per hundred packets in steady traffic, a retransmission storm
+//! and sprayed traffic.
 
 use integration_tests::{
     netns::{Observer, VethNs},
     require_root,
 };
+use serde_json::Value;
+
+/// `analyze --json` of `pcap`.
+fn analyze(pcap: &std::path::Path) -> Value {
+    let out = std::process::Command::new(integration_tests::observer_bin())
+        .args(["analyze", "--json"])
+        .arg(pcap)
+        .output()
+        .expect("analyze runs");
+    assert!(
+        out.status.success(),
+        "analyze failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("analyze --json output parses")
+}
+
+/// Ring-buffer records per packet, in every traffic shape, with latency measured: plain
+/// WRITE traffic (one packet in five an ACK that answers a timestamped request), the same
+/// frames twice (every request a retransmission), sprayed WRITEs and READs without and with
+/// loss. A latency sample is no record (the kernel keeps a histogram per flow); a flow's
+/// first packet is one, and so is each loss the path view needs.
+#[test]
+fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
+    let dir = std::env::temp_dir().join(format!("roce-event-cost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // 200 QPs x 200 rounds: 50,000 frames, 400 flows.
+    let steady = || roce_observer_tools::steady_frames(200, 200, 1024);
+    let steady_pcap = dir.join("steady.pcap");
+    roce_observer_tools::write_pcap(&steady_pcap, steady()).expect("steady capture");
+    let storm_pcap = dir.join("storm.pcap");
+    roce_observer_tools::write_pcap(&storm_pcap, steady().chain(steady())).expect("storm");
+    let fixtures = integration_tests::fixtures_dir();
+    let shapes = [
+        ("steady", steady_pcap),
+        ("storm", storm_pcap),
+        ("spray_no_loss", fixtures.join("spray_no_loss.pcap")),
+        (
+            "spray_nak_selective",
+            fixtures.join("spray_nak_selective.pcap"),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (shape, pcap) in &shapes {
+        let doc = analyze(pcap);
+        let s = &doc["summary"];
+        let n = |v: &Value| {
+            v.as_u64()
+                .unwrap_or_else(|| panic!("{shape}: a count: {s}"))
+        };
+        let (events, packets) = (n(&s["events"]), n(&s["total_packets"]));
+        let samples = n(&doc["latency"]["overall"]["count"]);
+        assert!(samples * 20 > packets, "{shape}: latency measured: {s}");
+        // Beside one record per flow, at most one per hundred packets.
+        let new_flows = n(&s["events_by_kind"]["new_flow"]);
+        assert_eq!(new_flows, n(&s["flows"]), "{shape}: {s}");
+        // With flows of more than a hundred packets each (all but the loss fixture, whose
+        // eight flows of ~127 packets carry three losses and the five path records they
+        // make), all records together too.
+        let counted = if *shape == "spray_nak_selective" {
+            events - new_flows
+        } else {
+            events
+        };
+        if (events - new_flows) * 100 > packets || counted * 100 > packets {
+            failures.push(format!(
+                "{shape}: {events} records for {packets} packets: {}",
+                s["events_by_kind"]
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
 
 #[test]
 #[ignore = "kernel test: needs root (BPF, network namespaces)"]
@@ -20,30 +97,32 @@ fn events_and_program_runs_are_reported_and_agree_with_analyze() {
     // Let the receiving veth's softirq finish with the last frames.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let out = observer.stop().expect("observer stops cleanly");
-    let live: serde_json::Value = serde_json::from_str(&out).expect("run --json output parses");
-    let analyzed = std::process::Command::new(integration_tests::observer_bin())
-        .args(["analyze", "--json"])
-        .arg(&pcap)
-        .output()
-        .expect("analyze runs");
-    assert!(analyzed.status.success(), "analyze failed");
-    let offline: serde_json::Value =
-        serde_json::from_slice(&analyzed.stdout).expect("analyze --json output parses");
+    let live: Value = serde_json::from_str(&out).expect("run --json output parses");
+    let offline = analyze(&pcap);
 
     let (s, o) = (&live["summary"], &offline["summary"]);
     assert_eq!(s["events_lost"], 0, "{s}");
     // Both ends see every frame of the capture: each kind twice what analyze counts once.
-    for kind in ["new_flow", "latency", "pfc", "pause", "path"] {
+    for kind in ["new_flow", "pfc", "pause", "path"] {
         let want = o["events_by_kind"][kind].as_u64().expect("offline count") * 2;
         assert_eq!(s["events_by_kind"][kind], want, "{kind}: {s}");
     }
-    assert!(o["events_by_kind"]["latency"].as_u64() > Some(0), "{o}");
     assert!(o["events_by_kind"]["pfc"].as_u64() > Some(0), "{o}");
+    // Latency samples travel in the kernel's per-flow histograms, not as records: the same
+    // samples at each end as analyze finds once.
+    let samples = |doc: &Value| doc["latency"]["overall"]["count"].as_u64();
+    assert!(samples(&offline) > Some(0), "{offline}");
+    assert_eq!(
+        samples(&live),
+        samples(&offline).map(|n| n * 2),
+        "{}",
+        live["latency"]
+    );
     let by_kind: u64 = s["events_by_kind"]
         .as_object()
         .expect("events_by_kind")
         .values()
-        .filter_map(serde_json::Value::as_u64)
+        .filter_map(Value::as_u64)
         .sum();
     assert_eq!(s["events"], by_kind);
     let per_packet =

@@ -154,18 +154,28 @@ impl Alerts {
         self.map.is_empty()
     }
 
-    /// A latency sample of `ns` on `flow`, against the `threshold` of `--rtt-alert-us`.
-    pub fn high_latency(&mut self, flow: &FlowKey, ts: u64, ns: u64, threshold: u64) {
-        if ns <= threshold {
-            return;
-        }
-        self.raise(AlertKind::HighLatency, Subject::Flow(*flow), ts, 1, || {
+    /// `count` latency samples on `flow` above the `threshold` of `--rtt-alert-us`, the first
+    /// of `first_ns` ns, seen from `span.0` to `span.1` (one sample, or what a kernel
+    /// histogram gained between two reads).
+    pub fn high_latency(
+        &mut self,
+        flow: &FlowKey,
+        span: (u64, u64),
+        first_ns: u64,
+        count: u64,
+        threshold: u64,
+    ) {
+        let key = (AlertKind::HighLatency, Subject::Flow(*flow));
+        self.raise(key.0, key.1, span.0, count, || {
             format!(
                 "latency above {} us seen at the observation point (first: {} us)",
                 threshold / 1000,
-                ns / 1000
+                first_ns / 1000
             )
         });
+        if let Some(a) = self.map.get_mut(&key) {
+            a.last_ns = a.last_ns.max(span.1);
+        }
     }
 
     /// A PFC storm started on `key` (detected by the pause timeline, pfc.rs).

@@ -96,6 +96,7 @@ impl Engine {
             events: &mut events,
             added: None,
             packet: None,
+            sample: None,
         };
         let mut flows = CaptureFlows {
             table: &mut self.flows,
@@ -111,6 +112,7 @@ impl Engine {
             ifindex,
             direction as u8,
         );
+        let sample = tables.sample;
         if let Some((key, added)) = tables.added {
             self.alerts.classes(&key, added, ts_ns, &self.cfg);
         }
@@ -123,6 +125,9 @@ impl Engine {
             self.on_event(&ev, true);
         }
         self.event_buf = events;
+        if let Some((key, ts, ns)) = sample {
+            self.on_latency(&key, ts, ns);
+        }
     }
 }
 
@@ -211,6 +216,9 @@ struct CaptureTables<'a> {
     added: Option<(FlowKey, Added)>,
     /// The same packet as accounted, for the analyses' packet hook.
     packet: Option<(FlowKey, RocePacket, Outcome)>,
+    /// The latency sample the packet made (at most one: it answered one request): the
+    /// request's flow, the time, the latency.
+    sample: Option<(FlowKey, u64, u64)>,
 }
 
 impl Tables for CaptureTables<'_> {
@@ -257,6 +265,10 @@ impl Tables for CaptureTables<'_> {
 
     fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue> {
         self.pending.take(key)
+    }
+
+    fn latency_sample(&mut self, flow: &FlowKey, _point: u32, rtt_ns: u64, now: u64) {
+        self.sample = Some((*flow, now, rtt_ns));
     }
 
     fn pfc(&mut self, link: &PfcLinkKey, slots: u16, quanta: &[u16; 8], now: u64) -> bool {

@@ -1,6 +1,6 @@
 //! Events from either path (the kernel's ring buffer, or the capture path's shared
-//! observation), each handed to its concept: PFC pause timelines, latency samples; activity
-//! runs and path events go to the analyses' event hook.
+//! observation), each handed to its concept: PFC pause timelines; activity runs and path
+//! events go to the analyses' event hook. (Latency samples are no events: latency.rs.)
 //! (Bursts of retransmissions and NAKs are read from the flow records, alerts::bursts.)
 
 use roce_observer_common::{Direction, Event, EventBody, pfc::PRIORITY_LINK};
@@ -38,7 +38,6 @@ impl Engine {
                 let key = pfc_key(ev.flow.ifindex, d, PRIORITY_LINK, src_mac);
                 self.pause_timeline(key, ts, quanta);
             }
-            EventBody::Latency { ns, .. } => self.on_latency(&ev.flow, ts, ns),
             // Activity runs (training steps) and path events (where was it lost), for the
             // analyses (the capture path feeds them packet by packet unless fed as the kernel).
             EventBody::DataRun { .. } | EventBody::SignalRun { .. } | EventBody::Path { .. } => {

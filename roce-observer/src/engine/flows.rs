@@ -7,6 +7,7 @@ use std::{cell::Cell, collections::HashMap, sync::Arc};
 use roce_observer_common::{
     FlowKey, FlowStats,
     flow::{NAK_CLASSES, PCP_UNTAGGED, TRANSPORT_UNSET, nak},
+    latency::LatencyHist,
     opcode,
 };
 
@@ -24,6 +25,9 @@ pub struct FlowEntry {
     stats: FlowStats,
     /// Latency samples of requests sent on this flow (boxed: most flows have none).
     rtt: Option<Box<Sketch>>,
+    /// Kernel path: the flow's latency histogram as last read, what the sketch holds (boxed:
+    /// only request flows read from the kernel have one).
+    rtt_read: Option<Box<LatencyHist>>,
     /// `stats.bytes` at the start of the reporting interval.
     pub base_bytes: u64,
     /// The flow as the last snapshot showed it (see `report.rs`).
@@ -38,6 +42,7 @@ impl Clone for FlowEntry {
         FlowEntry {
             stats: self.stats,
             rtt: self.rtt.clone(),
+            rtt_read: self.rtt_read.clone(),
             base_bytes: self.base_bytes,
             view: ViewCache::default(),
             ordered: Cell::new(false),
@@ -53,6 +58,7 @@ impl FlowEntry {
         FlowEntry {
             stats,
             rtt: None,
+            rtt_read: None,
             base_bytes: 0,
             view: ViewCache::default(),
             ordered: Cell::new(false),
@@ -78,6 +84,40 @@ impl FlowEntry {
         self.view.clear();
         self.rtt.get_or_insert_with(Default::default).insert(ns);
     }
+
+    /// Kernel path: the flow's latency histogram as read now. What it gained since the last
+    /// read goes into the sketch, and is returned (`None`: unchanged).
+    pub fn read_rtt_hist(&mut self, hist: &LatencyHist) -> Option<HistGrowth> {
+        let last = self
+            .rtt_read
+            .get_or_insert_with(|| Box::new(LatencyHist::zeroed()));
+        if **last == *hist {
+            return None;
+        }
+        let grown = HistGrowth {
+            buckets: hist.growth(last),
+            sum_ns: hist.sum_ns.wrapping_sub(last.sum_ns),
+            over: hist.over.wrapping_sub(last.over),
+        };
+        **last = *hist;
+        self.view.clear();
+        let (min, max) = (hist.min().unwrap_or(0), hist.max_ns);
+        self.rtt.get_or_insert_with(Default::default).merge_hist(
+            &grown.buckets,
+            grown.sum_ns,
+            min,
+            max,
+        );
+        Some(grown)
+    }
+}
+
+/// What a kernel latency histogram gained between two reads.
+pub struct HistGrowth {
+    pub buckets: [u32; roce_observer_common::latency::HIST_BUCKETS],
+    pub sum_ns: u64,
+    /// Samples above the alert threshold.
+    pub over: u64,
 }
 
 /// The last snapshot's view of a flow, shared with that snapshot (a `Cell`: the snapshot is

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use roce_observer_common::{
     FlowKey,
-    latency::{PendingKey, PendingValue},
+    latency::{LatencyHist, PendingKey, PendingValue},
     observe::Stored,
 };
 
@@ -56,19 +56,52 @@ impl Pending {
 }
 
 impl Engine {
-    /// A latency sample of `ns` on the request's flow `flow` at `ts` (from either path).
+    /// Capture path: a latency sample of `ns` on the request's flow `flow` at `ts`.
     pub(super) fn on_latency(&mut self, flow: &FlowKey, ts: u64, ns: u64) {
-        if !self.flows.contains_key(flow) && self.flows.len() < self.cfg.max_flows {
-            self.flows.insert(*flow, FlowEntry::new(ts));
-        }
-        if let Some(e) = self.flows.get_mut(flow) {
+        if let Some(e) = self.latency_flow(flow, ts) {
             e.add_rtt_sample(ns);
             self.dirty.push(*flow);
         }
         self.rtt_overall.insert(ns);
-        if let Some(threshold) = self.cfg.rtt_alert_ns {
-            self.alerts.high_latency(flow, ts, ns, threshold);
+        if let Some(threshold) = self.cfg.rtt_alert_ns
+            && ns > threshold
+        {
+            self.alerts.high_latency(flow, (ts, ts), ns, 1, threshold);
         }
+    }
+
+    /// Kernel path: the latency histogram of request flow `flow` as read now (times in ns since
+    /// the epoch; the kernel counted its samples above the alert threshold against the same
+    /// `rtt_alert_ns`): what it gained since the last read goes to the flow's sketch and the
+    /// overall one.
+    pub fn update_latency(&mut self, flow: &FlowKey, hist: &LatencyHist) {
+        let now = self.last_ns;
+        let Some(e) = self.latency_flow(flow, now) else {
+            return;
+        };
+        let Some(grown) = e.read_rtt_hist(hist) else {
+            return;
+        };
+        self.dirty.push(*flow);
+        let (min, max) = (hist.min().unwrap_or(0), hist.max_ns);
+        self.rtt_overall
+            .merge_hist(&grown.buckets, grown.sum_ns, min, max);
+        if let Some(threshold) = self.cfg.rtt_alert_ns
+            && grown.over > 0
+        {
+            let span = (hist.over_first_ts, hist.over_last_ts);
+            self.alerts
+                .high_latency(flow, span, hist.over_first_ns, grown.over, threshold);
+        }
+    }
+
+    /// The entry of a flow with latency samples, made if absent (a flow's answers can be
+    /// read before its requests) and the table has room.
+    fn latency_flow(&mut self, flow: &FlowKey, ts: u64) -> Option<&mut FlowEntry> {
+        if !self.flows.contains_key(flow) && self.flows.len() < self.cfg.max_flows {
+            self.flows.insert(*flow, FlowEntry::new(ts));
+        }
+        self.flows.get_mut(flow)
     }
 }
 

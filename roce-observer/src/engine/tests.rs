@@ -84,6 +84,13 @@ fn flow(s: &Snapshot, src: [u8; 4], qp: u32) -> &FlowSnapshot {
         .expect("flow present")
 }
 
+/// A kernel latency histogram holding one sample of `ns`, answered at `ts`.
+fn one_sample(ns: u64, ts: u64) -> roce_observer_common::latency::LatencyHist {
+    let mut h = roce_observer_common::latency::LatencyHist::zeroed();
+    h.add(ns, u64::MAX, ts);
+    h
+}
+
 fn kinds(s: &Snapshot) -> Vec<&'static str> {
     s.alerts.iter().map(|a| a.kind).collect()
 }
@@ -115,7 +122,8 @@ fn latency_sample_on_the_request_flow_and_peers_learned() {
 }
 
 /// The capture path counts the records its shared observation sends, by kind: here two new
-/// flows and one latency sample in four frames; the kernel path counts what it receives.
+/// flows in four frames, and no record for the latency sample (the kernel keeps samples in a
+/// histogram per flow); the kernel path counts what it receives.
 #[test]
 fn events_are_counted_by_kind_on_both_paths() {
     let mut e = Engine::new(EngineConfig::default());
@@ -130,23 +138,70 @@ fn events_are_counted_by_kind_on_both_paths() {
     feed(&mut e, T0 + 7 * US, ack(100));
     feed(&mut e, T0 + 8 * US, req(101));
     feed(&mut e, T0 + 9 * US, req(102));
-    let s = e.snapshot(e.last_ts()).summary;
+    let s = e.snapshot(e.last_ts());
+    assert_eq!(flow(&s, A, 0x12).rtt_ns.count, 1);
+    let s = s.summary;
     assert_eq!(s.events_by_kind["new_flow"], 2, "{:?}", s.events_by_kind);
-    assert_eq!(s.events_by_kind["latency"], 1, "{:?}", s.events_by_kind);
-    assert_eq!(s.events, 3);
+    assert_eq!(s.events_by_kind.get("latency"), None);
+    assert_eq!(s.events, 2);
     assert_eq!(s.events_by_kind.values().sum::<u64>(), s.events);
-    assert_eq!(s.events_per_packet, 3.0 / 4.0);
+    assert_eq!(s.events_per_packet, 2.0 / 4.0);
     assert_eq!(s.observer, None);
 
     let mut live = Engine::new(EngineConfig::default());
     let key = *e.flows.keys().next().expect("a flow");
     live.ingest_event(&Event::new_flow(&key).at(T0));
-    live.ingest_event(&Event::latency(&key, 5_000, 0x11).at(T0 + 5 * US));
-    live.ingest_event(&Event::latency(&key, 6_000, 0x11).at(T0 + 6 * US));
+    live.ingest_event(&Event::new_flow(&key).at(T0 + US));
+    live.ingest_event(&Event::new_flow(&key).at(T0 + 2 * US));
     live.update_counter(Direction::Ingress, Counter::TotalPackets, 30);
     let s = live.snapshot(T0 + 6 * US).summary;
-    assert_eq!((s.events, s.events_by_kind["latency"]), (3, 2));
+    assert_eq!((s.events, s.events_by_kind["new_flow"]), (3, 3));
     assert_eq!(s.events_per_packet, 0.1);
+}
+
+/// Kernel path: a flow's latency histogram read on every tick. What it gained since the last
+/// read goes to the flow's sketch and the overall one once (a read of an unchanged histogram
+/// adds nothing), count, sum, min and max exact, quantiles within the histogram's 1/9, and
+/// its samples above the alert threshold raise `high_latency` with the kernel's times.
+#[test]
+fn kernel_latency_histograms_merge_their_growth_once() {
+    use roce_observer_common::latency::LatencyHist;
+    let mut live = Engine::new(EngineConfig {
+        rtt_alert_ns: Some(30_000),
+        ..EngineConfig::default()
+    });
+    // The request flow as the flow map gives it.
+    let mut cap = Engine::new(EngineConfig::default());
+    feed(&mut cap, T0, req(100));
+    let (&key, entry) = cap.flows.iter().next().expect("the request flow");
+    live.update_flow(&key, entry.stats());
+    let mut hist = LatencyHist::zeroed();
+    for (i, ns) in [7_000, 9_000, 12_000].into_iter().enumerate() {
+        hist.add(ns, 30_000, T0 + i as u64);
+    }
+    live.update_latency(&key, &hist);
+    live.update_latency(&key, &hist);
+    hist.add(40_000, 30_000, T0 + 10 * US);
+    hist.add(35_000, 30_000, T0 + 20 * US);
+    live.update_latency(&key, &hist);
+    let s = live.snapshot(T0 + 30 * US);
+    let rtt = &flow(&s, A, 0x12).rtt_ns;
+    assert_eq!((rtt.count, rtt.sum_ns), (5, 103_000));
+    assert_eq!((rtt.min, rtt.max), (Some(7_000), Some(40_000)));
+    let p50 = rtt.p50.expect("p50") as f64;
+    assert!((p50 - 12_000.0).abs() <= 12_000.0 / 9.0, "{rtt:?}");
+    assert_eq!(s.latency.overall.count, 5);
+    let alert = s
+        .alerts
+        .iter()
+        .find(|a| a.kind == "high_latency")
+        .expect("high_latency raised");
+    assert_eq!(alert.count, 2);
+    assert!(alert.reason.contains("first: 40 us"), "{}", alert.reason);
+    assert_eq!(
+        (alert.first_ts, alert.last_ts),
+        (T0 + 10 * US, T0 + 20 * US)
+    );
 }
 
 #[test]
@@ -414,7 +469,7 @@ fn kernel_path_replaces_values_and_takes_events() {
         .keys()
         .find(|k| k.dst_qp == 0x12)
         .expect("request flow");
-    live.ingest_event(&Event::latency(&req_key, 5_000, 0x11).at(T0 + 5 * US));
+    live.update_latency(&req_key, &one_sample(5_000, T0 + 5 * US));
     for c in Counter::ALL {
         let v = cap.counters[2][c as usize];
         live.update_counter(Direction::Ingress, c, v);
@@ -554,7 +609,7 @@ fn unchanged_flows_keep_their_view_and_changed_ones_are_rebuilt() {
     assert_eq!(after.opcodes.0, vec![("RC_SEND_ONLY".to_string(), 25)]);
     // A latency sample changes a's view, though not its counters.
     e.begin_interval(T0 + 3 * SEC);
-    e.ingest_event(&Event::latency(&a, 5_000, 0x12).at(T0 + 3 * SEC));
+    e.update_latency(&a, &one_sample(5_000, T0 + 3 * SEC));
     let sampled = e.snapshot(T0 + 4 * SEC);
     assert_eq!(view(&sampled, 0x11).rtt_ns.count, 1);
     assert_eq!(view(&next, 0x11).rtt_ns.count, 0);

@@ -12,6 +12,12 @@
 //!
 //! Beside the sketch, every sample is also counted exactly in fixed classic buckets
 //! ([`LATENCY_BUCKETS_NS`]), which Prometheus histograms need to aggregate across hosts.
+//!
+//! The kernel path adds samples by the bucket of the kernel's histogram (`LatencyHist`,
+//! [`Sketch::merge_hist`]): each as one representative value of its bucket, within 1/9 of the
+//! sample (docs/metrics.md, "Latency").
+
+use roce_observer_common::latency::{HIST_BUCKETS, hist_bucket_range};
 
 use crate::report::LATENCY_BUCKETS_NS;
 
@@ -129,6 +135,55 @@ impl Sketch {
             }
             Repr::Buckets { .. } => self.bucket_add(v, 1),
         }
+    }
+
+    /// Samples counted by bucket of a kernel histogram (`LatencyHist`): `grown[i]` more in
+    /// bucket `i`, whose samples sum to `sum_ns`, with `min` and `max` the exact extremes of
+    /// every sample the histogram holds. Each is added as the representative of its bucket's
+    /// range narrowed to `[min, max]`: `2 lo hi / (lo + hi)`, within `(hi - lo) / (hi + lo)`
+    /// (1/9 for a bucket between 100 ns and 1 s) of every value in the range, so nearest-rank
+    /// quantiles are within that of the true ones, and within the sketch's 1% of that. Count,
+    /// sum, min and max stay exact, and so do the classic buckets: each of their bounds is a
+    /// bound of the histogram's, so a bucket's samples and its representative share one.
+    pub fn merge_hist(&mut self, grown: &[u32; HIST_BUCKETS], sum_ns: u64, min: u64, max: u64) {
+        let mut count = 0;
+        for (i, &n) in grown.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let (lo, hi) = hist_bucket_range(i);
+            let (lo, hi) = (lo.max(min), hi.min(max).max(min));
+            let v = if lo + hi == 0 {
+                0
+            } else {
+                (2 * u128::from(lo) * u128::from(hi) / (u128::from(lo) + u128::from(hi))) as u64
+            };
+            self.add_copies(v, n);
+            count += u64::from(n);
+        }
+        if count == 0 {
+            return;
+        }
+        self.count += count;
+        self.sum += u128::from(sum_ns);
+        self.min = self.min.min(min);
+        self.max = self.max.max(max);
+    }
+
+    /// `n` samples of value `v` in the classic buckets and the representation (count, sum and
+    /// extremes are the caller's).
+    fn add_copies(&mut self, v: u64, n: u32) {
+        if let Some(i) = LATENCY_BUCKETS_NS.iter().position(|&b| v <= b) {
+            self.classic[i] += u64::from(n);
+        }
+        if let Repr::Exact(samples) = &mut self.repr {
+            if samples.len() + n as usize <= EXACT_SAMPLES {
+                samples.extend(std::iter::repeat_n(v, n as usize));
+                return;
+            }
+            self.spill_to_buckets();
+        }
+        self.bucket_add(v, n);
     }
 
     /// Leave the exact representation: its samples move into log buckets (no-op if there).
@@ -356,6 +411,65 @@ mod tests {
         a.merge(&b);
         assert_eq!(a.classic_buckets()[0], 80);
         assert_eq!(a.classic_buckets().iter().sum::<u64>(), a.count() - 40);
+    }
+
+    /// Samples through a kernel histogram: count, sum, extremes and classic buckets exact,
+    /// every quantile within 1/9 + 1% of the exact one, merges adding up.
+    #[test]
+    fn histogram_merges_keep_the_stated_error() {
+        use roce_observer_common::latency::LatencyHist;
+        let mut hist = LatencyHist::zeroed();
+        let mut exact = Sketch::new();
+        let mut all = Vec::new();
+        let mut via = Sketch::new();
+        let mut read = LatencyHist::zeroed();
+        let mut x: u64 = 99;
+        for round in 0..20 {
+            for _ in 0..5_000 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                // 50 ns .. 2 s, log-spread, and every classic bound itself now and then.
+                let v = match x % 7 {
+                    0 => LATENCY_BUCKETS_NS[(x >> 8) as usize % LATENCY_BUCKETS_NS.len()],
+                    _ => (50.0 * (17.0f64 * ((x >> 11) as f64 / (1u64 << 53) as f64)).exp()) as u64,
+                };
+                hist.add(v, u64::MAX, 0);
+                exact.insert(v);
+                all.push(v);
+            }
+            // A read per round: what grew since the last one.
+            let grown = hist.growth(&read);
+            let sum = hist.sum_ns - read.sum_ns;
+            via.merge_hist(&grown, sum, !hist.min_inv, hist.max_ns);
+            read = hist;
+            assert_eq!(via.count(), 5_000 * (round + 1));
+        }
+        all.sort_unstable();
+        assert_eq!((via.count(), via.sum()), (exact.count(), exact.sum()));
+        assert_eq!((via.min(), via.max()), (exact.min(), exact.max()));
+        assert_eq!(via.classic_buckets(), exact.classic_buckets());
+        for q in [0.001, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999] {
+            let got = via.quantile(q).expect("samples") as f64;
+            let want = exact_quantile(&all, q) as f64;
+            // Inside 100 ns .. 1 s: 1/9, then the sketch's 1%.
+            let bound = if (100.0..=1e9).contains(&want) {
+                (1.0 + 1.0 / 9.0) * 1.01 - 1.0
+            } else {
+                1.0
+            };
+            assert!(
+                (got - want).abs() / want <= bound,
+                "q={q} got={got} want={want}"
+            );
+        }
+        // Few samples stay exact representatives: one sample, its value's bucket narrowed to
+        // [min, max] = the sample itself.
+        let mut one = LatencyHist::zeroed();
+        one.add(3_333, u64::MAX, 0);
+        let mut s = Sketch::new();
+        s.merge_hist(&one.growth(&LatencyHist::zeroed()), 3_333, 3_333, 3_333);
+        assert_eq!((s.quantile(0.5), s.count()), (Some(3_333), 1));
     }
 
     #[test]

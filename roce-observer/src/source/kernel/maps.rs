@@ -7,6 +7,7 @@ use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     counters::COUNTER_SLOTS,
+    latency::LatencyHist,
     mirror::{MirrorKey, MirrorStats},
     pfc::{PfcLink, PfcLinkKey},
 };
@@ -27,14 +28,14 @@ fn ebpf_map<'a>(
     })
 }
 
-/// Every entry of the flow map `name` (keys `K`), one chunk at a time through `keys` and
-/// `values` (see `read_flow_table`), handed to `each`.
-fn read_map<K: aya::Pod>(
+/// Every entry of the hash map `name` (keys `K`, values `V`: a flow or latency map), one chunk
+/// at a time through `keys` and `values` (see `read_flow_table`), handed to `each`.
+fn read_map<K: aya::Pod, V: aya::Pod>(
     map: &aya::maps::Map,
     name: &'static str,
     keys: &mut Vec<K>,
-    values: &mut Vec<FlowStats>,
-    mut each: impl FnMut(&K, &mut FlowStats),
+    values: &mut Vec<V>,
+    mut each: impl FnMut(&K, &mut V),
 ) -> Result<(), KernelError> {
     if let aya::maps::Map::HashMap(data) = map {
         let mut handed = false;
@@ -60,7 +61,7 @@ fn read_map<K: aya::Pod>(
             Err(_) => {}
         }
     }
-    let flows = HashMap::<&MapData, K, FlowStats>::try_from(map).map_err(map_error(name))?;
+    let flows = HashMap::<&MapData, K, V>::try_from(map).map_err(map_error(name))?;
     // An entry deleted between key iteration and lookup is skipped (flatten).
     for (k, mut v) in flows.iter().flatten() {
         each(&k, &mut v);
@@ -174,6 +175,55 @@ impl KernelSource {
             Some(Err(e)) => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// Every request flow's latency histogram (`LATENCY4`, then `LATENCY6`), handed to `each`
+    /// with its key expanded as the flow table's and its alert times converted; through chunk
+    /// buffers kept like the flow table's.
+    pub(super) fn read_latency(
+        &mut self,
+        mut each: impl FnMut(&FlowKey, &LatencyHist),
+    ) -> Result<(), KernelError> {
+        let offset = self.epoch_offset_ns;
+        let ebpf = &self.ebpf;
+        let mut sessions: Option<std::collections::HashMap<u32, MirrorKey>> = None;
+        let mut session = |point: u32| -> Option<MirrorKey> {
+            let read = sessions.get_or_insert_with(|| {
+                mirror_table(ebpf)
+                    .map(|m| m.into_iter().map(|(k, v)| (v.point, k)).collect())
+                    .unwrap_or_default()
+            });
+            read.get(&point).copied()
+        };
+        let FlowBuffers {
+            keys4,
+            keys6,
+            latency,
+            ..
+        } = &mut self.flow_buffers;
+        let mut take = |key: Option<FlowKey>, h: &mut LatencyHist| {
+            if let Some(key) = key {
+                if h.over > 0 {
+                    h.over_first_ts = h.over_first_ts.saturating_add(offset);
+                    h.over_last_ts = h.over_last_ts.saturating_add(offset);
+                }
+                each(&key, h);
+            }
+        };
+        read_map(
+            ebpf_map(ebpf, "LATENCY4")?,
+            "LATENCY4",
+            keys4,
+            latency,
+            |k, h| take(k.expand(&mut session), h),
+        )?;
+        read_map(
+            ebpf_map(ebpf, "LATENCY6")?,
+            "LATENCY6",
+            keys6,
+            latency,
+            |k, h| take(k.expand(&mut session), h),
+        )
     }
 
     /// One entry per (interface, direction, source MAC, priority) that saw a frame: the

@@ -72,6 +72,9 @@ pub struct KernelOptions {
     /// `burst_window_ns`).
     pub burst_count: u32,
     pub burst_window_ns: u64,
+    /// Latency samples above this count toward the `high_latency` alert (the engine's
+    /// `rtt_alert_ns`; None: no alert).
+    pub rtt_alert_ns: Option<u64>,
     /// Benchmarks only (`kernel-bench`): how much of a RoCE packet's work the programs do
     /// (`Stage::All` for the product). A frozen global: the verifier drops the early exits.
     pub stage: Stage,
@@ -100,6 +103,7 @@ impl Default for KernelOptions {
             xdp_mode: XdpMode::Default,
             burst_count: roce_observer_common::BURST_COUNT,
             burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
+            rtt_alert_ns: None,
             stage: Stage::All,
             kernel_log: false,
             runs: true,
@@ -145,6 +149,7 @@ struct FlowBuffers {
     keys4: Vec<roce_observer_common::flow::FlowKey4>,
     keys6: Vec<roce_observer_common::flow::FlowKey6>,
     values: Vec<roce_observer_common::FlowStats>,
+    latency: Vec<roce_observer_common::latency::LatencyHist>,
     /// Fingerprints of the last read, by index, and of the read under way.
     prints: Vec<u64>,
     next_prints: Vec<u64>,
@@ -231,6 +236,7 @@ impl KernelSource {
             .override_global("REORDER_WINDOW", &opts.reorder_window, true)
             .override_global("BURST_COUNT", &opts.burst_count, true)
             .override_global("BURST_WINDOW_NS", &opts.burst_window_ns, true)
+            .override_global("RTT_ALERT_NS", &opts.rtt_alert_ns.unwrap_or(u64::MAX), true)
             .override_global("COARSE_CLOCK", &u8::from(features.coarse_clock), true)
             .override_global("STAGE", &stage_global(opts.stage), true)
             .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
@@ -238,6 +244,8 @@ impl KernelSource {
             .override_global(aya_log::LEVEL, &kernel_log::level(opts.kernel_log), true)
             .map_max_entries("FLOWS4", opts.max_flows)
             .map_max_entries("FLOWS6", opts.max_flows)
+            .map_max_entries("LATENCY4", opts.max_flows)
+            .map_max_entries("LATENCY6", opts.max_flows)
             .map_max_entries("SESSIONS", session_slots())
             .override_global("FLOOR_SLOTS", &opts.floor_entries.max(1), true)
             .map_max_entries("FLOOR_HASH", opts.floor_entries.max(1))
@@ -471,6 +479,8 @@ pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()
     b.prints = next;
     b.next_prints = prints;
     b.engine = Some(engine.id());
+    // After the flows: a histogram's flow is then in the engine's table.
+    src.read_latency(|key, hist| engine.update_latency(key, hist))?;
     for (key, stats) in src.read_pfc()? {
         engine.update_pfc(&key, &stats);
     }
