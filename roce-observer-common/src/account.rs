@@ -1,106 +1,15 @@
 //! Per-packet accounting: applies one parsed RoCE packet to its flow's [`FlowStats`].
 //! The kernel calls this on the flow map's value in place; `analyze` calls it on its own table.
 
+pub use crate::atomic::{add, add32};
+pub use crate::parse::RocePacket;
 use crate::{
     FlowStats, MAX_SPORTS,
-    flow::{FLAG_PEER_KNOWN, TRANSPORT_UNSET, nak},
+    flow::{FLAG_PEER_KNOWN, TRANSPORT_UNSET, nak, nak_class},
     opcode::{self, PsnSpace},
     psn::{PsnVerdict, read_span},
     sequence::{self, Step},
 };
-
-/// The fields of one RoCE packet that the accounting needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RocePacket {
-    pub opcode: u8,
-    pub psn: u32,
-    pub dst_qp: u32,
-    pub ack_req: bool,
-    /// RETH DMA length, 0 without a RETH.
-    pub dma_len: u32,
-    /// AETH syndrome, 0 without an AETH.
-    pub syndrome: u8,
-    pub ecn: u8,
-    pub dscp: u8,
-    pub pcp: u8,
-    pub udp_sport: u16,
-    pub frame_len: u32,
-}
-
-impl RocePacket {
-    pub const fn zeroed() -> RocePacket {
-        RocePacket {
-            opcode: 0,
-            psn: 0,
-            dst_qp: 0,
-            ack_req: false,
-            dma_len: 0,
-            syndrome: 0,
-            ecn: 0,
-            dscp: 0,
-            pcp: 0,
-            udp_sport: 0,
-            frame_len: 0,
-        }
-    }
-
-    /// Requests timestamped for latency: AckReq set, or a READ request.
-    #[inline(always)]
-    pub fn wants_timestamp(&self) -> bool {
-        opcode::psn_space(self.opcode) == PsnSpace::Request
-            && (self.ack_req || opcode::operation(self.opcode) == opcode::RDMA_READ_REQUEST)
-    }
-
-    /// Packets that carry a collective's data (training steps, run.rs): requests and READ
-    /// responses, and UD. ACKs, NAKs and CNPs answer data and are not data.
-    #[inline(always)]
-    pub fn carries_data(&self) -> bool {
-        matches!(
-            opcode::psn_space(self.opcode),
-            PsnSpace::Request | PsnSpace::ReadResponse
-        ) || opcode::transport(self.opcode) == opcode::TRANSPORT_UD
-    }
-
-    /// CNPs and NAKs: the congestion and loss signals a straggler's evidence counts
-    /// (training steps, run.rs).
-    #[inline(always)]
-    pub fn is_signal(&self) -> bool {
-        opcode::transport(self.opcode) == opcode::TRANSPORT_CNP
-            || (opcode::psn_space(self.opcode) == PsnSpace::Ack
-                && nak_class(self.syndrome).is_some())
-    }
-
-    /// Responses that answer a timestamped request with the same PSN: ACK/NAK, atomic ACK,
-    /// the first packet of a READ response.
-    #[inline(always)]
-    pub fn answers_request(&self) -> bool {
-        match opcode::psn_space(self.opcode) {
-            PsnSpace::Ack => true,
-            PsnSpace::ReadResponse => matches!(
-                opcode::operation(self.opcode),
-                opcode::RDMA_READ_RESPONSE_FIRST | opcode::RDMA_READ_RESPONSE_ONLY
-            ),
-            _ => false,
-        }
-    }
-}
-
-/// AETH syndrome class: `None` for an ACK, else the NAK class index ([`nak`]).
-#[inline(always)]
-pub const fn nak_class(syndrome: u8) -> Option<usize> {
-    match (syndrome >> 5) & 0x3 {
-        0 => None,
-        1 => Some(nak::RNR),
-        3 => Some(match syndrome & 0x1f {
-            0 => nak::PSN_SEQ_ERR,
-            1 => nak::INVALID_REQUEST,
-            2 => nak::REMOTE_ACCESS,
-            3 => nak::REMOTE_OP,
-            _ => nak::OTHER,
-        }),
-        _ => Some(nak::OTHER),
-    }
-}
 
 /// What a packet did, for the caller to turn into events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,45 +51,6 @@ impl Outcome {
             retransmit_burst: false,
             nak_burst: false,
         }
-    }
-}
-
-/// Add `n` to a counter that other CPUs may update at the same moment: in the kernel one flow
-/// can be processed on several CPUs at once (docs/metrics.md, "Several CPUs"), so every
-/// counter is an atomic add. BPF: `atomicrmw add` whose result is unused compiles to the
-/// non-fetching BPF atomic add (the old BPF_XADD, on every kernel with eBPF, unlike the
-/// fetching variants of 5.12). User space: a plain add, the engine owns its table.
-#[inline(always)]
-pub fn add(counter: &mut u64, n: u64) {
-    #[cfg(target_arch = "bpf")]
-    // SAFETY: `counter` is a valid, aligned u64 in a map value; other CPUs touch it only through
-    // atomic operations of the same width. (core's AtomicU64 has no fetch_add on this target,
-    // which lacks compare-and-swap; the intrinsic is the same `atomicrmw add`.)
-    unsafe {
-        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-            counter, n,
-        );
-    }
-    #[cfg(not(target_arch = "bpf"))]
-    {
-        // Wrapping, as the kernel's add: a correction adds `u64::MAX` (minus one).
-        *counter = counter.wrapping_add(n);
-    }
-}
-
-/// [`add`] on a 32-bit counter (the BPF atomic add has a 32-bit form on every kernel too).
-#[inline(always)]
-pub fn add32(counter: &mut u32, n: u32) {
-    #[cfg(target_arch = "bpf")]
-    // SAFETY: as in `add`, for a valid, aligned u32 in a map value.
-    unsafe {
-        core::intrinsics::atomic_xadd::<u32, u32, { core::intrinsics::AtomicOrdering::Relaxed }>(
-            counter, n,
-        );
-    }
-    #[cfg(not(target_arch = "bpf"))]
-    {
-        *counter = counter.wrapping_add(n);
     }
 }
 

@@ -209,8 +209,8 @@ impl FlowKey4 {
         session: impl FnOnce(u32) -> Option<crate::mirror::MirrorKey>,
     ) -> Option<FlowKey> {
         FlowKey::expand(
-            crate::parse::ipv4_mapped(self.src_ip),
-            crate::parse::ipv4_mapped(self.dst_ip),
+            crate::headers::ipv4_mapped(self.src_ip),
+            crate::headers::ipv4_mapped(self.dst_ip),
             self.qp_dir,
             self.point,
             session,
@@ -240,7 +240,7 @@ impl FlowKey6 {
 /// `FlowStats::transport` before the first non-CNP packet.
 pub const TRANSPORT_UNSET: u8 = 0xff;
 /// `FlowStats::pcp` for untagged frames.
-pub const PCP_UNTAGGED: u8 = 0xff;
+pub use crate::headers::PCP_UNTAGGED;
 /// `FlowStats::flags` bit: `peer_qp` has been learned.
 pub const FLAG_PEER_KNOWN: u8 = 1;
 
@@ -263,6 +263,23 @@ pub mod nak {
         "remote_op",
         "other",
     ];
+}
+
+/// AETH syndrome class: `None` for an ACK, else the NAK class index ([`nak`]).
+#[inline(always)]
+pub const fn nak_class(syndrome: u8) -> Option<usize> {
+    match (syndrome >> 5) & 0x3 {
+        0 => None,
+        1 => Some(nak::RNR),
+        3 => Some(match syndrome & 0x1f {
+            0 => nak::PSN_SEQ_ERR,
+            1 => nak::INVALID_REQUEST,
+            2 => nak::REMOTE_ACCESS,
+            3 => nak::REMOTE_OP,
+            _ => nak::OTHER,
+        }),
+        _ => Some(nak::OTHER),
+    }
 }
 
 /// A fixed burst window (docs/metrics.md, `retransmit_burst` and `nak_burst`): `count`
@@ -609,7 +626,7 @@ mod tests {
     /// session's number.
     #[test]
     fn compact_keys_expand_to_the_same_flow() {
-        let v4 = crate::parse::ipv4_mapped;
+        let v4 = crate::headers::ipv4_mapped;
         let mut v6 = [0u8; 16];
         v6[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
         v6[15] = 7;

@@ -8,7 +8,7 @@
 //! `32 | ipv6 << 4 | vlan_tagged << 3 | transport` (the BTH opcode's top three bits: RC, UC,
 //! RD, UD, CNP, XRC).
 
-use crate::{Counter, flow::PCP_UNTAGGED, opcode, parse::Frame};
+use crate::{Counter, headers::PCP_UNTAGGED, opcode, parse::Frame};
 
 /// Number of kinds (bits of the bitmap).
 pub const KINDS: u32 = 64;

@@ -17,7 +17,7 @@ macro_rules! be32 {
     };
 }
 
-/// A wire header that [`crate::parse::PacketView::load`] may copy from any offset of a frame.
+/// A wire header that [`crate::packet::PacketView::load`] may copy from any offset of a frame.
 ///
 /// # Safety
 /// Implement only for `#[repr(C)]` types made of `u8` arrays: any bit pattern is a valid value
@@ -457,4 +457,21 @@ mod tests {
         assert_eq!(pfc.quanta(0), 0xffff);
         assert_eq!(pfc.quanta(3), 7);
     }
+}
+
+/// Outer VLAN priority of an untagged frame (`FlowStats::pcp`).
+pub const PCP_UNTAGGED: u8 = 0xff;
+
+/// Whether `ethertype` is an 802.1Q or 802.1ad tag.
+#[inline(always)]
+pub fn is_vlan(ethertype: u16) -> bool {
+    ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ
+}
+
+/// IPv4-mapped IPv6 form of an IPv4 address.
+#[inline(always)]
+pub fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+    ]
 }

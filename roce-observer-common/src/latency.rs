@@ -6,7 +6,7 @@
 //! maps), read on the report tick, instead of sending one ring-buffer event per sample: in
 //! plain WRITE traffic one packet in five is an answer that makes a sample.
 
-use crate::{FlowKey, account, assert_size};
+use crate::{FlowKey, assert_size, atomic};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -181,9 +181,9 @@ impl LatencyHist {
     #[inline(always)]
     pub fn add(&mut self, ns: u64, alert_ns: u64, now: u64) {
         if let Some(bucket) = self.buckets.get_mut(hist_bucket(ns)) {
-            account::add32(bucket, 1);
+            atomic::add32(bucket, 1);
         }
-        account::add(&mut self.sum_ns, ns);
+        atomic::add(&mut self.sum_ns, ns);
         if !ns > self.min_inv {
             self.min_inv = !ns;
         }
@@ -195,7 +195,7 @@ impl LatencyHist {
                 self.over_first_ts = now;
                 self.over_first_ns = ns;
             }
-            account::add(&mut self.over, 1);
+            atomic::add(&mut self.over, 1);
             self.over_last_ts = now;
         }
     }

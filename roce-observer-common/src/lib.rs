@@ -7,12 +7,13 @@
 //! and of implicit padding; sizes are pinned by compile-time assertions.
 #![no_std]
 // BPF has atomic adds but no compare-and-swap, so core's atomics offer no fetch_add there: the
-// per-flow counters use the intrinsic directly (account::add). The eBPF build is a build-std
+// per-flow counters use the intrinsic directly (atomic::add). The eBPF build is a build-std
 // build that already needs unstable flags (docs: RUSTC_BOOTSTRAP for that child build only).
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 pub mod account;
+pub mod atomic;
 pub mod counters;
 pub mod event;
 pub mod flow;
@@ -25,16 +26,18 @@ pub mod latency;
 pub mod mirror;
 pub mod observe;
 pub mod opcode;
+pub mod packet;
 pub mod parse;
 pub mod pfc;
 pub mod psn;
 pub mod run;
 pub mod sequence;
 
-pub use account::{Outcome, RocePacket, account};
+pub use account::{Outcome, account};
 pub use counters::Counter;
 pub use event::{Event, EventBody, EventKind};
 pub use flow::{Direction, FlowKey, FlowStats};
+pub use parse::RocePacket;
 pub use pfc::{PfcKey, PfcStats};
 
 /// Destination UDP port of RoCEv2 (IANA); configurable at load time.

@@ -6,11 +6,7 @@
 //! headers and returns an offset, so its state is gone before the mirrored frame's header chain
 //! is parsed (both on the 512-byte BPF stack would not fit).
 
-use crate::{
-    Counter,
-    headers::*,
-    parse::{PacketView, ipv4_mapped, is_vlan},
-};
+use crate::{Counter, headers::*, packet::PacketView};
 
 /// The UDP destination ports the parser recognises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +174,7 @@ impl MirrorStats {
     /// a plain store, as a flow's PSN state (docs/metrics.md, "Several CPUs").
     #[inline(always)]
     pub fn count(&mut self, seq: u32, seq_present: bool) {
-        crate::account::add(&mut self.frames, 1);
+        crate::atomic::add(&mut self.frames, 1);
         if !seq_present {
             return;
         }
@@ -189,13 +185,13 @@ impl MirrorStats {
         } else if ahead < SEQ_RESYNC {
             // In order (ahead 0) is the common case: no atomic add of nothing.
             if ahead != 0 {
-                crate::account::add(&mut self.seq_lost, ahead as u64);
+                crate::atomic::add(&mut self.seq_lost, ahead as u64);
             }
         } else if behind <= SEQ_RESYNC {
-            crate::account::add(&mut self.seq_late, 1);
+            crate::atomic::add(&mut self.seq_late, 1);
             return;
         } else {
-            crate::account::add(&mut self.seq_resyncs, 1);
+            crate::atomic::add(&mut self.seq_resyncs, 1);
         }
         self.next_seq = seq.wrapping_add(1);
     }

@@ -551,7 +551,7 @@ fn path_events<T: Tables>(
         if !sent {
             // An atomic add: every CPU that loses one of the flow's events counts it (a lost
             // gap must never leave the view looking complete).
-            crate::account::add(&mut stats.path_lost, 1);
+            crate::atomic::add(&mut stats.path_lost, 1);
         }
     }
     if out.lost_split {
@@ -612,7 +612,7 @@ fn on_nak<F: Flows, T: Tables>(
             ev.set_path(record_flow, false, (0, 0), step.lost_first, step.lost_count)
         });
         if !sent {
-            crate::account::add(&mut stats.path_lost, 1);
+            crate::atomic::add(&mut stats.path_lost, 1);
         }
     }
 }

@@ -5,26 +5,89 @@
 //! [`PacketView::load`], which is bounds-checked by the implementation, so a short frame ends
 //! the parse with a classification instead of a fault.
 
+pub use crate::packet::PacketView;
 use crate::{
     Counter,
-    account::RocePacket,
-    flow::PCP_UNTAGGED,
+    flow::nak_class,
     headers::*,
     mirror::{MirrorPoint, Outer, Ports, encap, outer},
-    opcode,
+    opcode::{self, PsnSpace},
 };
 
-/// Read access to one frame.
-pub trait PacketView {
-    /// Length of the frame as it was on the wire (for byte counters).
-    fn frame_len(&self) -> u32;
-    /// Copy a `T` from `offset`, or `None` when the frame ends before `offset + size_of::<T>()`.
-    fn load<T: Header>(&self, offset: usize) -> Option<T>;
-    /// Told where the BTH starts, just before the parser reads it. The default does nothing
-    /// (and compiles away in the kernel programs); a view that rewrites RoCE frames records it
-    /// (roce-replay shifts PSNs) instead of walking the headers a second time.
+/// The fields of one RoCE packet that the accounting needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RocePacket {
+    pub opcode: u8,
+    pub psn: u32,
+    pub dst_qp: u32,
+    pub ack_req: bool,
+    /// RETH DMA length, 0 without a RETH.
+    pub dma_len: u32,
+    /// AETH syndrome, 0 without an AETH.
+    pub syndrome: u8,
+    pub ecn: u8,
+    pub dscp: u8,
+    pub pcp: u8,
+    pub udp_sport: u16,
+    pub frame_len: u32,
+}
+
+impl RocePacket {
+    pub const fn zeroed() -> RocePacket {
+        RocePacket {
+            opcode: 0,
+            psn: 0,
+            dst_qp: 0,
+            ack_req: false,
+            dma_len: 0,
+            syndrome: 0,
+            ecn: 0,
+            dscp: 0,
+            pcp: 0,
+            udp_sport: 0,
+            frame_len: 0,
+        }
+    }
+
+    /// Requests timestamped for latency: AckReq set, or a READ request.
     #[inline(always)]
-    fn bth_at(&self, _offset: usize) {}
+    pub fn wants_timestamp(&self) -> bool {
+        opcode::psn_space(self.opcode) == PsnSpace::Request
+            && (self.ack_req || opcode::operation(self.opcode) == opcode::RDMA_READ_REQUEST)
+    }
+
+    /// Packets that carry a collective's data (training steps, run.rs): requests and READ
+    /// responses, and UD. ACKs, NAKs and CNPs answer data and are not data.
+    #[inline(always)]
+    pub fn carries_data(&self) -> bool {
+        matches!(
+            opcode::psn_space(self.opcode),
+            PsnSpace::Request | PsnSpace::ReadResponse
+        ) || opcode::transport(self.opcode) == opcode::TRANSPORT_UD
+    }
+
+    /// CNPs and NAKs: the congestion and loss signals a straggler's evidence counts
+    /// (training steps, run.rs).
+    #[inline(always)]
+    pub fn is_signal(&self) -> bool {
+        opcode::transport(self.opcode) == opcode::TRANSPORT_CNP
+            || (opcode::psn_space(self.opcode) == PsnSpace::Ack
+                && nak_class(self.syndrome).is_some())
+    }
+
+    /// Responses that answer a timestamped request with the same PSN: ACK/NAK, atomic ACK,
+    /// the first packet of a READ response.
+    #[inline(always)]
+    pub fn answers_request(&self) -> bool {
+        match opcode::psn_space(self.opcode) {
+            PsnSpace::Ack => true,
+            PsnSpace::ReadResponse => matches!(
+                opcode::operation(self.opcode),
+                opcode::RDMA_READ_RESPONSE_FIRST | opcode::RDMA_READ_RESPONSE_ONLY
+            ),
+            _ => false,
+        }
+    }
 }
 
 /// What a frame is, after parsing.
@@ -47,19 +110,6 @@ pub enum Frame {
     },
     /// Not RoCE or PFC: `NonRoce`, `Malformed`, `IpFragments` or `Unsupported`.
     Other(Counter),
-}
-
-#[inline(always)]
-pub(crate) fn is_vlan(ethertype: u16) -> bool {
-    ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ
-}
-
-/// IPv4-mapped IPv6 form of an IPv4 address.
-#[inline(always)]
-pub fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
-    [
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
-    ]
 }
 
 /// Parse one frame. `roce_port` is the RoCEv2 UDP destination port. Mirrors are not unwrapped:

@@ -34,10 +34,10 @@ impl PfcStats {
     #[inline(always)]
     pub fn account(&mut self, quanta: u16, now_ns: u64) {
         if quanta == 0 {
-            crate::account::add(&mut self.xon_frames, 1);
+            crate::atomic::add(&mut self.xon_frames, 1);
         } else {
-            crate::account::add(&mut self.pause_frames, 1);
-            crate::account::add(&mut self.pause_quanta, quanta as u64);
+            crate::atomic::add(&mut self.pause_frames, 1);
+            crate::atomic::add(&mut self.pause_quanta, quanta as u64);
         }
         if self.first_ns == 0 {
             self.first_ns = now_ns;

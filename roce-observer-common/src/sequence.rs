@@ -17,13 +17,13 @@
 //! requests arrive in order keeps no window (`REQ_WINDOW` clear: `base` is `req_expected`) and
 //! pays one flag test per packet.
 //!
-//! Counters are atomic adds (`account::add`); the window itself is plain state, like the rest of
+//! Counters are atomic adds (`atomic::add`); the window itself is plain state, like the rest of
 //! `PsnState`: two CPUs on one flow at once may misjudge a packet (docs/metrics.md, "Several
 //! CPUs").
 
 use crate::{
     FlowStats,
-    account::add,
+    atomic::add,
     flow::Reorder,
     psn::{
         PSN_MASK, PsnVerdict, REQ_CLEAN, REQ_GAPPED, REQ_LOST_BELOW, REQ_RUN, REQ_TENTATIVE,
@@ -622,7 +622,7 @@ pub fn needs_scoreboard(s: &FlowStats, pkt: &crate::RocePacket) -> bool {
                 && (flags & RESP_WINDOW != 0 || psn != psn_add(s.psn.resp_highest, 1))
         }
         PsnSpace::Ack => {
-            crate::account::nak_class(pkt.syndrome) == Some(crate::flow::nak::PSN_SEQ_ERR)
+            crate::flow::nak_class(pkt.syndrome) == Some(crate::flow::nak::PSN_SEQ_ERR)
         }
         PsnSpace::None => false,
     }

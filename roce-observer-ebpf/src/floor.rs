@@ -21,7 +21,7 @@ use aya_ebpf::{
     maps::{Array, HashMap},
     programs::XdpContext,
 };
-use roce_observer_common::account::add;
+use roce_observer_common::atomic::add;
 
 /// 44-byte plain flow key, as 32-bit words.
 type Key = [u32; 11];

@@ -12,7 +12,7 @@ use aya_ebpf::{
     helpers::{bpf_skb_load_bytes, bpf_xdp_get_buff_len},
     programs::{TcContext, XdpContext},
 };
-use roce_observer_common::{headers::Header, parse::PacketView};
+use roce_observer_common::{headers::Header, packet::PacketView};
 
 use crate::maps::{HEAD_BYTES, TC_HEAD};
 
