@@ -415,6 +415,23 @@ impl MacControlOp {
     }
 }
 
+/// Outer VLAN priority of an untagged frame (`FlowStats::pcp`).
+pub const PCP_UNTAGGED: u8 = 0xff;
+
+/// Whether `ethertype` is an 802.1Q or 802.1ad tag.
+#[inline(always)]
+pub fn is_vlan(ethertype: u16) -> bool {
+    ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ
+}
+
+/// IPv4-mapped IPv6 form of an IPv4 address.
+#[inline(always)]
+pub fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,21 +474,4 @@ mod tests {
         assert_eq!(pfc.quanta(0), 0xffff);
         assert_eq!(pfc.quanta(3), 7);
     }
-}
-
-/// Outer VLAN priority of an untagged frame (`FlowStats::pcp`).
-pub const PCP_UNTAGGED: u8 = 0xff;
-
-/// Whether `ethertype` is an 802.1Q or 802.1ad tag.
-#[inline(always)]
-pub fn is_vlan(ethertype: u16) -> bool {
-    ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ
-}
-
-/// IPv4-mapped IPv6 form of an IPv4 address.
-#[inline(always)]
-pub fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
-    [
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
-    ]
 }

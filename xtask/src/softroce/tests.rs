@@ -257,7 +257,7 @@ fn owner_checks_fail_on_missing_or_wrong_labels() {
     };
     let flow = |src: &str, dst: &str, qp: u32, dir: &str, owner: serde_json::Value| json!({"src_ip": src, "dst_ip": dst, "dst_qp": qp, "direction": dir, "owner": owner});
     let failed = |flows: Vec<serde_json::Value>| {
-        let mut ck = super::checks::Checks(Vec::new());
+        let mut ck = super::check::Checks(Vec::new());
         super::owners::owner_checks(&mut ck, &sc, &dir, &json!({ "flows": flows }));
         ck.0.iter().filter(|c| !c.ok).count()
     };
@@ -370,7 +370,7 @@ fn steps_checks_fail_on_wrong_documents() {
              "steps": 6, "mean_lag_ms": lag}]}})
     };
     let failed = |sc: &super::scenarios::Scenario, d: serde_json::Value| {
-        let mut ck = super::checks::Checks(Vec::new());
+        let mut ck = super::check::Checks(Vec::new());
         steps_checks(&mut ck, sc, &w, "t", &d);
         ck.0.iter()
             .filter(|c| !c.ok)
@@ -442,7 +442,7 @@ fn owner_checks_with_several_qps_match_each_flow_to_its_qp() {
     };
     let flow = |src: &str, dst: &str, q: u32, dir: &str, o: serde_json::Value| json!({"src_ip": src, "dst_ip": dst, "dst_qp": q, "direction": dir, "owner": o});
     let failed = |flows: Vec<serde_json::Value>| {
-        let mut ck = super::checks::Checks(Vec::new());
+        let mut ck = super::check::Checks(Vec::new());
         super::owners::owner_checks(&mut ck, &sc, &dir, &json!({ "flows": flows }));
         ck.0.iter().filter(|c| !c.ok).count()
     };
@@ -489,7 +489,7 @@ fn steady_checks_fail_on_steps_missing_documents_and_periodic_captures() {
         })
         .collect();
     let failed = |pkts: &[Pkt], docs: &[(&str, &serde_json::Value)]| {
-        let mut ck = super::checks::Checks(Vec::new());
+        let mut ck = super::check::Checks(Vec::new());
         steady_checks(&mut ck, pkts, docs);
         ck.0.iter().filter(|c| !c.ok).count()
     };
