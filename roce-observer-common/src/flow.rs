@@ -361,10 +361,6 @@ pub struct Reorder {
     pub tent_count: u32,
     pub tent_highest: u32,
     pub tent_naks: u32,
-    /// The last first copy that closed a lost hole, and its distance (the distance counted if
-    /// a second copy shows it was reordered).
-    pub closer_psn: u32,
-    pub closer_distance: u32,
     /// Requests: every PSN from this one up to `req_base` had a copy here
     /// (`psn::REQ_CLEAN`): a NAK for one of them, on a flow that reorders, is caused by
     /// reordering.
@@ -376,8 +372,12 @@ pub struct Reorder {
     pub distance_max: u64,
     /// PSN sequence-error NAKs for PSNs of this flow that were not lost: caused by reordering.
     pub naks: u64,
+    /// For each PSN whose first copy closed a lost hole, the low byte of the highest PSN seen
+    /// before that copy: its distance, if a second copy shows it was reordered. Byte `psn % 64`
+    /// (the window holds at most 64 PSNs, so no two of its PSNs share a byte).
+    pub closer_highest: [u64; 8],
 }
-assert_size!(Reorder, 168);
+assert_size!(Reorder, 224);
 
 impl Reorder {
     pub const fn zeroed() -> Reorder {
@@ -397,13 +397,12 @@ impl Reorder {
             tent_count: 0,
             tent_highest: 0,
             tent_naks: 0,
-            closer_psn: 0,
-            closer_distance: 0,
             reordered: 0,
             distance: [0; 6],
             distance_max: 0,
             naks: 0,
             req_clean: 0,
+            closer_highest: [0; 8],
         }
     }
 }
@@ -493,7 +492,7 @@ pub struct FlowStats {
     /// reordering counters. Last: touched only by packets that arrive out of order.
     pub reorder: Reorder,
 }
-assert_size!(FlowStats, 792);
+assert_size!(FlowStats, 848);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);

@@ -274,8 +274,7 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
         // unless a second copy turns up).
         step.verdict = PsnVerdict::Retransmit { highest, got: psn };
         s.reorder.req_seen |= bits(off, span);
-        s.reorder.closer_psn = psn;
-        s.reorder.closer_distance = psn_diff(highest, psn);
+        note_closer(&mut s.reorder, psn, highest);
         add(&mut s.req_retransmits, 1);
         continue_run(s, psn, span, false);
     } else if flags & REQ_RUN != 0 && psn == s.reorder.run_next {
@@ -284,6 +283,7 @@ fn request_window(s: &mut FlowStats, psn: u32, span: u32, window: u32) -> Step {
         let mask = bits(off, span) & !s.reorder.req_seen;
         declare_lost(s, mask, &mut step);
         s.reorder.req_seen |= bits(off, span);
+        note_closer(&mut s.reorder, psn, highest);
         s.reorder.req_flag &= !mask;
         add(&mut s.req_retransmits, 1);
         continue_run(s, psn, span, false);
@@ -373,8 +373,6 @@ fn tentative_lost(s: &mut FlowStats, step: &mut Step) {
     s.reorder.req_flag &= !mask;
     declare_lost(s, mask, step);
     s.reorder.req_sure |= mask;
-    s.reorder.closer_psn = first;
-    s.reorder.closer_distance = psn_diff(s.reorder.tent_highest, first);
     s.reorder.run_start = first;
     s.reorder.run_next = s.reorder.tent_next;
     s.psn.flags |= REQ_RUN;
@@ -422,17 +420,33 @@ fn correct(s: &mut FlowStats, psn: u32, bit: u64) {
     add(&mut s.psn_missing, u64::MAX);
     add(&mut s.psn_gaps, after.wrapping_sub(before));
     let r = &mut s.reorder;
-    let distance = if r.closer_psn == psn {
-        r.closer_distance
-    } else {
-        psn_diff(s.psn.req_highest, psn)
-    };
+    let distance = closer_distance(r, psn);
     count_reordered(r, if distance == 0 { 1 } else { distance }, 1);
     if r.req_flag & bit != 0 {
         // It had been declared lost by a NAK: the NAK was caused by reordering.
         r.req_flag &= !bit;
         add(&mut r.naks, 1);
     }
+}
+
+/// Note that the first copy of `psn` closed a lost hole while `highest` was the highest PSN
+/// seen (`Reorder::closer_highest`). Only such a copy can be corrected to reordered later: the
+/// copies a resend run decides lost are known resends (`req_sure`) and never are. (A resend
+/// that starts inside an earlier READ request's reservation reads the byte of its own PSN,
+/// which that request did not write: its distance is then approximate.)
+#[inline(always)]
+fn note_closer(r: &mut Reorder, psn: u32, highest: u32) {
+    let word = &mut r.closer_highest[((psn & 63) >> 3) as usize];
+    let shift = 8 * (psn & 7);
+    *word = (*word & !(0xff << shift)) | (u64::from(highest & 0xff) << shift);
+}
+
+/// The distance `psn` had when its first copy closed a lost hole (`note_closer`).
+#[inline(always)]
+fn closer_distance(r: &Reorder, psn: u32) -> u32 {
+    let word = r.closer_highest[((psn & 63) >> 3) as usize];
+    let highest = (word >> (8 * (psn & 7))) as u32 & 0xff;
+    highest.wrapping_sub(psn) & 0xff
 }
 
 /// The window moves up by `k` PSNs for a new request at offset `p`: what falls out unresolved

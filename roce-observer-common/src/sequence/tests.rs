@@ -220,6 +220,38 @@ fn a_lost_psn_that_turns_up_twice_was_not_lost() {
 }
 
 #[test]
+fn lost_psns_corrected_to_reordered_keep_the_distances_their_first_copies_had() {
+    // A flow that reorders (-1 after 0); 2 and 5 skipped, each NAKed; their late originals
+    // arrive while 7 and then 9 are the highest (distances 5 and 4), each closing a lost hole;
+    // then both resends: both were reordered, at those distances, whatever the highest is
+    // when the resends come (12).
+    let mut s = requests(&[
+        -2i32 as u32 & PSN_MASK,
+        0,
+        -1i32 as u32 & PSN_MASK,
+        1,
+        3,
+        4,
+        6,
+        7,
+    ]);
+    nak(&mut s, 2);
+    nak(&mut s, 5);
+    request(&mut s, 2, 1, W, true); // highest 7: distance 5
+    for p in [8, 9] {
+        request(&mut s, p, 1, W, true);
+    }
+    request(&mut s, 5, 1, W, true); // highest 9: distance 4
+    for p in [10, 11, 12, 2, 5, 13] {
+        request(&mut s, p, 1, W, true);
+    }
+    assert_eq!(counts(&s), (0, 0, 2, 3, 0));
+    let (_, hist, max, naks) = reordering(&s);
+    // -1 at distance 1; 5 and 4 in the 4-7 bucket (not 10 and 7, the distances from 12).
+    assert_eq!((hist, max, naks), ([1, 0, 2, 0, 0, 0], 5, 2));
+}
+
+#[test]
 fn a_lost_psn_resent_in_two_go_back_n_rounds_stays_lost() {
     // 3 lost; NAK for 3; go-back-N resends 3..=6, then (another NAK or a timeout) 3..=6 again.
     // The first round's copy of 3 went on with duplicates: a resend, so the second round's
