@@ -187,7 +187,8 @@ impl VethNs {
     /// Three hosts along one forwarding path, each in its own network namespace (see
     /// [`Chain`]): host 2 forwards what host 1 sends to host 3, as a switch would, and drops
     /// the RoCE requests with a PSN in `dropped` on the way (tc u32 on the BTH PSN of an
-    /// untagged IPv4 frame, `action drop`).
+    /// untagged IPv4 frame, redirected into a sink pair nothing watches: kernels without the
+    /// gact module refuse `action drop`).
     pub fn chain(dropped: &[u32]) -> anyhow::Result<Chain> {
         let hosts = [VethNs::new()?, VethNs::new()?, VethNs::new()?];
         // Host i's pair leads to host i+1: its `b` end moves into the next namespace.
@@ -205,6 +206,12 @@ impl VethNs {
             sh(next.exec("ip").args(["link", "set", &here.b, "up"])).context("link up")?;
         }
         let (host2, inp, out) = (&hosts[1], &hosts[0].b, &hosts[1].a);
+        let (sink, sink_peer) = (format!("{}e", host2.name), format!("{}f", host2.name));
+        sh(host2.exec("ip").args([
+            "link", "add", &sink, "type", "veth", "peer", "name", &sink_peer,
+        ]))
+        .context("sink pair")?;
+        sh(host2.exec("ip").args(["link", "set", &sink, "up"])).context("sink up")?;
         sh(host2
             .exec("tc")
             .args(["qdisc", "add", "dev", inp, "ingress"]))
@@ -233,7 +240,11 @@ impl VethNs {
                 "at",
                 "36",
                 "action",
-                "drop",
+                "mirred",
+                "egress",
+                "redirect",
+                "dev",
+                &sink,
             ]))
             .context("drop filter")?;
         }
