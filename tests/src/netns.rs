@@ -141,46 +141,7 @@ impl VethNs {
             .context("no IPv6 chatter")?;
             sh(self.exec("ip").args(["link", "set", dev, "up"])).context("link up")?;
         }
-        let b1 = &self.b;
-        sh(self.exec("tc").args(["qdisc", "add", "dev", b1, "ingress"]))
-            .context("ingress qdisc")?;
-        for psn in dropped {
-            // The u32 at byte 36 of the IP packet (20-byte IPv4 header, 8-byte UDP header,
-            // then the BTH's third word: the AckReq bit and reserved bits, then the 24-bit
-            // PSN, masked).
-            let value = format!("0x{psn:08x}");
-            sh(self.exec("tc").args([
-                "filter",
-                "add",
-                "dev",
-                b1,
-                "parent",
-                "ffff:",
-                "prio",
-                "1",
-                "protocol",
-                "ip",
-                "u32",
-                "match",
-                "u32",
-                &value,
-                "0x00ffffff",
-                "at",
-                "36",
-                "action",
-                "mirred",
-                "egress",
-                "redirect",
-                "dev",
-                &f.s1,
-            ]))
-            .context("drop filter")?;
-        }
-        sh(self.exec("tc").args([
-            "filter", "add", "dev", b1, "parent", "ffff:", "prio", "2", "protocol", "all", "u32",
-            "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", &f.a2,
-        ]))
-        .context("forward b -> a2")?;
+        self.forward_dropping_on(&self.b, dropped, &f.s1, &f.a2)?;
         Ok(f)
     }
 
@@ -212,49 +173,41 @@ impl VethNs {
         ]))
         .context("sink pair")?;
         sh(host2.exec("ip").args(["link", "set", &sink, "up"])).context("sink up")?;
-        sh(host2
+        host2.forward_dropping_on(inp, dropped, &sink, out)?;
+        let points = [hosts[0].a.clone(), hosts[0].b.clone(), hosts[1].b.clone()];
+        Ok(Chain { hosts, points })
+    }
+
+    /// tc on `inp`'s ingress: every frame is redirected out of `out`, except the RoCE requests
+    /// with a PSN in `dropped`, which go out of `sink` (a device nothing watches).
+    fn forward_dropping_on(
+        &self,
+        inp: &str,
+        dropped: &[u32],
+        sink: &str,
+        out: &str,
+    ) -> anyhow::Result<()> {
+        sh(self
             .exec("tc")
             .args(["qdisc", "add", "dev", inp, "ingress"]))
         .context("ingress qdisc")?;
+        let redirect =
+            |prio: &str, protocol: &str, value: &str, mask: &str, at: &str, dev: &str| {
+                sh(self.exec("tc").args([
+                    "filter", "add", "dev", inp, "parent", "ffff:", "prio", prio, "protocol",
+                    protocol, "u32", "match", "u32", value, mask, "at", at, "action", "mirred",
+                    "egress", "redirect", "dev", dev,
+                ]))
+            };
         for psn in dropped {
             // The u32 at byte 36 of the IP packet (20-byte IPv4 header, 8-byte UDP header,
             // then the BTH's third word: the AckReq bit and reserved bits, then the 24-bit
             // PSN, masked).
-            let value = format!("0x{psn:08x}");
-            sh(host2.exec("tc").args([
-                "filter",
-                "add",
-                "dev",
-                inp,
-                "parent",
-                "ffff:",
-                "prio",
-                "1",
-                "protocol",
-                "ip",
-                "u32",
-                "match",
-                "u32",
-                &value,
-                "0x00ffffff",
-                "at",
-                "36",
-                "action",
-                "mirred",
-                "egress",
-                "redirect",
-                "dev",
-                &sink,
-            ]))
-            .context("drop filter")?;
+            redirect("1", "ip", &format!("0x{psn:08x}"), "0x00ffffff", "36", sink)
+                .context("drop filter")?;
         }
-        sh(host2.exec("tc").args([
-            "filter", "add", "dev", inp, "parent", "ffff:", "prio", "2", "protocol", "all", "u32",
-            "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", out,
-        ]))
-        .context("forward host 2 -> host 3")?;
-        let points = [hosts[0].a.clone(), hosts[0].b.clone(), hosts[1].b.clone()];
-        Ok(Chain { hosts, points })
+        redirect("2", "all", "0", "0", "0", out).context("forward filter")?;
+        Ok(())
     }
 
     /// A pcap file of one RC WRITE stream (192.0.2.1 -> 192.0.2.2, QP 0x12, 256-byte payloads)
