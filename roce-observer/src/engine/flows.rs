@@ -16,9 +16,9 @@ use crate::report::{FlowSnapshot, LostRuns, NakCounts, OpcodeCounts};
 pub use crate::report::{show_ip, store_ip};
 
 /// One flow. `stats`, `rtt` and `lost` change only through [`FlowEntry::stats_mut`],
-/// [`FlowEntry::add_rtt_sample`] and [`FlowEntry::add_lost_run`], which drop the flow's cached view: the snapshot rebuilds a
-/// flow only when one of them changed (or its rate did), so a report over 100,000 flows of
-/// which a few changed costs little more than the few.
+/// [`FlowEntry::add_rtt_sample`] and [`FlowEntry::add_lost_run`], which drop the flow's cached
+/// view: the snapshot rebuilds a flow only when one of them changed (or its rate did), so a
+/// report over 100,000 flows of which a few changed costs little more than the few.
 #[derive(Debug)]
 pub struct FlowEntry {
     stats: FlowStats,

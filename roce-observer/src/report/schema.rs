@@ -429,7 +429,7 @@ impl LostRuns {
         self.declared += u64::from(count);
         if let Some(last) = self.recent.back_mut()
             && psn_add(last.0, last.1) == first
-            && last.1 < PSN_MASK - count
+            && last.1.saturating_add(count) <= PSN_MASK
         {
             last.1 += count;
             return;
