@@ -55,7 +55,13 @@ CREATE TABLE IF NOT EXISTS roce.flows
     delta_naks UInt64,
     delta_cnp UInt64,
     delta_ecn_ce UInt64,
-    delta_ecn_ect UInt64
+    delta_ecn_ect UInt64,
+    -- The request PSNs the interval brought and the runs it declared lost (docs/log-schema.md):
+    -- lost_between_observers.sql joins points PSN by PSN with them.
+    req_psn_first Nullable(UInt32),
+    req_psn_highest Nullable(UInt32),
+    psn_lost_runs Array(Tuple(first UInt32, count UInt32)),
+    psn_lost_runs_truncated Bool
 )
 ENGINE = MergeTree
 PARTITION BY toDate(ts)
@@ -184,7 +190,7 @@ CREATE TABLE IF NOT EXISTS roce.lines
 ENGINE = Null;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS roce.flows_from_lines TO roce.flows AS
-WITH JSONExtract(line, 'Tuple(kind String, ts UInt64, host String, full Bool, delta_since_ts UInt64, src_ip String, dst_ip String, dst_qp UInt32, iface String, direction String, transport String, packets UInt64, bytes UInt64, psn_gaps UInt64, psn_missing UInt64, retransmits UInt64, reordered UInt64, psn_holes UInt64, acks UInt64, cnp UInt64, ecn_ce UInt64, ecn_ect UInt64, dscp UInt8, pcp Nullable(UInt8), peer_qp Nullable(UInt32), udp_src_ports UInt64, rate_bps Float64, rtt_ns Tuple(p50 Nullable(UInt64), p99 Nullable(UInt64)), first_ts UInt64, last_ts UInt64, delta Tuple(packets UInt64, bytes UInt64, psn_gaps UInt64, psn_missing UInt64, retransmits UInt64, reordered UInt64, naks UInt64, cnp UInt64, ecn_ce UInt64, ecn_ect UInt64))') AS l
+WITH JSONExtract(line, 'Tuple(kind String, ts UInt64, host String, full Bool, delta_since_ts UInt64, src_ip String, dst_ip String, dst_qp UInt32, iface String, direction String, transport String, packets UInt64, bytes UInt64, psn_gaps UInt64, psn_missing UInt64, retransmits UInt64, reordered UInt64, psn_holes UInt64, acks UInt64, cnp UInt64, ecn_ce UInt64, ecn_ect UInt64, dscp UInt8, pcp Nullable(UInt8), peer_qp Nullable(UInt32), udp_src_ports UInt64, rate_bps Float64, rtt_ns Tuple(p50 Nullable(UInt64), p99 Nullable(UInt64)), first_ts UInt64, last_ts UInt64, delta Tuple(packets UInt64, bytes UInt64, psn_gaps UInt64, psn_missing UInt64, retransmits UInt64, reordered UInt64, naks UInt64, cnp UInt64, ecn_ce UInt64, ecn_ect UInt64), req_psn_first Nullable(UInt32), req_psn_highest Nullable(UInt32), psn_lost_runs Array(Tuple(first UInt32, count UInt32)), psn_lost_runs_truncated Bool)') AS l
 SELECT
     fromUnixTimestamp64Nano(toInt64(l.ts), 'UTC') AS ts,
     l.host AS host,
@@ -226,7 +232,11 @@ SELECT
     l.delta.naks AS delta_naks,
     l.delta.cnp AS delta_cnp,
     l.delta.ecn_ce AS delta_ecn_ce,
-    l.delta.ecn_ect AS delta_ecn_ect
+    l.delta.ecn_ect AS delta_ecn_ect,
+    l.req_psn_first AS req_psn_first,
+    l.req_psn_highest AS req_psn_highest,
+    l.psn_lost_runs AS psn_lost_runs,
+    l.psn_lost_runs_truncated AS psn_lost_runs_truncated
 FROM roce.lines
 WHERE l.kind = 'flow';
 

@@ -47,6 +47,17 @@ pub struct Forwarding {
     pub s2: String,
 }
 
+/// Three hosts in a row, each its own network namespace, made by [`VethNs::chain`]: host 1
+/// sends out of `hosts[0].a`, whose peer `hosts[0].b` is in host 2's namespace; host 2 forwards
+/// from there out of `hosts[1].a`, whose peer `hosts[1].b` is in host 3's namespace. (Host 3's
+/// own pair is unused.) Each namespace, and the links with it, goes when the chain is dropped.
+pub struct Chain {
+    pub hosts: [VethNs; 3],
+    /// Where each host's observer watches the path: host 1's sending end (TC egress), host 2's
+    /// and host 3's receiving ends (XDP ingress), each in its host's namespace.
+    pub points: [String; 3],
+}
+
 /// A network namespace holding one veth pair `a` <-> `b`, both up, MTU 9500, IPv6 off (so no
 /// autoconfiguration frames cross the pair: only what a test sends).
 pub struct VethNs {
@@ -175,47 +186,73 @@ impl VethNs {
         };
         self.add_pair(&f.a2, &f.b2)?;
         self.add_pair(&f.s1, &f.s2)?;
-        let b1 = &self.b;
-        sh(self.exec("tc").args(["qdisc", "add", "dev", b1, "ingress"]))
-            .context("ingress qdisc")?;
+        self.forward_dropping_on(&self.b, dropped, &f.s1, &f.a2)?;
+        Ok(f)
+    }
+
+    /// Three hosts along one forwarding path, each in its own network namespace (see
+    /// [`Chain`]): host 2 forwards what host 1 sends to host 3, as a switch would, and drops
+    /// the RoCE requests with a PSN in `dropped` on the way (tc u32 on the BTH PSN of an
+    /// untagged IPv4 frame, redirected into a sink pair nothing watches: kernels without the
+    /// gact module refuse `action drop`).
+    pub fn chain(dropped: &[u32]) -> anyhow::Result<Chain> {
+        let hosts = [VethNs::new()?, VethNs::new()?, VethNs::new()?];
+        // Host i's pair leads to host i+1: its `b` end moves into the next namespace.
+        for i in 0..2 {
+            let (here, next) = (&hosts[i], &hosts[i + 1]);
+            sh(here
+                .exec("ip")
+                .args(["link", "set", &here.b, "netns", &next.name]))
+            .context("veth end into the next host")?;
+            // A moved device takes the new namespace's defaults again.
+            sh(next
+                .exec("sysctl")
+                .args(["-qw", &format!("net.ipv6.conf.{}.disable_ipv6=1", here.b)]))
+            .context("no IPv6 chatter")?;
+            sh(next.exec("ip").args(["link", "set", &here.b, "up"])).context("link up")?;
+        }
+        let (host2, inp, out) = (&hosts[1], &hosts[0].b, &hosts[1].a);
+        let (sink, sink_peer) = (format!("{}e", host2.name), format!("{}f", host2.name));
+        sh(host2.exec("ip").args([
+            "link", "add", &sink, "type", "veth", "peer", "name", &sink_peer,
+        ]))
+        .context("sink pair")?;
+        sh(host2.exec("ip").args(["link", "set", &sink, "up"])).context("sink up")?;
+        host2.forward_dropping_on(inp, dropped, &sink, out)?;
+        let points = [hosts[0].a.clone(), hosts[0].b.clone(), hosts[1].b.clone()];
+        Ok(Chain { hosts, points })
+    }
+
+    /// tc on `inp`'s ingress: every frame is redirected out of `out`, except the RoCE requests
+    /// with a PSN in `dropped`, which go out of `sink` (a device nothing watches).
+    fn forward_dropping_on(
+        &self,
+        inp: &str,
+        dropped: &[u32],
+        sink: &str,
+        out: &str,
+    ) -> anyhow::Result<()> {
+        sh(self
+            .exec("tc")
+            .args(["qdisc", "add", "dev", inp, "ingress"]))
+        .context("ingress qdisc")?;
+        let redirect =
+            |prio: &str, protocol: &str, value: &str, mask: &str, at: &str, dev: &str| {
+                sh(self.exec("tc").args([
+                    "filter", "add", "dev", inp, "parent", "ffff:", "prio", prio, "protocol",
+                    protocol, "u32", "match", "u32", value, mask, "at", at, "action", "mirred",
+                    "egress", "redirect", "dev", dev,
+                ]))
+            };
         for psn in dropped {
             // The u32 at byte 36 of the IP packet (20-byte IPv4 header, 8-byte UDP header,
             // then the BTH's third word: the AckReq bit and reserved bits, then the 24-bit
             // PSN, masked).
-            let value = format!("0x{psn:08x}");
-            sh(self.exec("tc").args([
-                "filter",
-                "add",
-                "dev",
-                b1,
-                "parent",
-                "ffff:",
-                "prio",
-                "1",
-                "protocol",
-                "ip",
-                "u32",
-                "match",
-                "u32",
-                &value,
-                "0x00ffffff",
-                "at",
-                "36",
-                "action",
-                "mirred",
-                "egress",
-                "redirect",
-                "dev",
-                &f.s1,
-            ]))
-            .context("drop filter")?;
+            redirect("1", "ip", &format!("0x{psn:08x}"), "0x00ffffff", "36", sink)
+                .context("drop filter")?;
         }
-        sh(self.exec("tc").args([
-            "filter", "add", "dev", b1, "parent", "ffff:", "prio", "2", "protocol", "all", "u32",
-            "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", &f.a2,
-        ]))
-        .context("forward b -> a2")?;
-        Ok(f)
+        redirect("2", "all", "0", "0", "0", out).context("forward filter")?;
+        Ok(())
     }
 
     /// A pcap file of one RC WRITE stream (192.0.2.1 -> 192.0.2.2, QP 0x12, 256-byte payloads)

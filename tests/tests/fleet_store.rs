@@ -5,15 +5,17 @@
 //! shipped query runs, the loss queries name the dropped PSNs between observers 2 and 3, and
 //! the totals in the store equal each observer's own JSON document.
 //!
-//! The three observers share one network namespace (the path is the veth pairs of
-//! `VethNs::forward_dropping`): observer 1 at TC egress of the sending end, observer 2 at XDP
-//! ingress of the forwarding end (before the tc drop), observer 3 at XDP ingress after it.
+//! The three observers run on three hosts, each its own network namespace along a veth chain
+//! (`VethNs::chain`): observer 1 at TC egress of host 1's sending end, observer 2 at XDP
+//! ingress of host 2's receiving end (before host 2's tc drops the chosen PSNs and forwards the
+//! rest), observer 3 at XDP ingress of host 3. Each runs `run -i` with its own `--log-dir` and
+//! `--observer-id`.
 //! Run by `cargo xtask fleet` (which installs chDB), not by `cargo xtask test`.
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
 use integration_tests::{
-    netns::{Forwarding, Observer, VethNs},
+    netns::{Chain, Observer, VethNs},
     require_root, workspace_root,
 };
 use serde_json::Value;
@@ -46,22 +48,19 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
         have_chdb,
         "chDB is not installed: run `cargo xtask fleet` (it installs it with pip)"
     );
-    let ns = VethNs::new().expect("namespace with a veth pair");
-    let Forwarding { b2, .. } = ns.forward_dropping(&DROPPED).expect("forwarding path");
-    let (dir, sent) = ns.psn_stream("fleet", PSNS).expect("the frames to send");
-    let points = [
-        ("fleet-obs-1", ns.a.clone()),
-        ("fleet-obs-2", ns.b.clone()),
-        ("fleet-obs-3", b2.clone()),
-    ];
+    let Chain { hosts, points } = VethNs::chain(&DROPPED).expect("three hosts in a row");
+    let (dir, sent) = hosts[0]
+        .psn_stream("fleet", PSNS)
+        .expect("the frames to send");
+    let ids = ["fleet-obs-1", "fleet-obs-2", "fleet-obs-3"];
     let mut observers = Vec::new();
-    for (id, dev) in &points {
+    for ((id, host), dev) in ids.iter().zip(&hosts).zip(&points) {
         let logs = dir.join(id);
         let _ = std::fs::remove_dir_all(&logs);
         let logs = logs.to_string_lossy().into_owned();
         observers.push(
             Observer::start(
-                &ns,
+                host,
                 &[
                     "-i",
                     dev,
@@ -81,7 +80,7 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
         );
     }
     std::thread::sleep(Duration::from_millis(300));
-    ns.replay(&sent).expect("tcpreplay");
+    hosts[0].replay(&sent).expect("tcpreplay");
     std::thread::sleep(Duration::from_millis(2500));
     let docs: Vec<Value> = observers
         .into_iter()
@@ -89,7 +88,7 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
         .collect();
 
     let mut files = Vec::new();
-    for (id, _) in &points {
+    for id in &ids {
         let of = log_files(&dir.join(id));
         assert!(
             of.iter()
@@ -126,12 +125,13 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
         assert!(queries.contains_key(name), "{name} did not run");
     }
 
-    // Between observers 2 and 3, exactly the dropped PSNs; nowhere else.
+    // Between observers 2 and 3, exactly the dropped PSNs, named PSN by PSN from the lines'
+    // lost runs and request spans; nowhere else.
     let between = queries["lost_between_observers.sql"]["rows"]
         .as_array()
         .expect("rows");
     let flow = |r: &Value| r["dst_qp"] == 0x12 && r["src_ip"] == "::ffff:192.0.2.1";
-    let links: Vec<(&Value, &Value, &Value)> = between
+    let links: Vec<(&Value, &Value, &Value, &Value, &Value)> = between
         .iter()
         .filter(|r| flow(r))
         .map(|r| {
@@ -139,6 +139,8 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
                 &r["upstream_host"],
                 &r["downstream_host"],
                 &r["psns_lost_between"],
+                &r["psns"],
+                &r["from_counts"],
             )
         })
         .collect();
@@ -147,7 +149,9 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
         [(
             &Value::from("fleet-obs-2"),
             &Value::from("fleet-obs-3"),
-            &Value::from(DROPPED.len())
+            &Value::from(DROPPED.len()),
+            &Value::from(DROPPED.to_vec()),
+            &Value::from(false),
         )],
         "{between:?}"
     );
@@ -165,7 +169,7 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
     // The store's totals are each observer's own: per point, the summed deltas and the last
     // totals equal the flows of its JSON document.
     let totals = got["point_totals"].as_array().expect("point totals");
-    for ((id, _), doc) in points.iter().zip(&docs) {
+    for (id, doc) in ids.iter().zip(&docs) {
         let flows = doc["flows"].as_array().expect("flows");
         assert!(!flows.is_empty(), "{id} saw the stream");
         for f in flows {

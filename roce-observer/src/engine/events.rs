@@ -3,9 +3,9 @@
 //! events go to the analyses' event hook. (Latency samples are no events: latency.rs.)
 //! (Bursts of retransmissions and NAKs are read from the flow records, alerts::bursts.)
 
-use roce_observer_common::{Direction, Event, EventBody, pfc::PRIORITY_LINK};
+use roce_observer_common::{Direction, Event, EventBody, FlowKey, pfc::PRIORITY_LINK};
 
-use super::{Engine, pfc_key};
+use super::{Engine, flows::FlowEntry, pfc_key};
 
 impl Engine {
     /// `per_packet`: the event comes from the capture path, which also feeds the analyses
@@ -41,10 +41,30 @@ impl Engine {
             // Activity runs (training steps) and path events (where was it lost), for the
             // analyses (the capture path feeds them packet by packet unless fed as the kernel).
             EventBody::DataRun { .. } | EventBody::SignalRun { .. } | EventBody::Path { .. } => {
+                if let EventBody::Path {
+                    gap: Some((first, count)),
+                    ..
+                } = body
+                {
+                    self.on_lost_run(&ev.flow, ts, first, count);
+                }
                 for a in self.analyses.each() {
                     a.event(ev, &body, per_packet);
                 }
             }
+        }
+    }
+
+    /// Request PSNs `first..first+count` of `flow` declared lost: kept with the flow for its
+    /// log lines (docs/log-schema.md, `flow`). The event may come before the flow's first map
+    /// read, as a latency sample may.
+    fn on_lost_run(&mut self, flow: &FlowKey, ts: u64, first: u32, count: u32) {
+        if !self.flows.contains_key(flow) && self.flows.len() < self.cfg.max_flows {
+            self.flows.insert(*flow, FlowEntry::new(ts));
+        }
+        if let Some(e) = self.flows.get_mut(flow) {
+            e.add_lost_run(first, count);
+            self.dirty.push(*flow);
         }
     }
 }

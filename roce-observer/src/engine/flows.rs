@@ -12,14 +12,14 @@ use roce_observer_common::{
 };
 
 use super::latency::sketch::Sketch;
-use crate::report::{FlowSnapshot, NakCounts, OpcodeCounts};
+use crate::report::{FlowSnapshot, LostRuns, NakCounts, OpcodeCounts};
 // The address form of the snapshot; re-exported where the flow table's users look for it.
 pub use crate::report::{show_ip, store_ip};
 
-/// One flow. `stats` and `rtt` change only through [`FlowEntry::stats_mut`] and
-/// [`FlowEntry::add_rtt_sample`], which drop the flow's cached view: the snapshot rebuilds a
-/// flow only when one of them changed (or its rate did), so a report over 100,000 flows of
-/// which a few changed costs little more than the few.
+/// One flow. `stats`, `rtt` and `lost` change only through [`FlowEntry::stats_mut`],
+/// [`FlowEntry::add_rtt_sample`] and [`FlowEntry::add_lost_run`], which drop the flow's cached
+/// view: the snapshot rebuilds a flow only when one of them changed (or its rate did), so a
+/// report over 100,000 flows of which a few changed costs little more than the few.
 #[derive(Debug)]
 pub struct FlowEntry {
     stats: FlowStats,
@@ -30,6 +30,8 @@ pub struct FlowEntry {
     rtt_read: Option<Box<LatencyHist>>,
     /// `stats.bytes` at the start of the reporting interval.
     pub base_bytes: u64,
+    /// Runs of request PSNs declared lost, from path events (boxed: most flows have none).
+    lost: Option<Box<LostRuns>>,
     /// The flow as the last snapshot showed it (see `report.rs`).
     pub(super) view: ViewCache,
     /// The flow is in the engine's sorted flow order (see `report.rs`), at `slot`.
@@ -44,6 +46,7 @@ impl Clone for FlowEntry {
             rtt: self.rtt.clone(),
             rtt_read: self.rtt_read.clone(),
             base_bytes: self.base_bytes,
+            lost: self.lost.clone(),
             view: ViewCache::default(),
             ordered: Cell::new(false),
             slot: Cell::new(0),
@@ -60,6 +63,7 @@ impl FlowEntry {
             rtt: None,
             rtt_read: None,
             base_bytes: 0,
+            lost: None,
             view: ViewCache::default(),
             ordered: Cell::new(false),
             slot: Cell::new(0),
@@ -109,6 +113,18 @@ impl FlowEntry {
             max,
         );
         Some(grown)
+    }
+
+    pub fn lost_runs(&self) -> Option<&LostRuns> {
+        self.lost.as_deref()
+    }
+
+    /// A path event declared request PSNs `first..first+count` lost.
+    pub fn add_lost_run(&mut self, first: u32, count: u32) {
+        self.view.clear();
+        self.lost
+            .get_or_insert_with(Default::default)
+            .push(first, count);
     }
 }
 

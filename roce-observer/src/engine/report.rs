@@ -25,7 +25,8 @@ use super::{
 };
 use crate::report::{
     AlertSnapshot, Beside, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
-    PfcRef, PfcSnapshot, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners, show_ip,
+    PfcRef, PfcSnapshot, PsnTrail, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp,
+    owners, show_ip,
 };
 
 /// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
@@ -480,6 +481,14 @@ impl Engine {
             last_ts: s.last_ns,
             rate_bps,
             owner: None,
+            psn_trail: PsnTrail {
+                requests: s
+                    .psn
+                    .has_requests()
+                    .then_some((s.req_first, s.psn.req_highest)),
+                lost: e.lost_runs().map(|l| Box::new(l.clone())),
+                lost_unsent: s.path_suppressed + s.path_lost,
+            },
             stamp: ViewStamp::new(),
         }
     }

@@ -8,7 +8,10 @@ use std::{
     sync::Arc,
 };
 
-use roce_observer_common::flow::{NAK_CLASSES, nak};
+use roce_observer_common::{
+    flow::{NAK_CLASSES, nak},
+    psn::{PSN_MASK, psn_add},
+};
 use serde::{Serialize, Serializer, ser::SerializeMap};
 
 /// A 16-byte address as shown: IPv4-mapped addresses as dotted IPv4.
@@ -384,9 +387,81 @@ pub struct FlowSnapshot {
     /// Boxed: most flows have none, and the view is kept per flow.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<Box<QpOwner>>,
+    /// Request PSNs for the flow log's per-interval fields (docs/log-schema.md, `flow`); not
+    /// in the JSON document, whose totals need none of it.
+    #[serde(skip)]
+    pub psn_trail: PsnTrail,
     /// Which build of the view this is (not shown, not compared).
     #[serde(skip)]
     pub stamp: ViewStamp,
+}
+
+/// What a flow log line needs to say which request PSNs an interval brought and which it
+/// declared lost, so that the lines of several observers can be joined PSN by PSN.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PsnTrail {
+    /// The flow's first and highest request PSN (none before its first request).
+    pub requests: Option<(u32, u32)>,
+    /// Runs of request PSNs declared lost (boxed: most flows have none).
+    pub lost: Option<Box<LostRuns>>,
+    /// Path events the observation could not send (per-flow rate limit, full ring buffer, a
+    /// packet that declared more than one run): runs declared then are missing from `lost`.
+    pub lost_unsent: u64,
+}
+
+/// The request PSNs declared lost on a flow (docs/metrics.md, "Reordering and loss"), as its
+/// path events told them: how many so far, and the newest runs of consecutive PSNs (PSNs that
+/// continue the newest run extend it: the reorder window declares a burst one PSN per packet).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LostRuns {
+    /// PSNs declared lost so far.
+    pub declared: u64,
+    /// At most [`LostRuns::KEPT`], oldest first: (first PSN, how many).
+    pub recent: std::collections::VecDeque<(u32, u32)>,
+}
+
+impl LostRuns {
+    /// Runs kept per flow: the most a log line lists (more in one interval is marked
+    /// truncated), so a line stays bounded however much is lost.
+    pub const KEPT: usize = 8;
+
+    pub fn push(&mut self, first: u32, count: u32) {
+        self.declared += u64::from(count);
+        if let Some(last) = self.recent.back_mut()
+            && psn_add(last.0, last.1) == first
+            && last.1.saturating_add(count) <= PSN_MASK
+        {
+            last.1 += count;
+            return;
+        }
+        if self.recent.len() == Self::KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((first, count));
+    }
+
+    /// The PSNs declared lost after the first `before`, as runs oldest first, and whether some
+    /// of them are no longer kept. A count below `before` is a flow that left the table and
+    /// came back: every PSN is new.
+    pub fn since(&self, before: u64) -> (Vec<(u32, u32)>, bool) {
+        let mut left = if self.declared >= before {
+            self.declared - before
+        } else {
+            self.declared
+        };
+        let mut runs = Vec::new();
+        for &(first, count) in self.recent.iter().rev() {
+            if left == 0 {
+                break;
+            }
+            // The newest `take` PSNs of the run are new; the older ones were listed before.
+            let take = u32::try_from(left).unwrap_or(u32::MAX).min(count);
+            runs.push((psn_add(first, count - take), take));
+            left -= u64::from(take);
+        }
+        runs.reverse();
+        (runs, left > 0)
+    }
 }
 
 /// Which build of a flow's view this is: unique in the process; a copy gets a new one, and so

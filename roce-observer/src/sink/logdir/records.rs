@@ -14,10 +14,12 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+use roce_observer_common::psn::psn_add;
+
 use crate::report::{
     AlertSnapshot, EcmpSnapshot, FlowId, FlowSnapshot, LatencySnapshot, LosslessFinding,
-    MirrorSnapshot, MirrorSource, PathPair, PfcOrigin, PfcSnapshot, Snapshot, StepsSnapshot,
-    Summary,
+    MirrorSnapshot, MirrorSource, PathPair, PfcOrigin, PfcSnapshot, PsnTrail, Snapshot,
+    StepsSnapshot, Summary,
 };
 
 /// Version of the log line schema; changes are additive only (docs/log-schema.md).
@@ -108,7 +110,89 @@ struct FlowLine<'a> {
     delta_since_ts: u64,
     delta: FlowDelta,
     #[serde(flatten)]
+    psns: PsnInterval,
+    #[serde(flatten)]
     flow: &'a FlowSnapshot,
+}
+
+/// What the baseline keeps of a flow: the totals last written, and where its request PSNs
+/// stood then.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct FlowBase {
+    totals: FlowDelta,
+    req_highest: Option<u32>,
+    lost_declared: u64,
+    lost_unsent: u64,
+}
+
+impl FlowBase {
+    fn of(f: &FlowSnapshot) -> FlowBase {
+        let trail = &f.psn_trail;
+        FlowBase {
+            totals: FlowDelta::totals(f),
+            req_highest: trail.requests.map(|(_, highest)| highest),
+            lost_declared: trail.lost.as_ref().map_or(0, |l| l.declared),
+            lost_unsent: trail.lost_unsent,
+        }
+    }
+}
+
+/// The request PSNs of a flow's interval (since the last line written), for joining the lines
+/// of several observers PSN by PSN (docs/log-schema.md, `flow`). Bounded: at most
+/// [`crate::report::LostRuns::KEPT`] runs, whatever was lost.
+#[derive(Debug, Default, Serialize, PartialEq, Eq)]
+struct PsnInterval {
+    /// The new request PSNs: from the one after the last line's highest (the flow's first on
+    /// its first line) to the highest now; null when none came.
+    req_psn_first: Option<u32>,
+    req_psn_highest: Option<u32>,
+    /// Runs of request PSNs declared lost in the interval, in the order declared.
+    psn_lost_runs: Vec<LostRun>,
+    /// Some runs of the interval are not in `psn_lost_runs`: more than it lists, or the
+    /// observation could not report them all (then `delta.psn_missing` still counts them).
+    psn_lost_runs_truncated: bool,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct LostRun {
+    first: u32,
+    count: u32,
+}
+
+impl PsnInterval {
+    fn new(trail: &PsnTrail, before: Option<&FlowBase>, now: &FlowBase) -> PsnInterval {
+        // Counters that went backwards: the kernel's record was evicted and started again, so
+        // its PSNs and unsent events count from nothing. (The lost runs are user space's and
+        // go on.)
+        let restarted = before.is_some_and(|b| now.totals.packets < b.totals.packets);
+        let kernel_before = before.filter(|_| !restarted);
+        let (req_psn_first, req_psn_highest) =
+            match (trail.requests, kernel_before.and_then(|b| b.req_highest)) {
+                (Some((_, highest)), Some(last)) if highest == last => (None, None),
+                (Some((_, highest)), Some(last)) => (Some(psn_add(last, 1)), Some(highest)),
+                (Some((first, highest)), None) => (Some(first), Some(highest)),
+                (None, _) => (None, None),
+            };
+        let (psn_lost_runs, dropped) = match &trail.lost {
+            Some(l) => {
+                let (runs, dropped) = l.since(before.map_or(0, |b| b.lost_declared));
+                let runs = runs.into_iter();
+                (
+                    runs.map(|(first, count)| LostRun { first, count })
+                        .collect(),
+                    dropped,
+                )
+            }
+            None => (Vec::new(), false),
+        };
+        let unsent = trail.lost_unsent > kernel_before.map_or(0, |b| b.lost_unsent);
+        PsnInterval {
+            req_psn_first,
+            req_psn_highest,
+            psn_lost_runs,
+            psn_lost_runs_truncated: dropped || unsent,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -234,7 +318,7 @@ fn alert_id(a: &AlertSnapshot) -> AlertId {
 #[derive(Clone, Debug, Default)]
 pub struct Baseline {
     ts: u64,
-    flows: HashMap<FlowId, FlowDelta>,
+    flows: HashMap<FlowId, FlowBase>,
     /// The stamps of the flow views of the last written snapshot. The engine hands out the same
     /// view again for a flow that did not change, so a view found here has a zero delta: most
     /// flows of a large table are passed over without building their id (a table of
@@ -260,7 +344,7 @@ type Diagnosis = (
 pub struct NextBaseline {
     ts: u64,
     /// Flows whose totals differ from the baseline's (new flows among them).
-    flows: Vec<(FlowId, FlowDelta)>,
+    flows: Vec<(FlowId, FlowBase)>,
     /// Every flow of the snapshot, when some flow of the baseline is no longer in it.
     only: Option<HashSet<FlowId>>,
     views: Vec<u64>,
@@ -340,22 +424,26 @@ pub fn build(
         full,
     };
     for (i, flow) in snap.flows.iter().enumerate() {
-        let (delta, changed) = if base.written(i, flow) {
+        let (delta, psns, changed) = if base.written(i, flow) {
             found += 1;
-            (FlowDelta::default(), None)
+            (FlowDelta::default(), PsnInterval::default(), None)
         } else {
             let id = flow_id(flow);
-            let totals = FlowDelta::totals(flow);
+            let now = FlowBase::of(flow);
             let before = base.flows.get(&id).copied();
             found += usize::from(before.is_some());
-            let delta = FlowDelta::since(totals, before.unwrap_or_default());
-            (delta, (before != Some(totals)).then_some((id, totals)))
+            let delta = FlowDelta::since(now.totals, before.unwrap_or_default().totals);
+            let psns = PsnInterval::new(&flow.psn_trail, before.as_ref(), &now);
+            (delta, psns, (before != Some(now)).then_some((id, now)))
         };
-        if full || !delta.is_zero() {
+        // A run's path event and the record counting it may reach user space in different
+        // intervals: a line with a run is written even when no counter moved.
+        if full || !delta.is_zero() || !psns.psn_lost_runs.is_empty() {
             let line = FlowLine {
                 head: head("flow"),
                 delta_since_ts: base.ts,
                 delta,
+                psns,
                 flow,
             };
             push_line(&mut text, &mut records, &line);

@@ -618,6 +618,10 @@ const PINNED: &[(&str, &[&str])] = &[
             "full",
             "delta_since_ts",
             "delta",
+            "req_psn_first",
+            "req_psn_highest",
+            "psn_lost_runs",
+            "psn_lost_runs_truncated",
             "src_ip",
             "dst_ip",
             "dst_qp",
@@ -946,5 +950,114 @@ fn causes_are_logged_when_found_and_when_they_change() {
         assert!(pinned.contains(&key), "unpinned field {key}");
         assert!(doc.contains(&format!("`{key}`")), "{key} undocumented");
     }
+    fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// Each flow line says which request PSNs its interval brought (from the one after the last
+/// line's highest to the highest) and which runs it declared lost, bounded: past
+/// `LostRuns::KEPT` runs in one interval the newest are listed and the line says it is
+/// truncated. Holes are listed once declared lost (here by the reorder window, 64 PSNs), in the
+/// interval that declared them.
+#[test]
+fn flow_lines_carry_the_interval_request_psns_and_the_runs_declared_lost() {
+    use roce_observer_common::frames::RoceFrame;
+    let dir = rotate::tests::tempdir("psn-interval");
+    let mut engine = Engine::new(EngineConfig::default());
+    let send = |e: &mut Engine, psns: std::ops::RangeInclusive<u32>, lost: &[u32]| {
+        for psn in psns.filter(|p| !lost.contains(p)) {
+            let f = RoceFrame::new(0x0a, 0x12, psn).build();
+            e.ingest_frame(u64::from(psn) * 1_000_000, &f, f.len() as u32, 1);
+        }
+    };
+    let mut log = LogDir::open(cfg(&dir), 1).expect("open");
+    send(&mut engine, 0..=99, &[10, 20, 21]);
+    log.write(&engine.snapshot(100_000_000), 100);
+    send(&mut engine, 100..=199, &[150]);
+    log.write(&engine.snapshot(200_000_000), 200);
+    log.write(&engine.snapshot(200_000_000), 300);
+    send(&mut engine, 200..=299, &[]);
+    log.write(&engine.snapshot(300_000_000), 400);
+    let isolated: Vec<u32> = (0..10).map(|k| 300 + 3 * k).collect();
+    send(&mut engine, 300..=420, &isolated);
+    log.write(&engine.snapshot(421_000_000), 500);
+    let got = lines(&dir.join(LIVE_NAME));
+    let flows: Vec<&Value> = got.iter().filter(|l| l["kind"] == "flow").collect();
+    let seen: Vec<(u64, Value, Value, Value, Value, Value)> = flows
+        .iter()
+        .map(|l| {
+            (
+                l["ts"].as_u64().expect("ts"),
+                l["req_psn_first"].clone(),
+                l["req_psn_highest"].clone(),
+                l["psn_lost_runs"].clone(),
+                l["psn_lost_runs_truncated"].clone(),
+                l["delta"]["psn_missing"].clone(),
+            )
+        })
+        .collect();
+    let run = |first: u32, count: u32| serde_json::json!({"first": first, "count": count});
+    let runs =
+        |r: &[(u32, u32)]| Value::from(r.iter().map(|(f, c)| run(*f, *c)).collect::<Vec<_>>());
+    let newest: Vec<(u32, u32)> = isolated[2..].iter().map(|p| (*p, 1)).collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                100,
+                0.into(),
+                99.into(),
+                runs(&[(10, 1), (20, 2)]),
+                false.into(),
+                3.into()
+            ),
+            (
+                200,
+                100.into(),
+                199.into(),
+                runs(&[]),
+                false.into(),
+                0.into()
+            ),
+            (
+                400,
+                200.into(),
+                299.into(),
+                runs(&[(150, 1)]),
+                false.into(),
+                1.into()
+            ),
+            (
+                500,
+                300.into(),
+                420.into(),
+                runs(&newest),
+                true.into(),
+                10.into()
+            ),
+        ],
+        "{flows:?}"
+    );
+    log.finish();
+    // A full batch lists a flow that brought nothing new with null PSNs and no runs.
+    let mut full = LogDir::open(
+        LogDirConfig {
+            full_every_ns: 1,
+            ..cfg(&dir)
+        },
+        600,
+    )
+    .expect("open");
+    full.write(&engine.snapshot(421_000_000), 600);
+    full.write(&engine.snapshot(421_000_000), 700);
+    let got = lines(&dir.join(LIVE_NAME));
+    let last = got
+        .iter()
+        .rev()
+        .find(|l| l["kind"] == "flow")
+        .expect("a flow line");
+    assert_eq!(last["ts"], 700, "{last}");
+    assert_eq!(last["full"], true, "{last}");
+    assert_eq!(last["req_psn_first"], Value::Null, "{last}");
+    assert_eq!(last["psn_lost_runs"], serde_json::json!([]), "{last}");
     fs::remove_dir_all(&dir).expect("cleanup");
 }
