@@ -568,6 +568,26 @@ struct Col {
     drop: u8,
 }
 
+impl Col {
+    const fn left(name: &'static str, width: usize, drop: u8) -> Col {
+        Col {
+            name,
+            width,
+            left: true,
+            drop,
+        }
+    }
+
+    const fn right(name: &'static str, width: usize, drop: u8) -> Col {
+        Col {
+            name,
+            width,
+            left: false,
+            drop,
+        }
+    }
+}
+
 /// A section with fixed columns, one space apart: at the fixed width every column; on a
 /// narrower terminal whole columns are dropped, highest `drop` first, until a row fits `width`.
 fn columns(out: &mut String, cols: &[Col], rows: &[Vec<String>], width: usize) {
@@ -615,48 +635,13 @@ fn columns(out: &mut String, cols: &[Col], rows: &[Vec<String>], width: usize) {
 /// The switch-mirror sessions and the frames lost on the mirror path.
 fn mirror_sessions(out: &mut String, s: &Snapshot, width: usize) {
     const COLS: [Col; 7] = [
-        Col {
-            name: "MIRROR SESSION",
-            width: 40,
-            left: true,
-            drop: 0,
-        },
-        Col {
-            name: "TO",
-            width: 16,
-            left: true,
-            drop: 2,
-        },
-        Col {
-            name: "FRAMES",
-            width: 10,
-            left: false,
-            drop: 0,
-        },
-        Col {
-            name: "SEQ LOST",
-            width: 10,
-            left: false,
-            drop: 0,
-        },
-        Col {
-            name: "SEQ LATE",
-            width: 10,
-            left: false,
-            drop: 1,
-        },
-        Col {
-            name: "RESYNCS",
-            width: 8,
-            left: false,
-            drop: 3,
-        },
-        Col {
-            name: "SEEN",
-            width: 16,
-            left: true,
-            drop: 4,
-        },
+        Col::left("MIRROR SESSION", 40, 0),
+        Col::left("TO", 16, 2),
+        Col::right("FRAMES", 10, 0),
+        Col::right("SEQ LOST", 10, 0),
+        Col::right("SEQ LATE", 10, 1),
+        Col::right("RESYNCS", 8, 3),
+        Col::left("SEEN", 16, 4),
     ];
     if s.mirror.is_empty() {
         return;
@@ -695,60 +680,15 @@ fn mirror_sessions(out: &mut String, s: &Snapshot, width: usize) {
 /// PFC and PAUSE per interface, source MAC and priority.
 fn pfc(out: &mut String, s: &Snapshot, width: usize) {
     const COLS: [Col; 9] = [
-        Col {
-            name: "PFC IFACE",
-            width: 16,
-            left: true,
-            drop: 0,
-        },
-        Col {
-            name: "SRC MAC",
-            width: 17,
-            left: true,
-            drop: 2,
-        },
-        Col {
-            name: "PRIO",
-            width: 4,
-            left: false,
-            drop: 0,
-        },
-        Col {
-            name: "XOFF",
-            width: 8,
-            left: false,
-            drop: 0,
-        },
-        Col {
-            name: "XON",
-            width: 8,
-            left: false,
-            drop: 3,
-        },
-        Col {
-            name: "QUANTA",
-            width: 11,
-            left: false,
-            drop: 4,
-        },
-        Col {
-            name: "PAUSED",
-            width: 12,
-            left: false,
-            drop: 0,
-        },
-        Col {
-            name: "FRACTION",
-            width: 8,
-            left: false,
-            drop: 1,
-        },
-        Col {
-            name: "STORM",
-            width: 5,
-            left: false,
-            drop: 0,
-        },
+        Col::left("PFC IFACE", 16, 0),
+        Col::left("SRC MAC", 17, 2),
+        Col::right("PRIO", 4, 0),
+        Col::right("XOFF", 8, 0),
+        Col::right("XON", 8, 3),
+        Col::right("QUANTA", 11, 4),
+        Col::right("PAUSED", 12, 0),
+        Col::right("FRACTION", 8, 1),
+        Col::right("STORM", 5, 0),
     ];
     if s.pfc.is_empty() {
         return;
