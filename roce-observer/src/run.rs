@@ -356,21 +356,25 @@ async fn run_kernel<F: Future<Output = ()>>(
     if let Some(missing) = args.ifaces.iter().find(|i| ifindex(i).is_none()) {
         return Err(KernelError::NoSuchInterface(missing.clone()).into());
     }
+    // Said once the programs are attached: a run that cannot load says one thing, what to fix.
+    let mut speed_note = None;
     if !cfg.link_known {
         // Loads (ECN marking at low load) are judged only against a known speed: the
         // interfaces' own when they share one, as a NIC reports it (a veth reports none).
-        match hw::shared_link_speed(Path::new(hw::NET_SYSFS), &args.ifaces) {
-            Ok(gbps) => {
-                cfg.link_gbps = gbps;
-                cfg.link_known = true;
-                eprintln!("roce-observer: link speed {gbps} Gb/s, as the interfaces report it");
-            }
-            Err(why) => eprintln!(
-                "roce-observer: no link speed ({why}): ECN marking at low load is not judged \
-                 and pause times assume {} Gb/s; give --link-speed",
-                cfg.link_gbps
-            ),
-        }
+        speed_note = Some(
+            match hw::shared_link_speed(Path::new(hw::NET_SYSFS), &args.ifaces) {
+                Ok(gbps) => {
+                    cfg.link_gbps = gbps;
+                    cfg.link_known = true;
+                    format!("link speed {gbps} Gb/s, as the interfaces report it")
+                }
+                Err(why) => format!(
+                    "no link speed ({why}): ECN marking at low load is not judged and pause \
+                     times assume {} Gb/s; give --link-speed",
+                    cfg.link_gbps
+                ),
+            },
+        );
     }
     let mut src = KernelSource::load(&opts)?;
     let mut engine = Engine::new(cfg);
@@ -380,6 +384,9 @@ async fn run_kernel<F: Future<Output = ()>>(
         for warning in src.take_warnings() {
             eprintln!("roce-observer: {warning}");
         }
+    }
+    if let Some(note) = speed_note {
+        eprintln!("roce-observer: {note}");
     }
     // The variant loaded is always said: it tells a user what to expect of jumbo frames.
     eprintln!(
