@@ -49,9 +49,14 @@ fn read_dir_counters(dir: &Path, into: &mut BTreeMap<String, u64>) {
 pub const NET_SYSFS: &str = "/sys/class/net";
 
 /// The link speed of `iface` in Gb/s from `ROOT/IFACE/speed` (the kernel gives Mb/s), or None
-/// when the interface reports none: a veth, a link that is down (-1, or a read error), a
-/// missing interface.
+/// when the interface reports none: a link that is down (-1, or a read error), a missing
+/// interface, or a virtual one. Only a NIC (`device`) or a bond of NICs (`bonding`) counts: a
+/// veth reports a nominal 10 Gb/s that says nothing about a replay's load.
 pub fn link_speed_gbps(root: &Path, iface: &str) -> Option<f64> {
+    let dir = root.join(iface);
+    if !dir.join("device").exists() && !dir.join("bonding").exists() {
+        return None;
+    }
     let mbps: i64 = fs::read_to_string(root.join(iface).join("speed"))
         .ok()?
         .trim()
@@ -358,20 +363,25 @@ mod tests {
     #[test]
     fn link_speed_from_a_sysfs_net_tree() {
         let root = std::env::temp_dir().join(format!("roce-net-{}", std::process::id()));
-        for (iface, speed) in [
-            ("eth0", "100000\n"),
-            ("eth1", "100000"),
-            ("eth2", "25000\n"),
-            ("veth0", "-1\n"),
-            ("down0", ""),
+        for (iface, speed, backed) in [
+            ("eth0", "100000\n", "device"),
+            ("eth1", "100000", "device"),
+            ("eth2", "25000\n", "device"),
+            ("bond0", "200000\n", "bonding"),
+            ("veth0", "10000\n", ""),
+            ("down0", "", "device"),
+            ("eth3", "-1\n", "device"),
         ] {
-            fs::create_dir_all(root.join(iface)).expect("mkdir");
+            fs::create_dir_all(root.join(iface).join(backed)).expect("mkdir");
             fs::write(root.join(iface).join("speed"), speed).expect("write");
         }
         assert_eq!(link_speed_gbps(&root, "eth0"), Some(100.0));
         assert_eq!(link_speed_gbps(&root, "eth2"), Some(25.0));
-        // A veth says -1 (SPEED_UNKNOWN); a down link's read fails; no such interface.
+        assert_eq!(link_speed_gbps(&root, "bond0"), Some(200.0));
+        // A veth's nominal 10 Gb/s (no device behind it); SPEED_UNKNOWN (-1); a down link's
+        // read fails; no such interface.
         assert_eq!(link_speed_gbps(&root, "veth0"), None);
+        assert_eq!(link_speed_gbps(&root, "eth3"), None);
         assert_eq!(link_speed_gbps(&root, "down0"), None);
         assert_eq!(link_speed_gbps(&root, "nothere"), None);
         let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
