@@ -162,14 +162,17 @@ impl External {
         }
         // Keep reading its stderr so that it never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
+        // Its entry programs are the first it loads, so the lowest new ids: a build with the
+        // reorder scoreboard also loads tail-call targets whose names the kernel cuts to the
+        // same 15 bytes (and whose runs count in the entry program's statistics).
         let prog_id = loaded_xdp_programs()
             .map(|(id, _)| id)
             .filter(|id| !known.contains(id))
-            .max()
+            .min()
             .context("its XDP program is not among the loaded programs")?;
         let tc_id = loaded_tc_programs()
             .filter(|id| !known_tc.contains(id))
-            .max()
+            .min()
             .context("its TC program is not among the loaded programs")?;
         Ok(External {
             child,
