@@ -107,6 +107,23 @@ pub fn observer_bin() -> PathBuf {
     workspace_root().join("target/debug/roce-observer")
 }
 
+/// `roce-observer analyze --json EXTRA PCAP`, parsed; panics with analyze's stderr if it fails.
+pub fn analyze_json(pcap: &Path, extra: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(observer_bin())
+        .args(["analyze", "--json"])
+        .args(extra)
+        .arg(pcap)
+        .output()
+        .expect("roce-observer runs (built by cargo xtask test)");
+    assert!(
+        out.status.success(),
+        "analyze {} failed: {}",
+        pcap.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("analyze --json prints JSON")
+}
+
 /// Fill the kernel's event ring buffer until it loses an event: PFC frames through the XDP
 /// program (one event each, one PFC entry, no flow), in batches, with nothing draining the ring
 /// (it holds ~7,700 events). Returns the `ringbuf_full` count per direction (ingress, egress)

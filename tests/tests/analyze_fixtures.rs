@@ -7,26 +7,9 @@
 
 use integration_tests::{
     compare::{View, compare, lossless_diffs},
-    fixture_args, fixtures, observer_bin,
+    fixture_args, fixtures,
 };
 use serde_json::Value;
-
-fn analyze(pcap: &std::path::Path, extra: &[&str]) -> Value {
-    let out = std::process::Command::new(observer_bin())
-        .arg("analyze")
-        .arg("--json")
-        .args(extra)
-        .arg(pcap)
-        .output()
-        .expect("roce-observer runs (built by cargo xtask test)");
-    assert!(
-        out.status.success(),
-        "analyze {} failed: {}",
-        pcap.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("analyze prints JSON")
-}
 
 /// (src, dst, qp) of each flow, and (mac, priority) of each PFC entry, in document order.
 fn order(doc: &Value) -> (Vec<String>, Vec<String>) {
@@ -61,7 +44,7 @@ fn every_fixture_matches_its_expected_document() {
             ),
             ("pmtu learned", args.clone()),
         ] {
-            let actual = analyze(&pcap, &extra);
+            let actual = integration_tests::analyze_json(&pcap, &extra);
             for d in compare(&expected, &actual, &view)
                 .into_iter()
                 .chain(lossless_diffs(&expected, &actual))

@@ -13,21 +13,6 @@ use integration_tests::{
 };
 use serde_json::Value;
 
-/// `analyze --json` of `pcap`.
-fn analyze(pcap: &std::path::Path) -> Value {
-    let out = std::process::Command::new(integration_tests::observer_bin())
-        .args(["analyze", "--json"])
-        .arg(pcap)
-        .output()
-        .expect("analyze runs");
-    assert!(
-        out.status.success(),
-        "analyze failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("analyze --json output parses")
-}
-
 /// Ring-buffer records per packet, in every traffic shape, with latency measured: plain
 /// WRITE traffic (one packet in five an ACK that answers a timestamped request), the same
 /// frames twice (every request a retransmission), sprayed WRITEs and READs without and with
@@ -55,7 +40,7 @@ fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
     ];
     let mut failures = Vec::new();
     for (shape, pcap) in &shapes {
-        let doc = analyze(pcap);
+        let doc = integration_tests::analyze_json(pcap, &[]);
         let s = &doc["summary"];
         let n = |v: &Value| {
             v.as_u64()
@@ -98,7 +83,7 @@ fn events_and_program_runs_are_reported_and_agree_with_analyze() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let out = observer.stop().expect("observer stops cleanly");
     let live: Value = serde_json::from_str(&out).expect("run --json output parses");
-    let offline = analyze(&pcap);
+    let offline = integration_tests::analyze_json(&pcap, &[]);
 
     let (s, o) = (&live["summary"], &offline["summary"]);
     assert_eq!(s["events_lost"], 0, "{s}");

@@ -32,11 +32,11 @@
 //! - CE evidence within 10% and CNP evidence present on both (CNP times are spread over their
 //!   signal run on the kernel path).
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, time::Duration};
 
 use integration_tests::{
     netns::{Observer, VethNs},
-    observer_bin, require_root,
+    require_root,
 };
 use roce_observer_common::{frames::RoceFrame, opcode::OP_CNP};
 use serde_json::Value;
@@ -204,20 +204,6 @@ fn as_sent(pcap: &Path, frames: &[Frame]) -> AsSent {
     }
 }
 
-fn analyze(pcap: &Path) -> Value {
-    let out = Command::new(observer_bin())
-        .args(["analyze", "--json"])
-        .arg(pcap)
-        .output()
-        .expect("analyze runs");
-    assert!(
-        out.status.success(),
-        "analyze: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("analyze --json parses")
-}
-
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
@@ -275,7 +261,7 @@ fn run_on_a_veth_reports_the_steps_analyze_finds() {
     for attempt in 1..=ATTEMPTS {
         let (late, out) = observe(&ns, &frames, &captured);
         let live: Value = serde_json::from_str(&out).expect("run --json parses");
-        let offline = analyze(&captured);
+        let offline = integration_tests::analyze_json(&captured, &[]);
         let complete = offline["summary"]["total_packets"].as_u64() == Some(frames.len() as u64);
         let mut shape = String::new();
         if complete {
