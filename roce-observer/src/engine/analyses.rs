@@ -4,6 +4,7 @@
 use super::{
     analysis::{Analysis, Feed},
     lossless::LosslessAnalysis,
+    mirrors::Mirrors,
     pathloss::PathsAnalysis,
     pfc_origin::PfcOriginAnalysis,
     steps::StepsAnalysis,
@@ -12,6 +13,7 @@ use super::{
 /// The analyses of an engine.
 #[derive(Default)]
 pub struct Analyses {
+    pub mirrors: Mirrors,
     pub lossless: LosslessAnalysis,
     pub pfc_origin: PfcOriginAnalysis,
     pub paths: PathsAnalysis,
@@ -30,8 +32,9 @@ impl Analyses {
 
     /// Every analysis, in the order their sections are written (the PFC origin reads the
     /// lossless findings).
-    pub fn each(&mut self) -> [&mut dyn Analysis; 4] {
+    pub fn each(&mut self) -> [&mut dyn Analysis; 5] {
         [
+            &mut self.mirrors,
             &mut self.lossless,
             &mut self.pfc_origin,
             &mut self.paths,

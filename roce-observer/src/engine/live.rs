@@ -50,7 +50,7 @@ impl Engine {
 
     /// Kernel path: the absolute values of one mirror session.
     pub fn update_mirror(&mut self, key: &MirrorKey, stats: &MirrorStats) {
-        self.mirrors.insert(*key, *stats);
+        self.analyses.mirrors.read(key, stats);
     }
 
     /// Kernel path: the absolute value of one counter (summed over CPUs).

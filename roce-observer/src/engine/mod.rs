@@ -30,6 +30,7 @@ pub mod flows;
 pub mod latency;
 mod live;
 pub mod lossless;
+pub mod mirrors;
 pub mod pathloss;
 pub mod pfc;
 pub mod pfc_origin;
@@ -39,10 +40,7 @@ pub mod steps;
 
 use std::collections::BTreeMap;
 
-use roce_observer_common::{
-    Counter, Direction, Event, EventKind, FlowKey, PfcKey,
-    mirror::{MirrorKey, MirrorStats},
-};
+use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey, PfcKey};
 
 use crate::report::CaptureSummary;
 use alerts::Alerts;
@@ -139,8 +137,6 @@ pub struct Engine {
     names: Names,
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
-    /// Switch-mirror sessions: frames and sequence gaps (bounded by MAX_MIRROR_SESSIONS).
-    mirrors: BTreeMap<MirrorKey, MirrorStats>,
     counters: Counters,
     pending: Pending,
     rtt_overall: Sketch,
@@ -211,7 +207,6 @@ impl Engine {
             names: Names::default(),
             flows: FlowTable::default(),
             pfc: BTreeMap::new(),
-            mirrors: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
             pending: Pending::new(cfg.max_pending),
             rtt_overall: Sketch::new(),

@@ -8,7 +8,6 @@ use std::{
 
 use roce_observer_common::{
     Counter, Direction, EventKind, FlowKey, FlowStats,
-    mirror::SEQ_SEEN,
     pfc::{PRIORITY_LINK, quanta_to_ns},
 };
 
@@ -24,9 +23,9 @@ use super::{
     show_mac,
 };
 use crate::report::{
-    AlertSnapshot, Beside, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
-    PfcRef, PfcSnapshot, PsnTrail, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp,
-    owners, show_ip,
+    AlertSnapshot, Beside, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSource, PfcRef,
+    PfcSnapshot, PsnTrail, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners,
+    show_ip,
 };
 
 /// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
@@ -163,8 +162,6 @@ impl Engine {
             ))
         });
 
-        let mirror = self.mirror_snapshot();
-
         // Counters.
         let total = |c: Counter| -> u64 { self.counters.iter().map(|d| d[c as usize]).sum() };
         let mut by_direction = BTreeMap::new();
@@ -225,7 +222,8 @@ impl Engine {
                 pending_full: total(Counter::PendingFull),
                 tail_call_failed: total(Counter::TailCallFailed),
                 events_lost: ringbuf_full,
-                mirror_seq_lost: mirror.iter().map(|m| m.seq_lost).sum(),
+                // The mirror sessions' section.
+                mirror_seq_lost: 0,
                 events: self.events.iter().sum(),
                 events_per_packet: per_packet(
                     self.events.iter().sum(),
@@ -263,7 +261,7 @@ impl Engine {
             },
             flows,
             pfc,
-            mirror,
+            mirror: Vec::new(),
             ecmp,
             alerts,
             // The analyses' sections, below.
@@ -507,36 +505,6 @@ impl Engine {
             direction: Direction::from_u8(k.direction).name(),
             mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
         }
-    }
-
-    /// The mirror sessions, by (outer source, encapsulation, ID, outer destination, where seen).
-    fn mirror_snapshot(&self) -> Vec<MirrorSnapshot> {
-        let mut out: Vec<MirrorSnapshot> = self
-            .mirrors
-            .iter()
-            .filter_map(|(k, m)| {
-                Some(MirrorSnapshot {
-                    iface: self.iface_name(k.ifindex),
-                    direction: Direction::from_u8(k.direction).name(),
-                    source: MirrorSource::new(k.encap, k.outer_src, k.id)?,
-                    outer_dst: show_ip(k.outer_dst),
-                    frames: m.frames,
-                    sequenced: m.flags & SEQ_SEEN != 0,
-                    seq_lost: m.seq_lost,
-                    seq_late: m.seq_late,
-                    seq_resyncs: m.seq_resyncs,
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            (&a.source, a.outer_dst, &a.iface, a.direction).cmp(&(
-                &b.source,
-                b.outer_dst,
-                &b.iface,
-                b.direction,
-            ))
-        });
-        out
     }
 
     fn alert_snapshot(&self, a: &Alert) -> AlertSnapshot {
