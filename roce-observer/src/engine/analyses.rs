@@ -3,6 +3,7 @@
 
 use super::{
     analysis::{Analysis, Feed},
+    ecmp::Ecmp,
     lossless::LosslessAnalysis,
     mirrors::Mirrors,
     pathloss::PathsAnalysis,
@@ -14,6 +15,7 @@ use super::{
 #[derive(Default)]
 pub struct Analyses {
     pub mirrors: Mirrors,
+    pub ecmp: Ecmp,
     pub lossless: LosslessAnalysis,
     pub pfc_origin: PfcOriginAnalysis,
     pub paths: PathsAnalysis,
@@ -32,9 +34,10 @@ impl Analyses {
 
     /// Every analysis, in the order their sections are written (the PFC origin reads the
     /// lossless findings).
-    pub fn each(&mut self) -> [&mut dyn Analysis; 5] {
+    pub fn each(&mut self) -> [&mut dyn Analysis; 6] {
         [
             &mut self.mirrors,
+            &mut self.ecmp,
             &mut self.lossless,
             &mut self.pfc_origin,
             &mut self.paths,

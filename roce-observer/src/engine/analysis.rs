@@ -13,7 +13,7 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
 };
 
-use super::{EngineConfig, flows::FlowTable, pfc::PfcEntry};
+use super::{EngineConfig, ecmp::FlowLoad, flows::FlowTable, pfc::PfcEntry};
 use crate::report::Snapshot;
 
 /// How the capture path feeds an analysis that the two paths feed differently.
@@ -63,6 +63,8 @@ pub struct View<'a> {
     pub names: &'a Names,
     pub flows: &'a FlowTable,
     pub pfc: &'a BTreeMap<PfcKey, PfcEntry>,
+    /// What each flow with packets puts on the ECMP paths, in report order (the flow pass).
+    pub loads: &'a [FlowLoad],
 }
 
 /// The hooks of one analysis; each does nothing unless the analysis needs it.

@@ -1,7 +1,12 @@
 //! ECMP path imbalance, three views (docs/metrics.md, "ECMP"):
 //! measured bytes per observed interface, a model of how a switch hash spreads the flows'
 //! UDP 5-tuples over N uplinks (the hashes are here; [`EcmpHash`] itself is part of the
-//! snapshot), and the 5-tuple entropy per host pair. The views' types are in snapshot.rs.
+//! snapshot), and the 5-tuple entropy per host pair. The views' types are in the report
+//! schema (crate::report).
+//!
+//! As an analysis ([`Ecmp`]) it keeps no state of its own: its section is computed afresh from
+//! each flow's [`FlowLoad`], which the report's flow pass keeps with the flow's view (only
+//! changed flows are redone), and ends with the source-port advice (ecmp_advice.rs).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -9,11 +14,34 @@ use std::{
     sync::Arc,
 };
 
-use super::flows::FastHash;
+use roce_observer_common::{FlowKey, FlowStats};
+
+use super::{
+    analysis::{Analysis, View},
+    ecmp_advice,
+    flows::FastHash,
+};
 pub use crate::report::EcmpHash;
 use crate::report::{
-    Collision, EcmpSnapshot, HostPairEntropy, MeasuredView, ModelledView, PathLoad, TupleLoad,
+    Collision, EcmpSnapshot, HostPairEntropy, MeasuredView, ModelledView, PathLoad, Snapshot,
+    TupleLoad, show_ip,
 };
+
+/// The ECMP analysis: the measured, modelled and entropy views with the model's advice.
+#[derive(Default)]
+pub struct Ecmp;
+
+impl Analysis for Ecmp {
+    fn section(&mut self, view: &View<'_>, _now: u64, report: &mut Snapshot) {
+        let cfg = view.cfg;
+        let mut ecmp = compute(view.loads, cfg.ecmp_hash, cfg.ecmp_paths, cfg.ecmp_seed);
+        if let Some(m) = ecmp.modelled.as_mut() {
+            m.advice = ecmp_advice::advise(m, cfg.roce_port);
+            m.qp_advice = ecmp_advice::qp_counts(m, cfg.roce_port);
+        }
+        report.ecmp = ecmp;
+    }
+}
 
 /// The UDP 5-tuple of a RoCE flow (protocol 17, destination port = the RoCE port).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -138,6 +166,25 @@ pub struct FlowLoad {
     /// Its packets arrived reordered: the fabric spreads it over several paths (adaptive
     /// routing, packet spraying), so a per-5-tuple hash says nothing about where it goes.
     pub multipath: bool,
+}
+
+impl FlowLoad {
+    /// The load of flow `k` with counters `s`, seen at `point`; RoCE goes to `roce_port`.
+    pub fn new(k: &FlowKey, s: &FlowStats, point: Arc<str>, roce_port: u16) -> FlowLoad {
+        FlowLoad {
+            dst_qp: k.dst_qp,
+            tuple: FiveTuple {
+                src: show_ip(k.src_ip),
+                dst: show_ip(k.dst_ip),
+                sport: s.udp_sports[0],
+                dport: roce_port,
+            },
+            point,
+            bytes: s.bytes,
+            sports: s.udp_sports,
+            multipath: roce_observer_common::sequence::reordering(s).0 > 0,
+        }
+    }
 }
 
 /// A 5-tuple is an elephant only from this many bytes on (besides its share of the total):

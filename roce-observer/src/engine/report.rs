@@ -16,16 +16,15 @@ use super::{
     alerts::{Alert, Subject, bursts, ce_without_cnp, flow_problems},
     analysis::View,
     dir_index,
-    ecmp::{self, FiveTuple, FlowLoad},
-    ecmp_advice,
+    ecmp::FlowLoad,
     flows::{self, FastHash, FlowEntry},
     latency::{rtt_summary, sketch},
     show_mac,
 };
 use crate::report::{
-    AlertSnapshot, Beside, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSource, PfcRef,
-    PfcSnapshot, PsnTrail, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners,
-    show_ip,
+    AlertSnapshot, Beside, EcmpSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSource,
+    PfcRef, PfcSnapshot, PsnTrail, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp,
+    owners, show_ip,
 };
 
 /// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
@@ -47,10 +46,10 @@ pub(super) struct Shown {
 }
 
 /// What [`Engine::flow_pass`] gathers for the snapshot.
-struct FlowPass<'a> {
+struct FlowPass {
     flows: Vec<Arc<FlowSnapshot>>,
     /// Flows with a count a table alert is judged on (the alerts' functions filter further).
-    troubled: Vec<(&'a FlowKey, &'a FlowStats)>,
+    troubled: Vec<FlowKey>,
     ecmp: Vec<FlowLoad>,
     with_samples: u64,
 }
@@ -181,7 +180,13 @@ impl Engine {
         // Alerts, plus those judged on the whole table.
         let mut alerts: Vec<AlertSnapshot> =
             self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
-        let table = pass.troubled.iter().copied();
+        let troubled: Vec<(&FlowKey, &FlowStats)> = pass
+            .troubled
+            .iter()
+            .filter_map(|k| self.flows.get_key_value(k))
+            .map(|(k, e)| (k, e.stats()))
+            .collect();
+        let table = troubled.iter().copied();
         alerts.extend(
             ce_without_cnp(table.clone())
                 .iter()
@@ -192,17 +197,6 @@ impl Engine {
         alerts.sort_by(|a, b| {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });
-
-        let mut ecmp = ecmp::compute(
-            &pass.ecmp,
-            self.cfg.ecmp_hash,
-            self.cfg.ecmp_paths,
-            self.cfg.ecmp_seed,
-        );
-        if let Some(m) = ecmp.modelled.as_mut() {
-            m.advice = ecmp_advice::advise(m, self.cfg.roce_port);
-            m.qp_advice = ecmp_advice::qp_counts(m, self.cfg.roce_port);
-        }
 
         let with_samples = pass.with_samples;
         let ringbuf_full = total(Counter::RingbufFull);
@@ -262,7 +256,7 @@ impl Engine {
             flows,
             pfc,
             mirror: Vec::new(),
-            ecmp,
+            ecmp: EcmpSnapshot::default(),
             alerts,
             // The analyses' sections, below.
             paths: Vec::new(),
@@ -280,6 +274,7 @@ impl Engine {
             names: &self.names,
             flows: &self.flows,
             pfc: &self.pfc,
+            loads: &pass.ecmp,
         };
         for a in self.analyses.each() {
             a.section(&view, now_ns, &mut snap);
@@ -304,7 +299,7 @@ impl Engine {
         dirty: &[FlowKey],
         interval_ns: u64,
         interval_s: f64,
-    ) -> FlowPass<'_> {
+    ) -> FlowPass {
         let grown = shown.keys.len() != self.flows.len();
         if grown {
             // Flows are never removed: the new ones are those not yet in the order.
@@ -394,19 +389,7 @@ impl Engine {
                     })
                     .clone(),
             };
-            shown.loads[slot] = Some(FlowLoad {
-                dst_qp: k.dst_qp,
-                tuple: FiveTuple {
-                    src: show_ip(k.src_ip),
-                    dst: show_ip(k.dst_ip),
-                    sport: s.udp_sports[0],
-                    dport: self.cfg.roce_port,
-                },
-                point,
-                bytes: s.bytes,
-                sports: s.udp_sports,
-                multipath: roce_observer_common::sequence::reordering(s).0 > 0,
-            });
+            shown.loads[slot] = Some(FlowLoad::new(k, s, point, self.cfg.roce_port));
             let rate = if interval_ns > 0 {
                 s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
             } else {
@@ -427,8 +410,9 @@ impl Engine {
             troubled: shown
                 .alerting
                 .iter()
-                .filter_map(|slot| self.flows.get_key_value(shown.keys.get(*slot)?))
-                .map(|(k, e)| (k, e.stats()))
+                .filter_map(|slot| shown.keys.get(*slot))
+                .filter(|k| self.flows.contains_key(*k))
+                .copied()
                 .collect(),
             ecmp: shown.loads.iter().flatten().cloned().collect(),
             with_samples: shown.sampled.iter().filter(|s| **s).count() as u64,
