@@ -65,6 +65,8 @@ pub struct View<'a> {
     pub pfc: &'a BTreeMap<PfcKey, PfcEntry>,
     /// What each flow with packets puts on the ECMP paths, in report order (the flow pass).
     pub loads: &'a [FlowLoad],
+    /// Flows with latency samples.
+    pub with_samples: u64,
 }
 
 /// The hooks of one analysis; each does nothing unless the analysis needs it.

@@ -21,7 +21,7 @@ use super::{
     Counters, Engine, PMTUS,
     alerts::Added,
     dir_index,
-    flows::{FlowEntry, FlowTable},
+    flows::{self, FlowEntry, FlowTable},
     latency::Pending,
     mirrors::Mirrors,
     pfc::PfcEntry,
@@ -91,7 +91,7 @@ impl Engine {
                 explicit: self.cfg.pmtu_explicit,
             },
             counters: &mut self.counters,
-            pending: &mut self.pending,
+            pending: self.analyses.latency.pending(),
             pfc: &mut self.pfc,
             mirrors: &mut self.analyses.mirrors,
             events: &mut events,
@@ -127,7 +127,14 @@ impl Engine {
         }
         self.event_buf = events;
         if let Some((key, ts, ns)) = sample {
-            self.on_latency(&key, ts, ns);
+            if let Some(e) = flows::entry_or_new(&mut self.flows, self.cfg.max_flows, &key, ts) {
+                e.add_rtt_sample(ns);
+                self.dirty.push(key);
+            }
+            let cfg = &self.cfg;
+            self.analyses
+                .latency
+                .sample(&mut self.alerts, cfg, &key, ts, ns);
         }
     }
 }

@@ -172,6 +172,20 @@ pub type FastHash = foldhash::fast::FixedState;
 /// Flows by key.
 pub type FlowTable = HashMap<FlowKey, FlowEntry, FastHash>;
 
+/// The entry of `flow`, made at `ts` if absent and the table holds fewer than `max` flows
+/// (latency samples and path events can come before a flow's first packet or map read).
+pub fn entry_or_new<'a>(
+    flows: &'a mut FlowTable,
+    max: usize,
+    flow: &FlowKey,
+    ts: u64,
+) -> Option<&'a mut FlowEntry> {
+    if !flows.contains_key(flow) && flows.len() < max {
+        flows.insert(*flow, FlowEntry::new(ts));
+    }
+    flows.get_mut(flow)
+}
+
 /// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
 pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {
     // Exactly as long as needed: the view is kept per flow, so a large table pays for any slack.

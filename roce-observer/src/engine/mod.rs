@@ -48,7 +48,6 @@ use analyses::Analyses;
 use analysis::{Feed, Names};
 use ecmp::EcmpHash;
 use flows::FlowTable;
-use latency::{Pending, sketch::Sketch};
 use pfc::PfcEntry;
 
 /// The link speed assumed when none is given, Gb/s.
@@ -138,8 +137,6 @@ pub struct Engine {
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
     counters: Counters,
-    pending: Pending,
-    rtt_overall: Sketch,
     alerts: Alerts,
     /// Earliest and latest time seen (frames, events).
     first_ns: Option<u64>,
@@ -208,8 +205,6 @@ impl Engine {
             flows: FlowTable::default(),
             pfc: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
-            pending: Pending::new(cfg.max_pending),
-            rtt_overall: Sketch::new(),
             alerts: Alerts::default(),
             first_ns: None,
             last_ns: 0,
@@ -219,7 +214,7 @@ impl Engine {
             capture_read: None,
             event_buf: Vec::new(),
             events: [0; EventKind::ALL.len()],
-            analyses: Analyses::fed(feed),
+            analyses: Analyses::fed(feed, &cfg),
             shown: report::Shown::default(),
             dirty: Vec::new(),
             id: {

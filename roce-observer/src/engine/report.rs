@@ -18,7 +18,7 @@ use super::{
     dir_index,
     ecmp::FlowLoad,
     flows::{self, FastHash, FlowEntry},
-    latency::{rtt_summary, sketch},
+    latency::rtt_summary,
     show_mac,
 };
 use crate::report::{
@@ -198,7 +198,6 @@ impl Engine {
             (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
         });
 
-        let with_samples = pass.with_samples;
         let ringbuf_full = total(Counter::RingbufFull);
         let mut snap = Snapshot {
             schema_version: SCHEMA_VERSION,
@@ -246,13 +245,7 @@ impl Engine {
                 capture_read: self.capture_read,
                 capture: self.capture.clone(),
             },
-            latency: LatencySnapshot {
-                observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
-                overall: rtt_summary(Some(&self.rtt_overall)),
-                flows_with_samples: with_samples,
-                pending: self.pending.waiting() as u64,
-                relative_accuracy: sketch::ALPHA,
-            },
+            latency: LatencySnapshot::default(),
             flows,
             pfc,
             mirror: Vec::new(),
@@ -275,6 +268,7 @@ impl Engine {
             flows: &self.flows,
             pfc: &self.pfc,
             loads: &pass.ecmp,
+            with_samples: pass.with_samples,
         };
         for a in self.analyses.each() {
             a.section(&view, now_ns, &mut snap);

@@ -655,7 +655,7 @@ pub struct ProgramCost {
     pub ns_per_run: Option<f64>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct LatencySnapshot {
     /// Latency is seen at the observation point, not at either host.
     pub observed_at: &'static str,
