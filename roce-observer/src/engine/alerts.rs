@@ -3,21 +3,31 @@
 //! repeats raise its count. Bounded: past [`MAX_ALERTS`] distinct alerts, new ones are only
 //! counted in `dropped`.
 //!
-//! Every alert rule lives here: when it fires and what it says. The engine calls them from
-//! both paths (events, class checks on flow updates) and on the whole table
-//! ([`ce_without_cnp`]); report.rs turns alerts into the snapshot.
+//! Every alert rule lives here: when it fires and what it says. The store ([`Alerts`]) is kept
+//! by the engine beside its counters, and raised into from both paths (class checks on flow
+//! updates, PFC storms, latency samples). The [`AlertsAnalysis`] writes the report's alerts:
+//! those raised, plus those judged on the whole flow table ([`ce_without_cnp`],
+//! [`flow_problems`], [`bursts`]).
 
 use std::collections::{BTreeMap, HashSet};
 
 use roce_observer_common::{
-    FlowKey, FlowStats, PfcKey,
+    Direction, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
     flow::{PCP_UNTAGGED, nak},
+    pfc::PRIORITY_LINK,
 };
 use serde::Serialize;
 
-use super::EngineConfig;
-use crate::{format::plural, report::show_ip};
+use super::{
+    EngineConfig,
+    analysis::{Analysis, Names, View},
+    show_mac,
+};
+use crate::{
+    format::plural,
+    report::{AlertSnapshot, FlowRef, MirrorSource, PfcRef, Snapshot, show_ip},
+};
 
 pub const MAX_ALERTS: usize = 10_000;
 
@@ -229,6 +239,77 @@ impl Alerts {
                 "RoCE data sent Not-ECT: switches cannot mark it, so ECN congestion control (DCQCN) is off for this flow".to_string()
             });
         }
+    }
+}
+
+/// The alerts' section of the report: the alerts raised, plus those judged on the flows that
+/// may raise one, by first time seen.
+#[derive(Default)]
+pub struct AlertsAnalysis;
+
+impl Analysis for AlertsAnalysis {
+    fn section(&mut self, view: &View<'_>, _now: u64, report: &mut Snapshot) {
+        let names = view.names;
+        let mut alerts: Vec<AlertSnapshot> = view
+            .alerts
+            .iter()
+            .map(|a| alert_snapshot(a, names))
+            .collect();
+        let troubled: Vec<(&FlowKey, &FlowStats)> = view
+            .troubled
+            .iter()
+            .filter_map(|k| view.flows.get_key_value(k))
+            .map(|(k, e)| (k, e.stats()))
+            .collect();
+        let table = troubled.iter().copied();
+        alerts.extend(
+            ce_without_cnp(table.clone())
+                .iter()
+                .chain(&flow_problems(table.clone()))
+                .chain(&bursts(table, view.cfg))
+                .map(|a| alert_snapshot(a, names)),
+        );
+        alerts.sort_by(|a, b| {
+            (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
+        });
+        report.alerts = alerts;
+        report.summary.alerts_dropped = view.alerts.dropped;
+    }
+}
+
+/// Flow `k` as an alert names it.
+fn flow_ref(k: &FlowKey, names: &Names) -> FlowRef {
+    FlowRef {
+        src_ip: show_ip(k.src_ip),
+        dst_ip: show_ip(k.dst_ip),
+        dst_qp: k.dst_qp,
+        iface: names.name(k.ifindex),
+        direction: Direction::from_u8(k.direction).name(),
+        mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
+    }
+}
+
+fn alert_snapshot(a: &Alert, names: &Names) -> AlertSnapshot {
+    let (flow, pfc) = match &a.subject {
+        Subject::Flow(k) => (Some(flow_ref(k, names)), None),
+        Subject::Pfc(k) => (
+            None,
+            Some(PfcRef {
+                iface: names.name(k.ifindex),
+                direction: Direction::from_u8(k.direction).name(),
+                src_mac: show_mac(k.src_mac),
+                priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
+            }),
+        ),
+    };
+    AlertSnapshot {
+        kind: a.kind.name(),
+        reason: a.reason.clone(),
+        flow,
+        pfc,
+        first_ts: a.first_ns,
+        last_ts: a.last_ns,
+        count: a.count,
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::{
     EngineConfig,
+    alerts::AlertsAnalysis,
     analysis::{Analysis, Feed},
     ecmp::Ecmp,
     latency::Latency,
@@ -18,6 +19,7 @@ pub struct Analyses {
     pub mirrors: Mirrors,
     pub ecmp: Ecmp,
     pub latency: Latency,
+    pub alerts: AlertsAnalysis,
     pub lossless: LosslessAnalysis,
     pub pfc_origin: PfcOriginAnalysis,
     pub paths: PathsAnalysis,
@@ -31,6 +33,7 @@ impl Analyses {
             mirrors: Mirrors::default(),
             ecmp: Ecmp,
             latency: Latency::new(cfg.max_pending),
+            alerts: AlertsAnalysis,
             lossless: LosslessAnalysis::default(),
             pfc_origin: PfcOriginAnalysis::default(),
             paths: PathsAnalysis::fed(feed),
@@ -38,13 +41,14 @@ impl Analyses {
         }
     }
 
-    /// Every analysis, in the order their sections are written (the PFC origin reads the
-    /// lossless findings).
-    pub fn each(&mut self) -> [&mut dyn Analysis; 7] {
+    /// Every analysis, in the order their sections are written (the lossless findings add
+    /// their alerts after the alerts' section; the PFC origin reads the lossless findings).
+    pub fn each(&mut self) -> [&mut dyn Analysis; 8] {
         [
             &mut self.mirrors,
             &mut self.ecmp,
             &mut self.latency,
+            &mut self.alerts,
             &mut self.lossless,
             &mut self.pfc_origin,
             &mut self.paths,

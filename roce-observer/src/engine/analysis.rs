@@ -13,7 +13,7 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
 };
 
-use super::{EngineConfig, ecmp::FlowLoad, flows::FlowTable, pfc::PfcEntry};
+use super::{EngineConfig, alerts::Alerts, ecmp::FlowLoad, flows::FlowTable, pfc::PfcEntry};
 use crate::report::Snapshot;
 
 /// How the capture path feeds an analysis that the two paths feed differently.
@@ -67,6 +67,10 @@ pub struct View<'a> {
     pub loads: &'a [FlowLoad],
     /// Flows with latency samples.
     pub with_samples: u64,
+    /// The alerts raised so far, by any analysis or the engine (the alerts' section).
+    pub alerts: &'a Alerts,
+    /// Flows with a count a table alert is judged on, in report order (the flow pass).
+    pub troubled: &'a [FlowKey],
 }
 
 /// The hooks of one analysis; each does nothing unless the analysis needs it.

@@ -13,7 +13,6 @@ use roce_observer_common::{
 
 use super::{
     DIRECTIONS, Engine,
-    alerts::{Alert, Subject, bursts, ce_without_cnp, flow_problems},
     analysis::View,
     dir_index,
     ecmp::FlowLoad,
@@ -22,9 +21,8 @@ use super::{
     show_mac,
 };
 use crate::report::{
-    AlertSnapshot, Beside, EcmpSnapshot, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSource,
-    PfcRef, PfcSnapshot, PsnTrail, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp,
-    owners, show_ip,
+    Beside, EcmpSnapshot, FlowSnapshot, LatencySnapshot, MirrorSource, PfcSnapshot, PsnTrail,
+    RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners, show_ip,
 };
 
 /// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
@@ -177,27 +175,6 @@ impl Engine {
             }
         }
 
-        // Alerts, plus those judged on the whole table.
-        let mut alerts: Vec<AlertSnapshot> =
-            self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
-        let troubled: Vec<(&FlowKey, &FlowStats)> = pass
-            .troubled
-            .iter()
-            .filter_map(|k| self.flows.get_key_value(k))
-            .map(|(k, e)| (k, e.stats()))
-            .collect();
-        let table = troubled.iter().copied();
-        alerts.extend(
-            ce_without_cnp(table.clone())
-                .iter()
-                .chain(&flow_problems(table.clone()))
-                .chain(&bursts(table, &self.cfg))
-                .map(|a| self.alert_snapshot(a)),
-        );
-        alerts.sort_by(|a, b| {
-            (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
-        });
-
         let ringbuf_full = total(Counter::RingbufFull);
         let mut snap = Snapshot {
             schema_version: SCHEMA_VERSION,
@@ -238,7 +215,8 @@ impl Engine {
                 interval_end_ts: now_ns,
                 interval_s,
                 by_direction,
-                alerts_dropped: self.alerts.dropped,
+                // The alerts' section.
+                alerts_dropped: 0,
                 log_records_lost: outputs.log_records_lost,
                 prom_file_errors: outputs.prom_file_errors,
                 interfaces_up,
@@ -250,7 +228,7 @@ impl Engine {
             pfc,
             mirror: Vec::new(),
             ecmp: EcmpSnapshot::default(),
-            alerts,
+            alerts: Vec::new(),
             // The analyses' sections, below.
             paths: Vec::new(),
             pfc_origin: None,
@@ -269,6 +247,8 @@ impl Engine {
             pfc: &self.pfc,
             loads: &pass.ecmp,
             with_samples: pass.with_samples,
+            alerts: &self.alerts,
+            troubled: &pass.troubled,
         };
         for a in self.analyses.each() {
             a.section(&view, now_ns, &mut snap);
@@ -472,40 +452,5 @@ impl Engine {
     /// The time of the latest frame or event (the natural `now` for a finished capture).
     pub fn last_ts(&self) -> u64 {
         self.last_ns
-    }
-
-    fn flow_ref(&self, k: &FlowKey) -> FlowRef {
-        FlowRef {
-            src_ip: show_ip(k.src_ip),
-            dst_ip: show_ip(k.dst_ip),
-            dst_qp: k.dst_qp,
-            iface: self.iface_name(k.ifindex),
-            direction: Direction::from_u8(k.direction).name(),
-            mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
-        }
-    }
-
-    fn alert_snapshot(&self, a: &Alert) -> AlertSnapshot {
-        let (flow, pfc) = match &a.subject {
-            Subject::Flow(k) => (Some(self.flow_ref(k)), None),
-            Subject::Pfc(k) => (
-                None,
-                Some(PfcRef {
-                    iface: self.iface_name(k.ifindex),
-                    direction: Direction::from_u8(k.direction).name(),
-                    src_mac: show_mac(k.src_mac),
-                    priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
-                }),
-            ),
-        };
-        AlertSnapshot {
-            kind: a.kind.name(),
-            reason: a.reason.clone(),
-            flow,
-            pfc,
-            first_ts: a.first_ns,
-            last_ts: a.last_ns,
-            count: a.count,
-        }
     }
 }
