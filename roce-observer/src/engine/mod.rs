@@ -246,7 +246,7 @@ impl Engine {
         self.shown = report::Shown::default();
         for e in self.flows.values_mut() {
             e.view.clear();
-            e.ordered.set(false);
+            e.ordered = false;
         }
     }
 

@@ -13,7 +13,7 @@ use roce_observer_common::{
 
 use super::{
     DIRECTIONS, Engine,
-    analysis::View,
+    analysis::{Names, View},
     dir_index,
     ecmp::FlowLoad,
     flows::{self, FastHash, FlowEntry},
@@ -268,25 +268,27 @@ impl Engine {
     /// the interval) are redone. A flow's view is rebuilt only when the flow changed or its
     /// rate did; otherwise the last snapshot's view is shared.
     fn flow_pass(
-        &self,
+        &mut self,
         shown: &mut Shown,
         dirty: &[FlowKey],
         interval_ns: u64,
         interval_s: f64,
     ) -> FlowPass {
-        let grown = shown.keys.len() != self.flows.len();
+        let (flows, names, roce_port) = (&mut self.flows, &self.names, self.cfg.roce_port);
+        let grown = shown.keys.len() != flows.len();
         if grown {
             // Flows are never removed: the new ones are those not yet in the order.
             let before = shown.keys.len();
-            for (k, e) in &self.flows {
-                if !e.ordered.replace(true) {
+            for (k, e) in flows.iter_mut() {
+                if !e.ordered {
+                    e.ordered = true;
                     shown.keys.push(*k);
                 }
             }
             let cmp = |a: &FlowKey, b: &FlowKey| {
                 (a.src_ip, a.dst_ip, a.dst_qp)
                     .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
-                    .then_with(|| self.names.order(a.ifindex, b.ifindex))
+                    .then_with(|| names.order(a.ifindex, b.ifindex))
                     .then(a.direction.cmp(&b.direction))
                     .then((a.encap, a.outer_src, a.mirror_id).cmp(&(
                         b.encap,
@@ -300,45 +302,18 @@ impl Engine {
                 shown.keys.sort_by(cmp);
             }
             for (slot, k) in shown.keys.iter().enumerate() {
-                if let Some(e) = self.flows.get(k) {
-                    e.slot.set(slot);
+                if let Some(e) = flows.get_mut(k) {
+                    e.slot = slot;
                 }
             }
         }
         let full = grown || !shown.valid || interval_ns == 0 || shown.last_interval_empty;
         shown.last_interval_empty = interval_ns == 0;
         let n = shown.keys.len();
-        let mut redo: Vec<(usize, &FlowKey, &FlowEntry)> = if full {
-            shown.views = vec![None; n];
-            shown.loads = vec![None; n];
-            shown.sampled = vec![false; n];
-            shown.alerting.clear();
-            shown.rated.clear();
-            self.flows
-                .iter()
-                .map(|(k, e)| (e.slot.get(), k, e))
-                .collect()
-        } else {
-            let rated = std::mem::take(&mut shown.rated);
-            dirty
-                .iter()
-                .filter_map(|k| self.flows.get_key_value(k))
-                .map(|(k, e)| (e.slot.get(), k, e))
-                .chain(rated.into_iter().filter_map(|slot| {
-                    let (k, e) = self.flows.get_key_value(shown.keys.get(slot)?)?;
-                    Some((slot, k, e))
-                }))
-                .collect()
-        };
-        shown.valid = true;
-        // In snapshot order, so that rebuilt views lie in memory in the order every renderer
-        // reads them (a pass over scattered views was a cache miss per flow).
-        redo.sort_unstable_by_key(|(slot, ..)| *slot);
-        redo.dedup_by_key(|(slot, ..)| *slot);
         let mut points: HashMap<(u32, u8), Arc<str>, FastHash> = HashMap::default();
-        for (slot, k, e) in redo {
+        let mut redo_one = |shown: &mut Shown, slot: usize, k: &FlowKey, e: &mut FlowEntry| {
             if slot >= n {
-                continue;
+                return;
             }
             let s = e.stats();
             shown.sampled[slot] = e.rtt().is_some();
@@ -346,7 +321,7 @@ impl Engine {
                 shown.alerting.insert(slot);
             }
             if s.packets() == 0 {
-                continue;
+                return;
             }
             // One "iface/direction" string per observation point, shared by its flows.
             let point = match shown.loads[slot].take() {
@@ -356,14 +331,14 @@ impl Engine {
                     .or_insert_with(|| {
                         format!(
                             "{}/{}",
-                            self.iface_name(k.ifindex),
+                            names.name(k.ifindex),
                             Direction::from_u8(k.direction).name()
                         )
                         .into()
                     })
                     .clone(),
             };
-            shown.loads[slot] = Some(FlowLoad::new(k, s, point, self.cfg.roce_port));
+            shown.loads[slot] = Some(FlowLoad::new(k, s, point, roce_port));
             let rate = if interval_ns > 0 {
                 s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
             } else {
@@ -371,21 +346,55 @@ impl Engine {
             };
             let view = match e.view.take() {
                 Some(v) if v.rate_bps.to_bits() == rate.to_bits() => v,
-                _ => Arc::new(self.flow_view(k, e, rate)),
+                _ => Arc::new(flow_view(names, k, e, rate)),
             };
             e.view.set(Arc::clone(&view));
             shown.views[slot] = Some(view);
             if rate != 0.0 {
                 shown.rated.push(slot);
             }
+        };
+        // In snapshot order, so that rebuilt views lie in memory in the order every renderer
+        // reads them (a pass over scattered views was a cache miss per flow).
+        if full {
+            shown.views = vec![None; n];
+            shown.loads = vec![None; n];
+            shown.sampled = vec![false; n];
+            shown.alerting.clear();
+            shown.rated.clear();
+            let mut redo: Vec<(usize, &FlowKey, &mut FlowEntry)> =
+                flows.iter_mut().map(|(k, e)| (e.slot, k, e)).collect();
+            redo.sort_unstable_by_key(|(slot, ..)| *slot);
+            for (slot, k, e) in redo {
+                redo_one(shown, slot, k, e);
+            }
+        } else {
+            let rated = std::mem::take(&mut shown.rated);
+            let mut redo: Vec<(usize, FlowKey)> = dirty
+                .iter()
+                .filter_map(|k| Some((flows.get(k)?.slot, *k)))
+                .chain(
+                    rated
+                        .into_iter()
+                        .filter_map(|slot| Some((slot, *shown.keys.get(slot)?))),
+                )
+                .collect();
+            redo.sort_unstable_by_key(|(slot, _)| *slot);
+            redo.dedup_by_key(|(slot, _)| *slot);
+            for (slot, k) in redo {
+                if let Some(e) = flows.get_mut(&k) {
+                    redo_one(shown, slot, &k, e);
+                }
+            }
         }
+        shown.valid = true;
         FlowPass {
             flows: shown.views.iter().flatten().cloned().collect(),
             troubled: shown
                 .alerting
                 .iter()
                 .filter_map(|slot| shown.keys.get(*slot))
-                .filter(|k| self.flows.contains_key(*k))
+                .filter(|k| flows.contains_key(*k))
                 .copied()
                 .collect(),
             ecmp: shown.loads.iter().flatten().cloned().collect(),
@@ -393,64 +402,65 @@ impl Engine {
         }
     }
 
-    fn flow_view(&self, k: &FlowKey, e: &FlowEntry, rate_bps: f64) -> FlowSnapshot {
-        let s = e.stats();
-        let (reordered, distance, distance_max, reorder_naks) =
-            roce_observer_common::sequence::reordering(s);
-        FlowSnapshot {
-            src_ip: show_ip(k.src_ip),
-            dst_ip: show_ip(k.dst_ip),
-            dst_qp: k.dst_qp,
-            iface: self.iface_name(k.ifindex),
-            direction: Direction::from_u8(k.direction).name(),
-            mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
-            transport: flows::transport(s),
-            packets: s.packets(),
-            bytes: s.bytes,
-            opcodes: flows::opcode_counts(s),
-            other_transport: s.other_transport,
-            psn_gaps: s.psn_gaps,
-            psn_missing: s.psn_missing,
-            retransmits: s.retransmits(),
-            req_retransmits: s.req_retransmits,
-            resp_retransmits: s.resp_retransmits,
-            reordered,
-            reorder_distance_max: distance_max,
-            reorder_distance: crate::report::ReorderDistance::new(distance),
-            reorder_naks,
-            psn_holes: roce_observer_common::sequence::open_holes(s),
-            acks: s.acks(),
-            naks: flows::nak_counts(s),
-            cnp: s.cnp,
-            ecn_ce: s.ecn_ce,
-            ecn_ect: s.ecn_ect(),
-            dscp: s.dscp,
-            pcp: flows::pcp(s),
-            peer_qp: s.peer_qp(),
-            udp_src_ports: s.udp_src_ports() as u64,
-            udp_src_port_overflow: s.udp_sport_overflow,
-            rtt_ns: match e.rtt().filter(|s| s.count() > 0) {
-                Some(s) => Arc::new(rtt_summary(Some(s))),
-                None => Arc::clone(&NO_SAMPLES),
-            },
-            first_ts: s.first_ns,
-            last_ts: s.last_ns,
-            rate_bps,
-            owner: None,
-            psn_trail: PsnTrail {
-                requests: s
-                    .psn
-                    .has_requests()
-                    .then_some((s.req_first, s.psn.req_highest)),
-                lost: e.lost_runs().map(|l| Box::new(l.clone())),
-                lost_unsent: s.path_suppressed + s.path_lost,
-            },
-            stamp: ViewStamp::new(),
-        }
-    }
-
     /// The time of the latest frame or event (the natural `now` for a finished capture).
     pub fn last_ts(&self) -> u64 {
         self.last_ns
+    }
+}
+
+/// The report's row of flow `k`.
+fn flow_view(names: &Names, k: &FlowKey, e: &FlowEntry, rate_bps: f64) -> FlowSnapshot {
+    let s = e.stats();
+    let (reordered, distance, distance_max, reorder_naks) =
+        roce_observer_common::sequence::reordering(s);
+    FlowSnapshot {
+        src_ip: show_ip(k.src_ip),
+        dst_ip: show_ip(k.dst_ip),
+        dst_qp: k.dst_qp,
+        iface: names.name(k.ifindex),
+        direction: Direction::from_u8(k.direction).name(),
+        mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
+        transport: flows::transport(s),
+        packets: s.packets(),
+        bytes: s.bytes,
+        opcodes: flows::opcode_counts(s),
+        other_transport: s.other_transport,
+        psn_gaps: s.psn_gaps,
+        psn_missing: s.psn_missing,
+        retransmits: s.retransmits(),
+        req_retransmits: s.req_retransmits,
+        resp_retransmits: s.resp_retransmits,
+        reordered,
+        reorder_distance_max: distance_max,
+        reorder_distance: crate::report::ReorderDistance::new(distance),
+        reorder_naks,
+        psn_holes: roce_observer_common::sequence::open_holes(s),
+        acks: s.acks(),
+        naks: flows::nak_counts(s),
+        cnp: s.cnp,
+        ecn_ce: s.ecn_ce,
+        ecn_ect: s.ecn_ect(),
+        dscp: s.dscp,
+        pcp: flows::pcp(s),
+        peer_qp: s.peer_qp(),
+        udp_src_ports: s.udp_src_ports() as u64,
+        udp_src_port_overflow: s.udp_sport_overflow,
+        rtt_ns: match e.rtt().filter(|s| s.count() > 0) {
+            Some(s) => Arc::new(rtt_summary(Some(s))),
+            None => Arc::clone(&NO_SAMPLES),
+        },
+        first_ts: s.first_ns,
+        last_ts: s.last_ns,
+        rate_bps,
+        owner: None,
+        psn_trail: PsnTrail {
+            requests: s
+                .psn
+                .has_requests()
+                .then_some((s.req_first, s.psn.req_highest)),
+            lost: e.lost_runs().map(|l| Box::new(l.clone())),
+            lost_unsent: s.path_suppressed + s.path_lost,
+        },
+        stamp: ViewStamp::new(),
     }
 }
