@@ -1,7 +1,7 @@
 //! One analysis, one type: it owns its state, is fed through the hooks of [`Analysis`], and
 //! writes its section of the report. The engine keeps what every analysis may read (the
-//! configuration, the interface names, the flow and PFC tables: [`View`]), the counters and
-//! the list of analyses (analyses.rs).
+//! configuration, the interface names, the flow and PFC tables, the alert store: [`View`]),
+//! the counters and the list of analyses (analyses.rs).
 //!
 //! Adding an analysis: a file with its type and `impl Analysis`, its field and its line in
 //! analyses.rs; its section's field in the report schema (crate::report).

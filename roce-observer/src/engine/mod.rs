@@ -10,14 +10,15 @@
 //! records.
 //!
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
-//! either path, handed to their concept); the engine's own concepts: `flows`, `pfc` (pause
-//! time, storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert
-//! rule), `ecmp`, `ecmp_advice` (source ports that spread colliding elephants); the analyses
-//! behind [`analysis::Analysis`], each owning its state and its report section: `lossless`
-//! (ECN before PFC, ECN at low load, PFC deadlock), `pfc_origin` (where a PFC storm started),
-//! `pathloss` (where it was lost), `steps` (training steps, stragglers). `report` assembles
-//! the snapshot, whose types ([`crate::report`]) import nothing from here. See
-//! docs/design/engine.md.
+//! either path, handed to their concept); the engine's own concepts: `flows` (the flow table),
+//! `pfc` (pause time, storms), `alerts` (every alert rule, and the store they raise into);
+//! the analyses behind [`analysis::Analysis`] (registered in `analyses`), each owning its state
+//! and its report section: `mirrors` (switch-mirror sessions), `ecmp` (path balance, with
+//! `ecmp_advice`), `latency` (timestamped requests, samples, sketches), the alerts' section
+//! (`alerts`), `lossless` (ECN before PFC, ECN at low load, PFC deadlock), `pfc_origin`
+//! (where a PFC storm started), `pathloss` (where it was lost), `steps` (training steps,
+//! stragglers). `report` assembles the snapshot, whose types ([`crate::report`]) import nothing
+//! from here. See docs/design/engine.md.
 
 pub mod alerts;
 pub mod analyses;
@@ -154,8 +155,9 @@ pub struct Engine {
     /// Events received, by `EventKind::index`: ring-buffer records on the kernel path, the
     /// records the shared observation would have sent on the capture path.
     events: [u64; EventKind::ALL.len()],
-    /// The analyses that own their state (analysis.rs): lossless class, PFC storm origin,
-    /// where it was lost, training steps.
+    /// The analyses that own their state (analysis.rs, registered in analyses.rs): mirror
+    /// sessions, ECMP, latency, the alerts' section, lossless class, PFC storm origin, where it
+    /// was lost, training steps.
     analyses: Analyses,
     /// Tells engines apart (a kernel source skips map entries it already gave this engine).
     id: u64,

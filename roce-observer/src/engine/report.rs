@@ -1,5 +1,6 @@
-//! The snapshot: what the renderers read, built from the flow table, the PFC table, the
-//! counters, the latency sketches, the ECMP views and the alerts.
+//! The snapshot: what the renderers read. The engine's own sections (the flows, built by the
+//! incremental flow pass; the PFC table; the counters in the summary), then each analysis's
+//! section in the order of `Analyses::each`.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
