@@ -13,7 +13,9 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
 };
 
-use super::{EngineConfig, alerts::Alerts, ecmp::FlowLoad, flows::FlowTable, pfc::PfcEntry};
+use super::{
+    EngineConfig, alerts::store::Alerts, ecmp::balance::FlowLoad, flows::FlowTable, pfc::PfcEntry,
+};
 use crate::report::Snapshot;
 
 /// How the capture path feeds an analysis that the two paths feed differently.

@@ -16,7 +16,7 @@ use super::{
     DIRECTIONS, Engine,
     analysis::{Names, View},
     dir_index,
-    ecmp::FlowLoad,
+    ecmp::balance::FlowLoad,
     flows::{self, FastHash, FlowEntry},
     latency::rtt_summary,
     show_mac,
