@@ -12,14 +12,14 @@
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); the engine's own concepts: `flows` (the flow table),
 //! `pfc` (pause time, storms), `alerts` (every alert rule; the store they raise into in
-//! `alerts/store.rs`);
-//! the analyses behind [`analysis::Analysis`] (registered in `analyses`), each owning its state
-//! and its report section: `mirrors` (switch-mirror sessions), `ecmp` (path balance: the views
-//! in `ecmp/balance.rs`, the advice in `ecmp_advice`), `latency` (timestamped requests, samples, sketches), the alerts' section
-//! (`alerts`), `lossless` (ECN before PFC, ECN at low load, PFC deadlock), `pfc_origin`
-//! (where a PFC storm started), `pathloss` (where it was lost), `steps` (training steps,
-//! stragglers). `report` assembles the snapshot, whose types ([`crate::report`]) import nothing
-//! from here. See docs/design/engine.md.
+//! `alerts/store.rs`); the analyses behind [`analysis::Analysis`] (registered in `analyses`),
+//! each owning its state and its report section: `mirrors` (switch-mirror sessions), `ecmp`
+//! (path balance: the views in `ecmp/balance.rs`, the advice in `ecmp_advice`), `latency`
+//! (timestamped requests, samples, sketches), the alerts' section (`alerts`), `lossless` (ECN
+//! before PFC, ECN at low load, PFC deadlock), `pfc_origin` (where a PFC storm started),
+//! `pathloss` (where it was lost), `steps` (training steps, stragglers). `report` assembles the
+//! snapshot, whose types ([`crate::report`]) import nothing from here. See
+//! docs/design/engine.md.
 
 pub mod alerts;
 pub mod analyses;
