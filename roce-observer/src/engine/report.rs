@@ -224,13 +224,13 @@ impl Engine {
                 capture_read: self.capture_read,
                 capture: self.capture.clone(),
             },
-            latency: LatencySnapshot::default(),
             flows,
             pfc,
+            // The analyses' sections, below.
+            latency: LatencySnapshot::default(),
             mirror: Vec::new(),
             ecmp: EcmpSnapshot::default(),
             alerts: Vec::new(),
-            // The analyses' sections, below.
             paths: Vec::new(),
             pfc_origin: None,
             lossless: Vec::new(),
