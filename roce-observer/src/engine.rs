@@ -10,13 +10,15 @@
 //! records.
 //!
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
-//! either path, handed to their concept); the engine's own concepts: `flows`, `pfc` (pause
-//! time, storms), `latency` (timestamped requests, samples, sketches), `alerts` (every alert
-//! rule), `ecmp`, `ecmp_advice` (source ports that spread colliding elephants); the analyses
-//! behind [`analysis::Analysis`], each owning its state and its report section: `lossless`
-//! (ECN before PFC, ECN at low load, PFC deadlock), `pfc_origin` (where a PFC storm started),
-//! `pathloss` (where it was lost), `steps` (training steps, stragglers). `report` assembles
-//! the snapshot, whose types ([`crate::report`]) import nothing from here. See
+//! either path, handed to their concept); the engine's own concepts: `flows` (the flow table),
+//! `pfc` (pause time, storms), `alerts` (every alert rule; the store they raise into in
+//! `alerts/store.rs`); the analyses behind [`analysis::Analysis`] (registered in `analyses`),
+//! each owning its state and its report section: `mirrors` (switch-mirror sessions), `ecmp`
+//! (path balance: the views in `ecmp/balance.rs`, the advice in `ecmp_advice`), `latency`
+//! (timestamped requests, samples, sketches), the alerts' section (`alerts`), `lossless` (ECN
+//! before PFC, ECN at low load, PFC deadlock), `pfc_origin` (where a PFC storm started),
+//! `pathloss` (where it was lost), `steps` (training steps, stragglers). `report` assembles the
+//! snapshot, whose types ([`crate::report`]) import nothing from here. See
 //! docs/design/engine.md.
 
 pub mod alerts;
@@ -30,6 +32,7 @@ pub mod flows;
 pub mod latency;
 mod live;
 pub mod lossless;
+pub mod mirrors;
 pub mod pathloss;
 pub mod pfc;
 pub mod pfc_origin;
@@ -39,10 +42,7 @@ pub mod steps;
 
 use std::collections::BTreeMap;
 
-use roce_observer_common::{
-    Counter, Direction, Event, EventKind, FlowKey, PfcKey,
-    mirror::{MirrorKey, MirrorStats},
-};
+use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey, PfcKey};
 
 use crate::report::CaptureSummary;
 use alerts::Alerts;
@@ -50,7 +50,6 @@ use analyses::Analyses;
 use analysis::{Feed, Names};
 use ecmp::EcmpHash;
 use flows::FlowTable;
-use latency::{Pending, sketch::Sketch};
 use pfc::PfcEntry;
 
 /// The link speed assumed when none is given, Gb/s.
@@ -139,11 +138,7 @@ pub struct Engine {
     names: Names,
     flows: FlowTable,
     pfc: BTreeMap<PfcKey, PfcEntry>,
-    /// Switch-mirror sessions: frames and sequence gaps (bounded by MAX_MIRROR_SESSIONS).
-    mirrors: BTreeMap<MirrorKey, MirrorStats>,
     counters: Counters,
-    pending: Pending,
-    rtt_overall: Sketch,
     alerts: Alerts,
     /// Earliest and latest time seen (frames, events).
     first_ns: Option<u64>,
@@ -161,8 +156,9 @@ pub struct Engine {
     /// Events received, by `EventKind::index`: ring-buffer records on the kernel path, the
     /// records the shared observation would have sent on the capture path.
     events: [u64; EventKind::ALL.len()],
-    /// The analyses that own their state (analysis.rs): lossless class, PFC storm origin,
-    /// where it was lost, training steps.
+    /// The analyses that own their state (analysis.rs, registered in analyses.rs): mirror
+    /// sessions, ECMP, latency, the alerts' section, lossless class, PFC storm origin, where it
+    /// was lost, training steps.
     analyses: Analyses,
     /// Tells engines apart (a kernel source skips map entries it already gave this engine).
     id: u64,
@@ -211,10 +207,7 @@ impl Engine {
             names: Names::default(),
             flows: FlowTable::default(),
             pfc: BTreeMap::new(),
-            mirrors: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
-            pending: Pending::new(cfg.max_pending),
-            rtt_overall: Sketch::new(),
             alerts: Alerts::default(),
             first_ns: None,
             last_ns: 0,
@@ -224,7 +217,7 @@ impl Engine {
             capture_read: None,
             event_buf: Vec::new(),
             events: [0; EventKind::ALL.len()],
-            analyses: Analyses::fed(feed),
+            analyses: Analyses::fed(feed, &cfg),
             shown: report::Shown::default(),
             dirty: Vec::new(),
             id: {
@@ -256,7 +249,7 @@ impl Engine {
         self.shown = report::Shown::default();
         for e in self.flows.values_mut() {
             e.view.clear();
-            e.ordered.set(false);
+            e.ordered = false;
         }
     }
 

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod columns;
+pub mod flow_table;
 pub mod history;
 pub mod view;
 pub mod views;

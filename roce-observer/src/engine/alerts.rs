@@ -1,159 +1,36 @@
 //! Diagnostics: conditions worth a person's attention, each with a reason, a subject (a flow,
-//! a PFC priority) and the times it was first and last seen. One alert per (kind, subject);
-//! repeats raise its count. Bounded: past [`MAX_ALERTS`] distinct alerts, new ones are only
-//! counted in `dropped`.
+//! a PFC priority) and the times it was first and last seen (the store: alerts/store.rs).
 //!
-//! Every alert rule lives here: when it fires and what it says. The engine calls them from
-//! both paths (events, class checks on flow updates) and on the whole table
-//! ([`ce_without_cnp`]); report.rs turns alerts into the snapshot.
+//! Every alert rule lives here: when it fires and what it says. The store ([`Alerts`]) is kept
+//! by the engine beside its counters, and raised into from both paths (class checks on flow
+//! updates, PFC storms, latency samples). The [`AlertsAnalysis`] writes the report's alerts:
+//! those raised, plus those judged on the whole flow table ([`ce_without_cnp`],
+//! [`flow_problems`], [`bursts`]).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use roce_observer_common::{
-    FlowKey, FlowStats, PfcKey,
+    Direction, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
     flow::{PCP_UNTAGGED, nak},
+    pfc::PRIORITY_LINK,
 };
-use serde::Serialize;
 
-use super::EngineConfig;
-use crate::{format::plural, report::show_ip};
+use super::{
+    EngineConfig,
+    analysis::{Analysis, Names, View},
+    show_mac,
+};
+use crate::{
+    format::plural,
+    report::{AlertSnapshot, FlowRef, MirrorSource, PfcRef, Snapshot, show_ip},
+};
 
-pub const MAX_ALERTS: usize = 10_000;
+pub mod store;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AlertKind {
-    /// RoCE data outside the lossless class (DSCP, or PCP when tagged).
-    NonLosslessClass,
-    /// CNPs not on the CNP DSCP.
-    CnpWrongDscp,
-    /// RoCE data that is Not-ECT (a switch cannot mark it; ECN-based congestion control is off).
-    NotEct,
-    /// A PFC priority paused for more than the threshold of a window.
-    PfcStorm,
-    /// Retransmissions on one flow: at least `burst_count` within `burst_window`.
-    RetransmitBurst,
-    /// NAKs on one flow: at least `burst_count` within `burst_window`.
-    NakBurst,
-    /// A latency sample above `--rtt-alert-us`.
-    HighLatency,
-    /// CE-marked packets on a flow with no CNP ever seen in the opposite direction.
-    CeWithoutCnp,
-    /// PSNs declared lost on a flow (docs/metrics.md, "Reordering and loss"): packets lost
-    /// before the observation point.
-    PacketLoss,
-    /// Retransmitted requests or READ responses on a flow.
-    Retransmissions,
-    /// NAKs other than RNR on a flow (sequence errors, invalid or refused requests).
-    Nak,
-    /// RNR NAKs: the responder had no receive buffer posted.
-    RnrNak,
-    /// CE marks on a flow: a switch queue on its path is congested.
-    Congestion,
-    /// CNPs on a flow: its source asks its destination to slow down.
-    Cnp,
-    /// PSN sequence-error NAKs for PSNs that were only reordered, not lost: the responder does
-    /// not tolerate out-of-order arrival and falls back to go-back-N.
-    ReorderNaks,
-    /// Packets of a flow arrive out of PSN order with nothing lost: the fabric spreads the flow
-    /// over several paths (adaptive routing, packet spraying). Information, not a problem.
-    Reordering,
-}
-
-impl AlertKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            AlertKind::NonLosslessClass => "non_lossless_class",
-            AlertKind::CnpWrongDscp => "cnp_wrong_dscp",
-            AlertKind::NotEct => "not_ect",
-            AlertKind::PfcStorm => "pfc_storm",
-            AlertKind::RetransmitBurst => "retransmit_burst",
-            AlertKind::NakBurst => "nak_burst",
-            AlertKind::HighLatency => "high_latency",
-            AlertKind::CeWithoutCnp => "ce_without_cnp",
-            AlertKind::PacketLoss => "packet_loss",
-            AlertKind::Retransmissions => "retransmissions",
-            AlertKind::Nak => "nak",
-            AlertKind::RnrNak => "rnr_nak",
-            AlertKind::Congestion => "congestion",
-            AlertKind::Cnp => "cnp",
-            AlertKind::ReorderNaks => "reorder_naks",
-            AlertKind::Reordering => "reordering",
-        }
-    }
-}
-
-/// What an alert is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Subject {
-    Flow(FlowKey),
-    Pfc(PfcKey),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Alert {
-    pub kind: AlertKind,
-    pub subject: Subject,
-    pub reason: String,
-    pub first_ns: u64,
-    pub last_ns: u64,
-    /// Occurrences (packets, bursts, samples or storms, by kind).
-    pub count: u64,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct Alerts {
-    map: BTreeMap<(AlertKind, Subject), Alert>,
-    pub dropped: u64,
-}
+pub use store::{Alert, AlertKind, Alerts, MAX_ALERTS, Subject};
 
 impl Alerts {
-    /// Record `count` occurrences at `ts`; `reason` is only built for a new alert (the hot
-    /// path of a repeating alert is a map lookup).
-    pub fn raise(
-        &mut self,
-        kind: AlertKind,
-        subject: Subject,
-        ts: u64,
-        count: u64,
-        reason: impl FnOnce() -> String,
-    ) {
-        if let Some(a) = self.map.get_mut(&(kind, subject)) {
-            a.count += count;
-            a.first_ns = a.first_ns.min(ts);
-            a.last_ns = a.last_ns.max(ts);
-            return;
-        }
-        if self.map.len() >= MAX_ALERTS {
-            self.dropped += 1;
-            return;
-        }
-        self.map.insert(
-            (kind, subject),
-            Alert {
-                kind,
-                subject,
-                reason: reason(),
-                first_ns: ts,
-                last_ns: ts,
-                count,
-            },
-        );
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Alert> {
-        self.map.values()
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// `count` latency samples on `flow` above the `threshold` of `--rtt-alert-us`, the first
     /// of `first_ns` ns, seen from `span.0` to `span.1` (one sample, or what a kernel
     /// histogram gained between two reads).
@@ -229,6 +106,77 @@ impl Alerts {
                 "RoCE data sent Not-ECT: switches cannot mark it, so ECN congestion control (DCQCN) is off for this flow".to_string()
             });
         }
+    }
+}
+
+/// The alerts' section of the report: the alerts raised, plus those judged on the flows that
+/// may raise one, by first time seen.
+#[derive(Default)]
+pub struct AlertsAnalysis;
+
+impl Analysis for AlertsAnalysis {
+    fn section(&mut self, view: &View<'_>, _now: u64, report: &mut Snapshot) {
+        let names = view.names;
+        let mut alerts: Vec<AlertSnapshot> = view
+            .alerts
+            .iter()
+            .map(|a| alert_snapshot(a, names))
+            .collect();
+        let troubled: Vec<(&FlowKey, &FlowStats)> = view
+            .troubled
+            .iter()
+            .filter_map(|k| view.flows.get_key_value(k))
+            .map(|(k, e)| (k, e.stats()))
+            .collect();
+        let table = troubled.iter().copied();
+        alerts.extend(
+            ce_without_cnp(table.clone())
+                .iter()
+                .chain(&flow_problems(table.clone()))
+                .chain(&bursts(table, view.cfg))
+                .map(|a| alert_snapshot(a, names)),
+        );
+        alerts.sort_by(|a, b| {
+            (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
+        });
+        report.alerts = alerts;
+        report.summary.alerts_dropped = view.alerts.dropped;
+    }
+}
+
+/// Flow `k` as an alert names it.
+fn flow_ref(k: &FlowKey, names: &Names) -> FlowRef {
+    FlowRef {
+        src_ip: show_ip(k.src_ip),
+        dst_ip: show_ip(k.dst_ip),
+        dst_qp: k.dst_qp,
+        iface: names.name(k.ifindex),
+        direction: Direction::from_u8(k.direction).name(),
+        mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
+    }
+}
+
+fn alert_snapshot(a: &Alert, names: &Names) -> AlertSnapshot {
+    let (flow, pfc) = match &a.subject {
+        Subject::Flow(k) => (Some(flow_ref(k, names)), None),
+        Subject::Pfc(k) => (
+            None,
+            Some(PfcRef {
+                iface: names.name(k.ifindex),
+                direction: Direction::from_u8(k.direction).name(),
+                src_mac: show_mac(k.src_mac),
+                priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
+            }),
+        ),
+    };
+    AlertSnapshot {
+        kind: a.kind.name(),
+        reason: a.reason.clone(),
+        flow,
+        pfc,
+        first_ts: a.first_ns,
+        last_ts: a.last_ns,
+        count: a.count,
     }
 }
 

@@ -2,16 +2,24 @@
 //! analysis is registered (the trait they share is in analysis.rs).
 
 use super::{
+    EngineConfig,
+    alerts::AlertsAnalysis,
     analysis::{Analysis, Feed},
+    ecmp::Ecmp,
+    latency::Latency,
     lossless::LosslessAnalysis,
+    mirrors::Mirrors,
     pathloss::PathsAnalysis,
     pfc_origin::PfcOriginAnalysis,
     steps::StepsAnalysis,
 };
 
 /// The analyses of an engine.
-#[derive(Default)]
 pub struct Analyses {
+    pub mirrors: Mirrors,
+    pub ecmp: Ecmp,
+    pub latency: Latency,
+    pub alerts: AlertsAnalysis,
     pub lossless: LosslessAnalysis,
     pub pfc_origin: PfcOriginAnalysis,
     pub paths: PathsAnalysis,
@@ -19,19 +27,28 @@ pub struct Analyses {
 }
 
 impl Analyses {
-    /// Every analysis fed the capture path's way `feed`.
-    pub fn fed(feed: Feed) -> Analyses {
+    /// Every analysis, set up from `cfg`, fed the capture path's way `feed`.
+    pub fn fed(feed: Feed, cfg: &EngineConfig) -> Analyses {
         Analyses {
+            mirrors: Mirrors::default(),
+            ecmp: Ecmp,
+            latency: Latency::new(cfg.max_pending),
+            alerts: AlertsAnalysis,
+            lossless: LosslessAnalysis::default(),
+            pfc_origin: PfcOriginAnalysis::default(),
             paths: PathsAnalysis::fed(feed),
             steps: StepsAnalysis::fed(feed),
-            ..Analyses::default()
         }
     }
 
-    /// Every analysis, in the order their sections are written (the PFC origin reads the
-    /// lossless findings).
-    pub fn each(&mut self) -> [&mut dyn Analysis; 4] {
+    /// Every analysis, in the order their sections are written (the lossless findings add
+    /// their alerts after the alerts' section; the PFC origin reads the lossless findings).
+    pub fn each(&mut self) -> [&mut dyn Analysis; 8] {
         [
+            &mut self.mirrors,
+            &mut self.ecmp,
+            &mut self.latency,
+            &mut self.alerts,
             &mut self.lossless,
             &mut self.pfc_origin,
             &mut self.paths,

@@ -1,7 +1,7 @@
 //! One analysis, one type: it owns its state, is fed through the hooks of [`Analysis`], and
 //! writes its section of the report. The engine keeps what every analysis may read (the
-//! configuration, the interface names, the flow and PFC tables: [`View`]), the counters and
-//! the list of analyses (analyses.rs).
+//! configuration, the interface names, the flow and PFC tables, the alert store: [`View`]),
+//! the counters and the list of analyses (analyses.rs).
 //!
 //! Adding an analysis: a file with its type and `impl Analysis`, its field and its line in
 //! analyses.rs; its section's field in the report schema (crate::report).
@@ -13,7 +13,9 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
 };
 
-use super::{EngineConfig, flows::FlowTable, pfc::PfcEntry};
+use super::{
+    EngineConfig, alerts::store::Alerts, ecmp::balance::FlowLoad, flows::FlowTable, pfc::PfcEntry,
+};
 use crate::report::Snapshot;
 
 /// How the capture path feeds an analysis that the two paths feed differently.
@@ -63,6 +65,14 @@ pub struct View<'a> {
     pub names: &'a Names,
     pub flows: &'a FlowTable,
     pub pfc: &'a BTreeMap<PfcKey, PfcEntry>,
+    /// What each flow with packets puts on the ECMP paths, in report order (the flow pass).
+    pub loads: &'a [FlowLoad],
+    /// Flows with latency samples.
+    pub with_samples: u64,
+    /// The alerts raised so far, by any analysis or the engine (the alerts' section).
+    pub alerts: &'a Alerts,
+    /// Flows with a count a table alert is judged on, in report order (the flow pass).
+    pub troubled: &'a [FlowKey],
 }
 
 /// The hooks of one analysis; each does nothing unless the analysis needs it.

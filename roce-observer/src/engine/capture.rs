@@ -10,7 +10,7 @@ use roce_observer_common::{
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
-    mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
+    mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
     observe::{Entry, Flows, Scratch, Stored, Tables, observe, slot_quanta},
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
@@ -21,8 +21,9 @@ use super::{
     Counters, Engine, PMTUS,
     alerts::Added,
     dir_index,
-    flows::{FlowEntry, FlowTable},
+    flows::{self, FlowEntry, FlowTable},
     latency::Pending,
+    mirrors::Mirrors,
     pfc::PfcEntry,
 };
 use crate::wire::{CookedView, Link, SliceView, capture::CapturedFrame};
@@ -90,9 +91,9 @@ impl Engine {
                 explicit: self.cfg.pmtu_explicit,
             },
             counters: &mut self.counters,
-            pending: &mut self.pending,
+            pending: self.analyses.latency.pending(),
             pfc: &mut self.pfc,
-            mirrors: &mut self.mirrors,
+            mirrors: &mut self.analyses.mirrors,
             events: &mut events,
             added: None,
             packet: None,
@@ -126,7 +127,14 @@ impl Engine {
         }
         self.event_buf = events;
         if let Some((key, ts, ns)) = sample {
-            self.on_latency(&key, ts, ns);
+            if let Some(e) = flows::entry_or_new(&mut self.flows, self.cfg.max_flows, &key, ts) {
+                e.add_rtt_sample(ns);
+                self.dirty.push(key);
+            }
+            let cfg = &self.cfg;
+            self.analyses
+                .latency
+                .sample(&mut self.alerts, cfg, &key, ts, ns);
         }
     }
 }
@@ -209,8 +217,7 @@ struct CaptureTables<'a> {
     counters: &'a mut Counters,
     pending: &'a mut Pending,
     pfc: &'a mut BTreeMap<PfcKey, PfcEntry>,
-    /// Bounded as the kernel's `MIRRORS` map.
-    mirrors: &'a mut BTreeMap<MirrorKey, MirrorStats>,
+    mirrors: &'a mut Mirrors,
     events: &'a mut Vec<Event>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
     added: Option<(FlowKey, Added)>,
@@ -284,16 +291,11 @@ impl Tables for CaptureTables<'_> {
     }
 
     fn mirror(&mut self, key: &MirrorKey) -> Option<&mut MirrorStats> {
-        let full = self.mirrors.len() >= MAX_MIRROR_SESSIONS as usize;
-        match self.mirrors.entry(*key) {
-            std::collections::btree_map::Entry::Occupied(e) => Some(e.into_mut()),
-            std::collections::btree_map::Entry::Vacant(_) if full => None,
-            std::collections::btree_map::Entry::Vacant(e) => Some(e.insert(MirrorStats::default())),
-        }
+        self.mirrors.session(key)
     }
 
     fn session_point(&mut self, key: &MirrorKey) -> Option<u32> {
-        self.mirrors.get(key).map(|s| s.point)
+        self.mirrors.point(key)
     }
 
     /// Never lost: the engine keeps every event of the frame.

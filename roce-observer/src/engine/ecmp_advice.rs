@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use super::ecmp::{FiveTuple, imbalance, jain};
+use super::ecmp::balance::{FiveTuple, imbalance, jain};
 use crate::report::{EcmpAdvice, ModelledView, PortChange, QpAdvice, QpCount};
 
 /// Most QPs per connection the prescription considers (NCCL_IB_QPS_PER_CONNECTION and similar
@@ -174,7 +174,7 @@ pub fn qp_counts(view: &ModelledView, dport: u16) -> Option<QpAdvice> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::ecmp::{FlowLoad, compute};
+    use crate::engine::ecmp::balance::{FlowLoad, compute};
     use crate::report::EcmpHash;
     use std::net::Ipv4Addr;
 

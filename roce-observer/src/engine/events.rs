@@ -5,7 +5,7 @@
 
 use roce_observer_common::{Direction, Event, EventBody, FlowKey, pfc::PRIORITY_LINK};
 
-use super::{Engine, flows::FlowEntry, pfc_key};
+use super::{Engine, flows, pfc_key};
 
 impl Engine {
     /// `per_packet`: the event comes from the capture path, which also feeds the analyses
@@ -59,10 +59,7 @@ impl Engine {
     /// log lines (docs/log-schema.md, `flow`). The event may come before the flow's first map
     /// read, as a latency sample may.
     fn on_lost_run(&mut self, flow: &FlowKey, ts: u64, first: u32, count: u32) {
-        if !self.flows.contains_key(flow) && self.flows.len() < self.cfg.max_flows {
-            self.flows.insert(*flow, FlowEntry::new(ts));
-        }
-        if let Some(e) = self.flows.get_mut(flow) {
+        if let Some(e) = flows::entry_or_new(&mut self.flows, self.cfg.max_flows, flow, ts) {
             e.add_lost_run(first, count);
             self.dirty.push(*flow);
         }

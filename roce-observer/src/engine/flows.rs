@@ -2,7 +2,7 @@
 //! `account` in the capture path or copied from the kernel's map in the live path), plus the
 //! state only user space keeps: the latency sketch and the interval baseline.
 
-use std::{cell::Cell, collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc};
 
 use roce_observer_common::{
     FlowKey, FlowStats,
@@ -35,8 +35,8 @@ pub struct FlowEntry {
     /// The flow as the last snapshot showed it (see `report.rs`).
     pub(super) view: ViewCache,
     /// The flow is in the engine's sorted flow order (see `report.rs`), at `slot`.
-    pub(super) ordered: Cell<bool>,
-    pub(super) slot: Cell<usize>,
+    pub(super) ordered: bool,
+    pub(super) slot: usize,
 }
 
 impl Clone for FlowEntry {
@@ -48,8 +48,8 @@ impl Clone for FlowEntry {
             base_bytes: self.base_bytes,
             lost: self.lost.clone(),
             view: ViewCache::default(),
-            ordered: Cell::new(false),
-            slot: Cell::new(0),
+            ordered: false,
+            slot: 0,
         }
     }
 }
@@ -65,8 +65,8 @@ impl FlowEntry {
             base_bytes: 0,
             lost: None,
             view: ViewCache::default(),
-            ordered: Cell::new(false),
-            slot: Cell::new(0),
+            ordered: false,
+            slot: 0,
         }
     }
 
@@ -136,30 +136,27 @@ pub struct HistGrowth {
     pub over: u64,
 }
 
-/// The last snapshot's view of a flow, shared with that snapshot (a `Cell`: the snapshot is
-/// built from `&Engine`).
+/// The last snapshot's view of a flow, shared with that snapshot.
 #[derive(Default)]
-pub struct ViewCache(Cell<Option<Arc<FlowSnapshot>>>);
+pub struct ViewCache(Option<Arc<FlowSnapshot>>);
 
 impl ViewCache {
-    pub fn clear(&self) {
-        self.0.set(None);
+    pub fn clear(&mut self) {
+        self.0 = None;
     }
 
-    pub fn take(&self) -> Option<Arc<FlowSnapshot>> {
+    pub fn take(&mut self) -> Option<Arc<FlowSnapshot>> {
         self.0.take()
     }
 
-    pub fn set(&self, view: Arc<FlowSnapshot>) {
-        self.0.set(Some(view));
+    pub fn set(&mut self, view: Arc<FlowSnapshot>) {
+        self.0 = Some(view);
     }
 }
 
 impl std::fmt::Debug for ViewCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let view = self.0.take();
-        let cached = view.is_some();
-        self.0.set(view);
+        let cached = self.0.is_some();
         write!(f, "ViewCache({})", if cached { "cached" } else { "empty" })
     }
 }
@@ -171,6 +168,20 @@ pub type FastHash = foldhash::fast::FixedState;
 
 /// Flows by key.
 pub type FlowTable = HashMap<FlowKey, FlowEntry, FastHash>;
+
+/// The entry of `flow`, made at `ts` if absent and the table holds fewer than `max` flows
+/// (latency samples and path events can come before a flow's first packet or map read).
+pub fn entry_or_new<'a>(
+    flows: &'a mut FlowTable,
+    max: usize,
+    flow: &FlowKey,
+    ts: u64,
+) -> Option<&'a mut FlowEntry> {
+    if !flows.contains_key(flow) && flows.len() < max {
+        flows.insert(*flow, FlowEntry::new(ts));
+    }
+    flows.get_mut(flow)
+}
 
 /// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
 pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {

@@ -1,7 +1,8 @@
 //! Latency (docs/metrics.md, "Latency"): requests are timestamped and matched to their answers
-//! by the shared observation (`roce_observer_common::observe`, Karn's rule included); here are
-//! the engine's side of it: the bounded table of timestamped requests, the samples per flow
-//! and overall (quantile sketches, `sketch`), the high-latency alert and the summaries.
+//! by the shared observation (`roce_observer_common::observe`, Karn's rule included); here is
+//! the engine's side of it, the [`Latency`] analysis: the bounded table of timestamped
+//! requests, the samples overall (quantile sketches, `sketch`; each flow's are kept with the
+//! flow), the high-latency alert and the summaries.
 
 pub mod sketch;
 
@@ -13,8 +14,13 @@ use roce_observer_common::{
     observe::Stored,
 };
 
-use super::{Engine, flows::FastHash, flows::FlowEntry};
-use crate::report::RttSummary;
+use super::{
+    EngineConfig,
+    alerts::Alerts,
+    analysis::{Analysis, View},
+    flows::{FastHash, HistGrowth},
+};
+use crate::report::{LatencySnapshot, RttSummary, Snapshot};
 use sketch::Sketch;
 
 /// Timestamped requests waiting for their answer, bounded like the kernel's map (past `max`,
@@ -55,53 +61,78 @@ impl Pending {
     }
 }
 
-impl Engine {
-    /// Capture path: a latency sample of `ns` on the request's flow `flow` at `ts`.
-    pub(super) fn on_latency(&mut self, flow: &FlowKey, ts: u64, ns: u64) {
-        if let Some(e) = self.latency_flow(flow, ts) {
-            e.add_rtt_sample(ns);
-            self.dirty.push(*flow);
-        }
-        self.rtt_overall.insert(ns);
-        if let Some(threshold) = self.cfg.rtt_alert_ns
-            && ns > threshold
-        {
-            self.alerts.high_latency(flow, (ts, ts), ns, 1, threshold);
+/// The latency analysis: the requests waiting for their answer and the samples of every flow
+/// together (each flow's own samples are kept with the flow, flows.rs). Its section is the
+/// report's `latency`.
+pub struct Latency {
+    pending: Pending,
+    overall: Sketch,
+}
+
+impl Latency {
+    /// At most `max_pending` requests wait for their answer.
+    pub fn new(max_pending: usize) -> Latency {
+        Latency {
+            pending: Pending::new(max_pending),
+            overall: Sketch::new(),
         }
     }
 
-    /// Kernel path: the latency histogram of request flow `flow` as read now (times in ns since
-    /// the epoch; the kernel counted its samples above the alert threshold against the same
-    /// `rtt_alert_ns`): what it gained since the last read goes to the flow's sketch and the
-    /// overall one.
-    pub fn update_latency(&mut self, flow: &FlowKey, hist: &LatencyHist) {
-        let now = self.last_ns;
-        let Some(e) = self.latency_flow(flow, now) else {
-            return;
-        };
-        let Some(grown) = e.read_rtt_hist(hist) else {
-            return;
-        };
-        self.dirty.push(*flow);
+    /// Capture path: the table of timestamped requests the shared observation fills and empties.
+    pub fn pending(&mut self) -> &mut Pending {
+        &mut self.pending
+    }
+
+    /// Capture path: a latency sample of `ns` on the request's flow `flow` at `ts`, already
+    /// added to the flow's own sketch; one above `--rtt-alert-us` raises an alert.
+    pub fn sample(
+        &mut self,
+        alerts: &mut Alerts,
+        cfg: &EngineConfig,
+        flow: &FlowKey,
+        ts: u64,
+        ns: u64,
+    ) {
+        self.overall.insert(ns);
+        if let Some(threshold) = cfg.rtt_alert_ns
+            && ns > threshold
+        {
+            alerts.high_latency(flow, (ts, ts), ns, 1, threshold);
+        }
+    }
+
+    /// Kernel path: what the latency histogram `hist` of request flow `flow` gained since the
+    /// last read (`grown`, already added to the flow's own sketch). The kernel counted its
+    /// samples above the alert threshold against the same `rtt_alert_ns`.
+    pub fn read(
+        &mut self,
+        alerts: &mut Alerts,
+        cfg: &EngineConfig,
+        flow: &FlowKey,
+        hist: &LatencyHist,
+        grown: &HistGrowth,
+    ) {
         let (min, max) = (hist.min().unwrap_or(0), hist.max_ns);
-        self.rtt_overall
+        self.overall
             .merge_hist(&grown.buckets, grown.sum_ns, min, max);
-        if let Some(threshold) = self.cfg.rtt_alert_ns
+        if let Some(threshold) = cfg.rtt_alert_ns
             && grown.over > 0
         {
             let span = (hist.over_first_ts, hist.over_last_ts);
-            self.alerts
-                .high_latency(flow, span, hist.over_first_ns, grown.over, threshold);
+            alerts.high_latency(flow, span, hist.over_first_ns, grown.over, threshold);
         }
     }
+}
 
-    /// The entry of a flow with latency samples, made if absent (a flow's answers can be
-    /// read before its requests) and the table has room.
-    fn latency_flow(&mut self, flow: &FlowKey, ts: u64) -> Option<&mut FlowEntry> {
-        if !self.flows.contains_key(flow) && self.flows.len() < self.cfg.max_flows {
-            self.flows.insert(*flow, FlowEntry::new(ts));
-        }
-        self.flows.get_mut(flow)
+impl Analysis for Latency {
+    fn section(&mut self, view: &View<'_>, _now: u64, report: &mut Snapshot) {
+        report.latency = LatencySnapshot {
+            observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
+            overall: rtt_summary(Some(&self.overall)),
+            flows_with_samples: view.with_samples,
+            pending: self.pending.waiting() as u64,
+            relative_accuracy: sketch::ALPHA,
+        };
     }
 }
 

@@ -3,10 +3,16 @@
 
 use roce_observer_common::{
     Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats,
+    latency::LatencyHist,
     mirror::{MirrorKey, MirrorStats},
 };
 
-use super::{Engine, alerts::Added, dir_index, flows::FlowEntry};
+use super::{
+    Engine,
+    alerts::Added,
+    dir_index,
+    flows::{self, FlowEntry},
+};
 
 impl Engine {
     /// Kernel path: the absolute values of one flow map entry (replace, don't add). `first_ns`
@@ -50,12 +56,30 @@ impl Engine {
 
     /// Kernel path: the absolute values of one mirror session.
     pub fn update_mirror(&mut self, key: &MirrorKey, stats: &MirrorStats) {
-        self.mirrors.insert(*key, *stats);
+        self.analyses.mirrors.read(key, stats);
     }
 
     /// Kernel path: the absolute value of one counter (summed over CPUs).
     pub fn update_counter(&mut self, direction: Direction, counter: Counter, value: u64) {
         self.counters[dir_index(direction)][counter as usize] = value;
+    }
+
+    /// Kernel path: the latency histogram of request flow `flow` as read now (times in ns since
+    /// the epoch): what it gained since the last read goes to the flow's sketch and the latency
+    /// analysis.
+    pub fn update_latency(&mut self, flow: &FlowKey, hist: &LatencyHist) {
+        let now = self.last_ns;
+        let Some(e) = flows::entry_or_new(&mut self.flows, self.cfg.max_flows, flow, now) else {
+            return;
+        };
+        let Some(grown) = e.read_rtt_hist(hist) else {
+            return;
+        };
+        self.dirty.push(*flow);
+        let cfg = &self.cfg;
+        self.analyses
+            .latency
+            .read(&mut self.alerts, cfg, flow, hist, &grown);
     }
 
     /// Kernel path: one ring-buffer event (timestamps already converted to ns since the epoch).

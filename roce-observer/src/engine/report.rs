@@ -1,5 +1,6 @@
-//! The snapshot: what the renderers read, built from the flow table, the PFC table, the
-//! counters, the latency sketches, the ECMP views and the alerts.
+//! The snapshot: what the renderers read. The engine's own sections (the flows, built by the
+//! incremental flow pass; the PFC table; the counters in the summary), then each analysis's
+//! section in the order of `Analyses::each`.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -8,25 +9,21 @@ use std::{
 
 use roce_observer_common::{
     Counter, Direction, EventKind, FlowKey, FlowStats,
-    mirror::SEQ_SEEN,
     pfc::{PRIORITY_LINK, quanta_to_ns},
 };
 
 use super::{
     DIRECTIONS, Engine,
-    alerts::{Alert, Subject, bursts, ce_without_cnp, flow_problems},
-    analysis::View,
+    analysis::{Names, View},
     dir_index,
-    ecmp::{self, FiveTuple, FlowLoad},
-    ecmp_advice,
+    ecmp::balance::FlowLoad,
     flows::{self, FastHash, FlowEntry},
-    latency::{rtt_summary, sketch},
+    latency::rtt_summary,
     show_mac,
 };
 use crate::report::{
-    AlertSnapshot, Beside, FlowRef, FlowSnapshot, LatencySnapshot, MirrorSnapshot, MirrorSource,
-    PfcRef, PfcSnapshot, PsnTrail, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp,
-    owners, show_ip,
+    Beside, EcmpSnapshot, FlowSnapshot, LatencySnapshot, MirrorSource, PfcSnapshot, PsnTrail,
+    RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners, show_ip,
 };
 
 /// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
@@ -48,10 +45,10 @@ pub(super) struct Shown {
 }
 
 /// What [`Engine::flow_pass`] gathers for the snapshot.
-struct FlowPass<'a> {
+struct FlowPass {
     flows: Vec<Arc<FlowSnapshot>>,
     /// Flows with a count a table alert is judged on (the alerts' functions filter further).
-    troubled: Vec<(&'a FlowKey, &'a FlowStats)>,
+    troubled: Vec<FlowKey>,
     ecmp: Vec<FlowLoad>,
     with_samples: u64,
 }
@@ -163,8 +160,6 @@ impl Engine {
             ))
         });
 
-        let mirror = self.mirror_snapshot();
-
         // Counters.
         let total = |c: Counter| -> u64 { self.counters.iter().map(|d| d[c as usize]).sum() };
         let mut by_direction = BTreeMap::new();
@@ -181,33 +176,6 @@ impl Engine {
             }
         }
 
-        // Alerts, plus those judged on the whole table.
-        let mut alerts: Vec<AlertSnapshot> =
-            self.alerts.iter().map(|a| self.alert_snapshot(a)).collect();
-        let table = pass.troubled.iter().copied();
-        alerts.extend(
-            ce_without_cnp(table.clone())
-                .iter()
-                .chain(&flow_problems(table.clone()))
-                .chain(&bursts(table, &self.cfg))
-                .map(|a| self.alert_snapshot(a)),
-        );
-        alerts.sort_by(|a, b| {
-            (a.first_ts, a.kind, &a.flow, &a.pfc).cmp(&(b.first_ts, b.kind, &b.flow, &b.pfc))
-        });
-
-        let mut ecmp = ecmp::compute(
-            &pass.ecmp,
-            self.cfg.ecmp_hash,
-            self.cfg.ecmp_paths,
-            self.cfg.ecmp_seed,
-        );
-        if let Some(m) = ecmp.modelled.as_mut() {
-            m.advice = ecmp_advice::advise(m, self.cfg.roce_port);
-            m.qp_advice = ecmp_advice::qp_counts(m, self.cfg.roce_port);
-        }
-
-        let with_samples = pass.with_samples;
         let ringbuf_full = total(Counter::RingbufFull);
         let mut snap = Snapshot {
             schema_version: SCHEMA_VERSION,
@@ -225,7 +193,8 @@ impl Engine {
                 pending_full: total(Counter::PendingFull),
                 tail_call_failed: total(Counter::TailCallFailed),
                 events_lost: ringbuf_full,
-                mirror_seq_lost: mirror.iter().map(|m| m.seq_lost).sum(),
+                // The mirror sessions' section.
+                mirror_seq_lost: 0,
                 events: self.events.iter().sum(),
                 events_per_packet: per_packet(
                     self.events.iter().sum(),
@@ -247,26 +216,21 @@ impl Engine {
                 interval_end_ts: now_ns,
                 interval_s,
                 by_direction,
-                alerts_dropped: self.alerts.dropped,
+                // The alerts' section.
+                alerts_dropped: 0,
                 log_records_lost: outputs.log_records_lost,
                 prom_file_errors: outputs.prom_file_errors,
                 interfaces_up,
                 capture_read: self.capture_read,
                 capture: self.capture.clone(),
             },
-            latency: LatencySnapshot {
-                observed_at: "latency seen at the observation point (request to the first answer from the peer), not at either host",
-                overall: rtt_summary(Some(&self.rtt_overall)),
-                flows_with_samples: with_samples,
-                pending: self.pending.waiting() as u64,
-                relative_accuracy: sketch::ALPHA,
-            },
             flows,
             pfc,
-            mirror,
-            ecmp,
-            alerts,
             // The analyses' sections, below.
+            latency: LatencySnapshot::default(),
+            mirror: Vec::new(),
+            ecmp: EcmpSnapshot::default(),
+            alerts: Vec::new(),
             paths: Vec::new(),
             pfc_origin: None,
             lossless: Vec::new(),
@@ -282,6 +246,10 @@ impl Engine {
             names: &self.names,
             flows: &self.flows,
             pfc: &self.pfc,
+            loads: &pass.ecmp,
+            with_samples: pass.with_samples,
+            alerts: &self.alerts,
+            troubled: &pass.troubled,
         };
         for a in self.analyses.each() {
             a.section(&view, now_ns, &mut snap);
@@ -301,25 +269,27 @@ impl Engine {
     /// the interval) are redone. A flow's view is rebuilt only when the flow changed or its
     /// rate did; otherwise the last snapshot's view is shared.
     fn flow_pass(
-        &self,
+        &mut self,
         shown: &mut Shown,
         dirty: &[FlowKey],
         interval_ns: u64,
         interval_s: f64,
-    ) -> FlowPass<'_> {
-        let grown = shown.keys.len() != self.flows.len();
+    ) -> FlowPass {
+        let (flows, names, roce_port) = (&mut self.flows, &self.names, self.cfg.roce_port);
+        let grown = shown.keys.len() != flows.len();
         if grown {
             // Flows are never removed: the new ones are those not yet in the order.
             let before = shown.keys.len();
-            for (k, e) in &self.flows {
-                if !e.ordered.replace(true) {
+            for (k, e) in flows.iter_mut() {
+                if !e.ordered {
+                    e.ordered = true;
                     shown.keys.push(*k);
                 }
             }
             let cmp = |a: &FlowKey, b: &FlowKey| {
                 (a.src_ip, a.dst_ip, a.dst_qp)
                     .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
-                    .then_with(|| self.names.order(a.ifindex, b.ifindex))
+                    .then_with(|| names.order(a.ifindex, b.ifindex))
                     .then(a.direction.cmp(&b.direction))
                     .then((a.encap, a.outer_src, a.mirror_id).cmp(&(
                         b.encap,
@@ -333,45 +303,18 @@ impl Engine {
                 shown.keys.sort_by(cmp);
             }
             for (slot, k) in shown.keys.iter().enumerate() {
-                if let Some(e) = self.flows.get(k) {
-                    e.slot.set(slot);
+                if let Some(e) = flows.get_mut(k) {
+                    e.slot = slot;
                 }
             }
         }
         let full = grown || !shown.valid || interval_ns == 0 || shown.last_interval_empty;
         shown.last_interval_empty = interval_ns == 0;
         let n = shown.keys.len();
-        let mut redo: Vec<(usize, &FlowKey, &FlowEntry)> = if full {
-            shown.views = vec![None; n];
-            shown.loads = vec![None; n];
-            shown.sampled = vec![false; n];
-            shown.alerting.clear();
-            shown.rated.clear();
-            self.flows
-                .iter()
-                .map(|(k, e)| (e.slot.get(), k, e))
-                .collect()
-        } else {
-            let rated = std::mem::take(&mut shown.rated);
-            dirty
-                .iter()
-                .filter_map(|k| self.flows.get_key_value(k))
-                .map(|(k, e)| (e.slot.get(), k, e))
-                .chain(rated.into_iter().filter_map(|slot| {
-                    let (k, e) = self.flows.get_key_value(shown.keys.get(slot)?)?;
-                    Some((slot, k, e))
-                }))
-                .collect()
-        };
-        shown.valid = true;
-        // In snapshot order, so that rebuilt views lie in memory in the order every renderer
-        // reads them (a pass over scattered views was a cache miss per flow).
-        redo.sort_unstable_by_key(|(slot, ..)| *slot);
-        redo.dedup_by_key(|(slot, ..)| *slot);
         let mut points: HashMap<(u32, u8), Arc<str>, FastHash> = HashMap::default();
-        for (slot, k, e) in redo {
+        let mut redo_one = |shown: &mut Shown, slot: usize, k: &FlowKey, e: &mut FlowEntry| {
             if slot >= n {
-                continue;
+                return;
             }
             let s = e.stats();
             shown.sampled[slot] = e.rtt().is_some();
@@ -379,7 +322,7 @@ impl Engine {
                 shown.alerting.insert(slot);
             }
             if s.packets() == 0 {
-                continue;
+                return;
             }
             // One "iface/direction" string per observation point, shared by its flows.
             let point = match shown.loads[slot].take() {
@@ -389,26 +332,14 @@ impl Engine {
                     .or_insert_with(|| {
                         format!(
                             "{}/{}",
-                            self.iface_name(k.ifindex),
+                            names.name(k.ifindex),
                             Direction::from_u8(k.direction).name()
                         )
                         .into()
                     })
                     .clone(),
             };
-            shown.loads[slot] = Some(FlowLoad {
-                dst_qp: k.dst_qp,
-                tuple: FiveTuple {
-                    src: show_ip(k.src_ip),
-                    dst: show_ip(k.dst_ip),
-                    sport: s.udp_sports[0],
-                    dport: self.cfg.roce_port,
-                },
-                point,
-                bytes: s.bytes,
-                sports: s.udp_sports,
-                multipath: roce_observer_common::sequence::reordering(s).0 > 0,
-            });
+            shown.loads[slot] = Some(FlowLoad::new(k, s, point, roce_port));
             let rate = if interval_ns > 0 {
                 s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
             } else {
@@ -416,80 +347,59 @@ impl Engine {
             };
             let view = match e.view.take() {
                 Some(v) if v.rate_bps.to_bits() == rate.to_bits() => v,
-                _ => Arc::new(self.flow_view(k, e, rate)),
+                _ => Arc::new(flow_view(names, k, e, rate)),
             };
             e.view.set(Arc::clone(&view));
             shown.views[slot] = Some(view);
             if rate != 0.0 {
                 shown.rated.push(slot);
             }
+        };
+        // In snapshot order, so that rebuilt views lie in memory in the order every renderer
+        // reads them (a pass over scattered views was a cache miss per flow).
+        if full {
+            shown.views = vec![None; n];
+            shown.loads = vec![None; n];
+            shown.sampled = vec![false; n];
+            shown.alerting.clear();
+            shown.rated.clear();
+            let mut redo: Vec<(usize, &FlowKey, &mut FlowEntry)> =
+                flows.iter_mut().map(|(k, e)| (e.slot, k, e)).collect();
+            redo.sort_unstable_by_key(|(slot, ..)| *slot);
+            for (slot, k, e) in redo {
+                redo_one(shown, slot, k, e);
+            }
+        } else {
+            let rated = std::mem::take(&mut shown.rated);
+            let mut redo: Vec<(usize, FlowKey)> = dirty
+                .iter()
+                .filter_map(|k| Some((flows.get(k)?.slot, *k)))
+                .chain(
+                    rated
+                        .into_iter()
+                        .filter_map(|slot| Some((slot, *shown.keys.get(slot)?))),
+                )
+                .collect();
+            redo.sort_unstable_by_key(|(slot, _)| *slot);
+            redo.dedup_by_key(|(slot, _)| *slot);
+            for (slot, k) in redo {
+                if let Some(e) = flows.get_mut(&k) {
+                    redo_one(shown, slot, &k, e);
+                }
+            }
         }
+        shown.valid = true;
         FlowPass {
             flows: shown.views.iter().flatten().cloned().collect(),
             troubled: shown
                 .alerting
                 .iter()
-                .filter_map(|slot| self.flows.get_key_value(shown.keys.get(*slot)?))
-                .map(|(k, e)| (k, e.stats()))
+                .filter_map(|slot| shown.keys.get(*slot))
+                .filter(|k| flows.contains_key(*k))
+                .copied()
                 .collect(),
             ecmp: shown.loads.iter().flatten().cloned().collect(),
             with_samples: shown.sampled.iter().filter(|s| **s).count() as u64,
-        }
-    }
-
-    fn flow_view(&self, k: &FlowKey, e: &FlowEntry, rate_bps: f64) -> FlowSnapshot {
-        let s = e.stats();
-        let (reordered, distance, distance_max, reorder_naks) =
-            roce_observer_common::sequence::reordering(s);
-        FlowSnapshot {
-            src_ip: show_ip(k.src_ip),
-            dst_ip: show_ip(k.dst_ip),
-            dst_qp: k.dst_qp,
-            iface: self.iface_name(k.ifindex),
-            direction: Direction::from_u8(k.direction).name(),
-            mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
-            transport: flows::transport(s),
-            packets: s.packets(),
-            bytes: s.bytes,
-            opcodes: flows::opcode_counts(s),
-            other_transport: s.other_transport,
-            psn_gaps: s.psn_gaps,
-            psn_missing: s.psn_missing,
-            retransmits: s.retransmits(),
-            req_retransmits: s.req_retransmits,
-            resp_retransmits: s.resp_retransmits,
-            reordered,
-            reorder_distance_max: distance_max,
-            reorder_distance: crate::report::ReorderDistance::new(distance),
-            reorder_naks,
-            psn_holes: roce_observer_common::sequence::open_holes(s),
-            acks: s.acks(),
-            naks: flows::nak_counts(s),
-            cnp: s.cnp,
-            ecn_ce: s.ecn_ce,
-            ecn_ect: s.ecn_ect(),
-            dscp: s.dscp,
-            pcp: flows::pcp(s),
-            peer_qp: s.peer_qp(),
-            udp_src_ports: s.udp_src_ports() as u64,
-            udp_src_port_overflow: s.udp_sport_overflow,
-            rtt_ns: match e.rtt().filter(|s| s.count() > 0) {
-                Some(s) => Arc::new(rtt_summary(Some(s))),
-                None => Arc::clone(&NO_SAMPLES),
-            },
-            first_ts: s.first_ns,
-            last_ts: s.last_ns,
-            rate_bps,
-            owner: None,
-            psn_trail: PsnTrail {
-                requests: s
-                    .psn
-                    .has_requests()
-                    .then_some((s.req_first, s.psn.req_highest)),
-                lost: e.lost_runs().map(|l| Box::new(l.clone())),
-                lost_unsent: s.path_suppressed + s.path_lost,
-            },
-            stamp: ViewStamp::new(),
         }
     }
 
@@ -497,69 +407,61 @@ impl Engine {
     pub fn last_ts(&self) -> u64 {
         self.last_ns
     }
+}
 
-    fn flow_ref(&self, k: &FlowKey) -> FlowRef {
-        FlowRef {
-            src_ip: show_ip(k.src_ip),
-            dst_ip: show_ip(k.dst_ip),
-            dst_qp: k.dst_qp,
-            iface: self.iface_name(k.ifindex),
-            direction: Direction::from_u8(k.direction).name(),
-            mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
-        }
-    }
-
-    /// The mirror sessions, by (outer source, encapsulation, ID, outer destination, where seen).
-    fn mirror_snapshot(&self) -> Vec<MirrorSnapshot> {
-        let mut out: Vec<MirrorSnapshot> = self
-            .mirrors
-            .iter()
-            .filter_map(|(k, m)| {
-                Some(MirrorSnapshot {
-                    iface: self.iface_name(k.ifindex),
-                    direction: Direction::from_u8(k.direction).name(),
-                    source: MirrorSource::new(k.encap, k.outer_src, k.id)?,
-                    outer_dst: show_ip(k.outer_dst),
-                    frames: m.frames,
-                    sequenced: m.flags & SEQ_SEEN != 0,
-                    seq_lost: m.seq_lost,
-                    seq_late: m.seq_late,
-                    seq_resyncs: m.seq_resyncs,
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            (&a.source, a.outer_dst, &a.iface, a.direction).cmp(&(
-                &b.source,
-                b.outer_dst,
-                &b.iface,
-                b.direction,
-            ))
-        });
-        out
-    }
-
-    fn alert_snapshot(&self, a: &Alert) -> AlertSnapshot {
-        let (flow, pfc) = match &a.subject {
-            Subject::Flow(k) => (Some(self.flow_ref(k)), None),
-            Subject::Pfc(k) => (
-                None,
-                Some(PfcRef {
-                    iface: self.iface_name(k.ifindex),
-                    direction: Direction::from_u8(k.direction).name(),
-                    src_mac: show_mac(k.src_mac),
-                    priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
-                }),
-            ),
-        };
-        AlertSnapshot {
-            kind: a.kind.name(),
-            reason: a.reason.clone(),
-            flow,
-            pfc,
-            first_ts: a.first_ns,
-            last_ts: a.last_ns,
-            count: a.count,
-        }
+/// The report's row of flow `k`.
+fn flow_view(names: &Names, k: &FlowKey, e: &FlowEntry, rate_bps: f64) -> FlowSnapshot {
+    let s = e.stats();
+    let (reordered, distance, distance_max, reorder_naks) =
+        roce_observer_common::sequence::reordering(s);
+    FlowSnapshot {
+        src_ip: show_ip(k.src_ip),
+        dst_ip: show_ip(k.dst_ip),
+        dst_qp: k.dst_qp,
+        iface: names.name(k.ifindex),
+        direction: Direction::from_u8(k.direction).name(),
+        mirror: MirrorSource::new(k.encap, k.outer_src, k.mirror_id),
+        transport: flows::transport(s),
+        packets: s.packets(),
+        bytes: s.bytes,
+        opcodes: flows::opcode_counts(s),
+        other_transport: s.other_transport,
+        psn_gaps: s.psn_gaps,
+        psn_missing: s.psn_missing,
+        retransmits: s.retransmits(),
+        req_retransmits: s.req_retransmits,
+        resp_retransmits: s.resp_retransmits,
+        reordered,
+        reorder_distance_max: distance_max,
+        reorder_distance: crate::report::ReorderDistance::new(distance),
+        reorder_naks,
+        psn_holes: roce_observer_common::sequence::open_holes(s),
+        acks: s.acks(),
+        naks: flows::nak_counts(s),
+        cnp: s.cnp,
+        ecn_ce: s.ecn_ce,
+        ecn_ect: s.ecn_ect(),
+        dscp: s.dscp,
+        pcp: flows::pcp(s),
+        peer_qp: s.peer_qp(),
+        udp_src_ports: s.udp_src_ports() as u64,
+        udp_src_port_overflow: s.udp_sport_overflow,
+        rtt_ns: match e.rtt().filter(|s| s.count() > 0) {
+            Some(s) => Arc::new(rtt_summary(Some(s))),
+            None => Arc::clone(&NO_SAMPLES),
+        },
+        first_ts: s.first_ns,
+        last_ts: s.last_ns,
+        rate_bps,
+        owner: None,
+        psn_trail: PsnTrail {
+            requests: s
+                .psn
+                .has_requests()
+                .then_some((s.req_first, s.psn.req_highest)),
+            lost: e.lost_runs().map(|l| Box::new(l.clone())),
+            lost_unsent: s.path_suppressed + s.path_lost,
+        },
+        stamp: ViewStamp::new(),
     }
 }

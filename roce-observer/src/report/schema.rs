@@ -655,7 +655,7 @@ pub struct ProgramCost {
     pub ns_per_run: Option<f64>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct LatencySnapshot {
     /// Latency is seen at the observation point, not at either host.
     pub observed_at: &'static str,
@@ -727,7 +727,7 @@ pub struct PathLoad {
     pub flows: u64,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct MeasuredView {
     pub paths: Vec<PathLoad>,
     pub imbalance: f64,
@@ -825,7 +825,7 @@ pub struct HostPairEntropy {
     pub busiest_tuple_share: f64,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct EcmpSnapshot {
     pub measured: MeasuredView,
     pub modelled: Option<ModelledView>,

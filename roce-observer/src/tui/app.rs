@@ -1,17 +1,13 @@
 //! UI state and its transitions. Pure: no terminal, no I/O, so it is unit-tested directly.
 
-use std::{collections::HashMap, net::IpAddr, sync::Arc};
-
 use ratatui::crossterm::event::{KeyCode, KeyModifiers};
 
 use super::{
+    flow_table::FlowTable,
     history::History,
-    views::{VIEWS, View},
+    views::{Screen, VIEWS, View},
 };
-use crate::{
-    report::{FlowSnapshot, MirrorSource, Snapshot},
-    severity::Severity,
-};
+use crate::report::{FlowSnapshot, Snapshot};
 
 /// A view, by its place in [`VIEWS`] (the tab order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,112 +53,6 @@ impl Tab {
     }
 }
 
-/// Flow table ordering: by a column, largest first unless reversed (`S`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SortKey {
-    /// Worst severity first (crate::severity, the order of every renderer), then by bytes.
-    Problems,
-    Bytes,
-    Packets,
-    Rate,
-    Gaps,
-    Retransmits,
-    Naks,
-    Cnp,
-    Ce,
-    RttP50,
-    RttP99,
-    Qp,
-}
-
-impl SortKey {
-    const ORDER: [SortKey; 12] = [
-        SortKey::Problems,
-        SortKey::Bytes,
-        SortKey::Packets,
-        SortKey::Rate,
-        SortKey::Gaps,
-        SortKey::Retransmits,
-        SortKey::Naks,
-        SortKey::Cnp,
-        SortKey::Ce,
-        SortKey::RttP50,
-        SortKey::RttP99,
-        SortKey::Qp,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SortKey::Problems => "problems",
-            SortKey::Bytes => "bytes",
-            SortKey::Packets => "packets",
-            SortKey::Rate => "rate",
-            SortKey::Gaps => "PSN gaps",
-            SortKey::Retransmits => "retransmits",
-            SortKey::Naks => "NAKs",
-            SortKey::Cnp => "CNPs",
-            SortKey::Ce => "CE marks",
-            SortKey::RttP50 => "p50 latency",
-            SortKey::RttP99 => "p99 latency",
-            SortKey::Qp => "QP",
-        }
-    }
-
-    /// The flow table's column this key sorts by (its header carries the sort arrow); bytes
-    /// have no column of their own and mark none.
-    pub fn column(self) -> Option<&'static str> {
-        Some(match self {
-            SortKey::Problems => " ",
-            SortKey::Bytes => return None,
-            SortKey::Packets => "pkts",
-            SortKey::Rate => "rate",
-            SortKey::Gaps => "gaps/miss",
-            SortKey::Retransmits => "retx",
-            SortKey::Naks => "NAK",
-            SortKey::Cnp => "CNP",
-            SortKey::Ce => "CE",
-            SortKey::RttP50 => "p50",
-            SortKey::RttP99 => "p99",
-            SortKey::Qp => "QP",
-        })
-    }
-
-    fn next(self) -> SortKey {
-        let i = Self::ORDER.iter().position(|k| *k == self).unwrap_or(0);
-        Self::ORDER[(i + 1) % Self::ORDER.len()]
-    }
-
-    fn value(self, f: &FlowSnapshot) -> f64 {
-        match self {
-            SortKey::Problems | SortKey::Bytes => f.bytes as f64,
-            SortKey::Packets => f.packets as f64,
-            SortKey::Rate => f.rate_bps,
-            SortKey::Gaps => f.psn_gaps as f64,
-            SortKey::Retransmits => f.retransmits as f64,
-            SortKey::Naks => nak_total(f) as f64,
-            SortKey::Cnp => f.cnp as f64,
-            SortKey::Ce => f.ecn_ce as f64,
-            SortKey::RttP50 => f.rtt_ns.p50.unwrap_or(0) as f64,
-            SortKey::RttP99 => f.rtt_ns.p99.unwrap_or(0) as f64,
-            SortKey::Qp => f64::from(f.dst_qp),
-        }
-    }
-}
-
-/// A flow's identity across the snapshot's flows and alerts.
-type FlowId<'a> = (
-    IpAddr,
-    IpAddr,
-    u32,
-    &'a str,
-    &'static str,
-    Option<&'a MirrorSource>,
-);
-
-pub fn nak_total(f: &FlowSnapshot) -> u64 {
-    f.naks.total()
-}
-
 #[derive(Clone, Debug)]
 pub enum Action {
     Quit,
@@ -204,9 +94,6 @@ pub struct App {
     /// What is being watched, for the title ("eth0, eth1" or a file name).
     pub source: String,
     pub tab: Tab,
-    pub sort: SortKey,
-    /// Smallest first instead of largest first.
-    pub ascending: bool,
     /// Rows a page key moves (the table's height, set by the run loop before drawing).
     pub page: usize,
     /// A one-line message for the footer (where a report was written, or why not).
@@ -225,18 +112,8 @@ pub struct App {
     pub snapshot: Snapshot,
     /// The newest snapshot that arrived while paused, shown on resume.
     held: Option<Box<Snapshot>>,
-    /// One row per QP: each flow's observation points merged (`m`).
-    pub merged: bool,
-    /// The merged rows while `merged` is on.
-    merged_flows: Vec<Arc<FlowSnapshot>>,
-    /// Flow indices of [`App::flows`] in display order (those the filter lets through).
-    pub order: Vec<usize>,
-    /// Per flow of [`App::flows`]: whether it has a problem (see [`App::is_problem`]).
-    pub problem: Vec<bool>,
-    /// Per flow of [`App::flows`]: its severity, raised by the problem alerts that name it.
-    pub severity: Vec<Severity>,
-    /// Flows shown are those whose addresses, QPs or interface contain this text.
-    pub filter: String,
+    /// The Flows view's own state: sort, filter, merged rows, display order.
+    pub table: FlowTable,
     /// Keys go to the filter text until Enter or Esc.
     pub typing_filter: bool,
     /// What the snapshots showed over the last intervals (recorded even while paused).
@@ -248,12 +125,9 @@ impl App {
         let mut app = App {
             source,
             tab: Tab::FLOWS,
-            sort: SortKey::Problems,
-            ascending: false,
             page: 10,
             status: None,
             write_requested: false,
-            severity: Vec::new(),
             selected: 0,
             detail: false,
             paused: false,
@@ -262,13 +136,9 @@ impl App {
             ended: false,
             snapshot,
             held: None,
-            order: Vec::new(),
-            problem: Vec::new(),
-            filter: String::new(),
+            table: FlowTable::default(),
             typing_filter: false,
             history: History::default(),
-            merged: false,
-            merged_flows: Vec::new(),
         };
         app.history.record(&app.snapshot);
         app.reorder();
@@ -276,97 +146,24 @@ impl App {
     }
 
     fn rows(&self) -> usize {
-        self.tab.view().rows(self)
+        self.tab.view().rows(&self.screen())
+    }
+
+    /// What the views read: the report on screen and the state they draw from, not the App.
+    pub fn screen(&self) -> Screen<'_> {
+        Screen {
+            report: &self.snapshot,
+            history: &self.history,
+            selected: self.selected,
+            ended: self.ended,
+            detail: self.detail,
+            flows: &self.table,
+        }
     }
 
     fn reorder(&mut self) {
-        self.merged_flows = if self.merged {
-            merge_points(&self.snapshot.flows)
-        } else {
-            Vec::new()
-        };
-        let flows: &[Arc<FlowSnapshot>] = if self.merged {
-            &self.merged_flows
-        } else {
-            &self.snapshot.flows
-        };
-        // Flows an alert names (latency over the threshold among them); a merged row stands
-        // for all its observation points.
-        let merged = self.merged;
-        fn id<'a>(
-            merged: bool,
-            (src, dst, qp): (IpAddr, IpAddr, u32),
-            (iface, dir): (&'a str, &'static str),
-            mirror: Option<&'a MirrorSource>,
-        ) -> FlowId<'a> {
-            if merged {
-                (src, dst, qp, "", "", None)
-            } else {
-                (src, dst, qp, iface, dir, mirror)
-            }
-        }
-        // Only problem alerts raise a flow: advice (not_ect, ...) is about a host pair and
-        // marks no flow.
-        let mut alerted: HashMap<FlowId<'_>, Severity> = HashMap::new();
-        for a in &self.snapshot.alerts {
-            let (Some(f), sev) = (a.flow.as_ref(), Severity::of_alert(a.kind)) else {
-                continue;
-            };
-            if !sev.is_problem() {
-                continue;
-            }
-            let e = alerted
-                .entry(id(
-                    merged,
-                    (f.src_ip, f.dst_ip, f.dst_qp),
-                    (&f.iface, f.direction),
-                    f.mirror.as_ref(),
-                ))
-                .or_insert(sev);
-            *e = (*e).max(sev);
-        }
-        let severity: Vec<Severity> = flows
-            .iter()
-            .map(|f| {
-                let named = alerted
-                    .get(&id(
-                        merged,
-                        (f.src_ip, f.dst_ip, f.dst_qp),
-                        (&f.iface, f.direction),
-                        f.mirror.as_ref(),
-                    ))
-                    .copied()
-                    .unwrap_or(Severity::None);
-                Severity::of_flow(f).max(named)
-            })
-            .collect();
-        let problem: Vec<bool> = severity.iter().map(|s| s.is_problem()).collect();
-        let needle = self.filter.to_lowercase();
-        let mut order: Vec<usize> = (0..flows.len())
-            .filter(|i| needle.is_empty() || matches_filter(&flows[*i], &needle))
-            .collect();
-        let key = self.sort;
-        let ascending = self.ascending;
-        order.sort_by(|a, b| {
-            let first = if key == SortKey::Problems {
-                severity[*b].cmp(&severity[*a])
-            } else {
-                std::cmp::Ordering::Equal
-            };
-            let by = first.then(key.value(&flows[*b]).total_cmp(&key.value(&flows[*a])));
-            if ascending { by.reverse() } else { by }.then(a.cmp(b))
-        });
-        self.order = order;
-        self.problem = problem;
-        self.severity = severity;
+        self.table.refresh(&self.snapshot);
         self.clamp();
-    }
-
-    /// A flow that needs a look by its own counters (crate::severity): PSNs lost, NAKs or
-    /// retransmissions, CNPs or CE marks. Flows a problem alert names count too (see
-    /// `reorder`); reordering alone and configuration advice do not.
-    pub fn is_problem(f: &FlowSnapshot) -> bool {
-        Severity::of_flow(f).is_problem()
     }
 
     fn clamp(&mut self) {
@@ -379,20 +176,13 @@ impl App {
     }
 
     /// The flow rows: the snapshot's, or one per QP when merged.
-    pub fn flows(&self) -> &[Arc<FlowSnapshot>] {
-        if self.merged {
-            &self.merged_flows
-        } else {
-            &self.snapshot.flows
-        }
+    pub fn flows(&self) -> &[std::sync::Arc<FlowSnapshot>] {
+        self.table.rows(&self.snapshot)
     }
 
     /// The flow under the cursor (Flows tab).
     pub fn selected_flow(&self) -> Option<&FlowSnapshot> {
-        self.order
-            .get(self.selected)
-            .and_then(|i| self.flows().get(*i))
-            .map(|f| &**f)
+        self.table.at(&self.snapshot, self.selected)
     }
 
     pub fn update(&mut self, action: Action) {
@@ -425,7 +215,7 @@ impl App {
                 self.clamp();
             }
             Action::ReverseSort => {
-                self.ascending = !self.ascending;
+                self.table.ascending = !self.table.ascending;
                 self.reorder();
             }
             Action::Back => {
@@ -433,8 +223,8 @@ impl App {
                     self.help = false;
                 } else if self.detail {
                     self.detail = false;
-                } else if !self.filter.is_empty() {
-                    self.filter.clear();
+                } else if !self.table.filter.is_empty() {
+                    self.table.filter.clear();
                     self.reorder();
                 }
             }
@@ -442,8 +232,8 @@ impl App {
             Action::Top => self.selected = 0,
             Action::Bottom => self.selected = self.rows().saturating_sub(1),
             Action::CycleSort => {
-                self.sort = self.sort.next();
-                self.ascending = false;
+                self.table.sort = self.table.sort.next();
+                self.table.ascending = false;
                 self.reorder();
             }
             Action::ToggleDetail => self.detail = !self.detail,
@@ -457,7 +247,7 @@ impl App {
             }
             Action::ToggleHelp => self.help = !self.help,
             Action::ToggleMerge => {
-                self.merged = !self.merged;
+                self.table.merged = !self.table.merged;
                 self.reorder();
             }
             Action::Redraw => {}
@@ -478,12 +268,12 @@ impl App {
             KeyCode::Enter => self.typing_filter = false,
             KeyCode::Esc => {
                 self.typing_filter = false;
-                self.filter.clear();
+                self.table.filter.clear();
             }
             KeyCode::Backspace => {
-                self.filter.pop();
+                self.table.filter.pop();
             }
-            KeyCode::Char(c) => self.filter.push(c),
+            KeyCode::Char(c) => self.table.filter.push(c),
             _ => return,
         }
         self.reorder();
@@ -501,85 +291,3 @@ impl App {
         }
     }
 }
-
-/// Whether `needle` (lower case) is part of the flow's addresses, QPs (hex as shown
-/// `0x001201`, hex without padding `0x1201` or `1201`, or decimal `4609` as JSON and Prometheus
-/// write them), interface, or owning process (command or pid).
-fn matches_filter(f: &FlowSnapshot, needle: &str) -> bool {
-    let mut fields = vec![
-        f.src_ip.to_string(),
-        f.dst_ip.to_string(),
-        crate::format::qp(f.dst_qp),
-        format!("0x{:x}", f.dst_qp),
-        f.dst_qp.to_string(),
-        f.iface.to_lowercase(),
-    ];
-    if let Some(peer) = f.peer_qp {
-        fields.push(crate::format::qp(peer));
-        fields.push(format!("0x{peer:x}"));
-        fields.push(peer.to_string());
-    }
-    // The mirror source, as the seen column and the table write it.
-    if let Some(m) = &f.mirror {
-        fields.push(m.compact());
-        fields.push(m.label());
-    }
-    if let Some(o) = &f.owner {
-        fields.push(o.comm.clone());
-        fields.extend(o.pid.map(|p| p.to_string()));
-    }
-    fields.iter().any(|s| s.to_lowercase().contains(needle))
-}
-
-/// One row per (source, destination, QP): a flow seen at several observation points (both ends
-/// of a link, ingress and egress) becomes one row whose counters are the largest any point saw
-/// (the same packets counted twice are not added), its interface the points joined with '+'.
-pub fn merge_points(flows: &[Arc<FlowSnapshot>]) -> Vec<Arc<FlowSnapshot>> {
-    let mut out: Vec<Arc<FlowSnapshot>> = Vec::new();
-    // The snapshot lists a flow's points next to each other (sorted by src, dst, QP first).
-    for f in flows {
-        match out.last_mut() {
-            Some(m) if (m.src_ip, m.dst_ip, m.dst_qp) == (f.src_ip, f.dst_ip, f.dst_qp) => {
-                // The first point's row is the snapshot's, shared: merged into a copy.
-                let m = Arc::make_mut(m);
-                m.iface = format!("{}+{}", m.iface, f.iface);
-                if m.direction != f.direction {
-                    m.direction = "all";
-                }
-                // Several mirror sources merged: no one source names the row.
-                if m.mirror != f.mirror {
-                    m.mirror = None;
-                }
-                m.packets = m.packets.max(f.packets);
-                m.bytes = m.bytes.max(f.bytes);
-                m.rate_bps = m.rate_bps.max(f.rate_bps);
-                m.psn_gaps = m.psn_gaps.max(f.psn_gaps);
-                m.psn_missing = m.psn_missing.max(f.psn_missing);
-                m.retransmits = m.retransmits.max(f.retransmits);
-                m.req_retransmits = m.req_retransmits.max(f.req_retransmits);
-                m.resp_retransmits = m.resp_retransmits.max(f.resp_retransmits);
-                m.cnp = m.cnp.max(f.cnp);
-                m.ecn_ce = m.ecn_ce.max(f.ecn_ce);
-                m.ecn_ect = m.ecn_ect.max(f.ecn_ect);
-                m.acks = m.acks.max(f.acks);
-                if nak_total(f) > nak_total(m) {
-                    m.naks = f.naks.clone();
-                }
-                // Latency: the point that saw the most samples.
-                if f.rtt_ns.count > m.rtt_ns.count {
-                    m.rtt_ns = f.rtt_ns.clone();
-                }
-                m.peer_qp = m.peer_qp.or(f.peer_qp);
-                if m.owner.is_none() {
-                    m.owner = f.owner.clone();
-                }
-                m.first_ts = m.first_ts.min(f.first_ts);
-                m.last_ts = m.last_ts.max(f.last_ts);
-            }
-            _ => out.push(f.clone()),
-        }
-    }
-    out
-}
-
-pub use crate::report::nic::{NicRow, nic_rows};

@@ -64,20 +64,26 @@ fn navigation_and_sorting() {
     app.update(Action::Up);
     assert_eq!(app.selected, 0);
     // Problems first (then by bytes).
-    assert_eq!(app.sort.name(), "problems");
-    let marks: Vec<bool> = app.order.iter().map(|i| app.problem[*i]).collect();
+    assert_eq!(app.table.sort.name(), "problems");
+    let marks: Vec<bool> = app
+        .table
+        .order
+        .iter()
+        .map(|i| app.table.problem[*i])
+        .collect();
     assert!(marks.contains(&true) && marks.contains(&false), "{marks:?}");
     assert!(marks.windows(2).all(|w| w[0] >= w[1]), "{marks:?}");
     app.update(Action::CycleSort);
     // Sorted by bytes, largest first.
     let bytes: Vec<u64> = app
+        .table
         .order
         .iter()
         .map(|i| app.snapshot.flows[*i].bytes)
         .collect();
     assert!(bytes.windows(2).all(|w| w[0] >= w[1]));
     app.update(Action::CycleSort);
-    assert_eq!(app.sort.name(), "packets");
+    assert_eq!(app.table.sort.name(), "packets");
     app.update(Action::NextTab);
     assert_eq!(app.tab, tab("PFC"));
     app.update(Action::PrevTab);
@@ -134,8 +140,8 @@ fn narrow_terminals_drop_columns_instead_of_cutting_values() {
     let app = App::new("veth0, veth1".into(), fixture_snapshot("mixed_demo"));
     for width in [60u16, 80, 100, 130, 200] {
         let screen = render_at(&app, width, 40);
-        let table: Vec<&str> = screen.lines().skip(5).take(app.order.len()).collect();
-        for (row, i) in table.iter().zip(&app.order) {
+        let table: Vec<&str> = screen.lines().skip(5).take(app.table.order.len()).collect();
+        for (row, i) in table.iter().zip(&app.table.order) {
             let f = &app.snapshot.flows[*i];
             assert!(
                 row.contains(&crate::format::qp(f.dst_qp)),
@@ -145,7 +151,7 @@ fn narrow_terminals_drop_columns_instead_of_cutting_values() {
         let header = screen.lines().nth(4).expect("table header");
         let p99_shown = header.contains("p99");
         if p99_shown {
-            for (row, i) in table.iter().zip(&app.order) {
+            for (row, i) in table.iter().zip(&app.table.order) {
                 let p99 = crate::format::ns(app.snapshot.flows[*i].rtt_ns.p99);
                 assert!(row.contains(&p99), "{width} columns: p99 cut in {row}");
             }
@@ -163,7 +169,7 @@ fn narrow_terminals_drop_columns_instead_of_cutting_values() {
             );
         }
     }
-    assert!(!app.order.is_empty());
+    assert!(!app.table.order.is_empty());
 }
 
 #[test]
@@ -195,7 +201,11 @@ fn mirror_views() {
         app.update(Action::Key(KeyCode::Char(c), KeyModifiers::NONE));
     }
     app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
-    assert_eq!(app.order.len(), 2, "the two flows mirrored by 198.51.100.3");
+    assert_eq!(
+        app.table.order.len(),
+        2,
+        "the two flows mirrored by 198.51.100.3"
+    );
     app.update(Action::SelectTab(tab("Mirrors")));
     insta::assert_snapshot!(render_at(&app, 120, 14));
 }
@@ -221,7 +231,7 @@ fn alerts_name_every_problem_flow() {
     let mut marked: Vec<String> = snap
         .flows
         .iter()
-        .filter(|f| App::is_problem(f))
+        .filter(|f| super::flow_table::FlowTable::is_problem(f))
         .map(|f| format!("{} {} {}", f.src_ip, f.dst_ip, f.dst_qp))
         .collect();
     // Problem alerts only: advice (not_ect, ...) marks no flow.
@@ -237,7 +247,10 @@ fn alerts_name_every_problem_flow() {
     named.dedup();
     assert!(marked.len() >= 4, "{marked:?}");
     assert_eq!(marked, named);
-    assert_eq!(app.problem.iter().filter(|p| **p).count(), marked.len());
+    assert_eq!(
+        app.table.problem.iter().filter(|p| **p).count(),
+        marked.len()
+    );
     let mut app = app;
     app.update(Action::SelectTab(tab("Alerts")));
     insta::assert_snapshot!(render(&app));
@@ -326,7 +339,7 @@ fn slash_filters_flows() {
     use ratatui::crossterm::event::{KeyCode, KeyModifiers};
     let key = |c| Action::Key(KeyCode::Char(c), KeyModifiers::NONE);
     let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
-    let all = app.order.len();
+    let all = app.table.order.len();
     let target = app.snapshot.flows[0].dst_ip.to_string();
     app.update(key('/'));
     assert!(app.typing_filter);
@@ -336,12 +349,15 @@ fn slash_filters_flows() {
     // 'q' while typing is text, not quit.
     app.update(key('q'));
     assert!(!app.quit);
-    assert!(app.order.is_empty(), "no address contains \"{target}q\"");
+    assert!(
+        app.table.order.is_empty(),
+        "no address contains \"{target}q\""
+    );
     app.update(Action::Key(KeyCode::Backspace, KeyModifiers::NONE));
     app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
     assert!(!app.typing_filter);
-    assert!(!app.order.is_empty() && app.order.len() < all);
-    for i in &app.order {
+    assert!(!app.table.order.is_empty() && app.table.order.len() < all);
+    for i in &app.table.order {
         let f = &app.snapshot.flows[*i];
         assert!(
             f.src_ip.to_string().contains(&target) || f.dst_ip.to_string().contains(&target),
@@ -352,19 +368,20 @@ fn slash_filters_flows() {
     // By QP, as shown in hex.
     app.update(key('/'));
     app.update(Action::Key(KeyCode::Esc, KeyModifiers::NONE));
-    assert_eq!(app.order.len(), all, "esc clears the filter");
+    assert_eq!(app.table.order.len(), all, "esc clears the filter");
     let qp = crate::format::qp(app.snapshot.flows[2].dst_qp);
     app.update(key('/'));
     for c in qp.chars() {
         app.update(key(c));
     }
     assert!(
-        app.order
+        app.table
+            .order
             .iter()
             .all(|i| crate::format::qp(app.snapshot.flows[*i].dst_qp) == qp
                 || app.snapshot.flows[*i].peer_qp.map(crate::format::qp) == Some(qp.clone())),
     );
-    assert!(!app.order.is_empty());
+    assert!(!app.table.order.is_empty());
 }
 
 /// A fixture cut into `parts` report intervals by frame count, as the live loop would see it:
@@ -465,7 +482,7 @@ fn merge_key_shows_one_row_per_qp() {
         ratatui::crossterm::event::KeyCode::Char('m'),
         ratatui::crossterm::event::KeyModifiers::NONE,
     ));
-    assert!(app.merged);
+    assert!(app.table.merged);
     assert_eq!(app.flows().len(), one.flows.len());
     for (m, f) in app.flows().iter().zip(&one.flows) {
         assert_eq!(
@@ -552,7 +569,7 @@ fn nic_view_shows_counter_rates() {
     let mut snap = fixture_snapshot("psn_gap");
     snap.nic = watch.sample();
     let _ = std::fs::remove_dir_all(&root);
-    let rows = super::app::nic_rows(&snap);
+    let rows = crate::report::nic::nic_rows(&snap);
     let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
     assert_eq!(
         names,
@@ -600,8 +617,8 @@ fn qp_owners_label_flows_and_filter_by_process() {
             ratatui::crossterm::event::KeyModifiers::NONE,
         ));
     }
-    assert_eq!(app.order.len(), 1);
-    assert_eq!(app.flows()[app.order[0]].dst_qp, into);
+    assert_eq!(app.table.order.len(), 1);
+    assert_eq!(app.flows()[app.table.order[0]].dst_qp, into);
     app.update(Action::ToggleDetail);
     let screen = render_at(&app, 120, 30);
     assert!(
@@ -880,9 +897,9 @@ fn window_scrolls_as_ratatui_does() {
 fn long_flow_lists_draw_the_rows_around_the_selection() {
     let mut app = App::new("test".into(), many_flows_snapshot(300));
     app.update(Action::CycleSort); // by bytes: the order is known (the biggest first)
-    assert_eq!(app.order.len(), 300);
+    assert_eq!(app.table.order.len(), 300);
     let (width, height) = (160u16, 30u16);
-    let qp_of = |app: &App, row: usize| crate::format::qp(app.flows()[app.order[row]].dst_qp);
+    let qp_of = |app: &App, row: usize| crate::format::qp(app.flows()[app.table.order[row]].dst_qp);
     for target in [0usize, 10, 150, 299] {
         while app.selected < target {
             app.update(Action::Down);
@@ -902,7 +919,7 @@ fn long_flow_lists_draw_the_rows_around_the_selection() {
             .collect();
         assert!(rows.len() >= 5, "a screenful of rows: {screen}");
         // The selected flow is on screen, and the rows are consecutive in the sort order.
-        let first = (0..app.order.len())
+        let first = (0..app.table.order.len())
             .find(|r| rows[0].contains(&format!(" {} ", qp_of(&app, *r))))
             .expect("the first row is a flow of the order");
         for (k, row) in rows.iter().enumerate() {
@@ -1032,7 +1049,7 @@ fn lossy_flows_among_300_are_on_the_first_screen() {
         assert!(row.contains('!'), "{row}");
     }
     assert_eq!(
-        app.problem.iter().filter(|p| **p).count(),
+        app.table.problem.iter().filter(|p| **p).count(),
         9,
         "only the lossy flows are marked"
     );
@@ -1096,20 +1113,20 @@ fn esc_closes_help_then_detail_then_filter_and_never_quits() {
     use ratatui::crossterm::event::{KeyCode, KeyModifiers};
     let esc = || Action::Key(KeyCode::Esc, KeyModifiers::NONE);
     let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
-    let all = app.order.len();
-    app.filter = app.snapshot.flows[0].dst_ip.to_string();
+    let all = app.table.order.len();
+    app.table.filter = app.snapshot.flows[0].dst_ip.to_string();
     app.update(Action::Redraw);
     app.update(Action::ToggleDetail);
     app.update(Action::ToggleHelp);
     app.update(esc());
-    assert!(!app.help && app.detail && !app.filter.is_empty());
+    assert!(!app.help && app.detail && !app.table.filter.is_empty());
     app.update(esc());
-    assert!(!app.detail && !app.filter.is_empty());
+    assert!(!app.detail && !app.table.filter.is_empty());
     app.update(Action::Key(KeyCode::Char('/'), KeyModifiers::NONE));
     app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
     app.update(esc());
-    assert!(app.filter.is_empty());
-    assert_eq!(app.order.len(), all);
+    assert!(app.table.filter.is_empty());
+    assert_eq!(app.table.order.len(), all);
     app.update(esc());
     assert!(!app.quit, "Esc never quits");
     app.update(Action::Key(KeyCode::Char('c'), KeyModifiers::CONTROL));
@@ -1128,12 +1145,13 @@ fn filter_matches_every_qp_form_and_says_no_match() {
     let mut app = App::new("test".into(), snap);
     let find = |app: &mut App, text: &str| {
         app.update(Action::Key(KeyCode::Char('/'), KeyModifiers::NONE));
-        app.filter.clear();
+        app.table.filter.clear();
         for c in text.chars() {
             app.update(Action::Key(KeyCode::Char(c), KeyModifiers::NONE));
         }
         app.update(Action::Key(KeyCode::Enter, KeyModifiers::NONE));
-        app.order
+        app.table
+            .order
             .iter()
             .map(|i| app.flows()[*i].dst_qp)
             .collect::<Vec<u32>>()
@@ -1150,11 +1168,12 @@ fn filter_matches_every_qp_form_and_says_no_match() {
 fn sort_by_column_in_both_directions_marks_the_column() {
     use ratatui::crossterm::event::{KeyCode, KeyModifiers};
     let mut app = App::new("test".into(), fixture_snapshot("mixed_demo"));
-    while app.sort != super::app::SortKey::Packets {
+    while app.table.sort != super::flow_table::SortKey::Packets {
         app.update(Action::CycleSort);
     }
     let packets = |app: &App| -> Vec<u64> {
-        app.order
+        app.table
+            .order
             .iter()
             .map(|i| app.snapshot.flows[*i].packets)
             .collect()

@@ -20,19 +20,20 @@ use crate::format;
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let view = app.tab.view();
+    let screen = app.screen();
     let [header, tabs, body, pane, footer] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Length(1),
         Constraint::Min(3),
-        Constraint::Length(view.pane(app)),
+        Constraint::Length(view.pane(&screen)),
         Constraint::Length(1),
     ])
     .areas(frame.area());
     draw_header(frame, app, header);
     draw_tabs(frame, app, tabs);
-    view.draw(frame, app, body);
+    view.draw(frame, &screen, body);
     if pane.height > 0 {
-        view.draw_pane(frame, app, pane);
+        view.draw_pane(frame, &screen, pane);
     }
     draw_footer(frame, app, footer);
     if app.help {
@@ -307,7 +308,7 @@ fn draw_footer(frame: &mut Frame, app: &App, area: Rect) {
     let line = if app.typing_filter {
         Line::from(vec![
             Span::raw("filter (address, QP, interface): "),
-            Span::styled(format!("{}_", app.filter), Style::new().bold()),
+            Span::styled(format!("{}_", app.table.filter), Style::new().bold()),
             Span::styled("  enter keep  esc clear", dim),
         ])
     } else if let Some(status) = &app.status {

@@ -1,6 +1,7 @@
 //! The views, one file each: a view is a type implementing [`View`] (its title, its rows, how it
 //! draws), registered once in [`VIEWS`]. The tab bar, the digit keys and the help are made from
-//! this list, so adding a view is a new file and one line here.
+//! this list, so adding a view is a new file and one line here. A view reads a [`Screen`]: the
+//! report on screen and the state views draw from, never the App that owns them.
 
 use ratatui::{
     Frame,
@@ -9,7 +10,8 @@ use ratatui::{
     widgets::{Block, Borders, Paragraph, Table, TableState, Wrap},
 };
 
-use super::{app::App, columns::Column};
+use super::{columns::Column, flow_table::FlowTable, history::History};
+use crate::report::{FlowSnapshot, Snapshot};
 
 pub mod alerts;
 pub mod ecmp;
@@ -21,18 +23,45 @@ pub mod pfc;
 pub mod steps;
 pub mod storm;
 
+/// What a view reads to draw: the report on screen, the intervals before it, the cursor, and the
+/// Flows view's own state (its sort, filter and row order).
+pub struct Screen<'a> {
+    pub report: &'a Snapshot,
+    /// What the reports showed over the last intervals (the trends and charts).
+    pub history: &'a History,
+    /// The row under the cursor, in the current view's rows.
+    pub selected: usize,
+    /// The input has ended: what is on screen is final.
+    pub ended: bool,
+    /// The detail pane is open.
+    pub detail: bool,
+    pub flows: &'a FlowTable,
+}
+
+impl Screen<'_> {
+    /// The flow under the cursor of the Flows view.
+    pub fn selected_flow(&self) -> Option<&FlowSnapshot> {
+        self.flows.at(self.report, self.selected)
+    }
+
+    /// The flow rows: the report's, or one per QP when merged.
+    pub fn flow_rows(&self) -> &[std::sync::Arc<FlowSnapshot>] {
+        self.flows.rows(self.report)
+    }
+}
+
 /// One view of the report.
 pub trait View: Sync {
     /// The name in the tab bar and the help.
     fn title(&self) -> &'static str;
     /// Rows the cursor moves over.
-    fn rows(&self, app: &App) -> usize;
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect);
+    fn rows(&self, screen: &Screen) -> usize;
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect);
     /// Height of a pane drawn below the view (the flow detail), 0 for none.
-    fn pane(&self, _app: &App) -> u16 {
+    fn pane(&self, _screen: &Screen) -> u16 {
         0
     }
-    fn draw_pane(&self, _frame: &mut Frame, _app: &App, _area: Rect) {}
+    fn draw_pane(&self, _frame: &mut Frame, _screen: &Screen, _area: Rect) {}
 }
 
 /// The views in tab order: the first is the home view (the filter and the detail pane act on

@@ -8,9 +8,8 @@ use ratatui::{
     widgets::{Cell, Row, Table},
 };
 
-use super::{HIGHLIGHT, MARK, View, empty, table_state, titled};
+use super::{HIGHLIGHT, MARK, Screen, View, empty, table_state, titled};
 use crate::format;
-use crate::tui::app::App;
 
 /// The Alerts view.
 pub struct Alerts;
@@ -20,20 +19,20 @@ impl View for Alerts {
         "Alerts"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        alert_rows(app).len()
+    fn rows(&self, screen: &Screen) -> usize {
+        alert_rows(screen).len()
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_alerts(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_alerts(frame, screen, area);
     }
 }
 
 /// The Alerts view's rows: alert groups by kind, worst first (crate::severity), each group's
 /// lines under it; advice is one line per host pair or observation point.
-pub(super) fn alert_rows(app: &App) -> Vec<AlertRow<'_>> {
+pub(super) fn alert_rows<'a>(screen: &Screen<'a>) -> Vec<AlertRow<'a>> {
     let mut rows = Vec::new();
-    for g in crate::severity::group_alerts(&app.snapshot.alerts) {
+    for g in crate::severity::group_alerts(&screen.report.alerts) {
         rows.push(AlertRow {
             kind: g.kind,
             severity: g.severity,
@@ -68,8 +67,8 @@ const TITLE: &str = "diagnostics by kind, problems first";
 /// Room a reason needs beside the subject; with less it goes under the subject.
 const REASON_BESIDE: usize = 40;
 
-fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
-    let rows = alert_rows(app);
+fn draw_alerts(frame: &mut Frame, screen: &Screen, area: Rect) {
+    let rows = alert_rows(screen);
     if rows.is_empty() {
         empty(
             frame,
@@ -85,11 +84,11 @@ fn draw_alerts(frame: &mut Frame, app: &App, area: Rect) {
     let heights: Vec<usize> = cells.iter().map(RowText::height).collect();
     // The area less its top border (the title) and the header row.
     let shown = tall_window(
-        app.selected,
+        screen.selected,
         &heights,
         usize::from(area.height.saturating_sub(2)),
     );
-    let selected = app.selected.saturating_sub(shown.start);
+    let selected = screen.selected.saturating_sub(shown.start);
     let plain = Style::new();
     let table_rows: Vec<Row> = shown
         .map(|i| {

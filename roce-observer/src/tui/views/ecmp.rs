@@ -8,9 +8,9 @@ use ratatui::{
     widgets::Paragraph,
 };
 
-use super::{View, draw_table, titled};
+use super::{Screen, View, draw_table, titled};
 use crate::format;
-use crate::tui::{app::App, columns::Column};
+use crate::tui::columns::Column;
 
 /// The ECMP view.
 pub struct Ecmp;
@@ -20,17 +20,17 @@ impl View for Ecmp {
         "ECMP"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        app.snapshot.ecmp.entropy.len()
+    fn rows(&self, screen: &Screen) -> usize {
+        screen.report.ecmp.entropy.len()
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_ecmp(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_ecmp(frame, screen, area);
     }
 }
 
-fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
-    let ecmp = &app.snapshot.ecmp;
+fn draw_ecmp(frame: &mut Frame, screen: &Screen, area: Rect) {
+    let ecmp = &screen.report.ecmp;
     let [top, bottom] = Layout::vertical([Constraint::Length(4), Constraint::Min(3)]).areas(area);
     let mut lines = vec![Line::from(format!(
         "measured over {}: max/mean {:.2}, Jain {:.3}",
@@ -79,6 +79,6 @@ fn draw_ecmp(frame: &mut Frame, app: &App, area: Rect) {
         bottom,
         " entropy per host pair ".into(),
         vec![pair, bytes, qps, sports, busiest],
-        app.selected,
+        screen.selected,
     );
 }

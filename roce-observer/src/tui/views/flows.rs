@@ -8,10 +8,10 @@ use ratatui::{
     widgets::{Block, Borders, Paragraph, Sparkline, Wrap},
 };
 
-use super::{MARK, View, draw_table, empty, marked, window};
+use super::{MARK, Screen, View, draw_table, empty, marked, window};
 use crate::tui::{
-    app::{App, nak_total},
     columns::Column,
+    flow_table::nak_total,
     history::{DEPTH, FlowHistory},
 };
 use crate::{
@@ -27,20 +27,20 @@ impl View for Flows {
         "Flows"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        app.order.len()
+    fn rows(&self, screen: &Screen) -> usize {
+        screen.flows.order.len()
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_flows(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_flows(frame, screen, area);
     }
 
-    fn pane(&self, app: &App) -> u16 {
-        if app.detail { 12 } else { 0 }
+    fn pane(&self, screen: &Screen) -> u16 {
+        if screen.detail { 12 } else { 0 }
     }
 
-    fn draw_pane(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_detail(frame, app, area);
+    fn draw_pane(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_detail(frame, screen, area);
     }
 }
 
@@ -55,22 +55,22 @@ fn owner_label(o: &QpOwner) -> String {
 
 /// What the flow table says while the report holds no flow: what was read instead and what to
 /// try (the advice `analyze` prints, crate::report::hint), or that nothing was read yet.
-fn no_flows(app: &App) -> String {
-    let s = &app.snapshot.summary;
-    if s.total_packets == 0 && !app.ended {
+fn no_flows(screen: &Screen) -> String {
+    let s = &screen.report.summary;
+    if s.total_packets == 0 && !screen.ended {
         return "No RoCE flow yet: no frame read so far.".into();
     }
     match crate::report::hint::no_roce(s) {
         // A replay or an interface may still bring RoCE: the advice is about what came so far.
-        Some(hint) if !app.ended => format!("So far {hint}"),
+        Some(hint) if !screen.ended => format!("So far {hint}"),
         Some(hint) => hint,
         None => "No RoCE flow yet.".into(),
     }
 }
 
-fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
-    if app.snapshot.flows.is_empty() {
-        empty(frame, area, "flows", &no_flows(app));
+fn draw_flows(frame: &mut Frame, screen: &Screen, area: Rect) {
+    if screen.report.flows.is_empty() {
+        empty(frame, area, "flows", &no_flows(screen));
         return;
     }
     let warn = |n: u64| {
@@ -91,7 +91,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     let mut pkts = Column::new("pkts", 7);
     // After a capture ends there is no current interval: the rate over each flow's active
     // time stands in, labelled (docs/metrics.md, "rate").
-    let mut rate = Column::new(if app.ended { "avg rate" } else { "rate" }, 4);
+    let mut rate = Column::new(if screen.ended { "avg rate" } else { "rate" }, 4);
     let mut gaps = Column::new("gaps/miss", 2);
     let mut retx = Column::new("retx", 3);
     let mut nak = Column::new("NAK", 2);
@@ -103,18 +103,18 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     // Wide terminals spell the direction out (`ingress`), narrow ones abbreviate it (`in`).
     let full_direction = area.width >= 150;
     // The area less its top border (the title) and the header row.
-    let resolution = app.snapshot.summary.ts_resolution_ns;
+    let resolution = screen.report.summary.ts_resolution_ns;
     let shown = window(
-        app.selected,
-        app.order.len(),
+        screen.selected,
+        screen.flows.order.len(),
         usize::from(area.height.saturating_sub(2)),
     );
-    let selected = app.selected.saturating_sub(shown.start);
-    for i in &app.order[shown] {
-        let Some(f) = app.flows().get(*i) else {
+    let selected = screen.selected.saturating_sub(shown.start);
+    for i in &screen.flows.order[shown] {
+        let Some(f) = screen.flow_rows().get(*i) else {
             continue;
         };
-        let problem = app.problem.get(*i).copied().unwrap_or(false);
+        let problem = screen.flows.problem.get(*i).copied().unwrap_or(false);
         mark.push(
             if problem { MARK } else { "" }.into(),
             Style::new().fg(Color::Red).bold(),
@@ -136,7 +136,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
         seen.push(format!("{}/{direction}{via}", f.iface), plain);
         pkts.push(format::count(f.packets), plain);
         rate.push(
-            if app.ended {
+            if screen.ended {
                 crate::derived::active_bps(f).map_or("-".into(), format::rate)
             } else {
                 format::rate(f.rate_bps)
@@ -162,30 +162,30 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
     let mut all = vec![
         mark, flow, qp, peer, seen, pkts, rate, gaps, retx, nak, cnp, ce, p50, p99,
     ];
-    if let Some(title) = app.sort.column()
+    if let Some(title) = screen.flows.sort.column()
         && let Some(c) = all.iter_mut().find(|c| c.title == title)
     {
-        c.sorted(app.ascending);
+        c.sorted(screen.flows.ascending);
     }
     // Owners come from RDMA netlink on hosts with RDMA devices; elsewhere no column.
-    if !app.snapshot.qp_owners.is_empty() {
+    if !screen.report.qp_owners.is_empty() {
         all.push(process);
     }
     let mut title = format!(
         " flows by {}{} (s/S to change) ",
-        app.sort.name(),
-        if app.ascending {
+        screen.flows.sort.name(),
+        if screen.flows.ascending {
             ", smallest first"
         } else {
             ""
         }
     );
-    if app.merged {
+    if screen.flows.merged {
         title.push_str("one row per QP (m to split) ");
     }
-    if !app.filter.is_empty() {
-        title.push_str(&format!("matching \"{}\" ", app.filter));
-        if app.order.is_empty() {
+    if !screen.flows.filter.is_empty() {
+        title.push_str(&format!("matching \"{}\" ", screen.flows.filter));
+        if screen.flows.order.is_empty() {
             title.push_str(&format!("{MARK}no match (esc clears) "));
         }
     }
@@ -193,7 +193,7 @@ fn draw_flows(frame: &mut Frame, app: &App, area: Rect) {
 }
 
 /// The selected flow's series over the last intervals, one row each: label, then a sparkline.
-fn draw_charts(frame: &mut Frame, app: &App, f: &FlowSnapshot, h: &FlowHistory, area: Rect) {
+fn draw_charts(frame: &mut Frame, screen: &Screen, f: &FlowSnapshot, h: &FlowHistory, area: Rect) {
     let ce_cnp: Vec<u64> =
         h.ce.last(DEPTH)
             .iter()
@@ -202,7 +202,7 @@ fn draw_charts(frame: &mut Frame, app: &App, f: &FlowSnapshot, h: &FlowHistory, 
             .collect();
     // After the input ended the last interval is empty: the flow's average over its active
     // time, labelled, instead of `0 b/s`.
-    let rate_label = match (app.ended, crate::derived::active_bps(f)) {
+    let rate_label = match (screen.ended, crate::derived::active_bps(f)) {
         (true, Some(avg)) => format!("avg {}", format::rate(avg)),
         _ => format!(
             "rate {}",
@@ -241,7 +241,7 @@ fn draw_charts(frame: &mut Frame, app: &App, f: &FlowSnapshot, h: &FlowHistory, 
     for (((label, values, color), row), max_text) in rows.into_iter().zip(areas.iter()).zip(maxima)
     {
         // The scale: the largest sample shown (a stub first interval excluded), labelled.
-        let peak = app.history.peak(&values);
+        let peak = screen.history.peak(&values);
         let scale = format!(" max {}", max_text(peak));
         let [name, chart, max] = Layout::horizontal([
             Constraint::Length(20),
@@ -267,20 +267,20 @@ fn draw_charts(frame: &mut Frame, app: &App, f: &FlowSnapshot, h: &FlowHistory, 
     }
 }
 
-fn draw_detail(frame: &mut Frame, app: &App, area: Rect) {
+fn draw_detail(frame: &mut Frame, screen: &Screen, area: Rect) {
     let block = Block::new()
         .borders(Borders::TOP)
         .title(" detail (per interval) ");
-    let Some(f) = app.selected_flow() else {
+    let Some(f) = screen.selected_flow() else {
         frame.render_widget(Paragraph::new("no flow selected").block(block), area);
         return;
     };
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let [charts, area] = Layout::vertical([Constraint::Length(4), Constraint::Min(0)]).areas(inner);
-    let lat = |v| format::latency(v, app.snapshot.summary.ts_resolution_ns);
-    if let Some(h) = app.history.of(f, app.merged) {
-        draw_charts(frame, app, f, &h, charts);
+    let lat = |v| format::latency(v, screen.report.summary.ts_resolution_ns);
+    if let Some(h) = screen.history.of(f, screen.flows.merged) {
+        draw_charts(frame, screen, f, &h, charts);
     }
     let opcodes = f
         .opcodes

@@ -6,9 +6,9 @@ use ratatui::{
     style::{Color, Style},
 };
 
-use super::{View, draw_table, empty, marked};
+use super::{Screen, View, draw_table, empty, marked};
 use crate::format;
-use crate::tui::{app::App, columns::Column};
+use crate::tui::columns::Column;
 
 /// The Mirrors view.
 pub struct Mirror;
@@ -18,21 +18,21 @@ impl View for Mirror {
         "Mirrors"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        app.snapshot.mirror.len()
+    fn rows(&self, screen: &Screen) -> usize {
+        screen.report.mirror.len()
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_mirror(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_mirror(frame, screen, area);
     }
 }
 
-fn draw_mirror(frame: &mut Frame, app: &App, area: Rect) {
+fn draw_mirror(frame: &mut Frame, screen: &Screen, area: Rect) {
     let title = format!(
         "switch-mirror sessions: frames lost on the mirror path {}",
-        app.snapshot.summary.mirror_seq_lost
+        screen.report.summary.mirror_seq_lost
     );
-    if app.snapshot.mirror.is_empty() {
+    if screen.report.mirror.is_empty() {
         empty(
             frame,
             area,
@@ -50,7 +50,7 @@ fn draw_mirror(frame: &mut Frame, app: &App, area: Rect) {
     let mut late = Column::new("late", 1);
     let mut resyncs = Column::new("resyncs", 3);
     let mut seen = Column::new("seen", 4);
-    for m in &app.snapshot.mirror {
+    for m in &screen.report.mirror {
         let seq = |n: u64| {
             if m.sequenced {
                 n.to_string()
@@ -76,6 +76,6 @@ fn draw_mirror(frame: &mut Frame, app: &App, area: Rect) {
         area,
         format!(" {title} "),
         vec![source, to, frames, lost, late, resyncs, seen],
-        app.selected,
+        screen.selected,
     );
 }

@@ -6,9 +6,9 @@ use ratatui::{
     style::{Color, Style},
 };
 
-use super::{View, draw_table, empty};
+use super::{Screen, View, draw_table, empty};
 use crate::format;
-use crate::tui::{app::App, columns::Column};
+use crate::tui::columns::Column;
 
 /// The NIC view.
 pub struct Nic;
@@ -18,18 +18,18 @@ impl View for Nic {
         "NIC"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        crate::tui::app::nic_rows(&app.snapshot).len()
+    fn rows(&self, screen: &Screen) -> usize {
+        crate::report::nic::nic_rows(screen.report).len()
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_nic(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_nic(frame, screen, area);
     }
 }
 
-fn draw_nic(frame: &mut Frame, app: &App, area: Rect) {
+fn draw_nic(frame: &mut Frame, screen: &Screen, area: Rect) {
     const TITLE: &str = "NIC counters per interval (hw_counters, ethtool -S)";
-    if app.snapshot.nic.is_empty() {
+    if screen.report.nic.is_empty() {
         empty(
             frame,
             area,
@@ -46,7 +46,7 @@ fn draw_nic(frame: &mut Frame, app: &App, area: Rect) {
     let mut delta = Column::new("interval", 2);
     let mut total = Column::new("total", 3);
     let mut meaning = Column::new("meaning", 4).fill();
-    for r in crate::tui::app::nic_rows(&app.snapshot) {
+    for r in crate::report::nic::nic_rows(screen.report) {
         let changed = if r.counter.delta > 0 {
             Style::new().fg(Color::Yellow)
         } else {
@@ -64,6 +64,6 @@ fn draw_nic(frame: &mut Frame, app: &App, area: Rect) {
         area,
         format!(" {TITLE} "),
         vec![port, name, per_s, delta, total, meaning],
-        app.selected,
+        screen.selected,
     );
 }

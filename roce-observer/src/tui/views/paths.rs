@@ -2,9 +2,9 @@
 
 use ratatui::{Frame, layout::Rect, style::Style};
 
-use super::{View, draw_table, empty, warn};
+use super::{Screen, View, draw_table, empty, warn};
 use crate::format;
-use crate::tui::{app::App, columns::Column};
+use crate::tui::columns::Column;
 
 /// The Paths view.
 pub struct Paths;
@@ -14,17 +14,17 @@ impl View for Paths {
         "Paths"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        app.snapshot.paths.len()
+    fn rows(&self, screen: &Screen) -> usize {
+        screen.report.paths.len()
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_paths(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_paths(frame, screen, area);
     }
 }
 
-fn draw_paths(frame: &mut Frame, app: &App, area: Rect) {
-    let paths = &app.snapshot.paths;
+fn draw_paths(frame: &mut Frame, screen: &Screen, area: Rect) {
+    let paths = &screen.report.paths;
     if paths.is_empty() {
         empty(
             frame,
@@ -85,6 +85,6 @@ fn draw_paths(frame: &mut Frame, app: &App, area: Rect) {
         area,
         " where was it lost: request PSNs seen upstream, missing downstream (lost) ".into(),
         vec![flow, hop, missing, both, unseen, psns],
-        app.selected,
+        screen.selected,
     );
 }

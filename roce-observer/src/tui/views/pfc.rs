@@ -6,10 +6,9 @@ use ratatui::{
     style::{Color, Style},
 };
 
-use super::{HEADER_TREND, View, draw_table};
+use super::{HEADER_TREND, Screen, View, draw_table};
 use crate::format;
 use crate::tui::{
-    app::App,
     columns::Column,
     history::{bars, pfc_id},
 };
@@ -22,16 +21,16 @@ impl View for Pfc {
         "PFC"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        app.snapshot.pfc.len()
+    fn rows(&self, screen: &Screen) -> usize {
+        screen.report.pfc.len()
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_pfc(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_pfc(frame, screen, area);
     }
 }
 
-fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
+fn draw_pfc(frame: &mut Frame, screen: &Screen, area: Rect) {
     let plain = Style::new();
     let mut iface = Column::new("interface", 1);
     let mut mac = Column::new("source MAC", 0);
@@ -43,8 +42,8 @@ fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
     let mut fraction = Column::new("fraction", 1);
     let mut storm = Column::new("storm", 0);
     let mut trend = Column::new("paused per interval", 3);
-    for p in &app.snapshot.pfc {
-        let series = app.history.pfc_paused_us.get(&pfc_id(p));
+    for p in &screen.report.pfc {
+        let series = screen.history.pfc_paused_us.get(&pfc_id(p));
         trend.push(
             series.map_or(String::new(), |s| {
                 format!(
@@ -71,7 +70,7 @@ fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
     }
     let title = format!(
         " PFC / PAUSE per source and priority (quanta at {} Gb/s) ",
-        app.snapshot.summary.link_gbps
+        screen.report.summary.link_gbps
     );
     draw_table(
         frame,
@@ -80,6 +79,6 @@ fn draw_pfc(frame: &mut Frame, app: &App, area: Rect) {
         vec![
             iface, mac, prio, xoff, xon, quanta, paused, fraction, trend, storm,
         ],
-        app.selected,
+        screen.selected,
     );
 }

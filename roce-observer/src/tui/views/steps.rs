@@ -8,11 +8,8 @@ use ratatui::{
     widgets::{Paragraph, Table},
 };
 
-use super::{View, draw_table, empty, titled, warn};
-use crate::tui::{
-    app::App,
-    columns::{self, Column},
-};
+use super::{Screen, View, draw_table, empty, titled, warn};
+use crate::tui::columns::{self, Column};
 use crate::{format, report::StepsSnapshot};
 
 /// The Steps view.
@@ -23,20 +20,21 @@ impl View for Steps {
         "Steps"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        app.snapshot
+    fn rows(&self, screen: &Screen) -> usize {
+        screen
+            .report
             .steps
             .as_ref()
             .map_or(0, |s| s.stragglers.len())
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_steps(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_steps(frame, screen, area);
     }
 }
 
-fn draw_steps(frame: &mut Frame, app: &App, area: Rect) {
-    let Some(st) = &app.snapshot.steps else {
+fn draw_steps(frame: &mut Frame, screen: &Screen, area: Rect) {
+    let Some(st) = &screen.report.steps else {
         empty(
             frame,
             area,
@@ -81,7 +79,7 @@ fn draw_steps(frame: &mut Frame, app: &App, area: Rect) {
         summary,
     );
     draw_recent(frame, st, recent, !wide);
-    draw_stragglers(frame, app, st, stragglers);
+    draw_stragglers(frame, screen, st, stragglers);
 }
 
 /// The last steps, newest first (the narrow layout keeps the newest that fit).
@@ -115,7 +113,7 @@ fn draw_recent(frame: &mut Frame, st: &StepsSnapshot, area: Rect, narrow: bool) 
     );
 }
 
-fn draw_stragglers(frame: &mut Frame, app: &App, st: &StepsSnapshot, area: Rect) {
+fn draw_stragglers(frame: &mut Frame, screen: &Screen, st: &StepsSnapshot, area: Rect) {
     let plain = Style::new();
     let mut flow = Column::new("flow", 0);
     let mut point = Column::new("at", 3);
@@ -157,6 +155,6 @@ fn draw_stragglers(frame: &mut Frame, app: &App, st: &StepsSnapshot, area: Rect)
         area,
         title.into(),
         vec![flow, late, lag, ce, cnp, retx, naks, pause, point],
-        app.selected,
+        screen.selected,
     );
 }

@@ -8,8 +8,8 @@ use ratatui::{
     widgets::Paragraph,
 };
 
-use super::{View, after, draw_table, empty, titled};
-use crate::tui::{app::App, columns::Column};
+use super::{Screen, View, after, draw_table, empty, titled};
+use crate::tui::columns::Column;
 use crate::{format, report::PfcRef};
 
 /// The Storm view.
@@ -20,15 +20,16 @@ impl View for Storm {
         "Storm"
     }
 
-    fn rows(&self, app: &App) -> usize {
-        app.snapshot
+    fn rows(&self, screen: &Screen) -> usize {
+        screen
+            .report
             .pfc_origin
             .as_ref()
             .map_or(0, |o| o.sources.len())
     }
 
-    fn draw(&self, frame: &mut Frame, app: &App, area: Rect) {
-        draw_storm(frame, app, area);
+    fn draw(&self, frame: &mut Frame, screen: &Screen, area: Rect) {
+        draw_storm(frame, screen, area);
     }
 }
 
@@ -42,8 +43,8 @@ fn source_label(r: &PfcRef) -> String {
     )
 }
 
-fn draw_storm(frame: &mut Frame, app: &App, area: Rect) {
-    let Some(o) = &app.snapshot.pfc_origin else {
+fn draw_storm(frame: &mut Frame, screen: &Screen, area: Rect) {
+    let Some(o) = &screen.report.pfc_origin else {
         empty(
             frame,
             area,
@@ -121,6 +122,6 @@ fn draw_storm(frame: &mut Frame, app: &App, area: Rect) {
         table,
         " pause sources by first XOFF, and who paused whom ".into(),
         vec![order, source, point, prio, xoff, fraction, by, storm],
-        app.selected,
+        screen.selected,
     );
 }
