@@ -15,15 +15,16 @@ use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
     flow::{Compact, FlowKey4, FlowKey6, POINT_MIRROR},
     latency::{LatencyHist, PendingKey, PendingValue},
+    lossless::{LosslessKey, LosslessState},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
-    observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
+    observe::{Entry, Flows, LosslessConfig, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, MIRRORS, PENDING, PFC, SCRATCH,
-    SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_PFC, count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, LOSSLESS, MIRRORS, PENDING, PFC,
+    SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_LOSSLESS, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -70,6 +71,23 @@ static STAGE: u8 = 0;
 /// the loader. Frozen .rodata: the verifier drops the branch not taken.
 #[unsafe(no_mangle)]
 static RUNS: u8 = 1;
+
+/// Lossless class (roce-observer-common/src/lossless.rs): 0 keeps no state; the lossless DSCP
+/// and PCP; 1 when loads are judged (a link speed is known); the link speed in kb/s (pause
+/// ends); the monotonic clock's offset from the epoch modulo the load interval. Set by the
+/// loader; frozen .rodata, so with LOSSLESS or LOSSLESS_LOAD 0 the verifier drops that work.
+#[unsafe(no_mangle)]
+static LOSSLESS_ON: u8 = 1;
+#[unsafe(no_mangle)]
+static LOSSLESS_DSCP: u8 = 26;
+#[unsafe(no_mangle)]
+static LOSSLESS_PCP: u8 = 3;
+#[unsafe(no_mangle)]
+static LOSSLESS_LOAD: u8 = 0;
+#[unsafe(no_mangle)]
+static LINK_KBPS: u64 = 100_000_000;
+#[unsafe(no_mangle)]
+static LOAD_PHASE_NS: u64 = 0;
 
 #[inline(always)]
 fn global<T: Copy>(v: &'static T) -> T {
@@ -381,6 +399,33 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     #[inline(always)]
     fn count(&mut self, counter: Counter, direction: u8) {
         count(counter, direction);
+    }
+
+    #[inline(always)]
+    fn lossless_config(&self) -> LosslessConfig {
+        LosslessConfig {
+            on: global(&LOSSLESS_ON) != 0,
+            dscp: global(&LOSSLESS_DSCP),
+            pcp: global(&LOSSLESS_PCP),
+            load: global(&LOSSLESS_LOAD) != 0,
+            link_kbps: global(&LINK_KBPS),
+            phase_ns: global(&LOAD_PHASE_NS),
+        }
+    }
+
+    #[inline(always)]
+    fn lossless(&mut self, key: &LosslessKey) -> Option<&'static mut LosslessState> {
+        if let Some(st) = LOSSLESS.get_ptr_mut(key) {
+            // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
+            return Some(unsafe { &mut *st });
+        }
+        let zero = ZERO_LOSSLESS.get_ptr(0)?;
+        // SAFETY: `zero` points at a live per-CPU array value of the right type. Another CPU
+        // may make it in between (EEXIST): then it is there to look up.
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        let _ = LOSSLESS.insert(key, unsafe { &*zero }, BPF_NOEXIST);
+        // SAFETY: as above.
+        LOSSLESS.get_ptr_mut(key).map(|st| unsafe { &mut *st })
     }
 
     #[inline(always)]

@@ -11,8 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use roce_observer_common::{
-    FlowKey, FlowStats, PfcKey,
+    Event, EventBody, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
+    lossless::LosslessState,
     flow::PCP_UNTAGGED,
     pfc::PRIORITY_LINK,
 };
@@ -27,8 +28,9 @@ use crate::report::{
     Snapshot,
 };
 
-/// Length of the load intervals the data rate of a point and priority is measured over.
-pub const LOAD_INTERVAL_NS: u64 = 10_000_000;
+/// Length of the load intervals the data rate of a point and priority is measured over (the
+/// kernel programs' too).
+pub use roce_observer_common::lossless::LOAD_INTERVAL_NS;
 
 /// A marked interval below this fraction of the link is marked at low load.
 pub const LOW_LOAD: f64 = 0.5;
@@ -161,6 +163,11 @@ struct Point {
     span: Option<Span>,
     /// The last closed span longer than the storm window.
     long_span: Option<Span>,
+    /// Kernel path: the start of the last closed episode and the index of the last closed
+    /// marked interval taken from an event (a second event for the same one, from two CPUs
+    /// closing it at once, is dropped; the map's open ones count only when newer).
+    closed_episode: Option<u64>,
+    closed_load: Option<u64>,
 }
 
 impl Point {
@@ -229,6 +236,9 @@ impl Point {
 #[derive(Clone, Debug, Default)]
 pub struct Lossless {
     points: BTreeMap<PointKey, Point>,
+    /// Kernel path: the programs keep the episodes, loads and counts (`kernel_*`); a pause
+    /// here only makes spans.
+    kernel: bool,
     /// The lossless DSCP and PCP, from the first pause (which brings the configuration): the
     /// kernel path's data reads come without it, and before a pause there is no span to note
     /// data in.
@@ -319,7 +329,7 @@ impl Lossless {
         let window = cfg.storm_window_ns;
         let p = self.points.entry((point, priority)).or_default();
         let until = ts.saturating_add(pause_ns);
-        if pause_ns > 0 {
+        if pause_ns > 0 && !self.kernel {
             p.signal(ts, true, until);
         }
         match p.span.as_mut() {
@@ -341,6 +351,72 @@ impl Lossless {
                 }
             }
         }
+    }
+
+    /// Kernel path: the programs keep the episodes, load intervals and counts from now on.
+    pub fn from_kernel(&mut self) {
+        self.kernel = true;
+    }
+
+    /// Kernel path: a closed congestion episode at `point` and `prio` (times since the epoch).
+    pub fn kernel_episode(
+        &mut self,
+        (point, prio): PointKey,
+        start: u64,
+        last: u64,
+        first_mark: Option<u64>,
+        first_xoff: Option<u64>,
+    ) {
+        let p = self.points.entry((point, prio)).or_default();
+        if p.closed_episode.is_some_and(|c| start <= c) {
+            return;
+        }
+        p.counts.add(&Episode {
+            start,
+            last,
+            first_mark,
+            first_xoff,
+        });
+        p.closed_episode = Some(start);
+        if p.episode.is_some_and(|e| e.start <= start) {
+            p.episode = None;
+        }
+    }
+
+    /// Kernel path: a closed load interval with CE marks at `point` and `prio`, from `start`
+    /// (since the epoch).
+    pub fn kernel_load(&mut self, key: PointKey, start: u64, bytes: u64, ce: u64, link_gbps: f64) {
+        let p = self.points.entry(key).or_default();
+        let idx = start / LOAD_INTERVAL_NS;
+        if p.closed_load.is_some_and(|c| idx <= c) {
+            return;
+        }
+        p.load.close((idx, bytes, ce), link_gbps);
+        p.closed_load = Some(idx);
+        if p.load.current.is_some_and(|c| c.0 <= idx) {
+            p.load.current = None;
+        }
+    }
+
+    /// Kernel path: a point's map entry as read (times since the epoch, `load_slot` the
+    /// interval index since the epoch + 1): its counts, open episode and current interval.
+    pub fn kernel_state(&mut self, key: PointKey, st: &LosslessState) {
+        let p = self.points.entry(key).or_default();
+        (p.ce, p.cnp, p.ect_data) = (st.ce, st.cnp, st.ect_data);
+        let some = |t: u64| (t != 0).then_some(t);
+        p.episode = some(st.ep_start)
+            .filter(|&s| p.closed_episode.is_none_or(|c| s > c))
+            .map(|start| Episode {
+                start,
+                last: st.ep_last,
+                first_mark: some(st.ep_first_mark),
+                first_xoff: some(st.ep_first_xoff),
+            });
+        p.load.current = st
+            .load_slot
+            .checked_sub(1)
+            .filter(|&i| st.load_slot != 0 && p.closed_load.is_none_or(|c| i > c))
+            .map(|i| (i, st.load_bytes, st.load_ce));
     }
 
     /// The findings as of `now`. `name` gives a point's name; `flows` is, per flow (source
@@ -616,6 +692,21 @@ type FlowId = ([u8; 16], [u8; 16], u32);
 #[derive(Default)]
 pub struct LosslessAnalysis {
     state: Lossless,
+    /// Kernel path: the link speed the marked intervals' loads are taken against.
+    link_gbps: f64,
+}
+
+impl LosslessAnalysis {
+    /// Kernel path: the programs keep episodes, loads and counts (`cfg`: the engine's).
+    pub fn from_kernel(&mut self, cfg: &EngineConfig) {
+        self.state.from_kernel();
+        self.link_gbps = cfg.link_gbps;
+    }
+
+    /// Kernel path: one map entry as read.
+    pub fn kernel_state(&mut self, ifindex: u32, priority: u8, st: &LosslessState) {
+        self.state.kernel_state((ifindex, priority), st);
+    }
 }
 
 impl Analysis for LosslessAnalysis {
@@ -633,6 +724,34 @@ impl Analysis for LosslessAnalysis {
     fn pause(&mut self, cfg: &EngineConfig, key: &PfcKey, ts: u64, _quanta: u16, pause_ns: u64) {
         self.state
             .pause(ts, key.ifindex, key.priority, pause_ns, cfg);
+    }
+
+    /// Kernel path: closed episodes and marked load intervals.
+    fn event(&mut self, ev: &Event, body: &EventBody, _from_capture: bool) {
+        match *body {
+            EventBody::LosslessEpisode {
+                ifindex,
+                priority,
+                last,
+                first_mark,
+                first_xoff,
+            } => self.state.kernel_episode(
+                (ifindex, priority),
+                ev.ts_ns,
+                last,
+                first_mark,
+                first_xoff,
+            ),
+            EventBody::LosslessLoad {
+                ifindex,
+                priority,
+                bytes,
+                ce,
+            } => self
+                .state
+                .kernel_load((ifindex, priority), ev.ts_ns, bytes, ce, self.link_gbps),
+            _ => {}
+        }
     }
 
     /// Kernel path: a changed flow record's open data run ends at its latest data packet,
