@@ -105,7 +105,14 @@ impl LosslessState {
     /// (`phase`: the monotonic clock's offset from the epoch, modulo [`LOAD_INTERVAL_NS`]).
     /// The interval it ends goes to `close` first when it had CE marks.
     #[inline(always)]
-    pub fn load(&mut self, t: u64, phase: u64, bytes: u64, ce: bool, close: impl FnOnce(&Self) -> bool) {
+    pub fn load(
+        &mut self,
+        t: u64,
+        phase: u64,
+        bytes: u64,
+        ce: bool,
+        close: impl FnOnce(&Self) -> bool,
+    ) {
         let slot = t.wrapping_add(phase) / LOAD_INTERVAL_NS + 1;
         if self.load_slot != slot {
             if self.load_ce != 0 && !close(self) {
@@ -164,7 +171,10 @@ mod tests {
                 true
             });
         }
-        (closed, [s.ep_start, s.ep_last, s.ep_first_mark, s.ep_first_xoff])
+        (
+            closed,
+            [s.ep_start, s.ep_last, s.ep_first_mark, s.ep_first_xoff],
+        )
     }
 
     #[test]
@@ -187,7 +197,13 @@ mod tests {
         let mut s = LosslessState::zeroed();
         let mut closed = Vec::new();
         // Phase 3 ms: the interval of t = 6 ms ends at 7 ms.
-        for (t, ce) in [(MS, false), (6 * MS, true), (7 * MS, false), (16 * MS, false), (17 * MS, true)] {
+        for (t, ce) in [
+            (MS, false),
+            (6 * MS, true),
+            (7 * MS, false),
+            (16 * MS, false),
+            (17 * MS, true),
+        ] {
             s.load(t, 3 * MS, 100, ce, |s| {
                 closed.push((s.load_slot - 1, s.load_bytes, s.load_ce));
                 true

@@ -306,7 +306,16 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
             let now = on_pfc(t, ifindex, direction, src_mac, class_enable, &body);
             let lossless = t.lossless_config();
             if lossless.on {
-                lossless_xoffs(t, &mut scratch.lossless, &lossless, ifindex, direction, class_enable, &body, now);
+                lossless_xoffs(
+                    t,
+                    &mut scratch.lossless,
+                    &lossless,
+                    ifindex,
+                    direction,
+                    class_enable,
+                    &body,
+                    now,
+                );
             }
         }
         Frame::Pause { src_mac, quanta } => {
@@ -774,7 +783,9 @@ fn lossless_packet<T: Tables>(
     if cnp {
         crate::atomic::add(&mut st.cnp, 1);
         st.signal(now, false, now, |st| {
-            t.emit(direction, st.ep_start, |ev| ev.set_lossless_episode(lkey, st))
+            t.emit(direction, st.ep_start, |ev| {
+                ev.set_lossless_episode(lkey, st)
+            })
         });
         return;
     }
@@ -785,7 +796,9 @@ fn lossless_packet<T: Tables>(
     if ce {
         crate::atomic::add(&mut st.ce, 1);
         st.signal(now, false, now, |st| {
-            t.emit(direction, st.ep_start, |ev| ev.set_lossless_episode(lkey, st))
+            t.emit(direction, st.ep_start, |ev| {
+                ev.set_lossless_episode(lkey, st)
+            })
         });
     }
     if cfg.load {
@@ -802,7 +815,10 @@ fn lossless_packet<T: Tables>(
 /// Lossless class: the XOFFs of one PFC frame at `now`, a congestion signal each on its
 /// priority until its pause ends (XONs are none).
 #[inline(always)]
-#[expect(clippy::too_many_arguments, reason = "the frame's fields apart, for the stack")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the frame's fields apart, for the stack"
+)]
 fn lossless_xoffs<T: Tables>(
     t: &mut T,
     lkey: &mut LosslessKey,

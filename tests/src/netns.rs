@@ -149,6 +149,17 @@ impl VethNs {
     /// deadline (absolute, so a late frame does not delay the rest: tcpreplay's relative
     /// delays drifted by 60% on a busy machine). Returns how many went out more than 1 ms late.
     pub fn send_timed(&self, frames: &[(u64, &str, &[u8])]) -> anyhow::Result<usize> {
+        self.send_timed_aligned(frames, None)
+    }
+
+    /// [`VethNs::send_timed`], with time 0 at a wall-clock (CLOCK_REALTIME) time that is
+    /// `phase` ns past a multiple of `period` ns (`align`), e.g. where a capture's first frame
+    /// sat in its 10 ms load interval.
+    pub fn send_timed_aligned(
+        &self,
+        frames: &[(u64, &str, &[u8])],
+        align: Option<(u64, u64)>,
+    ) -> anyhow::Result<usize> {
         use std::os::fd::AsRawFd as _;
         let netns = std::fs::File::open(format!("/run/netns/{}", self.name))?;
         std::thread::scope(|scope| {
@@ -165,7 +176,7 @@ impl VethNs {
                     let param = libc::sched_param { sched_priority: 50 };
                     // SAFETY: sets the calling thread's policy; `param` is valid.
                     let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-                    send_from_here(frames)
+                    send_from_here(frames, align)
                 })
                 .join()
                 .map_err(|_| anyhow::anyhow!("sender thread panicked"))?
@@ -350,12 +361,22 @@ impl VethNs {
 }
 
 /// [`VethNs::send_timed`]'s sending, in the calling thread's namespace.
-fn send_from_here(frames: &[(u64, &str, &[u8])]) -> anyhow::Result<usize> {
+fn send_from_here(
+    frames: &[(u64, &str, &[u8])],
+    align: Option<(u64, u64)>,
+) -> anyhow::Result<usize> {
     // SAFETY: plain syscalls with valid arguments; the socket is closed below.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
     anyhow::ensure!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
     let mut addrs: std::collections::HashMap<&str, libc::sockaddr_ll> = Default::default();
-    let start = Instant::now() + Duration::from_millis(20);
+    let mut start = Instant::now() + Duration::from_millis(20);
+    if let Some((period, phase)) = align {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos() as u64
+            + 20_000_000;
+        start += Duration::from_nanos((phase % period + period - wall % period) % period);
+    }
     let mut late = 0;
     let mut result = Ok(());
     for &(at, dev, frame) in frames {

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use roce_observer_common::{
     Event, EventBody, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
-    lossless::LosslessState,
     flow::PCP_UNTAGGED,
+    lossless::LosslessState,
     pfc::PRIORITY_LINK,
 };
 

@@ -251,10 +251,9 @@ impl KernelSource {
     /// interval index since the epoch + 1 (the programs align intervals to the epoch, so the
     /// monotonic index is off by a whole number of intervals).
     pub fn read_lossless(&self) -> Result<Vec<(LosslessKey, LosslessState)>, KernelError> {
-        let lossless = HashMap::<&MapData, LosslessKey, LosslessState>::try_from(map(
-            self, "LOSSLESS",
-        )?)
-        .map_err(map_error("LOSSLESS"))?;
+        let lossless =
+            HashMap::<&MapData, LosslessKey, LosslessState>::try_from(map(self, "LOSSLESS")?)
+                .map_err(map_error("LOSSLESS"))?;
         let offset = self.epoch_offset_ns;
         let epoch = |t: &mut u64| {
             if *t != 0 {
