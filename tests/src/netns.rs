@@ -149,16 +149,17 @@ impl VethNs {
     /// deadline (absolute, so a late frame does not delay the rest: tcpreplay's relative
     /// delays drifted by 60% on a busy machine). Returns how many went out more than 1 ms late.
     pub fn send_timed(&self, frames: &[(u64, &str, &[u8])]) -> anyhow::Result<usize> {
-        self.send_timed_aligned(frames, None)
+        self.send_timed_aligned(frames, None, Duration::from_millis(1))
     }
 
     /// [`VethNs::send_timed`], with time 0 at a wall-clock (CLOCK_REALTIME) time that is
     /// `phase` ns past a multiple of `period` ns (`align`), e.g. where a capture's first frame
-    /// sat in its 10 ms load interval.
+    /// sat in its 10 ms load interval; returns how many went out more than `late_after` late.
     pub fn send_timed_aligned(
         &self,
         frames: &[(u64, &str, &[u8])],
         align: Option<(u64, u64)>,
+        late_after: Duration,
     ) -> anyhow::Result<usize> {
         use std::os::fd::AsRawFd as _;
         let netns = std::fs::File::open(format!("/run/netns/{}", self.name))?;
@@ -176,7 +177,7 @@ impl VethNs {
                     let param = libc::sched_param { sched_priority: 50 };
                     // SAFETY: sets the calling thread's policy; `param` is valid.
                     let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-                    send_from_here(frames, align)
+                    send_from_here(frames, align, late_after)
                 })
                 .join()
                 .map_err(|_| anyhow::anyhow!("sender thread panicked"))?
@@ -364,6 +365,7 @@ impl VethNs {
 fn send_from_here(
     frames: &[(u64, &str, &[u8])],
     align: Option<(u64, u64)>,
+    late_after: Duration,
 ) -> anyhow::Result<usize> {
     // SAFETY: plain syscalls with valid arguments; the socket is closed below.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
@@ -403,7 +405,7 @@ fn send_from_here(
             while Instant::now() < due {
                 std::hint::spin_loop();
             }
-        } else if Instant::now() - due > Duration::from_millis(1) {
+        } else if Instant::now() - due > late_after {
             late += 1;
         }
         // SAFETY: `frame` and `addr` are valid for the lengths given.

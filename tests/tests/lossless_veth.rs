@@ -100,11 +100,15 @@ fn a_pause_loop_while_data_passes_is_a_storm_on_the_kernel_path() {
 /// fixtures' tightest spacing at an interval edge is 400 us).
 const ALIGN_SLACK_NS: u64 = 50_000;
 const LOAD_INTERVAL_NS: u64 = 10_000_000;
+/// Later than this, a frame may have left its interval (400 us spacing, less the slack).
+const LATE_NS: u64 = 300_000;
 
 /// The single-interface fixture `name` sent out of one end of a pair at its capture times, its
 /// first frame as far into a 10 ms interval of the wall clock as in the capture (plus
 /// [`ALIGN_SLACK_NS`]), with `run -i` on the other end. Returns that end's name, `run`'s
-/// final document and `analyze`'s of the fixture.
+/// final document and `analyze`'s of the fixture. A frame sent late could land in the next
+/// load interval (or episode) and make the two differ for a reason that is not the observer's:
+/// such a replay is made again, up to three times in all.
 fn through_one_pair(name: &str) -> (String, Value, Value) {
     let (_, path, expected) = fixtures()
         .into_iter()
@@ -113,27 +117,33 @@ fn through_one_pair(name: &str) -> (String, Value, Value) {
     let args = fixture_args(&expected);
     let analyzed = analyze_json(&path, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let frames = roce_observer_tools::read_points(&path).expect("fixture reads");
-    let ns = VethNs::new().expect("namespace with a veth pair");
-    let mut run = vec!["-i", &ns.b, "--json", "--interval", "0.2"];
-    run.extend(args.iter().map(String::as_str));
-    let observer = Observer::start(&ns, &run).expect("observer attaches");
     let t0 = frames.first().map_or(0, |f| f.0);
-    let timed: Vec<(u64, &str, &[u8])> = frames
-        .iter()
-        .map(|(ts, _, bytes)| (ts - t0, ns.a.as_str(), bytes.as_slice()))
-        .collect();
     let phase = t0 % LOAD_INTERVAL_NS + ALIGN_SLACK_NS;
-    let late = ns
-        .send_timed_aligned(&timed, Some((LOAD_INTERVAL_NS, phase)))
-        .expect("send the frames");
-    eprintln!(
-        "{name}: frames sent more than 1 ms late: {late} of {}",
-        frames.len()
-    );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let out = observer.stop().expect("observer stops cleanly");
-    let doc = serde_json::from_str(&out).expect("run --json output parses");
-    (ns.b.clone(), doc, analyzed)
+    let late_after = std::time::Duration::from_nanos(LATE_NS);
+    for attempt in 1..=3 {
+        let ns = VethNs::new().expect("namespace with a veth pair");
+        let mut run = vec!["-i", &ns.b, "--json", "--interval", "0.2"];
+        run.extend(args.iter().map(String::as_str));
+        let observer = Observer::start(&ns, &run).expect("observer attaches");
+        let timed: Vec<(u64, &str, &[u8])> = frames
+            .iter()
+            .map(|(ts, _, bytes)| (ts - t0, ns.a.as_str(), bytes.as_slice()))
+            .collect();
+        let late = ns
+            .send_timed_aligned(&timed, Some((LOAD_INTERVAL_NS, phase)), late_after)
+            .expect("send the frames");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let out = observer.stop().expect("observer stops cleanly");
+        eprintln!(
+            "{name}, replay {attempt}: frames sent more than {LATE_NS} ns late: {late} of {}",
+            frames.len()
+        );
+        if late == 0 {
+            let doc = serde_json::from_str(&out).expect("run --json output parses");
+            return (ns.b.clone(), doc, analyzed);
+        }
+    }
+    panic!("{name}: every replay sent frames late: no comparison is possible on this machine now");
 }
 
 /// The `pfc_before_ecn` and `ecn_at_low_load` findings of a document.
