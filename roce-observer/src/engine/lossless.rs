@@ -833,4 +833,144 @@ mod tests {
         // Tagged data travels on its PCP.
         assert!(ring(|l| l.data_at(300 * MS, 3, 3, 0)).is_empty());
     }
+
+    /// One point's traffic, as the capture path sees it (`packet`, `pause`) and as the kernel
+    /// programs keep it (the shared `LosslessState` steps, their events and the map read at
+    /// the end): the findings must be the same. Per 50 ms for 12 rounds: ECT data of priority
+    /// 3 every 1 ms (1,000 B: under 1% of the 1 Gb/s link), an XOFF at +1 ms (pausing 0.512
+    /// ms), CE marks at +2..+2.4 ms; ECT data of priority 5 (DSCP 40) at +35 ms; in every third
+    /// round a CNP at +30 ms and an XOFF of priority 5 at +31 ms.
+    fn both_paths(link_known: bool) -> (Vec<LosslessFinding>, Vec<LosslessFinding>) {
+        let cfg = EngineConfig {
+            link_gbps: 0.001 * 1000.0,
+            link_known,
+            ..EngineConfig::default()
+        };
+        let link_kbps = (cfg.link_gbps * 1e6) as u64;
+        let mut capture = Lossless::default();
+        let mut kernel = Lossless::default();
+        kernel.from_kernel();
+        let mut states: BTreeMap<PointKey, LosslessState> = BTreeMap::new();
+        let mut events: Vec<(PointKey, bool, LosslessState)> = Vec::new();
+        let data = |ce: bool, dscp: u8| RocePacket {
+            opcode: 0x04,
+            ecn: if ce { 3 } else { 2 },
+            dscp,
+            pcp: PCP_UNTAGGED,
+            frame_len: 1000,
+            ..RocePacket::zeroed()
+        };
+        let cnp = RocePacket {
+            opcode: 0x81,
+            ..RocePacket::zeroed()
+        };
+        // (time, what): 0 data, 1 CE data, 2 CNP, 3 XOFF priority 3, 4 XOFF priority 5, 5
+        // data of priority 5.
+        let mut plan: Vec<(u64, u8)> = Vec::new();
+        for r in 0..12u64 {
+            let base = 1_000 * MS + r * 50 * MS;
+            plan.extend((0..50).map(|i| (base + i * MS + 500, 0)));
+            plan.push((base + MS, 3));
+            plan.extend((0..5).map(|j| (base + 2 * MS + j * 100_000, 1)));
+            plan.push((base + 35 * MS, 5));
+            if r % 3 == 0 {
+                plan.push((base + 30 * MS, 2));
+                plan.push((base + 31 * MS, 4));
+            }
+        }
+        plan.sort_unstable();
+        let quanta = 1u16; // 512 us at 1 Gb/s
+        for &(t, what) in &plan {
+            let (key, xoff) = match what {
+                0 | 1 => ((7, 3), false),
+                2 => ((7, 3), false),
+                3 => ((7, 3), true),
+                4 => ((7, 5), true),
+                _ => ((7, 5), false),
+            };
+            let st = states.entry(key).or_default();
+            let mut closed = |ev: bool, st: &LosslessState| {
+                events.push((key, ev, *st));
+                true
+            };
+            if xoff {
+                let ns = roce_observer_common::lossless::pause_ns(quanta, link_kbps);
+                capture.pause(t, 7, key.1, ns, &cfg);
+                kernel.pause(t, 7, key.1, ns, &cfg);
+                st.signal(t, true, t + ns, |s| closed(true, s));
+                continue;
+            }
+            let pkt = match what {
+                2 => cnp,
+                5 => data(false, 40),
+                _ => data(what == 1, 26),
+            };
+            capture.packet(t, 7, &pkt, what == 2, &cfg);
+            if what == 2 {
+                st.cnp += 1;
+                st.signal(t, false, t, |s| closed(true, s));
+                continue;
+            }
+            st.ect_data += 1;
+            if what == 1 {
+                st.ce += 1;
+                st.signal(t, false, t, |s| closed(true, s));
+            }
+            if link_known {
+                st.load(t, 0, 1000, what == 1, |s| closed(false, s));
+            }
+        }
+        for (key, episode, st) in events {
+            if episode {
+                // Sent twice, as two CPUs closing it at once would: counted once.
+                for _ in 0..2 {
+                    kernel.kernel_episode(
+                        key,
+                        st.ep_start,
+                        st.ep_last,
+                        (st.ep_first_mark != 0).then_some(st.ep_first_mark),
+                        (st.ep_first_xoff != 0).then_some(st.ep_first_xoff),
+                    );
+                }
+            } else {
+                let start = (st.load_slot - 1) * LOAD_INTERVAL_NS;
+                kernel.kernel_load(key, start, st.load_bytes, st.load_ce, cfg.link_gbps);
+            }
+        }
+        for (key, st) in &states {
+            kernel.kernel_state(*key, st);
+        }
+        let now = 2_000 * MS;
+        let name = |p: u32| format!("p{p}");
+        (
+            capture.findings(now, &cfg, name, &[]),
+            kernel.findings(now, &cfg, name, &[]),
+        )
+    }
+
+    #[test]
+    fn the_kernel_paths_episodes_and_loads_give_the_capture_paths_findings() {
+        for link_known in [false, true] {
+            let (capture, kernel) = both_paths(link_known);
+            // Priority 3: the XOFF first in all 12 rounds (4 of them with a CNP episode
+            // besides); priority 5: 4 pause-only episodes and not one mark; with a known link,
+            // every marked interval of priority 3 at under 1% load.
+            let kinds: Vec<_> = capture.iter().map(|f| (f.kind, f.priority)).collect();
+            let want = if link_known {
+                vec![
+                    (PFC_BEFORE_ECN, 3),
+                    (PFC_BEFORE_ECN, 5),
+                    (ECN_AT_LOW_LOAD, 3),
+                ]
+            } else {
+                vec![(PFC_BEFORE_ECN, 3), (PFC_BEFORE_ECN, 5)]
+            };
+            let mut sorted = kinds.clone();
+            sorted.sort_unstable();
+            let mut want_sorted = want.clone();
+            want_sorted.sort_unstable();
+            assert_eq!(sorted, want_sorted, "{capture:#?}");
+            assert_eq!(kernel, capture);
+        }
+    }
 }
