@@ -316,11 +316,21 @@ impl Event {
         self.c = key.priority as u32;
         self.a = st.ep_first_mark;
         self.b = st.ep_first_xoff;
-        let last = st.ep_last;
+        self.set_episode_last(st.ep_last);
+    }
+
+    /// A lossless episode's last signal, in `quanta[0..4]`.
+    #[inline(always)]
+    fn set_episode_last(&mut self, last: u64) {
         self.quanta[0] = last as u16;
         self.quanta[1] = (last >> 16) as u16;
         self.quanta[2] = (last >> 32) as u16;
         self.quanta[3] = (last >> 48) as u16;
+    }
+
+    const fn episode_last(&self) -> u64 {
+        let q = &self.quanta;
+        q[0] as u64 | (q[1] as u64) << 16 | (q[2] as u64) << 32 | (q[3] as u64) << 48
     }
 
     /// A closed load interval of `key` with CE marks (the caller sets the event time to its
@@ -345,12 +355,7 @@ impl Event {
                 *t = t.saturating_add(offset);
             }
         }
-        let q = &mut self.quanta;
-        let last = (q[0] as u64 | (q[1] as u64) << 16 | (q[2] as u64) << 32 | (q[3] as u64) << 48)
-            .saturating_add(offset);
-        for (i, w) in q.iter_mut().take(4).enumerate() {
-            *w = (last >> (16 * i)) as u16;
-        }
+        self.set_episode_last(self.episode_last().saturating_add(offset));
     }
 
     // The same as values (user space, tests); `ts_ns` is 0, see [`Event::at`].
@@ -447,10 +452,7 @@ impl Event {
             EventKind::LosslessEpisode => EventBody::LosslessEpisode {
                 ifindex: self.flow.ifindex,
                 priority: self.c as u8,
-                last: self.quanta[0] as u64
-                    | (self.quanta[1] as u64) << 16
-                    | (self.quanta[2] as u64) << 32
-                    | (self.quanta[3] as u64) << 48,
+                last: self.episode_last(),
                 first_mark: if self.a != 0 { Some(self.a) } else { None },
                 first_xoff: if self.b != 0 { Some(self.b) } else { None },
             },

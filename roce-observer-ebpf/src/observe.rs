@@ -9,12 +9,12 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_tail_call},
-    maps::{HashMap, ProgramArray},
+    maps::{HashMap, PerCpuArray, ProgramArray},
 };
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
     flow::{Compact, FlowKey4, FlowKey6, POINT_MIRROR},
-    latency::{LatencyHist, PendingKey, PendingValue},
+    latency::{PendingKey, PendingValue},
     lossless::{LosslessKey, LosslessState},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
     observe::{Entry, Flows, LosslessConfig, Stage, Stored, Tables, slot_quanta},
@@ -233,22 +233,26 @@ struct Maps<'a, const SCOREBOARD: bool> {
     slot: u32,
 }
 
-/// The latency histogram of compact key `k` in `map`, made when absent; `None` when the map
-/// has no room.
+/// The value of `k` in `map`, made from `zero` (an all-zero value) when absent; `None` when the
+/// map has no room. (A latency histogram, a lossless entry.)
 #[inline(always)]
-fn hist_in<K>(map: &'static HashMap<K, LatencyHist>, k: &K) -> Option<&'static mut LatencyHist> {
-    if let Some(hist) = map.get_ptr_mut(k) {
+fn value_in<K, V>(
+    map: &'static HashMap<K, V>,
+    zero: &'static PerCpuArray<V>,
+    k: &K,
+) -> Option<&'static mut V> {
+    if let Some(v) = map.get_ptr_mut(k) {
         // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
-        return Some(unsafe { &mut *hist });
+        return Some(unsafe { &mut *v });
     }
-    let zero = ZERO_LATENCY.get_ptr(0)?;
+    let zero = zero.get_ptr(0)?;
     // SAFETY: `zero` points at a live per-CPU array value of the right type. By reference: a
-    // value would be a 432-byte copy on the BPF stack. Another CPU may make it in between
-    // (EEXIST): then it is there to look up.
+    // value would be a copy on the BPF stack (432 bytes for a histogram). Another CPU may make
+    // it in between (EEXIST): then it is there to look up.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let _ = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // SAFETY: as above.
-    map.get_ptr_mut(k).map(|hist| unsafe { &mut *hist })
+    map.get_ptr_mut(k).map(|v| unsafe { &mut *v })
 }
 
 /// Whether two mirror keys are equal, compared as eleven 32-bit words.
@@ -415,17 +419,7 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
 
     #[inline(always)]
     fn lossless(&mut self, key: &LosslessKey) -> Option<&'static mut LosslessState> {
-        if let Some(st) = LOSSLESS.get_ptr_mut(key) {
-            // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
-            return Some(unsafe { &mut *st });
-        }
-        let zero = ZERO_LOSSLESS.get_ptr(0)?;
-        // SAFETY: `zero` points at a live per-CPU array value of the right type. Another CPU
-        // may make it in between (EEXIST): then it is there to look up.
-        #[allow(clippy::needless_borrows_for_generic_args)]
-        let _ = LOSSLESS.insert(key, unsafe { &*zero }, BPF_NOEXIST);
-        // SAFETY: as above.
-        LOSSLESS.get_ptr_mut(key).map(|st| unsafe { &mut *st })
+        value_in(&LOSSLESS, &ZERO_LOSSLESS, key)
     }
 
     #[inline(always)]
@@ -449,8 +443,8 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     #[inline(always)]
     fn latency_sample(&mut self, flow: &FlowKey, point: u32, rtt_ns: u64, now: u64) {
         let hist = match flow.compact(point, self.lat4, self.lat6) {
-            Compact::V4 => hist_in(&LATENCY4, self.lat4),
-            Compact::V6 => hist_in(&LATENCY6, self.lat6),
+            Compact::V4 => value_in(&LATENCY4, &ZERO_LATENCY, self.lat4),
+            Compact::V6 => value_in(&LATENCY6, &ZERO_LATENCY, self.lat6),
         };
         match hist {
             Some(hist) => hist.add(rtt_ns, global(&RTT_ALERT_NS), now),

@@ -7,6 +7,10 @@
 //! frame on both paths. State per (point, priority): the open congestion episode and exact
 //! counts of the closed ones, the current load interval and counts of the marked ones, and the
 //! point's current and last long pause span. Bounded by the number of points and priorities.
+//! On the kernel path the programs keep the episodes, load intervals and counts with the same
+//! definitions (roce-observer-common/src/lossless.rs): closed ones come as events
+//! (`kernel_episode`, `kernel_load`), the open ones and the counts from the map
+//! (`kernel_state`); pauses there only make spans.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
