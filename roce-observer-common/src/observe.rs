@@ -386,8 +386,15 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
         let lossless = t.lossless_config();
         let cnp = crate::opcode::transport(pkt.opcode) == crate::opcode::TRANSPORT_CNP;
         if lossless.on && (cnp || pkt.carries_data()) {
-            let at = if precise { now } else { t.precise_ns() };
-            lossless_packet(t, &mut s.lossless, &lossless, key, pkt, cnp, at);
+            lossless_packet(
+                t,
+                &mut s.lossless,
+                &lossless,
+                key,
+                pkt,
+                cnp,
+                precise.then_some(now),
+            );
         }
     }
     let stats = match flows.entry(key, s.flow_point) {
@@ -751,8 +758,8 @@ fn on_pfc<T: Tables>(
     now
 }
 
-/// Lossless class: a CNP (`cnp`), or a data packet, at `now` (the precise clock) on the flow
-/// `key`. A CNP is a congestion signal on the lossless priority; data counts toward its
+/// Lossless class: a CNP (`cnp`), or a data packet, on the flow `key`, at `now` (the precise
+/// clock, read here when the caller has not: with runs off, only for what is kept). A CNP is a congestion signal on the lossless priority; data counts toward its
 /// priority's load and ECT count, and marked CE is a congestion signal there. Non-ECT data
 /// costs nothing unless loads are kept. A closed episode or marked interval is one event.
 #[inline(always)]
@@ -763,11 +770,15 @@ fn lossless_packet<T: Tables>(
     key: &FlowKey,
     pkt: &RocePacket,
     cnp: bool,
-    now: u64,
+    now: Option<u64>,
 ) {
     if !cnp && pkt.ecn == 0 && !cfg.load {
         return;
     }
+    let now = match now {
+        Some(now) => now,
+        None => t.precise_ns(),
+    };
     lkey.ifindex = key.ifindex;
     lkey.priority = if cnp {
         cfg.pcp & 7
