@@ -96,6 +96,8 @@ mod pod {
     unsafe impl aya::Pod for super::lossless::LosslessKey {}
     // SAFETY: repr(C), u64 fields only.
     unsafe impl aya::Pod for super::lossless::LosslessState {}
+    // SAFETY: repr(C), integers only, no padding (size asserted in lossless.rs).
+    unsafe impl aya::Pod for super::lossless::EctCache {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::latency::PendingKey {}
     // SAFETY: as above.

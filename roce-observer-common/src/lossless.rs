@@ -129,6 +129,19 @@ impl LosslessState {
     }
 }
 
+/// A CPU's count of ECT data packets (neither CE-marked nor kept for a load) of one point and
+/// priority not yet added to its [`LosslessState::ect_data`]: such a packet, most of the data
+/// of a DCQCN fabric, then costs a per-CPU array slot instead of a hash lookup and an atomic
+/// add. Moved into the shared entry when the CPU meets another point or priority; user space
+/// adds what each CPU holds to the entry's count when it reads them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EctCache {
+    pub key: LosslessKey,
+    pub pending: u64,
+}
+assert_size!(EctCache, 16);
+
 /// The priority data with `pcp` and `dscp` travels on: its PCP when tagged, else the lossless
 /// priority for the lossless DSCP, else DSCP / 8 (the default DSCP-to-priority map).
 #[inline(always)]

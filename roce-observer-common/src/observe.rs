@@ -202,6 +202,10 @@ pub trait Tables {
     fn lossless(&mut self, _key: &LosslessKey) -> Option<&'static mut LosslessState> {
         None
     }
+    /// Lossless class: one more ECT data packet of `key` that nothing else is kept of (the
+    /// kernel: in this CPU's `EctCache`).
+    #[inline(always)]
+    fn lossless_ect(&mut self, _key: &LosslessKey) {}
     /// What the lossless state needs to know (`LosslessConfig::OFF`: keep none).
     #[inline(always)]
     fn lossless_config(&self) -> LosslessConfig {
@@ -785,6 +789,11 @@ fn lossless_packet<T: Tables>(
     } else {
         priority_of(pkt.pcp, pkt.dscp, cfg.dscp, cfg.pcp)
     };
+    let ce = pkt.ecn == 3;
+    if !cnp && !ce && !cfg.load {
+        t.lossless_ect(lkey);
+        return;
+    }
     let Some(st) = t.lossless(lkey) else {
         t.count(Counter::MapFull, key.direction);
         return;
@@ -800,7 +809,6 @@ fn lossless_packet<T: Tables>(
         });
         return;
     }
-    let ce = pkt.ecn == 3;
     if pkt.ecn != 0 {
         crate::atomic::add(&mut st.ect_data, 1);
     }

@@ -10,7 +10,7 @@ use roce_observer_common::{
     counters::COUNTER_SLOTS,
     flow::{FlowKey4, FlowKey6},
     latency::{LatencyHist, PendingKey, PendingValue},
-    lossless::{LosslessKey, LosslessState},
+    lossless::{EctCache, LosslessKey, LosslessState},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
     observe::Scratch,
     pfc::{PfcLink, PfcLinkKey},
@@ -76,6 +76,11 @@ pub static ZERO_PFC: PerCpuArray<PfcLink> = PerCpuArray::with_max_entries(1, 0);
 /// A full map is counted (`map_full`).
 #[map]
 pub static LOSSLESS: HashMap<LosslessKey, LosslessState> = HashMap::with_max_entries(1024, 0);
+
+/// Each CPU's ECT data packets not yet added to their LOSSLESS entry (roce-observer-common
+/// lossless.rs, `EctCache`); user space reads it with the entries.
+#[map]
+pub static LOSSLESS_ECT: PerCpuArray<EctCache> = PerCpuArray::with_max_entries(1, 0);
 
 /// One all-zero LosslessState, never written: the source of new lossless entries.
 #[map]

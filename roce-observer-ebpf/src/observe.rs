@@ -23,8 +23,9 @@ use roce_observer_common::{
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, LOSSLESS, MIRRORS, PENDING, PFC,
-    SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_LOSSLESS, ZERO_PFC, count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, LOSSLESS, LOSSLESS_ECT, MIRRORS,
+    PENDING, PFC, SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_LOSSLESS,
+    ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -72,10 +73,11 @@ static STAGE: u8 = 0;
 #[unsafe(no_mangle)]
 static RUNS: u8 = 1;
 
-/// Lossless class (roce-observer-common/src/lossless.rs): 0 keeps no state; the lossless DSCP
-/// and PCP; 1 when loads are judged (a link speed is known); the link speed in kb/s (pause
-/// ends); the monotonic clock's offset from the epoch modulo the load interval. Set by the
-/// loader; frozen .rodata, so with LOSSLESS or LOSSLESS_LOAD 0 the verifier drops that work.
+/// Lossless class (roce-observer-common/src/lossless.rs), set by the loader: LOSSLESS_ON 0
+/// keeps no state (benchmarks); the lossless DSCP and PCP; LOSSLESS_LOAD 1 when loads are
+/// judged (a link speed is known); the link speed in kb/s (pause ends); the monotonic clock's
+/// offset from the epoch modulo the load interval. Frozen .rodata: with LOSSLESS_ON or
+/// LOSSLESS_LOAD 0 the verifier drops that work.
 #[unsafe(no_mangle)]
 static LOSSLESS_ON: u8 = 1;
 #[unsafe(no_mangle)]
@@ -420,6 +422,29 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     #[inline(always)]
     fn lossless(&mut self, key: &LosslessKey) -> Option<&'static mut LosslessState> {
         value_in(&LOSSLESS, &ZERO_LOSSLESS, key)
+    }
+
+    /// Counted in this CPU's cache; its count for the last key goes to that key's entry
+    /// first when the key changes (an atomic add: another CPU may add to it too).
+    #[inline(always)]
+    fn lossless_ect(&mut self, key: &LosslessKey) {
+        let Some(cache) = LOSSLESS_ECT.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: a per-CPU array value, only used by this CPU during this program run.
+        let cache = unsafe { &mut *cache };
+        if cache.key.ifindex != key.ifindex || cache.key.priority != key.priority {
+            if cache.pending != 0 {
+                match value_in(&LOSSLESS, &ZERO_LOSSLESS, &cache.key) {
+                    Some(st) => roce_observer_common::atomic::add(&mut st.ect_data, cache.pending),
+                    None => count(Counter::MapFull, 0),
+                }
+            }
+            cache.key.ifindex = key.ifindex;
+            cache.key.priority = key.priority;
+            cache.pending = 0;
+        }
+        cache.pending += 1;
     }
 
     #[inline(always)]

@@ -8,7 +8,7 @@ use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     counters::COUNTER_SLOTS,
     latency::LatencyHist,
-    lossless::{LOAD_INTERVAL_NS, LosslessKey, LosslessState},
+    lossless::{EctCache, LOAD_INTERVAL_NS, LosslessKey, LosslessState},
     mirror::{MirrorKey, MirrorStats},
     pfc::{PfcLink, PfcLinkKey},
 };
@@ -260,7 +260,7 @@ impl KernelSource {
                 *t = t.saturating_add(offset);
             }
         };
-        let mut out = Vec::new();
+        let mut out: Vec<(LosslessKey, LosslessState)> = Vec::new();
         for (key, mut st) in lossless.iter().flatten() {
             for t in [
                 &mut st.ep_start,
@@ -274,6 +274,23 @@ impl KernelSource {
                 st.load_slot += offset / LOAD_INTERVAL_NS;
             }
             out.push((key, st));
+        }
+        // Each CPU's ECT data not yet in its entry (read after the entries: one moved in
+        // between is missing from this read, not counted twice).
+        let caches = PerCpuArray::<&MapData, EctCache>::try_from(map(self, "LOSSLESS_ECT")?)
+            .map_err(map_error("LOSSLESS_ECT"))?;
+        let per_cpu = caches.get(&0, 0).map_err(map_error("LOSSLESS_ECT"))?;
+        for cache in per_cpu.iter().filter(|c| c.pending != 0) {
+            match out.iter_mut().find(|(k, _)| *k == cache.key) {
+                Some((_, st)) => st.ect_data += cache.pending,
+                None => out.push((
+                    cache.key,
+                    LosslessState {
+                        ect_data: cache.pending,
+                        ..LosslessState::zeroed()
+                    },
+                )),
+            }
         }
         Ok(out)
     }

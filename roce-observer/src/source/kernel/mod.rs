@@ -90,9 +90,11 @@ pub struct KernelOptions {
     /// Turn the kernel's BPF run-time statistics on while the programs are loaded (`run
     /// --bpf-stats`; off: they are reported only if the sysctl has them on).
     pub bpf_stats: bool,
-    /// Lossless class (roce-observer-common/src/lossless.rs): the engine's `lossless_dscp`,
+    /// Lossless class (roce-observer-common/src/lossless.rs): keep its state at all (the
+    /// product always does; benchmarks may measure without), the engine's `lossless_dscp`,
     /// `lossless_pcp`, `link_gbps` (the time an XOFF pauses) and `link_known` (load intervals
     /// are kept only then).
+    pub lossless: bool,
     pub lossless_dscp: u8,
     pub lossless_pcp: u8,
     pub link_gbps: f64,
@@ -116,6 +118,7 @@ impl Default for KernelOptions {
             runs: true,
             floor_entries: 0,
             bpf_stats: false,
+            lossless: true,
             lossless_dscp: 26,
             lossless_pcp: 3,
             link_gbps: crate::engine::DEFAULT_LINK_GBPS,
@@ -256,6 +259,7 @@ impl KernelSource {
             .override_global("STAGE", &stage_global(opts.stage), true)
             .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
             .override_global("RUNS", &u8::from(opts.runs), true)
+            .override_global("LOSSLESS_ON", &u8::from(opts.lossless), true)
             .override_global("LOSSLESS_DSCP", &opts.lossless_dscp, true)
             .override_global("LOSSLESS_PCP", &opts.lossless_pcp, true)
             .override_global("LOSSLESS_LOAD", &u8::from(opts.link_known), true)
