@@ -72,8 +72,8 @@ pub static ZERO_PFC: PerCpuArray<PfcLink> = PerCpuArray::with_max_entries(1, 0);
 /// Lossless class (roce-observer-common/src/lossless.rs): per (interface, priority), the open
 /// congestion episode, the current load interval and exact counts, shared by every CPU and
 /// both programs (one point is both directions of an interface, as in the engine). Looked up
-/// by CE-marked and ECT data, CNPs and XOFFs only (every data packet when loads are judged).
-/// A full map is counted (`map_full`).
+/// by CE-marked data, CNPs and XOFFs only (every data packet when loads are judged; other ECT
+/// data is counted in LOSSLESS_ECT first). A full map is counted (`map_full`).
 #[map]
 pub static LOSSLESS: HashMap<LosslessKey, LosslessState> = HashMap::with_max_entries(1024, 0);
 
