@@ -763,9 +763,11 @@ fn on_pfc<T: Tables>(
 }
 
 /// Lossless class: a CNP (`cnp`), or a data packet, on the flow `key`, at `now` (the precise
-/// clock, read here when the caller has not: with runs off, only for what is kept). A CNP is a congestion signal on the lossless priority; data counts toward its
-/// priority's load and ECT count, and marked CE is a congestion signal there. Non-ECT data
-/// costs nothing unless loads are kept. A closed episode or marked interval is one event.
+/// clock; read here when the caller has not, with runs off, and only for what needs a time). A
+/// CNP is a congestion signal on the lossless priority; data counts toward its priority's load
+/// and ECT count, and marked CE is a congestion signal there. Non-ECT data costs nothing unless
+/// loads are kept, other ECT data a per-CPU count. A closed episode or marked interval is one
+/// event.
 #[inline(always)]
 fn lossless_packet<T: Tables>(
     t: &mut T,
@@ -779,10 +781,6 @@ fn lossless_packet<T: Tables>(
     if !cnp && pkt.ecn == 0 && !cfg.load {
         return;
     }
-    let now = match now {
-        Some(now) => now,
-        None => t.precise_ns(),
-    };
     lkey.ifindex = key.ifindex;
     lkey.priority = if cnp {
         cfg.pcp & 7
@@ -794,6 +792,10 @@ fn lossless_packet<T: Tables>(
         t.lossless_ect(lkey);
         return;
     }
+    let now = match now {
+        Some(now) => now,
+        None => t.precise_ns(),
+    };
     let Some(st) = t.lossless(lkey) else {
         t.count(Counter::MapFull, key.direction);
         return;
