@@ -154,7 +154,8 @@ impl VethNs {
 
     /// [`VethNs::send_timed`], with time 0 at a wall-clock (CLOCK_REALTIME) time that is
     /// `phase` ns past a multiple of `period` ns (`align`), e.g. where a capture's first frame
-    /// sat in its 10 ms load interval; returns how many went out more than `late_after` late.
+    /// sat in its 10 ms load interval; returns how many went out more than `late_after` late
+    /// or in a later period than their due time's.
     pub fn send_timed_aligned(
         &self,
         frames: &[(u64, &str, &[u8])],
@@ -405,8 +406,16 @@ fn send_from_here(
             while Instant::now() < due {
                 std::hint::spin_loop();
             }
-        } else if Instant::now() - due > late_after {
-            late += 1;
+        } else {
+            let now = Instant::now();
+            // Aligned: also late when it left the period its due time is in.
+            let crossed = align.is_some_and(|(period, phase)| {
+                let sent = (now - start).as_nanos() as u64;
+                (phase % period + at) / period != (phase % period + sent) / period
+            });
+            if now - due > late_after || crossed {
+                late += 1;
+            }
         }
         // SAFETY: `frame` and `addr` are valid for the lengths given.
         let sent = unsafe {

@@ -100,15 +100,17 @@ fn a_pause_loop_while_data_passes_is_a_storm_on_the_kernel_path() {
 /// fixtures' tightest spacing at an interval edge is 400 us).
 const ALIGN_SLACK_NS: u64 = 50_000;
 const LOAD_INTERVAL_NS: u64 = 10_000_000;
-/// Later than this, a frame may have left its interval (400 us spacing, less the slack).
-const LATE_NS: u64 = 300_000;
+/// A replay with a frame sent later than this, or in a later load interval than its due time's,
+/// is made again: a frame late by a millisecond moves a lead time by a tenth of one over ten
+/// episodes.
+const LATE_NS: u64 = 1_000_000;
 
 /// The single-interface fixture `name` sent out of one end of a pair at its capture times, its
 /// first frame as far into a 10 ms interval of the wall clock as in the capture (plus
 /// [`ALIGN_SLACK_NS`]), with `run -i` on the other end. Returns that end's name, `run`'s
 /// final document and `analyze`'s of the fixture. A frame sent late could land in the next
-/// load interval (or episode) and make the two differ for a reason that is not the observer's:
-/// such a replay is made again, up to three times in all.
+/// load interval and make the two differ for a reason that is not the observer's: such a
+/// replay (see [`LATE_NS`]) is made again, up to five times in all.
 fn through_one_pair(name: &str) -> (String, Value, Value) {
     let (_, path, expected) = fixtures()
         .into_iter()
@@ -120,7 +122,7 @@ fn through_one_pair(name: &str) -> (String, Value, Value) {
     let t0 = frames.first().map_or(0, |f| f.0);
     let phase = t0 % LOAD_INTERVAL_NS + ALIGN_SLACK_NS;
     let late_after = std::time::Duration::from_nanos(LATE_NS);
-    for attempt in 1..=3 {
+    for attempt in 1..=5 {
         let ns = VethNs::new().expect("namespace with a veth pair");
         let mut run = vec!["-i", &ns.b, "--json", "--interval", "0.2"];
         run.extend(args.iter().map(String::as_str));
@@ -135,7 +137,7 @@ fn through_one_pair(name: &str) -> (String, Value, Value) {
         std::thread::sleep(std::time::Duration::from_millis(500));
         let out = observer.stop().expect("observer stops cleanly");
         eprintln!(
-            "{name}, replay {attempt}: frames sent more than {LATE_NS} ns late: {late} of {}",
+            "{name}, replay {attempt}: frames sent late (over {LATE_NS} ns, or in the next interval): {late} of {}",
             frames.len()
         );
         if late == 0 {
