@@ -112,6 +112,17 @@ const LATE_NS: u64 = 1_000_000;
 /// load interval and make the two differ for a reason that is not the observer's: such a
 /// replay (see [`LATE_NS`]) is made again, up to five times in all.
 fn through_one_pair(name: &str, extra: &[&str]) -> (String, Value, Value) {
+    through_one_pair_from(name, extra, &[None])
+}
+
+/// [`through_one_pair`], the frames sent once from each of `cpus` at the same times (more than
+/// one: a pair with a queue per sender, CPU i sending on queue i, so that the receiving end's
+/// XDP program runs on each sender's CPU at once).
+fn through_one_pair_from(
+    name: &str,
+    extra: &[&str],
+    cpus: &[Option<usize>],
+) -> (String, Value, Value) {
     let (_, path, expected) = fixtures()
         .into_iter()
         .find(|f| f.0 == name)
@@ -123,7 +134,11 @@ fn through_one_pair(name: &str, extra: &[&str]) -> (String, Value, Value) {
     let phase = t0 % LOAD_INTERVAL_NS + ALIGN_SLACK_NS;
     let late_after = std::time::Duration::from_nanos(LATE_NS);
     for attempt in 1..=5 {
-        let ns = VethNs::new().expect("namespace with a veth pair");
+        let queues = cpus.len() as u32;
+        let ns = VethNs::with_queues(queues).expect("namespace with a veth pair");
+        if queues > 1 {
+            ns.pin_tx_queues(queues).expect("XPS: CPU i -> TX queue i");
+        }
         let mut run = vec!["-i", &ns.b, "--json", "--interval", "0.2"];
         run.extend(args.iter().map(String::as_str));
         run.extend(extra);
@@ -133,7 +148,7 @@ fn through_one_pair(name: &str, extra: &[&str]) -> (String, Value, Value) {
             .map(|(ts, _, bytes)| (ts - t0, ns.a.as_str(), bytes.as_slice()))
             .collect();
         let late = ns
-            .send_timed_aligned(&timed, Some((LOAD_INTERVAL_NS, phase)), late_after)
+            .send_timed_on(&timed, Some((LOAD_INTERVAL_NS, phase)), late_after, cpus)
             .expect("send the frames");
         std::thread::sleep(std::time::Duration::from_millis(500));
         let out = observer.stop().expect("observer stops cleanly");
@@ -249,4 +264,37 @@ fn clean_dcqcn_has_no_lossless_finding_on_the_kernel_path_as_in_analyze() {
     let kinds = &doc["summary"]["events_by_kind"];
     assert_eq!(kinds["lossless_episode"], 9, "{kinds}");
     assert_eq!(kinds["lossless_load"], 10, "{kinds}");
+}
+
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn the_lossless_counts_are_exact_when_two_cpus_update_one_point_at_once() {
+    require_root();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cpus >= 2,
+        "this test needs two CPUs; this machine has {cpus}"
+    );
+    // The pause-first capture sent twice at the same times, from CPU 0 and CPU 1: both
+    // copies' data, marks and pauses reach the same point and priorities at once.
+    let (_, doc, analyzed) =
+        through_one_pair_from("lossless_pause_first", &[], &[Some(0), Some(1)]);
+    let (got, want) = (ecn_findings(&doc), ecn_findings(&analyzed));
+    assert_eq!(got.len(), want.len(), "{}", doc["lossless"]);
+    for (g, w) in got.iter().zip(&want) {
+        let (ge, we) = (&g["episodes"], &w["episodes"]);
+        // Counts are atomic adds or per-CPU counts: exactly twice the capture's.
+        for field in ["ce", "cnp", "ect_data"] {
+            assert_eq!(
+                ge[field].as_u64(),
+                we[field].as_u64().map(|n| 2 * n),
+                "{field}\n{g}"
+            );
+        }
+        // The copies' signals fall in the same episodes: ten, each pause first (an episode
+        // closed by both CPUs at once is one event less, not one episode more).
+        for field in ["episodes", "pfc_first", "pause_without_marks", "with_both"] {
+            assert_eq!(ge[field], we[field], "{field}\n{g}");
+        }
+    }
 }
