@@ -7,6 +7,7 @@
 
 use crate::{
     FlowKey, assert_size,
+    lossless::{LosslessKey, LosslessState},
     run::{DataRun, SignalRun},
 };
 
@@ -37,6 +38,14 @@ pub enum EventKind {
     /// after the flow had a gap), `a` = bit 32 set and the run's first PSN, `b` = its last. One
     /// kind for both, so that the programs have one event site for them.
     Path = 11,
+    /// Lossless class (lossless.rs): a closed congestion episode of point `flow.ifindex` and
+    /// priority `c`, starting at the event time: `a` = its first CE mark or CNP, `b` = its
+    /// first XOFF (0: none), `quanta[0..4]` = its last signal or pause end (16 bits each,
+    /// low first).
+    LosslessEpisode = 12,
+    /// Lossless class: a closed load interval with CE marks of point `flow.ifindex` and
+    /// priority `c`, starting at the event time: `a` = data bytes, `b` = CE-marked packets.
+    LosslessLoad = 13,
 }
 
 /// `Event::a` of a [`EventKind::Path`] event: a finished resend run is in `a` and `b`.
@@ -44,13 +53,15 @@ pub const PATH_RESEND: u64 = 1 << 32;
 
 impl EventKind {
     /// Every kind, in the order of [`EventKind::index`].
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::NewFlow,
         EventKind::Pfc,
         EventKind::Pause,
         EventKind::DataRun,
         EventKind::SignalRun,
         EventKind::Path,
+        EventKind::LosslessEpisode,
+        EventKind::LosslessLoad,
     ];
 
     /// Position in [`EventKind::ALL`] (dense, for per-kind counts).
@@ -62,6 +73,8 @@ impl EventKind {
             EventKind::DataRun => 3,
             EventKind::SignalRun => 4,
             EventKind::Path => 5,
+            EventKind::LosslessEpisode => 6,
+            EventKind::LosslessLoad => 7,
         }
     }
 
@@ -74,6 +87,8 @@ impl EventKind {
             EventKind::DataRun => "data_run",
             EventKind::SignalRun => "signal_run",
             EventKind::Path => "path",
+            EventKind::LosslessEpisode => "lossless_episode",
+            EventKind::LosslessLoad => "lossless_load",
         }
     }
 
@@ -85,6 +100,8 @@ impl EventKind {
             9 => EventKind::DataRun,
             10 => EventKind::SignalRun,
             11 => EventKind::Path,
+            12 => EventKind::LosslessEpisode,
+            13 => EventKind::LosslessLoad,
             _ => return None,
         })
     }
@@ -143,6 +160,22 @@ pub enum EventBody {
     Path {
         resend: Option<(u32, u32)>,
         gap: Option<(u32, u32)>,
+    },
+    /// A closed congestion episode of point `ifindex` and `priority` from the event time (its
+    /// first signal) to `last`; its first CE mark or CNP and first XOFF (`None`: none).
+    LosslessEpisode {
+        ifindex: u32,
+        priority: u8,
+        last: u64,
+        first_mark: Option<u64>,
+        first_xoff: Option<u64>,
+    },
+    /// A closed load interval with CE marks, from the event time.
+    LosslessLoad {
+        ifindex: u32,
+        priority: u8,
+        bytes: u64,
+        ce: u64,
     },
 }
 
@@ -274,6 +307,57 @@ impl Event {
         self.quanta[0] = quanta;
     }
 
+    /// A closed congestion episode of `key` (the caller sets the event time to its start).
+    /// Read field by field from the state (in the kernel, the map's value).
+    #[inline(always)]
+    pub fn set_lossless_episode(&mut self, key: &LosslessKey, st: &LosslessState) {
+        self.kind = EventKind::LosslessEpisode as u32;
+        self.flow.ifindex = key.ifindex;
+        self.c = key.priority as u32;
+        self.a = st.ep_first_mark;
+        self.b = st.ep_first_xoff;
+        self.set_episode_last(st.ep_last);
+    }
+
+    /// A lossless episode's last signal, in `quanta[0..4]`.
+    #[inline(always)]
+    fn set_episode_last(&mut self, last: u64) {
+        self.quanta[0] = last as u16;
+        self.quanta[1] = (last >> 16) as u16;
+        self.quanta[2] = (last >> 32) as u16;
+        self.quanta[3] = (last >> 48) as u16;
+    }
+
+    const fn episode_last(&self) -> u64 {
+        let q = &self.quanta;
+        q[0] as u64 | (q[1] as u64) << 16 | (q[2] as u64) << 32 | (q[3] as u64) << 48
+    }
+
+    /// A closed load interval of `key` with CE marks (the caller sets the event time to its
+    /// start).
+    #[inline(always)]
+    pub fn set_lossless_load(&mut self, key: &LosslessKey, st: &LosslessState) {
+        self.kind = EventKind::LosslessLoad as u32;
+        self.flow.ifindex = key.ifindex;
+        self.c = key.priority as u32;
+        self.a = st.load_bytes;
+        self.b = st.load_ce;
+    }
+
+    /// User space: a lossless episode's kernel times (besides `ts_ns`) plus `offset`, as
+    /// `ts_ns` is shifted (0 stays none); other kinds are left as they are.
+    pub fn lossless_to_epoch(&mut self, offset: u64) {
+        if self.kind != EventKind::LosslessEpisode as u32 {
+            return;
+        }
+        for t in [&mut self.a, &mut self.b] {
+            if *t != 0 {
+                *t = t.saturating_add(offset);
+            }
+        }
+        self.set_episode_last(self.episode_last().saturating_add(offset));
+    }
+
     // The same as values (user space, tests); `ts_ns` is 0, see [`Event::at`].
 
     pub fn new_flow(flow: &FlowKey) -> Event {
@@ -364,6 +448,19 @@ impl Event {
                 } else {
                     None
                 },
+            },
+            EventKind::LosslessEpisode => EventBody::LosslessEpisode {
+                ifindex: self.flow.ifindex,
+                priority: self.c as u8,
+                last: self.episode_last(),
+                first_mark: if self.a != 0 { Some(self.a) } else { None },
+                first_xoff: if self.b != 0 { Some(self.b) } else { None },
+            },
+            EventKind::LosslessLoad => EventBody::LosslessLoad {
+                ifindex: self.flow.ifindex,
+                priority: self.c as u8,
+                bytes: self.a,
+                ce: self.b,
             },
         })
     }
@@ -559,5 +656,41 @@ mod tests {
             b[112 + 2 * i..114 + 2 * i].copy_from_slice(&q.to_ne_bytes());
         }
         b
+    }
+
+    #[test]
+    fn lossless_records_round_trip_through_body() {
+        let key = LosslessKey {
+            ifindex: 4,
+            priority: 5,
+            _pad: [0; 3],
+        };
+        let st = LosslessState {
+            ep_start: 10,
+            ep_last: 0x0123_4567_89ab_cdef,
+            ep_first_mark: 0,
+            ep_first_xoff: 10,
+            load_bytes: 2_500,
+            load_ce: 3,
+            ..LosslessState::zeroed()
+        };
+        let ep = Event::filled(|e| e.set_lossless_episode(&key, &st)).at(10);
+        let body = EventBody::LosslessEpisode {
+            ifindex: 4,
+            priority: 5,
+            last: 0x0123_4567_89ab_cdef,
+            first_mark: None,
+            first_xoff: Some(10),
+        };
+        assert_eq!(ep.body(), Some(body));
+        assert_eq!(Event::from_bytes(&layout_bytes(&ep)), Some(ep));
+        let load = Event::filled(|e| e.set_lossless_load(&key, &st));
+        let body = EventBody::LosslessLoad {
+            ifindex: 4,
+            priority: 5,
+            bytes: 2_500,
+            ce: 3,
+        };
+        assert_eq!(load.body(), Some(body));
     }
 }

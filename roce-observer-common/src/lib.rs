@@ -23,6 +23,7 @@ pub mod frame_kind;
 pub mod frames;
 pub mod headers;
 pub mod latency;
+pub mod lossless;
 pub mod mirror;
 pub mod observe;
 pub mod opcode;
@@ -91,6 +92,12 @@ mod pod {
     unsafe impl aya::Pod for super::pfc::PfcLink {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Event {}
+    // SAFETY: repr(C), integers only, no padding (size asserted in lossless.rs).
+    unsafe impl aya::Pod for super::lossless::LosslessKey {}
+    // SAFETY: repr(C), u64 fields only.
+    unsafe impl aya::Pod for super::lossless::LosslessState {}
+    // SAFETY: repr(C), integers only, no padding (size asserted in lossless.rs).
+    unsafe impl aya::Pod for super::lossless::EctCache {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::latency::PendingKey {}
     // SAFETY: as above.

@@ -21,6 +21,7 @@ use crate::{
     account::{Outcome, RocePacket, account, learn_peer, touch},
     headers::PfcBody,
     latency::{PendingKey, PendingValue},
+    lossless::{LOAD_INTERVAL_NS, LosslessKey, LosslessState, pause_ns, priority_of},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
     parse::{Frame, PacketView},
     pfc::{PfcLinkKey, SLOT_LINK},
@@ -52,6 +53,8 @@ pub struct Scratch {
     /// scratch memory are not tracked, and the verifier then checks the accounting once, not
     /// once per parse path.
     pub pkt: RocePacket,
+    /// The lossless-class state's key (`Tables::lossless`).
+    pub lossless: LosslessKey,
 }
 
 impl Scratch {
@@ -64,6 +67,11 @@ impl Scratch {
             request_point: 0,
             flow_point: 0,
             pkt: RocePacket::zeroed(),
+            lossless: LosslessKey {
+                ifindex: 0,
+                priority: 0,
+                _pad: [0; 3],
+            },
         }
     }
 }
@@ -187,6 +195,50 @@ pub trait Tables {
     fn runs(&self) -> bool {
         true
     }
+    /// Lossless class (lossless.rs): the state of `key`, made when absent; `None` when the
+    /// table has no room (counted in `map_full`) or this side keeps none. The kernel keeps it;
+    /// the engine's lossless analysis takes every packet itself.
+    #[inline(always)]
+    fn lossless(&mut self, _key: &LosslessKey) -> Option<&'static mut LosslessState> {
+        None
+    }
+    /// Lossless class: one more ECT data packet of `key` that nothing else is kept of (the
+    /// kernel: in this CPU's `EctCache`).
+    #[inline(always)]
+    fn lossless_ect(&mut self, _key: &LosslessKey) {}
+    /// What the lossless state needs to know (`LosslessConfig::OFF`: keep none).
+    #[inline(always)]
+    fn lossless_config(&self) -> LosslessConfig {
+        LosslessConfig::OFF
+    }
+}
+
+/// The lossless-class settings of [`Tables::lossless_config`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LosslessConfig {
+    /// Keep lossless state at all.
+    pub on: bool,
+    /// The lossless DSCP and PCP (`--lossless-dscp`, `--lossless-pcp`).
+    pub dscp: u8,
+    pub pcp: u8,
+    /// Keep load intervals (a link speed is known: `ecn_at_low_load` is judged).
+    pub load: bool,
+    /// Link speed, kb/s, for the time an XOFF pauses.
+    pub link_kbps: u64,
+    /// The monotonic clock's offset from the Unix epoch modulo `LOAD_INTERVAL_NS`: load
+    /// intervals are aligned to the epoch, as the capture path's.
+    pub phase_ns: u64,
+}
+
+impl LosslessConfig {
+    pub const OFF: LosslessConfig = LosslessConfig {
+        on: false,
+        dscp: 0,
+        pcp: 0,
+        load: false,
+        link_kbps: 0,
+        phase_ns: 0,
+    };
 }
 
 /// How far [`observe`] goes with a RoCE packet (see [`Tables::stage`]).
@@ -255,7 +307,20 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
             body,
         } => {
             t.count(Counter::PfcFrames, direction);
-            on_pfc(t, ifindex, direction, src_mac, class_enable, &body);
+            let now = on_pfc(t, ifindex, direction, src_mac, class_enable, &body);
+            let lossless = t.lossless_config();
+            if lossless.on {
+                lossless_xoffs(
+                    t,
+                    &mut scratch.lossless,
+                    &lossless,
+                    ifindex,
+                    direction,
+                    class_enable,
+                    &body,
+                    now,
+                );
+            }
         }
         Frame::Pause { src_mac, quanta } => {
             t.count(Counter::Pause8023x, direction);
@@ -318,6 +383,24 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
     } else {
         t.coarse_ns()
     };
+    // Lossless class: in the kernel's main programs only, before a packet may be handed to
+    // the scoreboard program (which then need not be verified with it), and before the flow
+    // lookup (it needs no flow). The engine's lossless analysis takes every packet itself.
+    if !T::SCOREBOARD {
+        let lossless = t.lossless_config();
+        let cnp = crate::opcode::transport(pkt.opcode) == crate::opcode::TRANSPORT_CNP;
+        if lossless.on && (cnp || pkt.carries_data()) {
+            lossless_packet(
+                t,
+                &mut s.lossless,
+                &lossless,
+                key,
+                pkt,
+                cnp,
+                precise.then_some(now),
+            );
+        }
+    }
     let stats = match flows.entry(key, s.flow_point) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
@@ -641,6 +724,7 @@ pub fn slot_quanta(quanta: &[u16; 8], slot: usize) -> u16 {
     quanta[slot & 7]
 }
 
+/// One PFC frame: accounted and sent; returns its time.
 #[inline(always)]
 fn on_pfc<T: Tables>(
     t: &mut T,
@@ -649,7 +733,7 @@ fn on_pfc<T: Tables>(
     src_mac: [u8; 6],
     class_enable: u16,
     body: &PfcBody,
-) {
+) -> u64 {
     // The precise clock: the pause timeline is built from these event times (microseconds
     // matter), and PFC frames are rare next to data packets.
     let now = t.precise_ns();
@@ -675,6 +759,120 @@ fn on_pfc<T: Tables>(
     t.emit(direction, now, |ev| {
         ev.set_pfc(ifindex, direction, src_mac, class_enable, &quanta)
     });
+    now
+}
+
+/// Lossless class: a CNP (`cnp`), or a data packet, on the flow `key`, at `now` (the precise
+/// clock; read here when the caller has not, with runs off, and only for what needs a time). A
+/// CNP is a congestion signal on the lossless priority; data counts toward its priority's load
+/// and ECT count, and marked CE is a congestion signal there. Non-ECT data costs nothing unless
+/// loads are kept, other ECT data a per-CPU count. A closed episode or marked interval is one
+/// event.
+#[inline(always)]
+fn lossless_packet<T: Tables>(
+    t: &mut T,
+    lkey: &mut LosslessKey,
+    cfg: &LosslessConfig,
+    key: &FlowKey,
+    pkt: &RocePacket,
+    cnp: bool,
+    now: Option<u64>,
+) {
+    if !cnp && pkt.ecn == 0 && !cfg.load {
+        return;
+    }
+    lkey.ifindex = key.ifindex;
+    lkey.priority = if cnp {
+        cfg.pcp & 7
+    } else {
+        priority_of(pkt.pcp, pkt.dscp, cfg.dscp, cfg.pcp)
+    };
+    let ce = pkt.ecn == 3;
+    if !cnp && !ce && !cfg.load {
+        t.lossless_ect(lkey);
+        return;
+    }
+    let now = match now {
+        Some(now) => now,
+        None => t.precise_ns(),
+    };
+    let Some(st) = t.lossless(lkey) else {
+        t.count(Counter::MapFull, key.direction);
+        return;
+    };
+    let direction = key.direction;
+    let lkey = &*lkey;
+    if cnp {
+        crate::atomic::add(&mut st.cnp, 1);
+        st.signal(now, false, now, |st| {
+            t.emit(direction, st.ep_start, |ev| {
+                ev.set_lossless_episode(lkey, st)
+            })
+        });
+        return;
+    }
+    if pkt.ecn != 0 {
+        crate::atomic::add(&mut st.ect_data, 1);
+    }
+    if ce {
+        crate::atomic::add(&mut st.ce, 1);
+        st.signal(now, false, now, |st| {
+            t.emit(direction, st.ep_start, |ev| {
+                ev.set_lossless_episode(lkey, st)
+            })
+        });
+    }
+    if cfg.load {
+        let phase = cfg.phase_ns;
+        st.load(now, phase, u64::from(pkt.frame_len), ce, |st| {
+            let start = (st.load_slot - 1)
+                .wrapping_mul(LOAD_INTERVAL_NS)
+                .wrapping_sub(phase);
+            t.emit(direction, start, |ev| ev.set_lossless_load(lkey, st))
+        });
+    }
+}
+
+/// Lossless class: the XOFFs of one PFC frame at `now`, a congestion signal each on its
+/// priority until its pause ends (XONs are none).
+#[inline(always)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the frame's fields apart, for the stack"
+)]
+fn lossless_xoffs<T: Tables>(
+    t: &mut T,
+    lkey: &mut LosslessKey,
+    cfg: &LosslessConfig,
+    ifindex: u32,
+    direction: u8,
+    class_enable: u16,
+    body: &PfcBody,
+    now: u64,
+) {
+    let mut prio = 0;
+    while prio < 8 {
+        let quanta = if class_enable & (1 << prio) != 0 {
+            body.quanta(prio)
+        } else {
+            0
+        };
+        if quanta != 0 {
+            lkey.ifindex = ifindex;
+            lkey.priority = prio as u8;
+            match t.lossless(lkey) {
+                Some(st) => {
+                    let until = now.saturating_add(pause_ns(quanta, cfg.link_kbps));
+                    let k = &*lkey;
+                    st.signal(now, true, until, |st| {
+                        t.emit(direction, st.ep_start, |ev| ev.set_lossless_episode(k, st))
+                    });
+                }
+                None => t.count(Counter::MapFull, direction),
+            }
+        }
+        prio += 1;
+    }
 }
 
 #[inline(always)]

@@ -10,6 +10,7 @@ use roce_observer_common::{
     counters::COUNTER_SLOTS,
     flow::{FlowKey4, FlowKey6},
     latency::{LatencyHist, PendingKey, PendingValue},
+    lossless::{EctCache, LosslessKey, LosslessState},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
     observe::Scratch,
     pfc::{PfcLink, PfcLinkKey},
@@ -67,6 +68,23 @@ pub static PFC: HashMap<PfcLinkKey, PfcLink> = HashMap::with_max_entries(1024, 0
 /// for the BPF stack).
 #[map]
 pub static ZERO_PFC: PerCpuArray<PfcLink> = PerCpuArray::with_max_entries(1, 0);
+
+/// Lossless class (roce-observer-common/src/lossless.rs): per (interface, priority), the open
+/// congestion episode, the current load interval and exact counts, shared by every CPU and
+/// both programs (one point is both directions of an interface, as in the engine). Looked up
+/// by CE-marked data, CNPs and XOFFs only (every data packet when loads are judged; other ECT
+/// data is counted in LOSSLESS_ECT first). A full map is counted (`map_full`).
+#[map]
+pub static LOSSLESS: HashMap<LosslessKey, LosslessState> = HashMap::with_max_entries(1024, 0);
+
+/// Each CPU's ECT data packets not yet added to their LOSSLESS entry (roce-observer-common
+/// lossless.rs, `EctCache`); user space reads it with the entries.
+#[map]
+pub static LOSSLESS_ECT: PerCpuArray<EctCache> = PerCpuArray::with_max_entries(1, 0);
+
+/// One all-zero LosslessState, never written: the source of new lossless entries.
+#[map]
+pub static ZERO_LOSSLESS: PerCpuArray<LosslessState> = PerCpuArray::with_max_entries(1, 0);
 
 /// Timestamped requests waiting for their response: PendingKey -> PendingValue. LRU, because a
 /// request whose answer is never seen (lost, or outside the capture) must age out on its own.

@@ -9,21 +9,23 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns, bpf_ktime_get_ns, bpf_tail_call},
-    maps::{HashMap, ProgramArray},
+    maps::{HashMap, PerCpuArray, ProgramArray},
 };
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
     flow::{Compact, FlowKey4, FlowKey6, POINT_MIRROR},
-    latency::{LatencyHist, PendingKey, PendingValue},
+    latency::{PendingKey, PendingValue},
+    lossless::{LosslessKey, LosslessState},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
-    observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
+    observe::{Entry, Flows, LosslessConfig, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, MIRRORS, PENDING, PFC, SCRATCH,
-    SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_PFC, count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, LOSSLESS, LOSSLESS_ECT, MIRRORS,
+    PENDING, PFC, SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_LOSSLESS,
+    ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -70,6 +72,24 @@ static STAGE: u8 = 0;
 /// the loader. Frozen .rodata: the verifier drops the branch not taken.
 #[unsafe(no_mangle)]
 static RUNS: u8 = 1;
+
+/// Lossless class (roce-observer-common/src/lossless.rs), set by the loader: LOSSLESS_ON 0
+/// keeps no state (benchmarks); the lossless DSCP and PCP; LOSSLESS_LOAD 1 when loads are
+/// judged (a link speed is known); the link speed in kb/s (pause ends); the monotonic clock's
+/// offset from the epoch modulo the load interval. Frozen .rodata: with LOSSLESS_ON or
+/// LOSSLESS_LOAD 0 the verifier drops that work.
+#[unsafe(no_mangle)]
+static LOSSLESS_ON: u8 = 1;
+#[unsafe(no_mangle)]
+static LOSSLESS_DSCP: u8 = 26;
+#[unsafe(no_mangle)]
+static LOSSLESS_PCP: u8 = 3;
+#[unsafe(no_mangle)]
+static LOSSLESS_LOAD: u8 = 0;
+#[unsafe(no_mangle)]
+static LINK_KBPS: u64 = 100_000_000;
+#[unsafe(no_mangle)]
+static LOAD_PHASE_NS: u64 = 0;
 
 #[inline(always)]
 fn global<T: Copy>(v: &'static T) -> T {
@@ -215,22 +235,26 @@ struct Maps<'a, const SCOREBOARD: bool> {
     slot: u32,
 }
 
-/// The latency histogram of compact key `k` in `map`, made when absent; `None` when the map
-/// has no room.
+/// The value of `k` in `map`, made from `zero` (an all-zero value) when absent; `None` when the
+/// map has no room. (A latency histogram, a lossless entry.)
 #[inline(always)]
-fn hist_in<K>(map: &'static HashMap<K, LatencyHist>, k: &K) -> Option<&'static mut LatencyHist> {
-    if let Some(hist) = map.get_ptr_mut(k) {
+fn value_in<K, V>(
+    map: &'static HashMap<K, V>,
+    zero: &'static PerCpuArray<V>,
+    k: &K,
+) -> Option<&'static mut V> {
+    if let Some(v) = map.get_ptr_mut(k) {
         // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
-        return Some(unsafe { &mut *hist });
+        return Some(unsafe { &mut *v });
     }
-    let zero = ZERO_LATENCY.get_ptr(0)?;
+    let zero = zero.get_ptr(0)?;
     // SAFETY: `zero` points at a live per-CPU array value of the right type. By reference: a
-    // value would be a 432-byte copy on the BPF stack. Another CPU may make it in between
-    // (EEXIST): then it is there to look up.
+    // value would be a copy on the BPF stack (432 bytes for a histogram). Another CPU may make
+    // it in between (EEXIST): then it is there to look up.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let _ = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // SAFETY: as above.
-    map.get_ptr_mut(k).map(|hist| unsafe { &mut *hist })
+    map.get_ptr_mut(k).map(|v| unsafe { &mut *v })
 }
 
 /// Whether two mirror keys are equal, compared as eleven 32-bit words.
@@ -384,6 +408,46 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     }
 
     #[inline(always)]
+    fn lossless_config(&self) -> LosslessConfig {
+        LosslessConfig {
+            on: global(&LOSSLESS_ON) != 0,
+            dscp: global(&LOSSLESS_DSCP),
+            pcp: global(&LOSSLESS_PCP),
+            load: global(&LOSSLESS_LOAD) != 0,
+            link_kbps: global(&LINK_KBPS),
+            phase_ns: global(&LOAD_PHASE_NS),
+        }
+    }
+
+    #[inline(always)]
+    fn lossless(&mut self, key: &LosslessKey) -> Option<&'static mut LosslessState> {
+        value_in(&LOSSLESS, &ZERO_LOSSLESS, key)
+    }
+
+    /// Counted in this CPU's cache; its count for the last key goes to that key's entry
+    /// first when the key changes (an atomic add: another CPU may add to it too).
+    #[inline(always)]
+    fn lossless_ect(&mut self, key: &LosslessKey) {
+        let Some(cache) = LOSSLESS_ECT.get_ptr_mut(0) else {
+            return;
+        };
+        // SAFETY: a per-CPU array value, only used by this CPU during this program run.
+        let cache = unsafe { &mut *cache };
+        if cache.key.ifindex != key.ifindex || cache.key.priority != key.priority {
+            if cache.pending != 0 {
+                match value_in(&LOSSLESS, &ZERO_LOSSLESS, &cache.key) {
+                    Some(st) => roce_observer_common::atomic::add(&mut st.ect_data, cache.pending),
+                    None => count(Counter::MapFull, 0),
+                }
+            }
+            cache.key.ifindex = key.ifindex;
+            cache.key.priority = key.priority;
+            cache.pending = 0;
+        }
+        cache.pending += 1;
+    }
+
+    #[inline(always)]
     fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {
         match PENDING.insert(key, value, BPF_NOEXIST) {
             Ok(()) => Stored::Added,
@@ -404,8 +468,8 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     #[inline(always)]
     fn latency_sample(&mut self, flow: &FlowKey, point: u32, rtt_ns: u64, now: u64) {
         let hist = match flow.compact(point, self.lat4, self.lat6) {
-            Compact::V4 => hist_in(&LATENCY4, self.lat4),
-            Compact::V6 => hist_in(&LATENCY6, self.lat6),
+            Compact::V4 => value_in(&LATENCY4, &ZERO_LATENCY, self.lat4),
+            Compact::V6 => value_in(&LATENCY6, &ZERO_LATENCY, self.lat6),
         };
         match hist {
             Some(hist) => hist.add(rtt_ns, global(&RTT_ALERT_NS), now),

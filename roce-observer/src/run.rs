@@ -376,8 +376,16 @@ async fn run_kernel<F: Future<Output = ()>>(
             },
         );
     }
+    let opts = KernelOptions {
+        lossless_dscp: cfg.lossless_dscp,
+        lossless_pcp: cfg.lossless_pcp,
+        link_gbps: cfg.link_gbps,
+        link_known: cfg.link_known,
+        ..opts
+    };
     let mut src = KernelSource::load(&opts)?;
     let mut engine = Engine::new(cfg);
+    engine.lossless_from_kernel();
     for iface in &args.ifaces {
         let a = src.attach(iface, opts.xdp_mode)?;
         engine.set_iface_name(a.ifindex, &a.iface);

@@ -149,26 +149,76 @@ impl VethNs {
     /// deadline (absolute, so a late frame does not delay the rest: tcpreplay's relative
     /// delays drifted by 60% on a busy machine). Returns how many went out more than 1 ms late.
     pub fn send_timed(&self, frames: &[(u64, &str, &[u8])]) -> anyhow::Result<usize> {
+        self.send_timed_aligned(frames, None, Duration::from_millis(1))
+    }
+
+    /// [`VethNs::send_timed`], with time 0 at a wall-clock (CLOCK_REALTIME) time that is
+    /// `phase` ns past a multiple of `period` ns (`align`), e.g. where a capture's first frame
+    /// sat in its 10 ms load interval; returns how many went out more than `late_after` late
+    /// or in a later period than their due time's.
+    pub fn send_timed_aligned(
+        &self,
+        frames: &[(u64, &str, &[u8])],
+        align: Option<(u64, u64)>,
+        late_after: Duration,
+    ) -> anyhow::Result<usize> {
+        self.send_timed_on(frames, align, late_after, &[None])
+    }
+
+    /// [`VethNs::send_timed_aligned`] from one thread per entry of `cpus`, each pinned to its
+    /// CPU (`None`: not pinned) and sending every frame, all from the same time 0; the late
+    /// frames of all of them.
+    pub fn send_timed_on(
+        &self,
+        frames: &[(u64, &str, &[u8])],
+        align: Option<(u64, u64)>,
+        late_after: Duration,
+        cpus: &[Option<usize>],
+    ) -> anyhow::Result<usize> {
         use std::os::fd::AsRawFd as _;
         let netns = std::fs::File::open(format!("/run/netns/{}", self.name))?;
+        let start = start_time(align)?;
         std::thread::scope(|scope| {
-            scope
-                .spawn(|| -> anyhow::Result<usize> {
-                    // SAFETY: setns on a namespace file we opened; it changes only this
-                    // thread's network namespace (a scoped thread that ends here).
-                    if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                        bail!("setns: {}", std::io::Error::last_os_error());
-                    }
-                    // Real-time priority for this thread only, so that other work on a busy
-                    // machine does not delay the frames (each waits for its deadline by
-                    // sleeping, then spinning the last 100 us). Best effort.
-                    let param = libc::sched_param { sched_priority: 50 };
-                    // SAFETY: sets the calling thread's policy; `param` is valid.
-                    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-                    send_from_here(frames)
+            let senders: Vec<_> = cpus
+                .iter()
+                .map(|&cpu| {
+                    let netns = &netns;
+                    scope.spawn(move || -> anyhow::Result<usize> {
+                        // SAFETY: setns on a namespace file we opened; it changes only this
+                        // thread's network namespace (a scoped thread that ends here).
+                        if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                            bail!("setns: {}", std::io::Error::last_os_error());
+                        }
+                        if let Some(cpu) = cpu {
+                            // SAFETY: an all-zero cpu_set_t is a valid, empty set.
+                            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                            // SAFETY: adds a CPU to the valid set above.
+                            unsafe { libc::CPU_SET(cpu, &mut set) };
+                            // SAFETY: pins the calling thread; `set` is valid.
+                            let pinned = unsafe {
+                                libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
+                            };
+                            if pinned != 0 {
+                                bail!("sched_setaffinity: {}", std::io::Error::last_os_error());
+                            }
+                        }
+                        // Real-time priority for this thread only, so that other work on a
+                        // busy machine does not delay the frames (each waits for its deadline
+                        // by sleeping, then spinning the last 100 us). Best effort.
+                        let param = libc::sched_param { sched_priority: 50 };
+                        // SAFETY: sets the calling thread's policy; `param` is valid.
+                        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+                        send_from_here(frames, start, align, late_after)
+                    })
                 })
-                .join()
-                .map_err(|_| anyhow::anyhow!("sender thread panicked"))?
+                .collect();
+            let mut late = 0;
+            for s in senders {
+                late += s
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("sender thread panicked"))??;
+            }
+            Ok(late)
         })
     }
 
@@ -350,12 +400,29 @@ impl VethNs {
 }
 
 /// [`VethNs::send_timed`]'s sending, in the calling thread's namespace.
-fn send_from_here(frames: &[(u64, &str, &[u8])]) -> anyhow::Result<usize> {
+/// Time 0 of a timed send: 20 ms from now, then on to the wall-clock phase of `align`.
+fn start_time(align: Option<(u64, u64)>) -> anyhow::Result<Instant> {
+    let mut start = Instant::now() + Duration::from_millis(20);
+    if let Some((period, phase)) = align {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos() as u64
+            + 20_000_000;
+        start += Duration::from_nanos((phase % period + period - wall % period) % period);
+    }
+    Ok(start)
+}
+
+fn send_from_here(
+    frames: &[(u64, &str, &[u8])],
+    start: Instant,
+    align: Option<(u64, u64)>,
+    late_after: Duration,
+) -> anyhow::Result<usize> {
     // SAFETY: plain syscalls with valid arguments; the socket is closed below.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
     anyhow::ensure!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
     let mut addrs: std::collections::HashMap<&str, libc::sockaddr_ll> = Default::default();
-    let start = Instant::now() + Duration::from_millis(20);
     let mut late = 0;
     let mut result = Ok(());
     for &(at, dev, frame) in frames {
@@ -382,8 +449,16 @@ fn send_from_here(frames: &[(u64, &str, &[u8])]) -> anyhow::Result<usize> {
             while Instant::now() < due {
                 std::hint::spin_loop();
             }
-        } else if Instant::now() - due > Duration::from_millis(1) {
-            late += 1;
+        } else {
+            let now = Instant::now();
+            // Aligned: also late when it left the period its due time is in.
+            let crossed = align.is_some_and(|(period, phase)| {
+                let sent = (now - start).as_nanos() as u64;
+                (phase % period + at) / period != (phase % period + sent) / period
+            });
+            if now - due > late_after || crossed {
+                late += 1;
+            }
         }
         // SAFETY: `frame` and `addr` are valid for the lengths given.
         let sent = unsafe {

@@ -40,7 +40,11 @@ impl Engine {
             }
             // Activity runs (training steps) and path events (where was it lost), for the
             // analyses (the capture path feeds them packet by packet unless fed as the kernel).
-            EventBody::DataRun { .. } | EventBody::SignalRun { .. } | EventBody::Path { .. } => {
+            EventBody::DataRun { .. }
+            | EventBody::SignalRun { .. }
+            | EventBody::Path { .. }
+            | EventBody::LosslessEpisode { .. }
+            | EventBody::LosslessLoad { .. } => {
                 if let EventBody::Path {
                     gap: Some((first, count)),
                     ..

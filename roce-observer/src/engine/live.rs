@@ -4,6 +4,7 @@
 use roce_observer_common::{
     Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     latency::LatencyHist,
+    lossless::{LosslessKey, LosslessState},
     mirror::{MirrorKey, MirrorStats},
 };
 
@@ -52,6 +53,19 @@ impl Engine {
     /// Kernel path: the absolute values of one PFC map entry.
     pub fn update_pfc(&mut self, key: &PfcKey, stats: &PfcStats) {
         self.pfc.entry(*key).or_default().stats = *stats;
+    }
+
+    /// Kernel path: the programs keep the lossless class's episodes, loads and counts. Called
+    /// before the first event.
+    pub fn lossless_from_kernel(&mut self) {
+        self.analyses.lossless.from_kernel(&self.cfg);
+    }
+
+    /// Kernel path: one lossless map entry as read (times since the epoch).
+    pub fn update_lossless(&mut self, key: &LosslessKey, st: &LosslessState) {
+        self.analyses
+            .lossless
+            .kernel_state(key.ifindex, key.priority, st);
     }
 
     /// Kernel path: the absolute values of one mirror session.

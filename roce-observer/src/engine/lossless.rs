@@ -7,13 +7,18 @@
 //! frame on both paths. State per (point, priority): the open congestion episode and exact
 //! counts of the closed ones, the current load interval and counts of the marked ones, and the
 //! point's current and last long pause span. Bounded by the number of points and priorities.
+//! On the kernel path the programs keep the episodes, load intervals and counts with the same
+//! definitions (roce-observer-common/src/lossless.rs): closed ones come as events
+//! (`kernel_episode`, `kernel_load`), the open ones and the counts from the map
+//! (`kernel_state`); pauses there only make spans.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use roce_observer_common::{
-    FlowKey, FlowStats, PfcKey,
+    Event, EventBody, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
+    lossless::LosslessState,
     pfc::PRIORITY_LINK,
 };
 
@@ -27,8 +32,9 @@ use crate::report::{
     Snapshot,
 };
 
-/// Length of the load intervals the data rate of a point and priority is measured over.
-pub const LOAD_INTERVAL_NS: u64 = 10_000_000;
+/// Length of the load intervals the data rate of a point and priority is measured over (the
+/// kernel programs' too).
+pub use roce_observer_common::lossless::LOAD_INTERVAL_NS;
 
 /// A marked interval below this fraction of the link is marked at low load.
 pub const LOW_LOAD: f64 = 0.5;
@@ -161,6 +167,11 @@ struct Point {
     span: Option<Span>,
     /// The last closed span longer than the storm window.
     long_span: Option<Span>,
+    /// Kernel path: the start of the last closed episode and the index of the last closed
+    /// marked interval taken from an event (a second event for the same one, from two CPUs
+    /// closing it at once, is dropped; the map's open ones count only when newer).
+    closed_episode: Option<u64>,
+    closed_load: Option<u64>,
 }
 
 impl Point {
@@ -229,6 +240,9 @@ impl Point {
 #[derive(Clone, Debug, Default)]
 pub struct Lossless {
     points: BTreeMap<PointKey, Point>,
+    /// Kernel path: the programs keep the episodes, loads and counts (`kernel_*`); a pause
+    /// here only makes spans.
+    kernel: bool,
     /// The lossless DSCP and PCP, from the first pause (which brings the configuration): the
     /// kernel path's data reads come without it, and before a pause there is no span to note
     /// data in.
@@ -319,7 +333,7 @@ impl Lossless {
         let window = cfg.storm_window_ns;
         let p = self.points.entry((point, priority)).or_default();
         let until = ts.saturating_add(pause_ns);
-        if pause_ns > 0 {
+        if pause_ns > 0 && !self.kernel {
             p.signal(ts, true, until);
         }
         match p.span.as_mut() {
@@ -341,6 +355,72 @@ impl Lossless {
                 }
             }
         }
+    }
+
+    /// Kernel path: the programs keep the episodes, load intervals and counts from now on.
+    pub fn from_kernel(&mut self) {
+        self.kernel = true;
+    }
+
+    /// Kernel path: a closed congestion episode at `point` and `prio` (times since the epoch).
+    pub fn kernel_episode(
+        &mut self,
+        (point, prio): PointKey,
+        start: u64,
+        last: u64,
+        first_mark: Option<u64>,
+        first_xoff: Option<u64>,
+    ) {
+        let p = self.points.entry((point, prio)).or_default();
+        if p.closed_episode.is_some_and(|c| start <= c) {
+            return;
+        }
+        p.counts.add(&Episode {
+            start,
+            last,
+            first_mark,
+            first_xoff,
+        });
+        p.closed_episode = Some(start);
+        if p.episode.is_some_and(|e| e.start <= start) {
+            p.episode = None;
+        }
+    }
+
+    /// Kernel path: a closed load interval with CE marks at `point` and `prio`, from `start`
+    /// (since the epoch).
+    pub fn kernel_load(&mut self, key: PointKey, start: u64, bytes: u64, ce: u64, link_gbps: f64) {
+        let p = self.points.entry(key).or_default();
+        let idx = start / LOAD_INTERVAL_NS;
+        if p.closed_load.is_some_and(|c| idx <= c) {
+            return;
+        }
+        p.load.close((idx, bytes, ce), link_gbps);
+        p.closed_load = Some(idx);
+        if p.load.current.is_some_and(|c| c.0 <= idx) {
+            p.load.current = None;
+        }
+    }
+
+    /// Kernel path: a point's map entry as read (times since the epoch, `load_slot` the
+    /// interval index since the epoch + 1): its counts, open episode and current interval.
+    pub fn kernel_state(&mut self, key: PointKey, st: &LosslessState) {
+        let p = self.points.entry(key).or_default();
+        (p.ce, p.cnp, p.ect_data) = (st.ce, st.cnp, st.ect_data);
+        let some = |t: u64| (t != 0).then_some(t);
+        p.episode = some(st.ep_start)
+            .filter(|&s| p.closed_episode.is_none_or(|c| s > c))
+            .map(|start| Episode {
+                start,
+                last: st.ep_last,
+                first_mark: some(st.ep_first_mark),
+                first_xoff: some(st.ep_first_xoff),
+            });
+        p.load.current = st
+            .load_slot
+            .checked_sub(1)
+            .filter(|&i| st.load_slot != 0 && p.closed_load.is_none_or(|c| i > c))
+            .map(|i| (i, st.load_bytes, st.load_ce));
     }
 
     /// The findings as of `now`. `name` gives a point's name; `flows` is, per flow (source
@@ -616,6 +696,21 @@ type FlowId = ([u8; 16], [u8; 16], u32);
 #[derive(Default)]
 pub struct LosslessAnalysis {
     state: Lossless,
+    /// Kernel path: the link speed the marked intervals' loads are taken against.
+    link_gbps: f64,
+}
+
+impl LosslessAnalysis {
+    /// Kernel path: the programs keep episodes, loads and counts (`cfg`: the engine's).
+    pub fn from_kernel(&mut self, cfg: &EngineConfig) {
+        self.state.from_kernel();
+        self.link_gbps = cfg.link_gbps;
+    }
+
+    /// Kernel path: one map entry as read.
+    pub fn kernel_state(&mut self, ifindex: u32, priority: u8, st: &LosslessState) {
+        self.state.kernel_state((ifindex, priority), st);
+    }
 }
 
 impl Analysis for LosslessAnalysis {
@@ -633,6 +728,34 @@ impl Analysis for LosslessAnalysis {
     fn pause(&mut self, cfg: &EngineConfig, key: &PfcKey, ts: u64, _quanta: u16, pause_ns: u64) {
         self.state
             .pause(ts, key.ifindex, key.priority, pause_ns, cfg);
+    }
+
+    /// Kernel path: closed episodes and marked load intervals.
+    fn event(&mut self, ev: &Event, body: &EventBody, _from_capture: bool) {
+        match *body {
+            EventBody::LosslessEpisode {
+                ifindex,
+                priority,
+                last,
+                first_mark,
+                first_xoff,
+            } => self.state.kernel_episode(
+                (ifindex, priority),
+                ev.ts_ns,
+                last,
+                first_mark,
+                first_xoff,
+            ),
+            EventBody::LosslessLoad {
+                ifindex,
+                priority,
+                bytes,
+                ce,
+            } => self
+                .state
+                .kernel_load((ifindex, priority), ev.ts_ns, bytes, ce, self.link_gbps),
+            _ => {}
+        }
     }
 
     /// Kernel path: a changed flow record's open data run ends at its latest data packet,
@@ -713,5 +836,145 @@ mod tests {
         assert_eq!(ring(|l| l.data_at(10 * MS, 2, PCP_UNTAGGED, 26)).len(), 1);
         // Tagged data travels on its PCP.
         assert!(ring(|l| l.data_at(300 * MS, 3, 3, 0)).is_empty());
+    }
+
+    /// One point's traffic, as the capture path sees it (`packet`, `pause`) and as the kernel
+    /// programs keep it (the shared `LosslessState` steps, their events and the map read at
+    /// the end): the findings must be the same. Per 50 ms for 12 rounds: ECT data of priority
+    /// 3 every 1 ms (1,000 B: under 1% of the 1 Gb/s link), an XOFF at +1 ms (pausing 0.512
+    /// ms), CE marks at +2..+2.4 ms; ECT data of priority 5 (DSCP 40) at +35 ms; in every third
+    /// round a CNP at +30 ms and an XOFF of priority 5 at +31 ms.
+    fn both_paths(link_known: bool) -> (Vec<LosslessFinding>, Vec<LosslessFinding>) {
+        let cfg = EngineConfig {
+            link_gbps: 0.001 * 1000.0,
+            link_known,
+            ..EngineConfig::default()
+        };
+        let link_kbps = (cfg.link_gbps * 1e6) as u64;
+        let mut capture = Lossless::default();
+        let mut kernel = Lossless::default();
+        kernel.from_kernel();
+        let mut states: BTreeMap<PointKey, LosslessState> = BTreeMap::new();
+        let mut events: Vec<(PointKey, bool, LosslessState)> = Vec::new();
+        let data = |ce: bool, dscp: u8| RocePacket {
+            opcode: 0x04,
+            ecn: if ce { 3 } else { 2 },
+            dscp,
+            pcp: PCP_UNTAGGED,
+            frame_len: 1000,
+            ..RocePacket::zeroed()
+        };
+        let cnp = RocePacket {
+            opcode: 0x81,
+            ..RocePacket::zeroed()
+        };
+        // (time, what): 0 data, 1 CE data, 2 CNP, 3 XOFF priority 3, 4 XOFF priority 5, 5
+        // data of priority 5.
+        let mut plan: Vec<(u64, u8)> = Vec::new();
+        for r in 0..12u64 {
+            let base = 1_000 * MS + r * 50 * MS;
+            plan.extend((0..50).map(|i| (base + i * MS + 500, 0)));
+            plan.push((base + MS, 3));
+            plan.extend((0..5).map(|j| (base + 2 * MS + j * 100_000, 1)));
+            plan.push((base + 35 * MS, 5));
+            if r % 3 == 0 {
+                plan.push((base + 30 * MS, 2));
+                plan.push((base + 31 * MS, 4));
+            }
+        }
+        plan.sort_unstable();
+        let quanta = 1u16; // 512 us at 1 Gb/s
+        for &(t, what) in &plan {
+            let (key, xoff) = match what {
+                0 | 1 => ((7, 3), false),
+                2 => ((7, 3), false),
+                3 => ((7, 3), true),
+                4 => ((7, 5), true),
+                _ => ((7, 5), false),
+            };
+            let st = states.entry(key).or_default();
+            let mut closed = |ev: bool, st: &LosslessState| {
+                events.push((key, ev, *st));
+                true
+            };
+            if xoff {
+                let ns = roce_observer_common::lossless::pause_ns(quanta, link_kbps);
+                capture.pause(t, 7, key.1, ns, &cfg);
+                kernel.pause(t, 7, key.1, ns, &cfg);
+                st.signal(t, true, t + ns, |s| closed(true, s));
+                continue;
+            }
+            let pkt = match what {
+                2 => cnp,
+                5 => data(false, 40),
+                _ => data(what == 1, 26),
+            };
+            capture.packet(t, 7, &pkt, what == 2, &cfg);
+            if what == 2 {
+                st.cnp += 1;
+                st.signal(t, false, t, |s| closed(true, s));
+                continue;
+            }
+            st.ect_data += 1;
+            if what == 1 {
+                st.ce += 1;
+                st.signal(t, false, t, |s| closed(true, s));
+            }
+            if link_known {
+                st.load(t, 0, 1000, what == 1, |s| closed(false, s));
+            }
+        }
+        for (key, episode, st) in events {
+            if episode {
+                // Sent twice, as two CPUs closing it at once would: counted once.
+                for _ in 0..2 {
+                    kernel.kernel_episode(
+                        key,
+                        st.ep_start,
+                        st.ep_last,
+                        (st.ep_first_mark != 0).then_some(st.ep_first_mark),
+                        (st.ep_first_xoff != 0).then_some(st.ep_first_xoff),
+                    );
+                }
+            } else {
+                let start = (st.load_slot - 1) * LOAD_INTERVAL_NS;
+                kernel.kernel_load(key, start, st.load_bytes, st.load_ce, cfg.link_gbps);
+            }
+        }
+        for (key, st) in &states {
+            kernel.kernel_state(*key, st);
+        }
+        let now = 2_000 * MS;
+        let name = |p: u32| format!("p{p}");
+        (
+            capture.findings(now, &cfg, name, &[]),
+            kernel.findings(now, &cfg, name, &[]),
+        )
+    }
+
+    #[test]
+    fn the_kernel_paths_episodes_and_loads_give_the_capture_paths_findings() {
+        for link_known in [false, true] {
+            let (capture, kernel) = both_paths(link_known);
+            // Priority 3: the XOFF first in all 12 rounds (4 of them with a CNP episode
+            // besides); priority 5: 4 pause-only episodes and not one mark; with a known link,
+            // every marked interval of priority 3 at under 1% load.
+            let kinds: Vec<_> = capture.iter().map(|f| (f.kind, f.priority)).collect();
+            let want = if link_known {
+                vec![
+                    (PFC_BEFORE_ECN, 3),
+                    (PFC_BEFORE_ECN, 5),
+                    (ECN_AT_LOW_LOAD, 3),
+                ]
+            } else {
+                vec![(PFC_BEFORE_ECN, 3), (PFC_BEFORE_ECN, 5)]
+            };
+            let mut sorted = kinds.clone();
+            sorted.sort_unstable();
+            let mut want_sorted = want.clone();
+            want_sorted.sort_unstable();
+            assert_eq!(sorted, want_sorted, "{capture:#?}");
+            assert_eq!(kernel, capture);
+        }
     }
 }

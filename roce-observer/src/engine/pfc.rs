@@ -15,8 +15,9 @@ use roce_observer_common::{PfcKey, PfcStats, pfc::quanta_to_ns};
 use super::Engine;
 
 /// A pause episode ends when its source has been unpaused this long (docs/metrics.md, "Pause
-/// and congestion episodes"); the next XOFF starts a new one.
-pub const EPISODE_QUIET_NS: u64 = 10_000_000;
+/// and congestion episodes"); the next XOFF starts a new one. The kernel programs' congestion
+/// episodes end after the same quiet period.
+pub use roce_observer_common::lossless::EPISODE_QUIET_NS;
 
 #[derive(Clone, Debug, Default)]
 pub struct PfcEntry {

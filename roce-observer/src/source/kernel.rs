@@ -90,6 +90,15 @@ pub struct KernelOptions {
     /// Turn the kernel's BPF run-time statistics on while the programs are loaded (`run
     /// --bpf-stats`; off: they are reported only if the sysctl has them on).
     pub bpf_stats: bool,
+    /// Lossless class (roce-observer-common/src/lossless.rs): keep its state at all (the
+    /// product always does; benchmarks may measure without), the engine's `lossless_dscp`,
+    /// `lossless_pcp`, `link_gbps` (the time an XOFF pauses) and `link_known` (load intervals
+    /// are kept only then).
+    pub lossless: bool,
+    pub lossless_dscp: u8,
+    pub lossless_pcp: u8,
+    pub link_gbps: f64,
+    pub link_known: bool,
 }
 
 impl Default for KernelOptions {
@@ -109,6 +118,11 @@ impl Default for KernelOptions {
             runs: true,
             floor_entries: 0,
             bpf_stats: false,
+            lossless: true,
+            lossless_dscp: 26,
+            lossless_pcp: 3,
+            link_gbps: crate::engine::DEFAULT_LINK_GBPS,
+            link_known: false,
         }
     }
 }
@@ -229,6 +243,10 @@ impl KernelSource {
         // SAFETY: plain syscall with a valid pointer; failure is harmless on modern kernels.
         let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
 
+        let epoch_offset_ns =
+            clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
+        let load_phase_ns = epoch_offset_ns % roce_observer_common::lossless::LOAD_INTERVAL_NS;
+        let link_kbps = (opts.link_gbps * 1e6).round() as u64;
         let mut ebpf = EbpfLoader::new()
             .override_global("ROCE_PORT", &opts.roce_port, true)
             .override_global("VXLAN_PORT", &opts.vxlan_port, true)
@@ -241,6 +259,12 @@ impl KernelSource {
             .override_global("STAGE", &stage_global(opts.stage), true)
             .override_global("KERNEL_LOG", &u8::from(opts.kernel_log), true)
             .override_global("RUNS", &u8::from(opts.runs), true)
+            .override_global("LOSSLESS_ON", &u8::from(opts.lossless), true)
+            .override_global("LOSSLESS_DSCP", &opts.lossless_dscp, true)
+            .override_global("LOSSLESS_PCP", &opts.lossless_pcp, true)
+            .override_global("LOSSLESS_LOAD", &u8::from(opts.link_known), true)
+            .override_global("LINK_KBPS", &link_kbps, true)
+            .override_global("LOAD_PHASE_NS", &load_phase_ns, true)
             .override_global(aya_log::LEVEL, &kernel_log::level(opts.kernel_log), true)
             .map_max_entries("FLOWS4", opts.max_flows)
             .map_max_entries("FLOWS6", opts.max_flows)
@@ -293,8 +317,6 @@ impl KernelSource {
         };
         // Read even when off (it then stays empty): the tests check exactly that.
         let kernel_log = kernel_log::Reader::start(&mut ebpf)?;
-        let epoch_offset_ns =
-            clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
         Ok(KernelSource {
             ebpf,
             features,
@@ -483,6 +505,9 @@ pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()
     src.read_latency(|key, hist| engine.update_latency(key, hist))?;
     for (key, stats) in src.read_pfc()? {
         engine.update_pfc(&key, &stats);
+    }
+    for (key, st) in src.read_lossless()? {
+        engine.update_lossless(&key, &st);
     }
     for (key, stats) in src.read_mirrors()? {
         engine.update_mirror(&key, &stats);

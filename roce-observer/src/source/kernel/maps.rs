@@ -8,6 +8,7 @@ use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     counters::COUNTER_SLOTS,
     latency::LatencyHist,
+    lossless::{EctCache, LOAD_INTERVAL_NS, LosslessKey, LosslessState},
     mirror::{MirrorKey, MirrorStats},
     pfc::{PfcLink, PfcLinkKey},
 };
@@ -245,6 +246,55 @@ impl KernelSource {
         Ok(out)
     }
 
+    /// Every lossless-class entry (one per interface and priority that had a congestion
+    /// signal or ECT data), with its times since the epoch (0 stays none) and `load_slot` the
+    /// interval index since the epoch + 1 (the programs align intervals to the epoch, so the
+    /// monotonic index is off by a whole number of intervals).
+    pub fn read_lossless(&self) -> Result<Vec<(LosslessKey, LosslessState)>, KernelError> {
+        let lossless =
+            HashMap::<&MapData, LosslessKey, LosslessState>::try_from(map(self, "LOSSLESS")?)
+                .map_err(map_error("LOSSLESS"))?;
+        let offset = self.epoch_offset_ns;
+        let epoch = |t: &mut u64| {
+            if *t != 0 {
+                *t = t.saturating_add(offset);
+            }
+        };
+        let mut out: Vec<(LosslessKey, LosslessState)> = Vec::new();
+        for (key, mut st) in lossless.iter().flatten() {
+            for t in [
+                &mut st.ep_start,
+                &mut st.ep_last,
+                &mut st.ep_first_mark,
+                &mut st.ep_first_xoff,
+            ] {
+                epoch(t);
+            }
+            if st.load_slot != 0 {
+                st.load_slot += offset / LOAD_INTERVAL_NS;
+            }
+            out.push((key, st));
+        }
+        // Each CPU's ECT data not yet in its entry (read after the entries: one moved in
+        // between is missing from this read, not counted twice).
+        let caches = PerCpuArray::<&MapData, EctCache>::try_from(map(self, "LOSSLESS_ECT")?)
+            .map_err(map_error("LOSSLESS_ECT"))?;
+        let per_cpu = caches.get(&0, 0).map_err(map_error("LOSSLESS_ECT"))?;
+        for cache in per_cpu.iter().filter(|c| c.pending != 0) {
+            match out.iter_mut().find(|(k, _)| *k == cache.key) {
+                Some((_, st)) => st.ect_data += cache.pending,
+                None => out.push((
+                    cache.key,
+                    LosslessState {
+                        ect_data: cache.pending,
+                        ..LosslessState::zeroed()
+                    },
+                )),
+            }
+        }
+        Ok(out)
+    }
+
     /// Every mirror session (at most MAX_MIRROR_SESSIONS entries: no batching needed), with
     /// `point` 0 as the engine keeps it (the number only names the session in flow keys).
     pub fn read_mirrors(&self) -> Result<Vec<(MirrorKey, MirrorStats)>, KernelError> {
@@ -282,6 +332,7 @@ impl KernelSource {
         while let Some(item) = self.events.next() {
             if let Some(mut ev) = Event::from_bytes(&item) {
                 ev.ts_ns = ev.ts_ns.saturating_add(self.epoch_offset_ns);
+                ev.lossless_to_epoch(self.epoch_offset_ns);
                 f(&ev);
                 n += 1;
             }
