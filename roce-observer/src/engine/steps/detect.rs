@@ -446,6 +446,7 @@ fn confidence_needed(count: usize) -> f64 {
 }
 
 /// The steps of series `x` (1 ms bins from `origin`, ns), or `None` when it is not periodic.
+/// The stages, and why each is there: docs/design/steps.md.
 fn analyse_series(
     steps: &Steps,
     x: &[f64],
@@ -455,145 +456,41 @@ fn analyse_series(
     let (p0, confidence) = period(x)?;
     let thr = otsu(x);
     let close = ((p0 / 10.0).round() as usize).max(1);
-    let mut found = bursts(x, thr, close);
-    // A burst cut by the start of the window (shorter than most) is not an onset.
-    let mut lengths: Vec<usize> = found.iter().map(|b| b.1 - b.0).collect();
-    lengths.sort_unstable();
-    let typical = lengths.get(lengths.len() / 2).copied().unwrap_or(0) as f64;
-    let mut cut = None;
-    if found.len() > 1 && found[0].0 == 0 && ((found[0].1 - found[0].0) as f64) < 0.8 * typical {
-        cut = Some(found.remove(0));
-    }
-    let (mut slots, mut a, mut p) = grid(&found, p0, None)?;
-    // Onsets at every `d`-th of the period too (d = 4, 3, 2; at least 0.9 d times the steps on
-    // that grid), the finest first, repeatedly: the steps alternate in shape (one bigger than
-    // the next), which correlates better at twice the period than at the period, past what the
-    // octave check in `peak` accepts (every other step 30 ms of traffic, the others 12 ms, 150
-    // ms apart: read as 300 ms); real Soft-RoCE runs: a kernel-path series at 0.45 at 1,000 ms
-    // against 0.30 at 500 ms for steps 495.7-500.0 ms apart, and a capture read as 1,516 ms,
-    // three periods, for steps 494-517 ms apart.
-    while let Some(finer) = (2..=MAX_DIVISOR).rev().find_map(|d| {
-        let q = p / d as f64;
-        (q >= MIN_PERIOD_BINS)
-            .then(|| grid(&found, q, None))
-            .flatten()
-            .filter(|g| g.0.len() * 10 >= slots.len() * 9 * d)
-    }) {
-        (slots, a, p) = finer;
-    }
-    if let Some(j) = step_start(&found, a, p, close)
-        && let Some((s2, a2, p2)) = grid(&found, p, Some(j))
-        && s2.len() >= MIN_STEPS
-    {
-        (slots, a, p) = (s2, a2, p2);
-    }
-    // The burst set aside as cut by the start of the window was judged against every burst;
-    // on the grid, the steps' onsets are the ones to compare it with. On the grid before the
-    // first step and as long as most onsets (a step of several phases whose first phase is
-    // the shortest: 29 steps of 30 counted), it is a step.
-    if let (Some(b), Some(&first)) = (cut, slots.keys().next()) {
-        let mut onsets: Vec<usize> = slots.values().map(|&j| found[j].1 - found[j].0).collect();
-        onsets.sort_unstable();
-        let (k, off) = nearest_step(b.0, a, p);
-        if off <= p / 10.0
-            && k < first
-            && (b.1 - b.0) as f64 >= 0.8 * onsets[onsets.len() / 2] as f64
-        {
-            found.insert(0, b);
-            for j in slots.values_mut() {
-                *j += 1;
-            }
-            slots.insert(k, 0);
-        }
-    }
-    if slots.len() < MIN_STEPS || confidence < confidence_needed(slots.len()) {
+    let g = StepGrid::fit(x, thr, close, p0)?;
+    if !g.periodic(confidence) {
         return None;
     }
-    // Most bursts off the grid (their onset more than a tenth of the period from every step's
-    // start): periodic traffic has few (a step's later phase is off it, at one offset); dense
-    // random bursts have most, and then every slot of the grid finds some burst near it by
-    // chance (Poisson bursts 100 ms apart gave 11 "steps" of 530 ms at 0.33 over 5.7 s). Only
-    // a strong autocorrelation says periodic then.
-    let off = found
-        .iter()
-        .filter(|b| nearest_step(b.0, a, p).1 > p / 10.0)
-        .count();
-    if off * 10 > found.len() * 6 && confidence < DENSE_MIN_CONFIDENCE {
-        return None;
-    }
-
-    // Step spans: from the onset while the bins stay above the idle level (gaps under `close`
-    // bins bridged), at most 0.9 period. The idle level is lower than the burst threshold: the
-    // tail of a step carried by one late flow is still communication.
-    let (lo_sum, lo_n, hi_sum, hi_n) = x.iter().fold((0f64, 0f64, 0f64, 0f64), |a, &v| {
-        if v < thr {
-            (a.0 + v, a.1 + 1.0, a.2, a.3)
-        } else {
-            (a.0, a.1, a.2 + v, a.3 + 1.0)
-        }
-    });
-    let idle = (3.0 * lo_sum / lo_n.max(1.0))
-        .max(0.05 * hi_sum / hi_n.max(1.0))
-        .min(thr);
-    // A step may communicate in several phases (forward and backward collectives, buckets
-    // far apart): after a gap of `close` bins or more, a burst bin (over `thr`) within the
-    // step's 0.9 period starts another phase. Its span ends with its last phase; its
-    // communication time is the phases' lengths.
-    // (step, start, end, communication bins, cut by the end of the window)
-    let mut spans: Vec<(i64, usize, usize, usize, bool)> = Vec::new();
-    for (&k, &j) in &slots {
-        let start = found[j].0;
-        let limit = ((start as f64 + 0.9 * p) as usize).min(x.len());
-        let (mut end, mut phase_start, mut comm) = (found[j].1, start, 0);
-        for (i, &v) in x.iter().enumerate().take(limit).skip(end) {
-            if i - end < close {
-                if v >= idle {
-                    end = i + 1;
-                }
-            } else if v >= thr {
-                comm += end - phase_start;
-                (phase_start, end) = (i, i + 1);
-            }
-        }
-        comm += end - phase_start;
-        spans.push((k, start, end, comm, end >= x.len()));
-    }
-    let whole: Vec<f64> = spans.iter().filter(|s| !s.4).map(|s| s.3 as f64).collect();
-    let comm_fraction = if whole.is_empty() {
-        0.0
-    } else {
-        (whole.iter().sum::<f64>() / whole.len() as f64 / p).min(1.0)
-    };
+    let spans = g.spans(x, thr, close);
+    let comm_fraction = comm_fraction(&spans, g.p);
     let bin_ms = BIN_NS as f64 / 1e6;
     let recent = spans
         .iter()
         .skip(spans.len().saturating_sub(RECENT))
         .map(|s| StepSpan {
-            start: origin + s.1 as u64 * BIN_NS,
-            duration_ms: (s.2 - s.1) as f64 * bin_ms,
+            start: origin + s.start as u64 * BIN_NS,
+            duration_ms: (s.end - s.start) as f64 * bin_ms,
         })
         .collect();
-
     let grid_ns = Grid {
-        a: origin as f64 + a * BIN_NS as f64,
-        p: p * BIN_NS as f64,
+        a: origin as f64 + g.a * BIN_NS as f64,
+        p: g.p * BIN_NS as f64,
     };
+    // The first packets of a step may fall in the bin before the threshold is reached.
+    let lead = (g.p / 10.0 * BIN_NS as f64) as u64;
     let spans_ns: Vec<(i64, u64, u64)> = spans
         .iter()
         .map(|s| {
-            // The first packets of a step may fall in the bin before the threshold is reached.
-            let lead = (p / 10.0 * BIN_NS as f64) as u64;
             (
-                s.0,
-                (origin + s.1 as u64 * BIN_NS).saturating_sub(lead),
-                origin + (s.2 + close) as u64 * BIN_NS,
+                s.step,
+                (origin + s.start as u64 * BIN_NS).saturating_sub(lead),
+                origin + (s.end + close) as u64 * BIN_NS,
             )
         })
         .collect();
     let stragglers = stragglers(steps, &spans_ns, comm_fraction, &grid_ns, &name);
     Some(StepsSnapshot {
-        period_ms: p * bin_ms,
-        count: slots.len() as u64,
+        period_ms: g.p * bin_ms,
+        count: g.slots.len() as u64,
         comm_fraction,
         window_s: x.len() as f64 * bin_ms / 1e3,
         retained_s: x.len() as f64 * bin_ms / 1e3,
@@ -601,6 +498,159 @@ fn analyse_series(
         recent,
         stragglers,
     })
+}
+
+/// The bursts of a series and the step grid through their onsets: step `k` starts at bin
+/// `a + k p`; `slots` maps each step on the grid to its onset burst in `found`.
+struct StepGrid {
+    found: Vec<Burst>,
+    slots: BTreeMap<i64, usize>,
+    a: f64,
+    p: f64,
+}
+
+/// One step's communication on the series, in bins: `[start, end)`, `comm` bins of it in its
+/// phases; `cut`: it runs to the end of the window.
+struct BinSpan {
+    step: i64,
+    start: usize,
+    end: usize,
+    comm: usize,
+    cut: bool,
+}
+
+impl StepGrid {
+    /// The grid of the bursts over `thr` (gaps under `close` bins closed), for the
+    /// autocorrelation's period `p0` (bins): a burst cut by the window's start set aside, the
+    /// finest grid the onsets fill, the step start when steps come in phases, and the cut
+    /// burst taken back when it sits on the grid like an onset.
+    fn fit(x: &[f64], thr: f64, close: usize, p0: f64) -> Option<StepGrid> {
+        let mut found = bursts(x, thr, close);
+        let mut lengths: Vec<usize> = found.iter().map(|b| b.1 - b.0).collect();
+        lengths.sort_unstable();
+        let typical = lengths.get(lengths.len() / 2).copied().unwrap_or(0) as f64;
+        let mut cut = None;
+        if found.len() > 1 && found[0].0 == 0 && ((found[0].1 - found[0].0) as f64) < 0.8 * typical
+        {
+            cut = Some(found.remove(0));
+        }
+        let (mut slots, mut a, mut p) = grid(&found, p0, None)?;
+        // Onsets at every `d`-th of the period too (d = 4, 3, 2; at least 0.9 d times the
+        // steps on that grid), the finest first, repeatedly: steps that alternate in shape
+        // correlate better at twice the period.
+        while let Some(finer) = (2..=MAX_DIVISOR).rev().find_map(|d| {
+            let q = p / d as f64;
+            (q >= MIN_PERIOD_BINS)
+                .then(|| grid(&found, q, None))
+                .flatten()
+                .filter(|g| g.0.len() * 10 >= slots.len() * 9 * d)
+        }) {
+            (slots, a, p) = finer;
+        }
+        if let Some(j) = step_start(&found, a, p, close)
+            && let Some((s2, a2, p2)) = grid(&found, p, Some(j))
+            && s2.len() >= MIN_STEPS
+        {
+            (slots, a, p) = (s2, a2, p2);
+        }
+        // The cut burst is a step when it is on the grid before the first step and as long as
+        // most onsets.
+        if let (Some(b), Some(&first)) = (cut, slots.keys().next()) {
+            let mut onsets: Vec<usize> = slots.values().map(|&j| found[j].1 - found[j].0).collect();
+            onsets.sort_unstable();
+            let (k, off) = nearest_step(b.0, a, p);
+            if off <= p / 10.0
+                && k < first
+                && (b.1 - b.0) as f64 >= 0.8 * onsets[onsets.len() / 2] as f64
+            {
+                found.insert(0, b);
+                for j in slots.values_mut() {
+                    *j += 1;
+                }
+                slots.insert(k, 0);
+            }
+        }
+        Some(StepGrid { found, slots, a, p })
+    }
+
+    /// Whether the grid says periodic at the autocorrelation's `confidence`: enough steps for
+    /// it, and not most bursts off the grid unless the autocorrelation is strong (dense random
+    /// bursts find a burst near every slot by chance).
+    fn periodic(&self, confidence: f64) -> bool {
+        if self.slots.len() < MIN_STEPS || confidence < confidence_needed(self.slots.len()) {
+            return false;
+        }
+        let off = self
+            .found
+            .iter()
+            .filter(|b| nearest_step(b.0, self.a, self.p).1 > self.p / 10.0)
+            .count();
+        !(off * 10 > self.found.len() * 6 && confidence < DENSE_MIN_CONFIDENCE)
+    }
+
+    /// Each step's span: from its onset while the bins stay at or above the idle level (gaps
+    /// under `close` bins bridged), at most 0.9 period; after a gap of `close` bins, a bin
+    /// over `thr` starts another phase of the same step.
+    fn spans(&self, x: &[f64], thr: f64, close: usize) -> Vec<BinSpan> {
+        let idle = idle_level(x, thr);
+        self.slots
+            .iter()
+            .map(|(&step, &j)| {
+                let start = self.found[j].0;
+                let limit = ((start as f64 + 0.9 * self.p) as usize).min(x.len());
+                let (mut end, mut phase_start, mut comm) = (self.found[j].1, start, 0);
+                for (i, &v) in x.iter().enumerate().take(limit).skip(end) {
+                    if i - end < close {
+                        if v >= idle {
+                            end = i + 1;
+                        }
+                    } else if v >= thr {
+                        comm += end - phase_start;
+                        (phase_start, end) = (i, i + 1);
+                    }
+                }
+                comm += end - phase_start;
+                BinSpan {
+                    step,
+                    start,
+                    end,
+                    comm,
+                    cut: end >= x.len(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The idle level: below the burst threshold `thr`, since the tail of a step carried by one
+/// late flow is still communication (3 x the mean of the bins under `thr`, at least 5% of the
+/// mean burst bin).
+fn idle_level(x: &[f64], thr: f64) -> f64 {
+    let (lo_sum, lo_n, hi_sum, hi_n) = x.iter().fold((0f64, 0f64, 0f64, 0f64), |a, &v| {
+        if v < thr {
+            (a.0 + v, a.1 + 1.0, a.2, a.3)
+        } else {
+            (a.0, a.1, a.2 + v, a.3 + 1.0)
+        }
+    });
+    (3.0 * lo_sum / lo_n.max(1.0))
+        .max(0.05 * hi_sum / hi_n.max(1.0))
+        .min(thr)
+}
+
+/// The mean communication time of the steps not cut by the window's end, as a fraction of
+/// the period `p` (bins).
+fn comm_fraction(spans: &[BinSpan], p: f64) -> f64 {
+    let whole: Vec<f64> = spans
+        .iter()
+        .filter(|s| !s.cut)
+        .map(|s| s.comm as f64)
+        .collect();
+    if whole.is_empty() {
+        0.0
+    } else {
+        (whole.iter().sum::<f64>() / whole.len() as f64 / p).min(1.0)
+    }
 }
 
 /// Where a step starts when it communicates in several phases (bursts at several offsets of
