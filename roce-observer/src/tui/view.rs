@@ -58,16 +58,32 @@ fn source_label(source: &str, width: u16) -> String {
     format::shorten(&name, usize::from(width / 4).max(12))
 }
 
+/// The header: the traffic and the run's state on the first line, its health and what
+/// watching costs on the second. Each item has a rank: higher ranks are dropped first on a
+/// narrow terminal.
 fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
+    frame.render_widget(
+        Paragraph::new(vec![
+            columns::line(header_traffic(app, area.width), area.width),
+            columns::line(header_health(app), area.width),
+        ]),
+        area,
+    );
+}
+
+/// Red when `n` is not zero.
+fn bad(n: u64) -> Style {
+    if n > 0 {
+        Style::new().fg(Color::Red)
+    } else {
+        Style::new()
+    }
+}
+
+/// What is watched and how much passes, the capture's progress, and the banners (paused,
+/// interface removed, capture ended).
+fn header_traffic(app: &App, width: u16) -> Vec<(Span<'static>, u8)> {
     let s = &app.snapshot.summary;
-    let lat = &app.snapshot.latency.overall;
-    let bad = |n: u64| {
-        if n > 0 {
-            Style::new().fg(Color::Red)
-        } else {
-            Style::new()
-        }
-    };
     // (item, rank): higher ranks are dropped first on a narrow terminal.
     let trend = app.history.total_bps.last(HEADER_TREND);
     let throughput = if app.ended {
@@ -83,7 +99,7 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     let mut first = vec![
         (
             Span::styled(
-                format!("roce-observer {}", source_label(&app.source, area.width)),
+                format!("roce-observer {}", source_label(&app.source, width)),
                 Style::new().bold(),
             ),
             0,
@@ -147,13 +163,20 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
     }
     if app.ended {
         // Narrow, the footer's `q quit` says how to leave: the counts keep their room.
-        let banner = if area.width >= 100 {
+        let banner = if width >= 100 {
             " capture ended (q to quit) "
         } else {
             " capture ended "
         };
         first.push((Span::styled(banner, Style::new().black().on_cyan()), 0));
     }
+    first
+}
+
+/// Alerts, latency, what was lost or refused, and the observer's own cost.
+fn header_health(app: &App) -> Vec<(Span<'static>, u8)> {
+    let s = &app.snapshot.summary;
+    let lat = &app.snapshot.latency.overall;
     // Problems and advice counted apart: advice alone (every flow Not-ECT) marks nothing.
     let problems = app
         .snapshot
@@ -256,13 +279,7 @@ fn draw_header(frame: &mut Frame, app: &App, area: Rect) {
             ));
         }
     }
-    frame.render_widget(
-        Paragraph::new(vec![
-            columns::line(first, area.width),
-            columns::line(second, area.width),
-        ]),
-        area,
-    );
+    second
 }
 
 fn draw_tabs(frame: &mut Frame, app: &App, area: Rect) {
