@@ -1,7 +1,7 @@
 //! The whole per-packet observation, run by the kernel programs on every frame and by the engine
 //! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
-//! retransmissions and NAKs into bursts, keep the flow's activity runs (training steps; a
-//! finished run is one event), time requests and match their answers (Karn's rule, peer QPs;
+//! retransmissions and NAKs into bursts, keep the flow's activity runs (training steps; sixteen
+//! finished data runs are one record, a finished signal run one event), time requests and match their answers (Karn's rule, peer QPs;
 //! a sample goes to the request flow's histogram, `Tables::latency_sample`, not to an event),
 //! account PFC and PAUSE frames per priority, count the frames and sequence gaps of each
 //! switch-mirror session, and send the rare path events of request gaps and resend runs (where
@@ -25,6 +25,7 @@ use crate::{
     parse::{Frame, PacketView},
     pfc::{PfcLinkKey, SLOT_LINK},
     psn::{PSN_MASK, PsnVerdict, REQ_GAPPED, REQ_RESENDING, psn_newer},
+    run::RunBatch,
 };
 
 /// Per-frame working space that `observe` uses instead of the 512-byte BPF stack: the kernel's
@@ -171,6 +172,10 @@ pub trait Tables {
     /// was full), which is counted in `ringbuf_full`: the caller then keeps in the flow record
     /// what the event would have carried (`path_lost`, the unsent runs).
     fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool;
+    /// Emit the full batch of finished data runs `batch` of `flow` as one record
+    /// (`RunsRecord`, filled from the batch: the kernel copies it into its ring-buffer slot).
+    /// True when sent; false when lost (counted in `ringbuf_full`, as for `emit`).
+    fn emit_runs(&mut self, flow: &FlowKey, batch: &RunBatch) -> bool;
     /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
     /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
     #[inline(always)]
@@ -456,10 +461,12 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
 }
 
 /// A data packet at `now`: the flow's data run takes it; the run it finishes (a gap above
-/// `RUN_GAP_NS`) is sent as one event if long enough, else counted in the flow record. The
-/// event is filled from the flow record in place (no copy of the run on the BPF stack). A run
-/// whose event is lost to a full ring buffer is counted in the record as a short run is, so
-/// that its bytes still reach the step series (untimed) instead of vanishing.
+/// `RUN_GAP_NS`) goes to the flow's batch of finished runs if long enough, else is counted in
+/// the flow record. A batch that the run fills is sent as one record, filled from the flow
+/// record in place (no copy of the runs on the BPF stack): at most one record per
+/// `RUN_BATCH * RUN_EVENT_MIN_PACKETS` data packets. The runs of a batch whose record is lost to
+/// a full ring buffer are counted in the record as short runs are, so that their bytes still
+/// reach the step series (untimed) instead of vanishing.
 #[inline(always)]
 fn data_run<T: Tables>(
     t: &mut T,
@@ -470,14 +477,15 @@ fn data_run<T: Tables>(
     now: u64,
 ) {
     if stats.run.ends_before(now) {
-        let run = &stats.run;
-        let sent =
-            run.sent() && t.emit(key.direction, run.start_ns, |ev| ev.set_data_run(key, run));
-        if !sent {
-            // Plain adds, like the run itself (with sparse traffic this is every data packet;
-            // two CPUs finishing a run at once may lose one update).
+        // Plain adds and stores, like the run itself (with sparse traffic this is every data
+        // packet; two CPUs finishing a run of one flow at once may lose one update).
+        if !stats.run.sent() {
             stats.runs_unsent += 1;
             stats.run_bytes_unsent += stats.run.bytes;
+        } else if stats.batch.push(&stats.run) && !t.emit_runs(key, &stats.batch) {
+            let (bytes, runs) = stats.batch.totals();
+            stats.runs_unsent += runs;
+            stats.run_bytes_unsent += bytes;
         }
     }
     let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });

@@ -2,24 +2,32 @@
 //! (docs/metrics.md, "Training steps"): the current *data run* of a flow (its data packets with
 //! no gap above [`RUN_GAP_NS`]: start, end, bytes, CE marks, retransmissions) and its current
 //! *signal run* (its CNPs and NAKs, grouped by the same gap). When a packet starts a new run the
-//! finished one travels as one ring-buffer event (observe.rs); a data run of fewer than
-//! [`RUN_EVENT_MIN_PACKETS`] packets is only counted in the flow record (`runs_unsent`,
-//! `run_bytes_unsent`), so that sparse traffic (every packet its own run) cannot make an event
-//! per packet. The run still open is read from the flow record itself.
+//! finished one is kept: a data run of [`RUN_EVENT_MIN_PACKETS`] packets or more in the flow
+//! record's batch of finished runs ([`RunBatch`]), which travels as one ring-buffer record
+//! ([`RunsRecord`]) when it holds [`RUN_BATCH`] runs, so that bursty traffic (every burst a
+//! run) sends at most one record per `RUN_BATCH * RUN_EVENT_MIN_PACKETS` data packets; a
+//! shorter data run is only counted in the flow record (`runs_unsent`, `run_bytes_unsent`), so
+//! that sparse traffic (every packet its own run) costs no record at all. A finished signal run
+//! is one event (signals are rare). The runs of the batch not yet sent and the runs still open
+//! are read from the flow record itself.
 //!
 //! The rule is the one the engine applies packet by packet on the capture path
 //! (roce-observer/src/engine/steps.rs, `Steps::packet`): a data packet more than
 //! [`RUN_GAP_NS`] after the run's end starts a new run, any other extends it.
 
-use crate::assert_size;
+use crate::{Event, EventKind, FlowKey, assert_size};
 
 /// A flow's data packets closer than this belong to one run (the 1 ms bin of the step series).
 pub const RUN_GAP_NS: u64 = 1_000_000;
 
-/// Data runs with fewer packets are not sent as events (counted in the flow record instead).
-/// Bounds run events at one per 8 data packets whatever the traffic; a collective's burst per
-/// QP and step is hundreds of packets and more.
+/// Data runs with fewer packets are not batched (counted in the flow record instead). With
+/// [`RUN_BATCH`], bounds run records at one per 128 data packets whatever the traffic; a
+/// collective's burst per QP and step is hundreds of packets and more.
 pub const RUN_EVENT_MIN_PACKETS: u32 = 8;
+
+/// Finished data runs per [`RunsRecord`]: a power of two (a slot is a run number's low bits).
+pub const RUN_BATCH: usize = 16;
+const _: () = assert!(RUN_BATCH.is_power_of_two());
 
 /// Data packets of one flow with no gap above [`RUN_GAP_NS`]; `packets == 0`: no run yet.
 #[repr(C)]
@@ -34,7 +42,9 @@ pub struct DataRun {
     /// Packets marked CE, and retransmitted packets (as counted in `retransmits`).
     pub ce: u32,
     pub retransmits: u32,
-    pub _pad: u32,
+    /// In a [`RunBatch`]: the run's number among the flow's batched runs (`RunBatch::seq` when
+    /// it was added, wrapping). 0 in the open run.
+    pub seq: u32,
 }
 assert_size!(DataRun, 40);
 
@@ -47,7 +57,7 @@ impl DataRun {
             packets: 0,
             ce: 0,
             retransmits: 0,
-            _pad: 0,
+            seq: 0,
         }
     }
 
@@ -57,7 +67,7 @@ impl DataRun {
         self.packets != 0 && now_ns > self.end_ns.saturating_add(RUN_GAP_NS)
     }
 
-    /// Whether the finished run is sent as an event (else counted in the flow record).
+    /// Whether the finished run goes to the batch (else counted in the flow record).
     #[inline(always)]
     pub fn sent(&self) -> bool {
         self.packets >= RUN_EVENT_MIN_PACKETS
@@ -86,6 +96,128 @@ impl DataRun {
         self.packets = self.packets.saturating_add(1);
         self.ce = self.ce.saturating_add(ce as u32);
         self.retransmits = self.retransmits.saturating_add(retransmit as u32);
+    }
+}
+
+/// A flow's finished data runs of [`RUN_EVENT_MIN_PACKETS`] packets or more, in the flow record:
+/// run number `n` (counted from 0 per flow, wrapping) in slot `n % RUN_BATCH`, tagged with `n`.
+/// When a run fills the batch (`seq` a multiple of [`RUN_BATCH`]) the whole batch is sent as one
+/// [`RunsRecord`]: the record is what counts for those runs. The runs added since (numbers
+/// `sent_from()..seq`) are the batch's unsent part, which user space reads from the flow record
+/// on its tick ([`RunBatch::unsent`]) and replaces on the next read, until the record that
+/// carries them arrives. A record the full ring buffer loses is counted with the short runs
+/// (`runs_unsent`, `run_bytes_unsent`): its runs' bytes stay in the step series, untimed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunBatch {
+    /// Runs added so far (wrapping): the next run's number.
+    pub seq: u32,
+    pub _pad: u32,
+    pub runs: [DataRun; RUN_BATCH],
+}
+assert_size!(RunBatch, 8 + 40 * RUN_BATCH);
+
+impl RunBatch {
+    pub const fn zeroed() -> RunBatch {
+        RunBatch {
+            seq: 0,
+            _pad: 0,
+            runs: [DataRun::zeroed(); RUN_BATCH],
+        }
+    }
+
+    /// Add the finished run `run` (field by field, tag first: in the kernel both are the flow
+    /// map's value). True when it fills the batch, which is then to be sent.
+    #[inline(always)]
+    pub fn push(&mut self, run: &DataRun) -> bool {
+        let seq = self.seq;
+        let slot = &mut self.runs[seq as usize & (RUN_BATCH - 1)];
+        slot.seq = seq;
+        slot.start_ns = run.start_ns;
+        slot.end_ns = run.end_ns;
+        slot.bytes = run.bytes;
+        slot.packets = run.packets;
+        slot.ce = run.ce;
+        slot.retransmits = run.retransmits;
+        self.seq = seq.wrapping_add(1);
+        self.seq as usize & (RUN_BATCH - 1) == 0
+    }
+
+    /// The number of the first run not yet sent: the batch's unsent part is `sent_from()..seq`.
+    pub const fn sent_from(&self) -> u32 {
+        self.seq & !(RUN_BATCH as u32 - 1)
+    }
+
+    /// The runs added since the last full batch was sent, oldest first; a slot whose tag is not
+    /// its run's number (a read that raced with the kernel rewriting it) is left out.
+    pub fn unsent(&self) -> impl Iterator<Item = &DataRun> {
+        let from = self.sent_from();
+        (0..self.seq.wrapping_sub(from)).filter_map(move |i| {
+            let run = &self.runs[i as usize];
+            (run.seq == from.wrapping_add(i) && run.packets > 0).then_some(run)
+        })
+    }
+
+    /// Bytes and count of the runs of a full batch (what a lost record carried).
+    #[inline(always)]
+    pub fn totals(&self) -> (u64, u64) {
+        let mut bytes = 0;
+        let mut i = 0;
+        while i < RUN_BATCH {
+            bytes += self.runs[i].bytes;
+            i += 1;
+        }
+        (bytes, RUN_BATCH as u64)
+    }
+}
+
+/// The ring-buffer record of a full [`RunBatch`] of `flow`: an [`Event`] of kind
+/// [`EventKind::DataRun`] (time: the first run's start; `c` = the first run's number, `d` =
+/// the number of runs), then the runs, oldest first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunsRecord {
+    pub head: Event,
+    pub runs: [DataRun; RUN_BATCH],
+}
+assert_size!(RunsRecord, 128 + 40 * RUN_BATCH);
+
+impl RunsRecord {
+    /// Fill this (all-zero) record from the full batch `batch` of `flow`, in place (the kernel
+    /// fills its ring-buffer slot: no copy on the BPF stack). The batch's slots are in run
+    /// order: a full batch starts at slot 0.
+    #[inline(always)]
+    pub fn fill(&mut self, flow: &FlowKey, batch: &RunBatch) {
+        self.head.set_data_runs(
+            flow,
+            batch.seq.wrapping_sub(RUN_BATCH as u32),
+            RUN_BATCH as u32,
+        );
+        self.head.ts_ns = batch.runs[0].start_ns;
+    }
+
+    /// The same as a value (user space, tests), runs included.
+    pub fn of(flow: &FlowKey, batch: &RunBatch) -> RunsRecord {
+        let mut rec = RunsRecord {
+            head: Event::zeroed(),
+            runs: batch.runs,
+        };
+        rec.fill(flow, batch);
+        rec
+    }
+
+    /// The runs of a ring-buffer record whose head is a [`EventKind::DataRun`] event:
+    /// length-checked, unaligned read, as [`Event::from_bytes`]. `None` for any other record.
+    pub fn from_bytes(buf: &[u8]) -> Option<RunsRecord> {
+        let head = Event::from_bytes(buf)?;
+        if head.kind() != Some(EventKind::DataRun) || buf.len() < core::mem::size_of::<RunsRecord>()
+        {
+            return None;
+        }
+        // SAFETY: the length was checked above; RunsRecord is plain old data (integers only,
+        // no padding), so every bit pattern is valid, and read_unaligned tolerates any
+        // alignment.
+        Some(unsafe { core::ptr::read_unaligned(buf.as_ptr().cast::<RunsRecord>()) })
     }
 }
 
@@ -139,6 +271,9 @@ impl SignalRun {
 
 #[cfg(test)]
 mod tests {
+    extern crate alloc;
+    use alloc::{vec, vec::Vec};
+
     use super::*;
 
     const MS: u64 = 1_000_000;
@@ -213,6 +348,132 @@ mod tests {
         assert_eq!(n, 5);
         assert!(done[..n].iter().all(|r| r.0 == r.1 && r.2 == 1));
         assert_eq!(open.start_ns, 10 * MS);
+    }
+
+    /// A run of `packets` packets starting at `start` ms (1 ms long, 100 bytes a packet).
+    fn run_at(start: u64, packets: u32) -> DataRun {
+        DataRun {
+            start_ns: start * MS,
+            end_ns: start * MS + MS,
+            bytes: 100 * packets as u64,
+            packets,
+            ce: 1,
+            retransmits: 2,
+            seq: 0,
+        }
+    }
+
+    /// Runs go to the batch in order; the sixteenth fills it (to be sent), and the unsent part
+    /// is what came after the last full batch, each run tagged with its number.
+    #[test]
+    fn a_batch_fills_every_sixteen_runs_and_its_unsent_part_follows() {
+        let mut b = RunBatch::zeroed();
+        assert_eq!(b.unsent().count(), 0);
+        let mut full = Vec::new();
+        for i in 0..(2 * RUN_BATCH as u64 + 5) {
+            if b.push(&run_at(10 * i, 8 + i as u32)) {
+                full.push((i, b.sent_from()));
+                // The record carries runs seq-16..seq, oldest in slot 0.
+                let rec = RunsRecord::of(&FlowKey::zeroed(), &b);
+                assert_eq!(
+                    rec.head.body(),
+                    Some(crate::EventBody::DataRuns {
+                        first: b.seq - RUN_BATCH as u32,
+                        count: RUN_BATCH as u32,
+                    })
+                );
+                assert_eq!(rec.head.ts_ns, rec.runs[0].start_ns);
+                for (k, r) in rec.runs.iter().enumerate() {
+                    assert_eq!(r.seq, b.seq - RUN_BATCH as u32 + k as u32);
+                    assert_eq!(r.start_ns, 10 * r.seq as u64 * MS);
+                }
+                assert_eq!(b.totals(), (rec.runs.iter().map(|r| r.bytes).sum(), 16));
+            }
+        }
+        assert_eq!(full, [(15, 16), (31, 32)]);
+        let unsent: Vec<(u32, u64, u32)> = b
+            .unsent()
+            .map(|r| (r.seq, r.start_ns / MS, r.packets))
+            .collect();
+        assert_eq!(
+            unsent,
+            (32..37)
+                .map(|n| (n, 10 * n as u64, 8 + n))
+                .collect::<Vec<_>>()
+        );
+        let first = b.unsent().next().copied().expect("unsent");
+        assert_eq!(
+            (first.end_ns - first.start_ns, first.ce, first.retransmits),
+            (MS, 1, 2)
+        );
+    }
+
+    /// A slot whose tag is not its run's number (the kernel rewriting it while user space
+    /// reads) is left out of the unsent part; run numbers wrap.
+    #[test]
+    fn torn_slots_are_left_out_and_numbers_wrap() {
+        let mut b = RunBatch::zeroed();
+        b.seq = u32::MAX - 2;
+        for i in 0..5 {
+            b.push(&run_at(i, 9));
+        }
+        assert_eq!(b.seq, 2);
+        // u32::MAX - 2 is slot 13: the batch filled at u32::MAX (slot 15) and wrapped to 0.
+        assert_eq!(b.sent_from(), 0);
+        assert_eq!(b.unsent().map(|r| r.seq).collect::<Vec<_>>(), [0, 1]);
+        b.runs[1].seq = 17;
+        assert_eq!(b.unsent().map(|r| r.seq).collect::<Vec<_>>(), [0]);
+        b.runs[0].packets = 0;
+        assert_eq!(b.unsent().count(), 0);
+    }
+
+    /// A record written byte by byte at the offsets user space reads: the event head, then
+    /// the runs, 40 bytes each (start, end, bytes, packets, CE, retransmits, number).
+    #[test]
+    fn a_runs_record_decodes_from_its_byte_layout() {
+        let mut b = vec![0u8; core::mem::size_of::<RunsRecord>()];
+        b[0..8].copy_from_slice(&5_000u64.to_ne_bytes());
+        b[8..12].copy_from_slice(&(EventKind::DataRun as u32).to_ne_bytes());
+        b[48..52].copy_from_slice(&0x11u32.to_ne_bytes());
+        b[96..100].copy_from_slice(&32u32.to_ne_bytes());
+        b[100..104].copy_from_slice(&16u32.to_ne_bytes());
+        for i in 0..RUN_BATCH {
+            let o = 128 + 40 * i;
+            let v = i as u64;
+            b[o..o + 8].copy_from_slice(&(1000 + v).to_ne_bytes());
+            b[o + 8..o + 16].copy_from_slice(&(2000 + v).to_ne_bytes());
+            b[o + 16..o + 24].copy_from_slice(&((1u64 << 33) + v).to_ne_bytes());
+            b[o + 24..o + 28].copy_from_slice(&(70_000 + i as u32).to_ne_bytes());
+            b[o + 28..o + 32].copy_from_slice(&3u32.to_ne_bytes());
+            b[o + 32..o + 36].copy_from_slice(&4u32.to_ne_bytes());
+            b[o + 36..o + 40].copy_from_slice(&(32 + i as u32).to_ne_bytes());
+        }
+        let rec = RunsRecord::from_bytes(&b).expect("a runs record");
+        assert_eq!((rec.head.ts_ns, rec.head.flow.dst_qp), (5_000, 0x11));
+        assert_eq!(
+            rec.head.body(),
+            Some(crate::EventBody::DataRuns {
+                first: 32,
+                count: 16
+            })
+        );
+        assert_eq!(
+            rec.runs[15],
+            DataRun {
+                start_ns: 1015,
+                end_ns: 2015,
+                bytes: (1 << 33) + 15,
+                packets: 70_015,
+                ce: 3,
+                retransmits: 4,
+                seq: 47,
+            }
+        );
+        // Too short, or another kind: not a runs record (the event alone still decodes).
+        assert_eq!(RunsRecord::from_bytes(&b[..128]), None);
+        b[8..12].copy_from_slice(&(EventKind::NewFlow as u32).to_ne_bytes());
+        assert_eq!(RunsRecord::from_bytes(&b), None);
+        assert!(Event::from_bytes(&b).is_some());
     }
 
     #[test]

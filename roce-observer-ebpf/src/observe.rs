@@ -2,8 +2,8 @@
 //! (roce-observer-common/src/observe.rs, which the engine runs on captured frames too), here on
 //! the BPF maps of maps.rs. Counters and per-flow state (latency samples included, in a
 //! histogram per request flow) go to maps; events go to the ring buffer only for rare things
-//! (new flow, PFC, PAUSE, finished activity run, request gap or finished resend run, the last
-//! two limited per flow), without a wakeup each.
+//! (new flow, PFC, PAUSE, finished signal run, sixteen finished data runs, request gap or
+//! finished resend run, the last two limited per flow), without a wakeup each.
 
 use core::ffi::c_void;
 
@@ -19,6 +19,7 @@ use roce_observer_common::{
     observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
+    run::{RunBatch, RunsRecord},
 };
 
 use crate::maps::{
@@ -55,8 +56,10 @@ static RTT_ALERT_NS: u64 = u64::MAX;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
-/// Ring-buffer bytes of one event: an 8-byte record header, then the event rounded up to 8.
-const RECORD_BYTES: u64 = 8 + (core::mem::size_of::<Event>() as u64).next_multiple_of(8);
+/// Ring-buffer bytes of a record of `T`: an 8-byte record header, then `T` rounded up to 8.
+const fn record_bytes<T>() -> u64 {
+    8 + (core::mem::size_of::<T>() as u64).next_multiple_of(8)
+}
 /// 0 on kernels without `bpf_ktime_get_coarse_ns` (before 5.11); set by the loader. A constant
 /// in the frozen .rodata, so the verifier drops the branch not taken, helper call included.
 #[unsafe(no_mangle)]
@@ -474,36 +477,71 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     /// (a reader that keeps up is woken on every submit).
     #[inline(always)]
     fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool {
-        match EVENTS.reserve::<Event>(0) {
-            Some(mut entry) => {
-                let ev = entry.as_mut_ptr();
-                // SAFETY: `ev` points at a reserved, writable ring-buffer slot of
-                // size_of::<Event>(), 8-byte aligned; zeroed first, so it is a valid Event
-                // before `fill`.
-                unsafe {
-                    zero_words(ev);
-                    (*ev).ts_ns = ts_ns;
-                    fill(&mut *ev);
-                }
-                // Only the event that takes the ring past half wakes the reader: past half,
-                // a wakeup per event is an interrupt per event (irq_work, a self-IPI; a VM
-                // exit in a guest), which made a burst of PFC frames cost microseconds each.
-                let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
-                let half = EVENTS_BYTES / 2;
-                let wake = if (half..half + RECORD_BYTES).contains(&avail) {
-                    BPF_RB_FORCE_WAKEUP
-                } else {
-                    BPF_RB_NO_WAKEUP
-                };
-                entry.submit(wake);
-                true
+        submit::<Event>(direction, |ev| {
+            ev.ts_ns = ts_ns;
+            fill(ev);
+        })
+    }
+
+    /// The head filled in place, the runs copied word by word from the flow record.
+    #[inline(always)]
+    fn emit_runs(&mut self, flow: &FlowKey, batch: &RunBatch) -> bool {
+        submit::<RunsRecord>(flow.direction, |rec| {
+            rec.fill(flow, batch);
+            // SAFETY: two live arrays of the same type, 8-byte aligned; `rec` is writable.
+            unsafe { copy_words(&mut rec.runs, &batch.runs) };
+        })
+    }
+}
+
+/// Reserve a ring-buffer record of `T`, zero it, `fill` it and submit it; false (counted in
+/// `ringbuf_full`) when the ring buffer has no room.
+#[inline(always)]
+fn submit<T: 'static>(direction: u8, fill: impl FnOnce(&mut T)) -> bool {
+    match EVENTS.reserve::<T>(0) {
+        Some(mut entry) => {
+            let rec = entry.as_mut_ptr();
+            // SAFETY: `rec` points at a reserved, writable ring-buffer slot of size_of::<T>(),
+            // 8-byte aligned; zeroed first, so it is a valid T (plain integers) before `fill`.
+            unsafe {
+                zero_words(rec);
+                fill(&mut *rec);
             }
-            None => {
-                count(Counter::RingbufFull, direction);
-                crate::diag::ring_buffer_full();
-                false
-            }
+            // Only the record that takes the ring past half wakes the reader: past half, a
+            // wakeup per record is an interrupt per record (irq_work, a self-IPI; a VM exit in
+            // a guest), which made a burst of PFC frames cost microseconds each.
+            let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
+            let half = EVENTS_BYTES / 2;
+            let wake = if (half..half + record_bytes::<T>()).contains(&avail) {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                BPF_RB_NO_WAKEUP
+            };
+            entry.submit(wake);
+            true
         }
+        None => {
+            count(Counter::RingbufFull, direction);
+            crate::diag::ring_buffer_full();
+            false
+        }
+    }
+}
+
+/// `*to = *from` with 8-byte loads and stores (a struct copy would be a call to the byte-wise
+/// memcpy), unrolled.
+///
+/// # Safety
+/// `to` and `from` are valid for `T`, 8-byte aligned.
+#[inline(always)]
+unsafe fn copy_words<T>(to: *mut T, from: *const T) {
+    const { assert!(core::mem::size_of::<T>().is_multiple_of(8) && core::mem::align_of::<T>() >= 8) };
+    let (to, from) = (to.cast::<u64>(), from.cast::<u64>());
+    let mut i = 0;
+    while i < core::mem::size_of::<T>() / 8 {
+        // SAFETY: word i of both, within them (the caller's contract).
+        unsafe { core::ptr::write_volatile(to.add(i), core::ptr::read_volatile(from.add(i))) };
+        i += 1;
     }
 }
 

@@ -15,8 +15,9 @@ use serde_json::Value;
 
 /// Ring-buffer records per packet, in every traffic shape, with latency measured: plain
 /// WRITE traffic (one packet in five an ACK that answers a timestamped request), the same
-/// frames twice (every request a retransmission), sprayed WRITEs and READs without and with
-/// loss. A latency sample is no record (the kernel keeps a histogram per flow); a flow's
+/// frames twice (every request a retransmission), bursts of 8-20 packets per flow with idle
+/// gaps over 1 ms between them (a finished activity run per burst: they travel 16 to a record),
+/// sprayed WRITEs and READs without and with loss. A latency sample is no record (the kernel keeps a histogram per flow); a flow's
 /// first packet is one, and so is each loss the path view needs.
 #[test]
 fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
@@ -28,8 +29,17 @@ fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
     roce_observer_tools::write_pcap(&steady_pcap, steady()).expect("steady capture");
     let storm_pcap = dir.join("storm.pcap");
     roce_observer_tools::write_pcap(&storm_pcap, steady().chain(steady())).expect("storm");
+    // 100 QPs, each a burst of 8-20 requests every 10 ms (40 bursts): every burst is an
+    // activity run of 8 packets or more, finished by the next one.
+    let bursty_pcap = dir.join("bursty.pcap");
+    roce_observer_tools::write_timed_pcap(
+        &bursty_pcap,
+        roce_observer_tools::bursty_frames(100, 40, 256, 10_000),
+    )
+    .expect("bursty capture");
     let fixtures = integration_tests::fixtures_dir();
     let shapes = [
+        ("bursty", bursty_pcap),
         ("steady", steady_pcap),
         ("storm", storm_pcap),
         ("spray_no_loss", fixtures.join("spray_no_loss.pcap")),
@@ -55,6 +65,10 @@ fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
         // With flows of more than a hundred packets each (all but the loss fixture, whose
         // eight flows of ~127 packets carry three losses and the five path records they
         // make), all records together too.
+        eprintln!(
+            "{shape}: {events} records for {packets} packets: {}",
+            s["events_by_kind"]
+        );
         let counted = if *shape == "spray_nak_selective" {
             events - new_flows
         } else {

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use roce_observer_common::{
     Event, EventBody, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
+    run::DataRun,
 };
 
 use super::{EngineConfig, flows::FlowTable, pfc::PfcEntry};
@@ -93,6 +94,10 @@ pub trait Analysis {
     /// Either path: one event; `from_capture` when the capture path's shared observation
     /// emitted it (an analysis fed packet by packet there may not need it).
     fn event(&mut self, _ev: &Event, _body: &EventBody, _from_capture: bool) {}
+
+    /// Either path: finished data runs of `flow`, numbered from `first` (one record of
+    /// `run::RunsRecord`; the kernel's times already in ns since the epoch).
+    fn data_runs(&mut self, _flow: &FlowKey, _first: u32, _runs: &[DataRun], _from_capture: bool) {}
 
     /// Kernel path: a flow record read from the kernel's map that changed since the last read.
     fn flow_read(&mut self, _key: &FlowKey, _stats: &FlowStats) {}

@@ -15,6 +15,7 @@ use roce_observer_common::{
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
     pfc::{PfcLinkKey, SLOT_LINK},
+    run::{RunBatch, RunsRecord},
 };
 
 use super::{
@@ -94,6 +95,7 @@ impl Engine {
             pfc: &mut self.pfc,
             mirrors: &mut self.mirrors,
             events: &mut events,
+            runs: None,
             added: None,
             packet: None,
             sample: None,
@@ -113,6 +115,7 @@ impl Engine {
             direction as u8,
         );
         let sample = tables.sample;
+        let runs = tables.runs;
         if let Some((key, added)) = tables.added {
             self.alerts.classes(&key, added, ts_ns, &self.cfg);
         }
@@ -122,7 +125,10 @@ impl Engine {
             }
         }
         for ev in events.drain(..) {
-            self.on_event(&ev, true);
+            self.on_event(&ev, &[], true);
+        }
+        if let Some(rec) = runs {
+            self.on_event(&rec.head, &rec.runs, true);
         }
         self.event_buf = events;
         if let Some((key, ts, ns)) = sample {
@@ -212,6 +218,9 @@ struct CaptureTables<'a> {
     /// Bounded as the kernel's `MIRRORS` map.
     mirrors: &'a mut BTreeMap<MirrorKey, MirrorStats>,
     events: &'a mut Vec<Event>,
+    /// The frame's record of finished data runs (a data packet finishes at most one run, so
+    /// fills at most one batch).
+    runs: Option<RunsRecord>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
     added: Option<(FlowKey, Added)>,
     /// The same packet as accounted, for the analyses' packet hook.
@@ -299,6 +308,12 @@ impl Tables for CaptureTables<'_> {
     /// Never lost: the engine keeps every event of the frame.
     fn emit(&mut self, _direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool {
         self.events.push(Event::filled(fill).at(ts_ns));
+        true
+    }
+
+    /// Never lost, as events.
+    fn emit_runs(&mut self, flow: &FlowKey, batch: &RunBatch) -> bool {
+        self.runs = Some(RunsRecord::of(flow, batch));
         true
     }
 

@@ -4,6 +4,7 @@
 use roce_observer_common::{
     Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     mirror::{MirrorKey, MirrorStats},
+    run::DataRun,
 };
 
 use super::{Engine, alerts::Added, dir_index, flows::FlowEntry};
@@ -60,7 +61,13 @@ impl Engine {
 
     /// Kernel path: one ring-buffer event (timestamps already converted to ns since the epoch).
     pub fn ingest_event(&mut self, ev: &Event) {
+        self.ingest_record(ev, &[]);
+    }
+
+    /// Kernel path: one ring-buffer record, an event and, for a record of finished data runs
+    /// (`run::RunsRecord`), the runs after it (times converted as the event's).
+    pub fn ingest_record(&mut self, ev: &Event, runs: &[DataRun]) {
         self.seen(ev.ts_ns);
-        self.on_event(ev, false);
+        self.on_event(ev, runs, false);
     }
 }

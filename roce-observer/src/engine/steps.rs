@@ -3,10 +3,11 @@
 //! in the same windows (docs/metrics.md, "Training steps").
 //!
 //! Fed two ways. The capture path: per accounted RoCE packet ([`Steps::packet`]), exact. The
-//! kernel path: per finished activity run, sent by the kernel as one event
-//! ([`Steps::data_run`], [`Steps::signal_run`]; roce-observer-common/src/run.rs), with each
-//! run's bytes spread evenly over the 1 ms bins it spans, and the runs still open read from
-//! the flow records ([`Steps::flow_read`]). Memory is bounded: data bytes in 1 ms bins for the
+//! kernel path: per finished activity run, sent by the kernel sixteen data runs to a record
+//! or a signal run to an event ([`Steps::data_runs`], [`Steps::signal_run`];
+//! roce-observer-common/src/run.rs), with each run's bytes spread evenly over the 1 ms bins it
+//! spans, and the finished data runs not yet sent and the runs still open read from the flow
+//! records ([`Steps::flow_read`]). Memory is bounded: data bytes in 1 ms bins for the
 //! last [`WINDOW_BINS`] ms; per flow (at most [`MAX_FLOWS`]) its last [`MAX_RUNS`] activity runs
 //! and [`MAX_SIGNALS`] CNP/NAK times; [`MAX_PAUSES`] XOFF times.
 //! The analysis itself (period, onsets, stragglers) runs on that window when a snapshot is taken:
@@ -20,6 +21,11 @@ use roce_observer_common::{
     psn::PsnVerdict,
     run::DataRun,
 };
+
+/// Whether run number `a` is at or after `b` (run numbers wrap).
+fn run_at_or_after(a: u32, b: u32) -> bool {
+    a.wrapping_sub(b) < 1 << 31
+}
 
 use super::{
     EngineConfig,
@@ -71,8 +77,14 @@ pub struct FlowActivity {
     /// CNPs and NAKs this flow carried (they answer the reverse flow), with their times.
     pub signals: VecDeque<(u64, Signal)>,
     /// Kernel path: the run still open in the flow record at its last read (finished runs
-    /// arrive as events), and the signals of its open signal run.
+    /// arrive as records), and the signals of its open signal run.
     open: Option<Run>,
+    /// Kernel path: the finished data runs of the flow record's batch not yet sent at its
+    /// last read, with their numbers; replaced by each read, and left out once a record
+    /// carries them ([`FlowActivity::sent_next`]).
+    unsent: Vec<(u32, Run)>,
+    /// Kernel path: the number after the last run of the last record received.
+    sent_next: Option<u32>,
     open_signals: Vec<(u64, Signal)>,
     /// Kernel path: the flow record's `run_bytes_unsent` and `last_ns` at its last read.
     unsent_read: Option<(u64, u64)>,
@@ -86,9 +98,26 @@ impl FlowActivity {
             .filter(|o| self.runs.back().is_none_or(|r| o.start > r.start))
     }
 
-    /// The finished runs, then the open one (kernel path).
+    /// Kernel path: the finished runs read from the flow record that no record has carried
+    /// since.
+    fn unsent_runs(&self) -> impl Iterator<Item = &Run> {
+        self.unsent
+            .iter()
+            .filter(|(n, _)| self.sent_next.is_none_or(|s| run_at_or_after(*n, s)))
+            .map(|(_, r)| r)
+    }
+
+    /// The finished runs, then (kernel path) those not yet sent and the open one.
     pub fn all_runs(&self) -> impl Iterator<Item = &Run> {
-        self.runs.iter().chain(self.open_run())
+        self.runs
+            .iter()
+            .chain(self.unsent_runs())
+            .chain(self.open_run())
+    }
+
+    /// Kernel path: the runs read from the flow record (finished, not yet sent; open).
+    fn read_runs(&self) -> impl Iterator<Item = &Run> {
+        self.unsent_runs().chain(self.open_run())
     }
 
     /// The signals, those of the open signal run (kernel path) included.
@@ -230,7 +259,21 @@ impl Steps {
         Some(self.flows.entry(*key).or_default())
     }
 
-    /// Kernel path: a finished data run of `key` (an event), its bytes spread over its bins.
+    /// Kernel path: the finished data runs of `key` numbered `first..` (one record), each as
+    /// [`Steps::data_run`]; the same runs read from the flow record before are left out from now
+    /// on.
+    pub fn data_runs(&mut self, key: &FlowKey, first: u32, runs: &[DataRun]) {
+        for r in runs {
+            self.data_run(key, run_of(r));
+        }
+        let next = first.wrapping_add(runs.len() as u32);
+        if let Some(activity) = self.flows.get_mut(key) {
+            activity.sent_next = Some(next);
+            activity.unsent.retain(|(n, _)| run_at_or_after(*n, next));
+        }
+    }
+
+    /// Kernel path: a finished data run of `key`, its bytes spread over its bins.
     pub fn data_run(&mut self, key: &FlowKey, run: Run) {
         spread_bytes(run.start, run.end, run.bytes, |bin, b| self.add_bin(bin, b));
         let Some(activity) = self.activity(key) else {
@@ -263,13 +306,15 @@ impl Steps {
     }
 
     /// Kernel path: a flow record as read from the map (times in ns since the epoch), after
-    /// the events drained before it: its open runs replace the last read's, and the bytes of
-    /// the runs too short to be sent since the last read are spread evenly over the time
-    /// between the two reads' last packets (they are sparse traffic: background).
+    /// the records drained before it: its finished runs not yet sent and its open runs replace
+    /// the last read's, and the bytes of the runs too short to be batched (or whose record was
+    /// lost) since the last read are spread evenly over the time between the two reads' last
+    /// packets (they are sparse traffic: background).
     pub fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
         let open = (stats.run.packets > 0 && stats.run.sent()).then(|| run_of(&stats.run));
+        let unsent: Vec<(u32, Run)> = stats.batch.unsent().map(|r| (r.seq, run_of(r))).collect();
         let signals = stats.signals;
-        let nothing = open.is_none() && (signals.cnp | signals.naks) == 0;
+        let nothing = open.is_none() && unsent.is_empty() && (signals.cnp | signals.naks) == 0;
         if nothing && stats.run_bytes_unsent == 0 && !self.flows.contains_key(key) {
             // No data yet (a flow of ACKs, one short run so far): no entry to keep.
             return;
@@ -283,6 +328,7 @@ impl Steps {
             .map_or((0, stats.first_ns), |(b, last)| (b, last + 1));
         activity.unsent_read = Some((stats.run_bytes_unsent, stats.last_ns));
         activity.open = open;
+        activity.unsent = unsent;
         activity.open_signals = signal_times(
             signals.start_ns,
             signals.end_ns,
@@ -418,6 +464,7 @@ impl Steps {
             if a.open.is_some_and(|o| o.end < t) {
                 a.open = None;
             }
+            a.unsent.retain(|(_, r)| r.end >= t);
             a.open_signals.retain(|s| s.0 >= t);
         }
         // A flow with nothing left in the window is forgotten (a kernel flow read within it is
@@ -426,6 +473,7 @@ impl Steps {
             !a.runs.is_empty()
                 || !a.signals.is_empty()
                 || a.open.is_some()
+                || !a.unsent.is_empty()
                 || a.unsent_read.is_some_and(|(_, last)| last >= t)
         });
         while self.pauses.front().is_some_and(|p| p.0 < t) {
@@ -440,7 +488,7 @@ impl Steps {
         let open = self
             .flows
             .values()
-            .filter_map(FlowActivity::open_run)
+            .flat_map(FlowActivity::read_runs)
             .map(|r| r.end / BIN_NS + 1)
             .max()
             .unwrap_or(0);
@@ -451,13 +499,14 @@ impl Steps {
         (self.first_bin, &self.bins)
     }
 
-    /// The series to analyse: the bins, with the bytes of the runs still open (kernel path)
-    /// spread in. A copy only when there are open runs.
+    /// The series to analyse: the bins, with the bytes of the runs read from the flow records
+    /// (kernel path: finished but not yet sent, or still open) spread in. A copy only when
+    /// there are such runs.
     pub fn series(&self) -> (u64, std::borrow::Cow<'_, VecDeque<u64>>) {
         let open: Vec<Run> = self
             .flows
             .values()
-            .filter_map(FlowActivity::open_run)
+            .flat_map(FlowActivity::read_runs)
             .copied()
             .collect();
         if open.is_empty() && self.background.is_empty() {
@@ -559,22 +608,6 @@ impl Analysis for StepsAnalysis {
         }
         let ts = ev.ts_ns;
         match *body {
-            EventBody::DataRun {
-                duration_ns,
-                bytes,
-                ce,
-                retransmits,
-                ..
-            } => self.steps.data_run(
-                &ev.flow,
-                Run {
-                    start: ts,
-                    end: ts.saturating_add(duration_ns),
-                    bytes,
-                    ce: u64::from(ce),
-                    retransmits: u64::from(retransmits),
-                },
-            ),
             EventBody::SignalRun {
                 duration_ns,
                 cnp,
@@ -586,7 +619,16 @@ impl Analysis for StepsAnalysis {
         }
     }
 
-    /// The runs still open, and the bytes of runs too short to be sent.
+    fn data_runs(&mut self, flow: &FlowKey, first: u32, runs: &[DataRun], from_capture: bool) {
+        // As for events.
+        if from_capture && self.feed == Feed::Packets {
+            return;
+        }
+        self.steps.data_runs(flow, first, runs);
+    }
+
+    /// The runs finished but not yet sent and still open, and the bytes of runs too short to
+    /// be batched.
     fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
         self.steps.flow_read(key, stats);
     }

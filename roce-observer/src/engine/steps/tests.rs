@@ -481,6 +481,81 @@ fn unsent_short_runs_are_an_even_background() {
     assert_eq!(bins.iter().sum::<u64>(), 1_507);
 }
 
+/// Kernel path: the finished runs of the flow record's batch read on a tick count in the series
+/// and the runs until the record that carries them arrives, then once, from the record,
+/// whichever comes first; a later read whose batch has moved on (its record lost, its bytes
+/// counted with the short runs) no longer shows them, and the background takes their bytes.
+#[test]
+fn batched_runs_read_from_the_flow_record_count_once() {
+    use roce_observer_common::run::{DataRun, RunsRecord};
+    let key = FlowKey::zeroed();
+    let mut stats = roce_observer_common::FlowStats::zeroed();
+    stats.first_ns = T0;
+    let run = |i: u64| DataRun {
+        start_ns: T0 + 10 * i * MS,
+        end_ns: T0 + 10 * i * MS + MS / 2,
+        bytes: 1000,
+        packets: 10,
+        ce: 0,
+        retransmits: 0,
+        seq: 0,
+    };
+    let mut records = Vec::new();
+    let push =
+        |stats: &mut roce_observer_common::FlowStats, records: &mut Vec<RunsRecord>, i: u64| {
+            if stats.batch.push(&run(i)) {
+                records.push(RunsRecord::of(&key, &stats.batch));
+            }
+        };
+    let total = |s: &Steps| s.series().1.iter().sum::<u64>();
+    let runs = |s: &Steps| s.flows[&key].all_runs().count();
+    let mut s = Steps::default();
+    // 18 runs: the first 16 are a record, not drained before the read; 2 read unsent.
+    for i in 0..18 {
+        push(&mut stats, &mut records, i);
+    }
+    stats.last_ns = T0 + 171 * MS;
+    s.flow_read(&key, &stats);
+    assert_eq!((total(&s), runs(&s)), (2_000, 2));
+    let rec = records.remove(0);
+    s.data_runs(&key, rec.head.c, &rec.runs);
+    assert_eq!((total(&s), runs(&s)), (18_000, 18));
+    s.flow_read(&key, &stats);
+    assert_eq!((total(&s), runs(&s)), (18_000, 18));
+    // 14 more fill the second batch, whose record comes before the next read: runs 16 and
+    // 17, read twice from the flow record, now come from the record alone.
+    for i in 18..32 {
+        push(&mut stats, &mut records, i);
+    }
+    let rec = records.remove(0);
+    assert_eq!(rec.head.c, 16);
+    s.data_runs(&key, rec.head.c, &rec.runs);
+    assert_eq!((total(&s), runs(&s)), (32_000, 32));
+    stats.last_ns = T0 + 400 * MS - 1;
+    s.flow_read(&key, &stats);
+    assert_eq!((total(&s), runs(&s)), (32_000, 32));
+    // 8 more, read unsent; then the batch fills and its record is lost: observe counts its 16
+    // runs with the short ones. The next read (one run after it) drops the 8 it showed, and
+    // the 16 runs' bytes enter the background, 1,000 a bin over the 16 ms since that read.
+    for i in 32..40 {
+        push(&mut stats, &mut records, i);
+    }
+    s.flow_read(&key, &stats);
+    assert_eq!((total(&s), runs(&s)), (40_000, 40));
+    for i in 40..49 {
+        push(&mut stats, &mut records, i);
+    }
+    let lost = records.remove(0);
+    assert_eq!(lost.head.c, 32);
+    let (bytes, count) = stats.batch.totals();
+    stats.runs_unsent += count;
+    stats.run_bytes_unsent += bytes;
+    stats.last_ns = T0 + 416 * MS - 1;
+    s.flow_read(&key, &stats);
+    assert_eq!((total(&s), runs(&s)), (49_000, 33));
+    assert!(records.is_empty());
+}
+
 /// Not a test: what one analysis of a full window costs (run by hand, in release).
 #[test]
 #[ignore = "timing, by hand: cargo test --release -p roce-observer --lib full_window_analysis_cost -- --ignored --nocapture"]

@@ -10,6 +10,7 @@ use roce_observer_common::{
     latency::LatencyHist,
     mirror::{MirrorKey, MirrorStats},
     pfc::{PfcLink, PfcLinkKey},
+    run::{DataRun, RunsRecord},
 };
 
 use super::{FlowBuffers, KernelSource, error::KernelError};
@@ -128,6 +129,13 @@ impl KernelSource {
             if v.run.packets > 0 {
                 v.run.start_ns = epoch(v.run.start_ns);
                 v.run.end_ns = epoch(v.run.end_ns);
+            }
+            // The batch's finished runs (every slot written so far).
+            for r in &mut v.batch.runs {
+                if r.packets > 0 {
+                    r.start_ns = epoch(r.start_ns);
+                    r.end_ns = epoch(r.end_ns);
+                }
             }
             if (v.signals.cnp | v.signals.naks) != 0 {
                 v.signals.start_ns = epoch(v.signals.start_ns);
@@ -273,16 +281,33 @@ impl KernelSource {
     }
 
     /// Hand every queued event to `f` (timestamps converted to epoch ns); returns how many.
+    /// A record of finished data runs is handed as its head (see [`Self::drain_records`]).
     pub fn drain_events(&mut self, mut f: impl FnMut(&Event)) -> usize {
+        self.drain_records(|ev, _| f(ev))
+    }
+
+    /// Hand every queued record to `f`: its event and, for a record of finished data runs
+    /// (`RunsRecord`), the runs after it, else none (times converted to epoch ns); returns
+    /// how many.
+    pub fn drain_records(&mut self, mut f: impl FnMut(&Event, &[DataRun])) -> usize {
         // How full it got: read before every drain, the highest kept for the report.
         if let Some(fill) = self.ring_fill.as_mut() {
             fill.sample();
         }
+        let offset = self.epoch_offset_ns;
         let mut n = 0;
         while let Some(item) = self.events.next() {
-            if let Some(mut ev) = Event::from_bytes(&item) {
-                ev.ts_ns = ev.ts_ns.saturating_add(self.epoch_offset_ns);
-                f(&ev);
+            if let Some(mut rec) = RunsRecord::from_bytes(&item) {
+                rec.head.ts_ns = rec.head.ts_ns.saturating_add(offset);
+                for r in &mut rec.runs {
+                    r.start_ns = r.start_ns.saturating_add(offset);
+                    r.end_ns = r.end_ns.saturating_add(offset);
+                }
+                f(&rec.head, &rec.runs);
+                n += 1;
+            } else if let Some(mut ev) = Event::from_bytes(&item) {
+                ev.ts_ns = ev.ts_ns.saturating_add(offset);
+                f(&ev, &[]);
                 n += 1;
             }
         }

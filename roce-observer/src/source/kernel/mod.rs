@@ -461,7 +461,7 @@ impl Drop for KernelSource {
 
 /// Copy the kernel's events and maps into the engine (map values are absolute).
 pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()> {
-    src.drain_events(|ev| engine.ingest_event(ev));
+    src.drain_records(|ev, runs| engine.ingest_record(ev, runs));
     let b = &mut src.flow_buffers;
     let same_engine = b.engine.take() == Some(engine.id());
     let prints = std::mem::take(&mut b.prints);
@@ -505,7 +505,7 @@ impl LiveSource for KernelSource {
     }
 
     fn pump(&mut self, engine: &mut Engine) -> anyhow::Result<SourceState> {
-        self.drain_events(|ev| engine.ingest_event(ev));
+        self.drain_records(|ev, runs| engine.ingest_record(ev, runs));
         Ok(SourceState::Open)
     }
 
