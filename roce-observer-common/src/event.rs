@@ -1,5 +1,5 @@
 //! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a finished signal run,
-//! sixteen finished data runs of a flow (run.rs, `RunsRecord`: an event with the runs after it),
+//! sixteen finished data runs of a flow (run.rs, `RunBatch`: an event with the runs after it),
 //! a request PSN gap or the resend run after one, rate-limited per flow), never one per
 //! data packet, per anomaly nor per latency sample (those are kept in a per-flow histogram,
 //! latency.rs). Counters stay exact
@@ -22,9 +22,9 @@ pub enum EventKind {
     Pause = 7,
     // 8 was one event per latency sample: samples are kept per flow in the kernel
     // (`latency::LatencyHist`) and read on the report tick. The number stays unused.
-    /// The head of a `run::RunsRecord`: finished data runs of `flow` (run.rs), the first
+    /// The head of a `run::RunBatch` record: finished data runs of `flow` (run.rs), the first
     /// starting at the event time; `c` = the first run's number, `d` = how many runs follow
-    /// the head in the record.
+    /// the head in the record (`a` = the run number after them, `b` = their bytes).
     DataRun = 9,
     /// A finished signal run of `flow` starting at the event time: `a` = duration (ns),
     /// `c` = CNPs, `d` = NAKs.
@@ -123,7 +123,7 @@ pub enum EventBody {
         quanta: u16,
     },
     /// Finished data runs of the event's flow, numbered `first..first + count`; the runs
-    /// themselves follow the head in the record (`run::RunsRecord`).
+    /// themselves follow the head in the record (`run::RunBatch`).
     DataRuns {
         first: u32,
         count: u32,
@@ -188,12 +188,6 @@ impl Event {
     #[inline(always)]
     pub fn set_new_flow(&mut self, flow: &FlowKey) {
         self.set_flow(EventKind::NewFlow, flow, 0, 0, 0, 0);
-    }
-
-    /// The head of a `run::RunsRecord` of `flow`: runs `first..first + count`.
-    #[inline(always)]
-    pub fn set_data_runs(&mut self, flow: &FlowKey, first: u32, count: u32) {
-        self.set_flow(EventKind::DataRun, flow, 0, 0, first, count);
     }
 
     /// A finished signal run of `flow` (event time: `run.start_ns`).
@@ -413,7 +407,12 @@ mod tests {
                 },
             ),
             (
-                Event::filled(|e| e.set_data_runs(&flow, 0xffff_fff0, 16)),
+                Event {
+                    kind: EventKind::DataRun as u32,
+                    c: 0xffff_fff0,
+                    d: 16,
+                    ..Event::new_flow(&flow)
+                },
                 EventBody::DataRuns {
                     first: 0xffff_fff0,
                     count: 16,

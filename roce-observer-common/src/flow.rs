@@ -497,7 +497,7 @@ pub struct FlowStats {
     /// sent read from here.
     pub batch: RunBatch,
 }
-assert_size!(FlowStats, 1496);
+assert_size!(FlowStats, 1616);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);

@@ -172,10 +172,10 @@ pub trait Tables {
     /// was full), which is counted in `ringbuf_full`: the caller then keeps in the flow record
     /// what the event would have carried (`path_lost`, the unsent runs).
     fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool;
-    /// Emit the full batch of finished data runs `batch` of `flow` as one record
-    /// (`RunsRecord`, filled from the batch: the kernel copies it into its ring-buffer slot).
-    /// True when sent; false when lost (counted in `ringbuf_full`, as for `emit`).
-    fn emit_runs(&mut self, flow: &FlowKey, batch: &RunBatch) -> bool;
+    /// Emit the full, sealed batch of finished data runs `batch` as one record, as it is (the
+    /// kernel copies it from the flow record with one helper call), for a packet seen in
+    /// `direction`. True when sent; false when lost (counted in `ringbuf_full`, as for `emit`).
+    fn emit_runs(&mut self, direction: u8, batch: &RunBatch) -> bool;
     /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
     /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
     #[inline(always)]
@@ -327,6 +327,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
             stats.init(now);
+            if runs {
+                stats.batch.init(key);
+            }
             t.emit(key.direction, now, |ev| ev.set_new_flow(key));
             stats
         }
@@ -482,10 +485,14 @@ fn data_run<T: Tables>(
         if !stats.run.sent() {
             stats.runs_unsent += 1;
             stats.run_bytes_unsent += stats.run.bytes;
-        } else if stats.batch.push(&stats.run) && !t.emit_runs(key, &stats.batch) {
-            let (bytes, runs) = stats.batch.totals();
-            stats.runs_unsent += runs;
-            stats.run_bytes_unsent += bytes;
+        } else if stats.batch.push(&stats.run) {
+            stats.batch.seal();
+            let sent = t.emit_runs(key.direction, &stats.batch);
+            let bytes = stats.batch.restart();
+            if !sent {
+                stats.runs_unsent += crate::run::RUN_BATCH as u64;
+                stats.run_bytes_unsent += bytes;
+            }
         }
     }
     let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });

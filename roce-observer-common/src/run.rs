@@ -4,7 +4,7 @@
 //! *signal run* (its CNPs and NAKs, grouped by the same gap). When a packet starts a new run the
 //! finished one is kept: a data run of [`RUN_EVENT_MIN_PACKETS`] packets or more in the flow
 //! record's batch of finished runs ([`RunBatch`]), which travels as one ring-buffer record
-//! ([`RunsRecord`]) when it holds [`RUN_BATCH`] runs, so that bursty traffic (every burst a
+//! when it holds [`RUN_BATCH`] runs, so that bursty traffic (every burst a
 //! run) sends at most one record per `RUN_BATCH * RUN_EVENT_MIN_PACKETS` data packets; a
 //! shorter data run is only counted in the flow record (`runs_unsent`, `run_bytes_unsent`), so
 //! that sparse traffic (every packet its own run) costs no record at all. A finished signal run
@@ -25,7 +25,7 @@ pub const RUN_GAP_NS: u64 = 1_000_000;
 /// collective's burst per QP and step is hundreds of packets and more.
 pub const RUN_EVENT_MIN_PACKETS: u32 = 8;
 
-/// Finished data runs per [`RunsRecord`]: a power of two (a slot is a run number's low bits).
+/// Finished data runs per record ([`RunBatch`]): a power of two (a slot is a run number's low bits).
 pub const RUN_BATCH: usize = 16;
 const _: () = assert!(RUN_BATCH.is_power_of_two());
 
@@ -101,36 +101,55 @@ impl DataRun {
 
 /// A flow's finished data runs of [`RUN_EVENT_MIN_PACKETS`] packets or more, in the flow record:
 /// run number `n` (counted from 0 per flow, wrapping) in slot `n % RUN_BATCH`, tagged with `n`.
-/// When a run fills the batch (`seq` a multiple of [`RUN_BATCH`]) the whole batch is sent as one
-/// [`RunsRecord`]: the record is what counts for those runs. The runs added since (numbers
-/// `sent_from()..seq`) are the batch's unsent part, which user space reads from the flow record
-/// on its tick ([`RunBatch::unsent`]) and replaces on the next read, until the record that
-/// carries them arrives. A record the full ring buffer loses is counted with the short runs
-/// (`runs_unsent`, `run_bytes_unsent`): its runs' bytes stay in the step series, untimed.
+/// When a run fills the batch (its count a multiple of [`RUN_BATCH`]) the batch itself is sent
+/// as one ring-buffer record (the kernel copies it from the flow record with one helper call):
+/// the record is what counts for those runs. The runs added since (numbers `sent_from()..seq()`)
+/// are the batch's unsent part, which user space reads from the flow record on its tick
+/// ([`RunBatch::unsent`]) and replaces on the next read, until the record that carries them
+/// arrives. A record the full ring buffer loses is counted with the short runs (`runs_unsent`,
+/// `run_bytes_unsent`): its runs' bytes stay in the step series, untimed.
+///
+/// The head is an [`Event`] of kind [`EventKind::DataRun`] of the flow (written when the flow
+/// record is made, [`RunBatch::init`]), and, written when the batch fills: time = the first
+/// run's start, `c` = the first run's number, `d` = [`RUN_BATCH`]. Between records it keeps the
+/// batch's counters: `a` = runs added so far (the next run's number), `b` = bytes of the runs
+/// added since the batch was last full (in a record: of its runs). Written field by field and
+/// as little as possible when a batch fills: the verifier walks that code once per state that
+/// reaches it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunBatch {
-    /// Runs added so far (wrapping): the next run's number.
-    pub seq: u32,
-    pub _pad: u32,
+    pub head: Event,
     pub runs: [DataRun; RUN_BATCH],
 }
-assert_size!(RunBatch, 8 + 40 * RUN_BATCH);
+assert_size!(RunBatch, 128 + 40 * RUN_BATCH);
 
 impl RunBatch {
     pub const fn zeroed() -> RunBatch {
         RunBatch {
-            seq: 0,
-            _pad: 0,
+            head: Event::zeroed(),
             runs: [DataRun::zeroed(); RUN_BATCH],
         }
     }
 
+    /// The head's kind and flow, in a new flow record of `flow`.
+    #[inline(always)]
+    pub fn init(&mut self, flow: &FlowKey) {
+        self.head.kind = EventKind::DataRun as u32;
+        self.head.flow = *flow;
+    }
+
+    /// Runs added so far (wrapping): the next run's number.
+    pub const fn seq(&self) -> u32 {
+        self.head.a as u32
+    }
+
     /// Add the finished run `run` (field by field, tag first: in the kernel both are the flow
-    /// map's value). True when it fills the batch, which is then to be sent.
+    /// map's value). True when it fills the batch, which is then to be sent: [`RunBatch::seal`],
+    /// the record, [`RunBatch::restart`].
     #[inline(always)]
     pub fn push(&mut self, run: &DataRun) -> bool {
-        let seq = self.seq;
+        let seq = self.head.a as u32;
         let slot = &mut self.runs[seq as usize & (RUN_BATCH - 1)];
         slot.seq = seq;
         slot.start_ns = run.start_ns;
@@ -139,85 +158,55 @@ impl RunBatch {
         slot.packets = run.packets;
         slot.ce = run.ce;
         slot.retransmits = run.retransmits;
-        self.seq = seq.wrapping_add(1);
-        self.seq as usize & (RUN_BATCH - 1) == 0
+        self.head.b += run.bytes;
+        let next = seq.wrapping_add(1);
+        self.head.a = next as u64;
+        next as usize & (RUN_BATCH - 1) == 0
     }
 
-    /// The number of the first run not yet sent: the batch's unsent part is `sent_from()..seq`.
+    /// Complete the head of the record of this full batch (its slots are in run order: a full
+    /// batch starts at slot 0).
+    #[inline(always)]
+    pub fn seal(&mut self) {
+        self.head.ts_ns = self.runs[0].start_ns;
+        self.head.c = (self.head.a as u32).wrapping_sub(RUN_BATCH as u32);
+        self.head.d = RUN_BATCH as u32;
+    }
+
+    /// After the record: the bytes of its runs, the count started again for the next batch.
+    #[inline(always)]
+    pub fn restart(&mut self) -> u64 {
+        let bytes = self.head.b;
+        self.head.b = 0;
+        bytes
+    }
+
+    /// The number of the first run not yet sent: the batch's unsent part is
+    /// `sent_from()..seq()`.
     pub const fn sent_from(&self) -> u32 {
-        self.seq & !(RUN_BATCH as u32 - 1)
+        self.seq() & !(RUN_BATCH as u32 - 1)
     }
 
     /// The runs added since the last full batch was sent, oldest first; a slot whose tag is not
     /// its run's number (a read that raced with the kernel rewriting it) is left out.
     pub fn unsent(&self) -> impl Iterator<Item = &DataRun> {
         let from = self.sent_from();
-        (0..self.seq.wrapping_sub(from)).filter_map(move |i| {
+        (0..self.seq().wrapping_sub(from)).filter_map(move |i| {
             let run = &self.runs[i as usize];
             (run.seq == from.wrapping_add(i) && run.packets > 0).then_some(run)
         })
     }
 
-    /// Bytes and count of the runs of a full batch (what a lost record carried).
-    #[inline(always)]
-    pub fn totals(&self) -> (u64, u64) {
-        let mut bytes = 0;
-        let mut i = 0;
-        while i < RUN_BATCH {
-            bytes += self.runs[i].bytes;
-            i += 1;
-        }
-        (bytes, RUN_BATCH as u64)
-    }
-}
-
-/// The ring-buffer record of a full [`RunBatch`] of `flow`: an [`Event`] of kind
-/// [`EventKind::DataRun`] (time: the first run's start; `c` = the first run's number, `d` =
-/// the number of runs), then the runs, oldest first.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RunsRecord {
-    pub head: Event,
-    pub runs: [DataRun; RUN_BATCH],
-}
-assert_size!(RunsRecord, 128 + 40 * RUN_BATCH);
-
-impl RunsRecord {
-    /// Fill this (all-zero) record from the full batch `batch` of `flow`, in place (the kernel
-    /// fills its ring-buffer slot: no copy on the BPF stack). The batch's slots are in run
-    /// order: a full batch starts at slot 0.
-    #[inline(always)]
-    pub fn fill(&mut self, flow: &FlowKey, batch: &RunBatch) {
-        self.head.set_data_runs(
-            flow,
-            batch.seq.wrapping_sub(RUN_BATCH as u32),
-            RUN_BATCH as u32,
-        );
-        self.head.ts_ns = batch.runs[0].start_ns;
-    }
-
-    /// The same as a value (user space, tests), runs included.
-    pub fn of(flow: &FlowKey, batch: &RunBatch) -> RunsRecord {
-        let mut rec = RunsRecord {
-            head: Event::zeroed(),
-            runs: batch.runs,
-        };
-        rec.fill(flow, batch);
-        rec
-    }
-
-    /// The runs of a ring-buffer record whose head is a [`EventKind::DataRun`] event:
+    /// A ring-buffer record of finished data runs (its head an [`EventKind::DataRun`] event):
     /// length-checked, unaligned read, as [`Event::from_bytes`]. `None` for any other record.
-    pub fn from_bytes(buf: &[u8]) -> Option<RunsRecord> {
+    pub fn from_bytes(buf: &[u8]) -> Option<RunBatch> {
         let head = Event::from_bytes(buf)?;
-        if head.kind() != Some(EventKind::DataRun) || buf.len() < core::mem::size_of::<RunsRecord>()
-        {
+        if head.kind() != Some(EventKind::DataRun) || buf.len() < core::mem::size_of::<RunBatch>() {
             return None;
         }
-        // SAFETY: the length was checked above; RunsRecord is plain old data (integers only,
-        // no padding), so every bit pattern is valid, and read_unaligned tolerates any
-        // alignment.
-        Some(unsafe { core::ptr::read_unaligned(buf.as_ptr().cast::<RunsRecord>()) })
+        // SAFETY: the length was checked above; RunBatch is plain old data (integers only, no
+        // padding), so every bit pattern is valid, and read_unaligned tolerates any alignment.
+        Some(unsafe { core::ptr::read_unaligned(buf.as_ptr().cast::<RunBatch>()) })
     }
 }
 
@@ -368,26 +357,35 @@ mod tests {
     #[test]
     fn a_batch_fills_every_sixteen_runs_and_its_unsent_part_follows() {
         let mut b = RunBatch::zeroed();
+        b.init(&FlowKey {
+            dst_qp: 7,
+            ..FlowKey::zeroed()
+        });
         assert_eq!(b.unsent().count(), 0);
         let mut full = Vec::new();
         for i in 0..(2 * RUN_BATCH as u64 + 5) {
             if b.push(&run_at(10 * i, 8 + i as u32)) {
                 full.push((i, b.sent_from()));
-                // The record carries runs seq-16..seq, oldest in slot 0.
-                let rec = RunsRecord::of(&FlowKey::zeroed(), &b);
+                // The record carries runs seq-16..seq, oldest in slot 0, and their bytes.
+                b.seal();
+                let rec = b;
                 assert_eq!(
                     rec.head.body(),
                     Some(crate::EventBody::DataRuns {
-                        first: b.seq - RUN_BATCH as u32,
+                        first: b.seq() - RUN_BATCH as u32,
                         count: RUN_BATCH as u32,
                     })
                 );
+                assert_eq!(rec.head.flow.dst_qp, 7);
                 assert_eq!(rec.head.ts_ns, rec.runs[0].start_ns);
                 for (k, r) in rec.runs.iter().enumerate() {
-                    assert_eq!(r.seq, b.seq - RUN_BATCH as u32 + k as u32);
+                    assert_eq!(r.seq, b.seq() - RUN_BATCH as u32 + k as u32);
                     assert_eq!(r.start_ns, 10 * r.seq as u64 * MS);
                 }
-                assert_eq!(b.totals(), (rec.runs.iter().map(|r| r.bytes).sum(), 16));
+                let bytes: u64 = rec.runs.iter().map(|r| r.bytes).sum();
+                assert_eq!(rec.head.b, bytes);
+                assert_eq!(b.restart(), bytes);
+                assert_eq!((b.head.b, b.seq()), (0, rec.seq()));
             }
         }
         assert_eq!(full, [(15, 16), (31, 32)]);
@@ -413,11 +411,11 @@ mod tests {
     #[test]
     fn torn_slots_are_left_out_and_numbers_wrap() {
         let mut b = RunBatch::zeroed();
-        b.seq = u32::MAX - 2;
+        b.head.a = u64::from(u32::MAX - 2);
         for i in 0..5 {
             b.push(&run_at(i, 9));
         }
-        assert_eq!(b.seq, 2);
+        assert_eq!(b.seq(), 2);
         // u32::MAX - 2 is slot 13: the batch filled at u32::MAX (slot 15) and wrapped to 0.
         assert_eq!(b.sent_from(), 0);
         assert_eq!(b.unsent().map(|r| r.seq).collect::<Vec<_>>(), [0, 1]);
@@ -431,7 +429,7 @@ mod tests {
     /// the runs, 40 bytes each (start, end, bytes, packets, CE, retransmits, number).
     #[test]
     fn a_runs_record_decodes_from_its_byte_layout() {
-        let mut b = vec![0u8; core::mem::size_of::<RunsRecord>()];
+        let mut b = vec![0u8; core::mem::size_of::<RunBatch>()];
         b[0..8].copy_from_slice(&5_000u64.to_ne_bytes());
         b[8..12].copy_from_slice(&(EventKind::DataRun as u32).to_ne_bytes());
         b[48..52].copy_from_slice(&0x11u32.to_ne_bytes());
@@ -448,7 +446,7 @@ mod tests {
             b[o + 32..o + 36].copy_from_slice(&4u32.to_ne_bytes());
             b[o + 36..o + 40].copy_from_slice(&(32 + i as u32).to_ne_bytes());
         }
-        let rec = RunsRecord::from_bytes(&b).expect("a runs record");
+        let rec = RunBatch::from_bytes(&b).expect("a runs record");
         assert_eq!((rec.head.ts_ns, rec.head.flow.dst_qp), (5_000, 0x11));
         assert_eq!(
             rec.head.body(),
@@ -470,9 +468,9 @@ mod tests {
             }
         );
         // Too short, or another kind: not a runs record (the event alone still decodes).
-        assert_eq!(RunsRecord::from_bytes(&b[..128]), None);
+        assert_eq!(RunBatch::from_bytes(&b[..128]), None);
         b[8..12].copy_from_slice(&(EventKind::NewFlow as u32).to_ne_bytes());
-        assert_eq!(RunsRecord::from_bytes(&b), None);
+        assert_eq!(RunBatch::from_bytes(&b), None);
         assert!(Event::from_bytes(&b).is_some());
     }
 

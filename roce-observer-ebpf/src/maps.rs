@@ -21,11 +21,12 @@ use roce_observer_common::{
 /// grows with the key: 16 bytes hashed and compared for an IPv4 flow, 40 for the others, where
 /// one map of the whole 64-byte FlowKey cost each packet ~14 ns more.
 ///
-/// One value (FlowStats, 624 B) is shared by every CPU that sees the flow: counters are atomic
+/// One value (FlowStats, 1,616 B) is shared by every CPU that sees the flow: counters are atomic
 /// adds (account.rs). Plain hashes (not LRU): a full map is counted (`map_full`), never
 /// silently evicts counts. The loader sizes both to --max-flows (default 16384).
 ///
-/// FlowKey4 -> FlowStats: flows whose two addresses are IPv4. Preallocated (~9 MiB at 16384).
+/// FlowKey4 -> FlowStats: flows whose two addresses are IPv4. Preallocated (~26 MiB at 16384; 768 B
+/// of each value is the batch of finished activity runs, run.rs).
 #[map]
 pub static FLOWS4: HashMap<FlowKey4, FlowStats> = HashMap::with_max_entries(16384, 0);
 
@@ -158,8 +159,8 @@ pub static TC_HEAD: PerCpuArray<[u8; 2 * HEAD_BYTES]> = PerCpuArray::with_max_en
 /// Size of `EVENTS` in bytes.
 pub const EVENTS_BYTES: u64 = 1 << 20;
 
-/// Events (new flow, PFC, PAUSE, finished activity run, path event), 128 B each; 1 MiB holds ~8k events between
-/// two drains. Reserve failures are counted, counters stay exact.
+/// Events (new flow, PFC, PAUSE, finished signal run, path event), 128 B each, and records of
+/// sixteen finished data runs (`RunBatch`, 768 B); 1 MiB holds ~8k events between two drains. Reserve failures are counted, counters stay exact.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);
 

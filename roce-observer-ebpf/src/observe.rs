@@ -19,7 +19,7 @@ use roce_observer_common::{
     observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
-    run::{RunBatch, RunsRecord},
+    run::RunBatch,
 };
 
 use crate::maps::{
@@ -190,7 +190,7 @@ fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Ent
         return Entry::Full;
     };
     // SAFETY: `zero` points at a live per-CPU array value of the right type.
-    // By reference: a value would be a 624-byte copy on the 512-byte BPF stack.
+    // By reference: a value would be a 1,616-byte copy on the 512-byte BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let inserted = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // Another CPU may have created it in between (EEXIST): then it is there to look up.
@@ -477,71 +477,58 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     /// (a reader that keeps up is woken on every submit).
     #[inline(always)]
     fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool {
-        submit::<Event>(direction, |ev| {
-            ev.ts_ns = ts_ns;
-            fill(ev);
-        })
-    }
-
-    /// The head filled in place, the runs copied word by word from the flow record.
-    #[inline(always)]
-    fn emit_runs(&mut self, flow: &FlowKey, batch: &RunBatch) -> bool {
-        submit::<RunsRecord>(flow.direction, |rec| {
-            rec.fill(flow, batch);
-            // SAFETY: two live arrays of the same type, 8-byte aligned; `rec` is writable.
-            unsafe { copy_words(&mut rec.runs, &batch.runs) };
-        })
-    }
-}
-
-/// Reserve a ring-buffer record of `T`, zero it, `fill` it and submit it; false (counted in
-/// `ringbuf_full`) when the ring buffer has no room.
-#[inline(always)]
-fn submit<T: 'static>(direction: u8, fill: impl FnOnce(&mut T)) -> bool {
-    match EVENTS.reserve::<T>(0) {
-        Some(mut entry) => {
-            let rec = entry.as_mut_ptr();
-            // SAFETY: `rec` points at a reserved, writable ring-buffer slot of size_of::<T>(),
-            // 8-byte aligned; zeroed first, so it is a valid T (plain integers) before `fill`.
-            unsafe {
-                zero_words(rec);
-                fill(&mut *rec);
+        match EVENTS.reserve::<Event>(0) {
+            Some(mut entry) => {
+                let ev = entry.as_mut_ptr();
+                // SAFETY: `ev` points at a reserved, writable ring-buffer slot of
+                // size_of::<Event>(), 8-byte aligned; zeroed first, so it is a valid Event
+                // before `fill`.
+                unsafe {
+                    zero_words(ev);
+                    (*ev).ts_ns = ts_ns;
+                    fill(&mut *ev);
+                }
+                // Only the event that takes the ring past half wakes the reader: past half,
+                // a wakeup per event is an interrupt per event (irq_work, a self-IPI; a VM
+                // exit in a guest), which made a burst of PFC frames cost microseconds each.
+                let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
+                let half = EVENTS_BYTES / 2;
+                let wake = if (half..half + record_bytes::<Event>()).contains(&avail) {
+                    BPF_RB_FORCE_WAKEUP
+                } else {
+                    BPF_RB_NO_WAKEUP
+                };
+                entry.submit(wake);
+                true
             }
-            // Only the record that takes the ring past half wakes the reader: past half, a
-            // wakeup per record is an interrupt per record (irq_work, a self-IPI; a VM exit in
-            // a guest), which made a burst of PFC frames cost microseconds each.
-            let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
-            let half = EVENTS_BYTES / 2;
-            let wake = if (half..half + record_bytes::<T>()).contains(&avail) {
-                BPF_RB_FORCE_WAKEUP
-            } else {
-                BPF_RB_NO_WAKEUP
-            };
-            entry.submit(wake);
-            true
-        }
-        None => {
-            count(Counter::RingbufFull, direction);
-            crate::diag::ring_buffer_full();
-            false
+            None => {
+                count(Counter::RingbufFull, direction);
+                crate::diag::ring_buffer_full();
+                false
+            }
         }
     }
-}
 
-/// `*to = *from` with 8-byte loads and stores (a struct copy would be a call to the byte-wise
-/// memcpy), unrolled.
-///
-/// # Safety
-/// `to` and `from` are valid for `T`, 8-byte aligned.
-#[inline(always)]
-unsafe fn copy_words<T>(to: *mut T, from: *const T) {
-    const { assert!(core::mem::size_of::<T>().is_multiple_of(8) && core::mem::align_of::<T>() >= 8) };
-    let (to, from) = (to.cast::<u64>(), from.cast::<u64>());
-    let mut i = 0;
-    while i < core::mem::size_of::<T>() / 8 {
-        // SAFETY: word i of both, within them (the caller's contract).
-        unsafe { core::ptr::write_volatile(to.add(i), core::ptr::read_volatile(from.add(i))) };
-        i += 1;
+    /// Copied from the flow record by the kernel (`bpf_ringbuf_output`): no stores of this
+    /// program's own, which the verifier would walk once per state that reaches this path.
+    #[inline(always)]
+    fn emit_runs(&mut self, direction: u8, batch: &RunBatch) -> bool {
+        // Woken as `submit` wakes: the record that takes the ring past half (checked before
+        // the copy here).
+        let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
+        let half = EVENTS_BYTES / 2;
+        let rec = record_bytes::<RunBatch>();
+        let wake = if (half.saturating_sub(rec)..half).contains(&avail) {
+            BPF_RB_FORCE_WAKEUP
+        } else {
+            BPF_RB_NO_WAKEUP
+        };
+        if EVENTS.output::<RunBatch>(batch, wake).is_ok() {
+            return true;
+        }
+        count(Counter::RingbufFull, direction);
+        crate::diag::ring_buffer_full();
+        false
     }
 }
 

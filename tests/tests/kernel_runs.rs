@@ -88,7 +88,7 @@ fn runs_are_kept_in_the_flow_record_and_batched_when_they_finish() {
 
         let mut bodies = Vec::new();
         src.drain_events(|ev| {
-            if let Some(body @ (EventBody::DataRun { .. } | EventBody::SignalRun { .. })) =
+            if let Some(body @ (EventBody::DataRuns { .. } | EventBody::SignalRun { .. })) =
                 ev.body()
             {
                 bodies.push((ev.flow.dst_qp, ev.ts_ns, body));
@@ -187,7 +187,7 @@ fn no_runs_when_steps_are_off() {
         run(&cnp);
         let mut runs = 0;
         src.drain_events(|ev| {
-            if let Some(EventBody::DataRun { .. } | EventBody::SignalRun { .. }) = ev.body() {
+            if let Some(EventBody::DataRuns { .. } | EventBody::SignalRun { .. }) = ev.body() {
                 runs += 1;
             }
         });
@@ -203,7 +203,7 @@ fn no_runs_when_steps_are_off() {
             (0, 0, 0),
             "{what}: no run kept"
         );
-        assert_eq!(flow.batch.seq, 0, "{what}: no run batched");
+        assert_eq!(flow.batch.seq(), 0, "{what}: no run batched");
         let (_, signals) = flows
             .iter()
             .find(|(k, _)| k.dst_qp == 0x22)
@@ -286,7 +286,7 @@ fn a_full_batch_is_one_record_and_counted_in_the_flow_record_when_lost() {
                 (1, len),
                 "{what}: open run"
             );
-            assert_eq!(flow.batch.seq, runs, "{what}");
+            assert_eq!(flow.batch.seq(), runs, "{what}");
             assert_eq!(flow.batch.unsent().count(), 0, "{what}: all sent");
             let sent: u64 = if ring_full {
                 assert!(records.is_empty(), "{what}: {records:?}");

@@ -96,7 +96,7 @@ pub trait Analysis {
     fn event(&mut self, _ev: &Event, _body: &EventBody, _from_capture: bool) {}
 
     /// Either path: finished data runs of `flow`, numbered from `first` (one record of
-    /// `run::RunsRecord`; the kernel's times already in ns since the epoch).
+    /// `run::RunBatch`; the kernel's times already in ns since the epoch).
     fn data_runs(&mut self, _flow: &FlowKey, _first: u32, _runs: &[DataRun], _from_capture: bool) {}
 
     /// Kernel path: a flow record read from the kernel's map that changed since the last read.

@@ -15,7 +15,7 @@ use roce_observer_common::{
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
     pfc::{PfcLinkKey, SLOT_LINK},
-    run::{RunBatch, RunsRecord},
+    run::RunBatch,
 };
 
 use super::{
@@ -220,7 +220,7 @@ struct CaptureTables<'a> {
     events: &'a mut Vec<Event>,
     /// The frame's record of finished data runs (a data packet finishes at most one run, so
     /// fills at most one batch).
-    runs: Option<RunsRecord>,
+    runs: Option<RunBatch>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
     added: Option<(FlowKey, Added)>,
     /// The same packet as accounted, for the analyses' packet hook.
@@ -312,8 +312,8 @@ impl Tables for CaptureTables<'_> {
     }
 
     /// Never lost, as events.
-    fn emit_runs(&mut self, flow: &FlowKey, batch: &RunBatch) -> bool {
-        self.runs = Some(RunsRecord::of(flow, batch));
+    fn emit_runs(&mut self, _direction: u8, batch: &RunBatch) -> bool {
+        self.runs = Some(*batch);
         true
     }
 

@@ -13,7 +13,7 @@ impl Engine {
     /// `per_packet`: the event comes from the capture path, which also feeds the analyses
     /// packet by packet (its frames may carry any direction: SLL captures say ingress or
     /// egress). `runs`: the runs after the head of a record of finished data runs
-    /// (`run::RunsRecord`), else empty.
+    /// (`run::RunBatch`), else empty.
     pub(super) fn on_event(&mut self, ev: &Event, runs: &[DataRun], per_packet: bool) {
         let Some(body) = ev.body() else {
             return;

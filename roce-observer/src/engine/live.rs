@@ -65,7 +65,7 @@ impl Engine {
     }
 
     /// Kernel path: one ring-buffer record, an event and, for a record of finished data runs
-    /// (`run::RunsRecord`), the runs after it (times converted as the event's).
+    /// (`run::RunBatch`), the runs after it (times converted as the event's).
     pub fn ingest_record(&mut self, ev: &Event, runs: &[DataRun]) {
         self.seen(ev.ts_ns);
         self.on_event(ev, runs, false);

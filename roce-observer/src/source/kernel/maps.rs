@@ -10,7 +10,7 @@ use roce_observer_common::{
     latency::LatencyHist,
     mirror::{MirrorKey, MirrorStats},
     pfc::{PfcLink, PfcLinkKey},
-    run::{DataRun, RunsRecord},
+    run::{DataRun, RunBatch},
 };
 
 use super::{FlowBuffers, KernelSource, error::KernelError};
@@ -287,7 +287,7 @@ impl KernelSource {
     }
 
     /// Hand every queued record to `f`: its event and, for a record of finished data runs
-    /// (`RunsRecord`), the runs after it, else none (times converted to epoch ns); returns
+    /// (`RunBatch`), the runs after it, else none (times converted to epoch ns); returns
     /// how many.
     pub fn drain_records(&mut self, mut f: impl FnMut(&Event, &[DataRun])) -> usize {
         // How full it got: read before every drain, the highest kept for the report.
@@ -297,7 +297,7 @@ impl KernelSource {
         let offset = self.epoch_offset_ns;
         let mut n = 0;
         while let Some(item) = self.events.next() {
-            if let Some(mut rec) = RunsRecord::from_bytes(&item) {
+            if let Some(mut rec) = RunBatch::from_bytes(&item) {
                 rec.head.ts_ns = rec.head.ts_ns.saturating_add(offset);
                 for r in &mut rec.runs {
                     r.start_ns = r.start_ns.saturating_add(offset);
