@@ -607,15 +607,14 @@ impl Analysis for StepsAnalysis {
             return;
         }
         let ts = ev.ts_ns;
-        match *body {
-            EventBody::SignalRun {
-                duration_ns,
-                cnp,
-                naks,
-            } => self
-                .steps
-                .signal_run(&ev.flow, ts, ts.saturating_add(duration_ns), cnp, naks),
-            _ => {}
+        if let EventBody::SignalRun {
+            duration_ns,
+            cnp,
+            naks,
+        } = *body
+        {
+            self.steps
+                .signal_run(&ev.flow, ts, ts.saturating_add(duration_ns), cnp, naks);
         }
     }
 
