@@ -147,3 +147,42 @@ fn events_and_program_runs_are_reported_and_agree_with_analyze() {
         assert!(ns > 0.0 && ns < 1e6, "{p}");
     }
 }
+
+/// The bursty shape on the kernel path, sent into a veth at its own timing (the pauses between
+/// bursts are the point) with `run -i` on the receiving end: each burst of 8-20 packets is an
+/// activity run finished by the next, and the records that carry the runs (sixteen to one)
+/// stay under one per hundred packets, where one event per finished run was one per burst.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn bursty_traffic_on_a_veth_sends_a_record_per_sixteen_runs() {
+    require_root();
+    let ns = VethNs::new().expect("namespace with a veth pair");
+    let frames = roce_observer_tools::bursty_frames(100, 40, 256, 10_000);
+    let observer = Observer::start(&ns, &["-i", &ns.b, "--json", "--interval", "0.2"])
+        .expect("observer attaches");
+    let timed: Vec<(u64, &str, &[u8])> = frames
+        .iter()
+        .map(|(us, f)| (us * 1_000, ns.a.as_str(), f.as_slice()))
+        .collect();
+    let late = ns.send_timed(&timed).expect("send the frames");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = observer.stop().expect("observer stops cleanly");
+    let live: Value = serde_json::from_str(&out).expect("run --json output parses");
+    let s = &live["summary"];
+    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("a count: {s}"));
+    let (packets, records) = (
+        n(&s["total_packets"]),
+        n(&s["events_by_kind"]["data_run"]),
+    );
+    eprintln!(
+        "{records} run records for {packets} packets ({late} of {} frames sent more than 1 ms late): {}",
+        frames.len(),
+        s["events_by_kind"]
+    );
+    assert!(packets >= frames.len() as u64, "{s}");
+    assert_eq!(s["events_lost"], 0, "{s}");
+    // Runs were finished and batched (100 flows, 40 bursts each: 2 records a flow when every
+    // burst is one run; a late sender splits some, never into more records than that).
+    assert!(records > 0 && records <= 200, "{s}");
+    assert!(records * 100 <= packets, "{s}");
+}
