@@ -23,7 +23,7 @@ mod image;
 /// integration-tests crate: that builds the eBPF programs, and xtask must build before setup).
 /// Its differential half (`diff_flows`) is not used here.
 #[allow(dead_code)]
-#[path = "../../../tests/src/compare.rs"]
+#[path = "../../tests/src/compare.rs"]
 mod compare;
 
 use std::fs;
