@@ -5,7 +5,7 @@ use crate::{
     MAX_SPORTS, assert_size,
     opcode::{self, PsnSpace},
     psn::PsnState,
-    run::{DataRun, RunBatch, SignalRun},
+    run::{DataRun, SignalRun},
 };
 
 /// Where a packet was observed.
@@ -413,9 +413,10 @@ impl Reorder {
 /// the first 64 bytes; the next 64 hold what a loss storm touches (PSN anomalies and the
 /// retransmission burst window); `opcodes` follows (64 bytes per eight opcodes), then what only
 /// NAKs, CNPs, Not-ECT or CE packets or latency matches touch, then the activity runs
-/// (run.rs: what a data packet touches beyond the first 64 bytes, one more line), then what
-/// only gaps and the resends after them touch (path events), the reordering scoreboards, and
-/// last the batch of finished runs (touched once per finished run of 8 packets or more).
+/// (run.rs: what a data packet touches beyond the first 64 bytes, one more line), and last
+/// what only gaps and the resends after them touch (path events). The finished data runs are
+/// not here: only flows that finish long runs keep them, in a map of their own (run.rs,
+/// `RunBatch`).
 ///
 /// Counters that follow from others are not kept (each one kept is an atomic add per packet in
 /// the kernel): [`FlowStats::packets`], [`FlowStats::ecn_ect`] and [`FlowStats::acks`]
@@ -464,12 +465,13 @@ pub struct FlowStats {
     pub peer_qp: u32,
     pub _pad: [u8; 4],
     /// The flow's current data run and signal run (run.rs; docs/metrics.md, "Training
-    /// steps"). Finished data runs go to `batch`, finished signal runs travel as events; the
-    /// open ones are read from here.
+    /// steps"). Finished data runs go to the flow's `run::RunBatch` (a map of its own),
+    /// finished signal runs travel as events; the open ones are read from here.
     pub run: DataRun,
     pub signals: SignalRun,
-    /// Finished data runs too short to be batched (`run::RUN_EVENT_MIN_PACKETS`), and those of
-    /// batches whose record the full ring buffer lost, and their bytes.
+    /// Finished data runs too short to be batched (`run::RUN_EVENT_MIN_PACKETS`), those of
+    /// batches whose record the full ring buffer lost, and those of flows that found no room
+    /// for a batch; and their bytes.
     pub runs_unsent: u64,
     pub run_bytes_unsent: u64,
     /// Where was it lost (observe.rs, `path_events`; docs/metrics.md): the first request PSN
@@ -491,13 +493,10 @@ pub struct FlowStats {
     /// incomplete, as for `path_suppressed`.
     pub path_lost: u64,
     /// Reordering and loss (sequence.rs): the scoreboards of both PSN spaces and the
-    /// reordering counters. Touched only by packets that arrive out of order.
+    /// reordering counters. Last: touched only by packets that arrive out of order.
     pub reorder: Reorder,
-    /// Finished data runs of 8 packets or more (run.rs): sent 16 to a record, the ones not yet
-    /// sent read from here.
-    pub batch: RunBatch,
 }
-assert_size!(FlowStats, 1616);
+assert_size!(FlowStats, 848);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
@@ -543,7 +542,6 @@ impl FlowStats {
             path_suppressed: 0,
             path_lost: 0,
             reorder: Reorder::zeroed(),
-            batch: RunBatch::zeroed(),
         }
     }
 

@@ -25,7 +25,7 @@ use crate::{
     parse::{Frame, PacketView},
     pfc::{PfcLinkKey, SLOT_LINK},
     psn::{PSN_MASK, PsnVerdict, REQ_GAPPED, REQ_RESENDING, psn_newer},
-    run::RunBatch,
+    run::{DataRun, RUN_BATCH, RunAdded},
 };
 
 /// Per-frame working space that `observe` uses instead of the 512-byte BPF stack: the kernel's
@@ -172,10 +172,12 @@ pub trait Tables {
     /// was full), which is counted in `ringbuf_full`: the caller then keeps in the flow record
     /// what the event would have carried (`path_lost`, the unsent runs).
     fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool;
-    /// Emit the full, sealed batch of finished data runs `batch` as one record, as it is (the
-    /// kernel copies it from the flow record with one helper call), for a packet seen in
-    /// `direction`. True when sent; false when lost (counted in `ringbuf_full`, as for `emit`).
-    fn emit_runs(&mut self, direction: u8, batch: &RunBatch) -> bool;
+    /// Add the finished data run `run` of flow `key` to the flow's batch of finished runs
+    /// ([`crate::run::RunBatch::add`]), made when absent: the kernel's `RUN_BATCHES` map, not preallocated, so that
+    /// only flows with long runs pay for one. The record of a batch the run fills is sent as
+    /// it is (the kernel copies it from the map value with one helper call); lost, it is
+    /// counted in `ringbuf_full` as for `emit`.
+    fn add_run(&mut self, key: &FlowKey, run: &DataRun) -> RunAdded;
     /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
     /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
     #[inline(always)]
@@ -327,9 +329,6 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
         Entry::Found(stats) => stats,
         Entry::New(stats) => {
             stats.init(now);
-            if runs {
-                stats.batch.init(key);
-            }
             t.emit(key.direction, now, |ev| ev.set_new_flow(key));
             stats
         }
@@ -465,11 +464,12 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
 
 /// A data packet at `now`: the flow's data run takes it; the run it finishes (a gap above
 /// `RUN_GAP_NS`) goes to the flow's batch of finished runs if long enough, else is counted in
-/// the flow record. A batch that the run fills is sent as one record, filled from the flow
-/// record in place (no copy of the runs on the BPF stack): at most one record per
+/// the flow record. A batch that the run fills is sent as one record, copied from its map value
+/// (no copy of the runs on the BPF stack): at most one record per
 /// `RUN_BATCH * RUN_EVENT_MIN_PACKETS` data packets. The runs of a batch whose record is lost to
-/// a full ring buffer are counted in the record as short runs are, so that their bytes still
-/// reach the step series (untimed) instead of vanishing.
+/// a full ring buffer, and a run whose flow finds no room for a batch (counted in `map_full`),
+/// are counted in the flow record as short runs are, so that their bytes still reach the step
+/// series (untimed) instead of vanishing.
 #[inline(always)]
 fn data_run<T: Tables>(
     t: &mut T,
@@ -482,18 +482,20 @@ fn data_run<T: Tables>(
     if stats.run.ends_before(now) {
         // Plain adds and stores, like the run itself (with sparse traffic this is every data
         // packet; two CPUs finishing a run of one flow at once may lose one update).
-        if !stats.run.sent() {
-            stats.runs_unsent += 1;
-            stats.run_bytes_unsent += stats.run.bytes;
-        } else if stats.batch.push(&stats.run) {
-            stats.batch.seal();
-            let sent = t.emit_runs(key.direction, &stats.batch);
-            let bytes = stats.batch.restart();
-            if !sent {
-                stats.runs_unsent += crate::run::RUN_BATCH as u64;
-                stats.run_bytes_unsent += bytes;
+        let (runs, bytes) = if !stats.run.sent() {
+            (1, stats.run.bytes)
+        } else {
+            match t.add_run(key, &stats.run) {
+                RunAdded::Kept | RunAdded::Sent => (0, 0),
+                RunAdded::Lost { bytes } => (RUN_BATCH as u64, bytes),
+                RunAdded::NoRoom => {
+                    t.count(Counter::MapFull, key.direction);
+                    (1, stats.run.bytes)
+                }
             }
-        }
+        };
+        stats.runs_unsent += runs;
+        stats.run_bytes_unsent += bytes;
     }
     let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
     stats.run.add(now, pkt.frame_len, pkt.ecn == 3, retransmit);

@@ -1,15 +1,16 @@
-//! Activity runs, kept in the flow record so that the kernel path can report training steps
+//! Activity runs, kept per flow so that the kernel path can report training steps
 //! (docs/metrics.md, "Training steps"): the current *data run* of a flow (its data packets with
 //! no gap above [`RUN_GAP_NS`]: start, end, bytes, CE marks, retransmissions) and its current
-//! *signal run* (its CNPs and NAKs, grouped by the same gap). When a packet starts a new run the
-//! finished one is kept: a data run of [`RUN_EVENT_MIN_PACKETS`] packets or more in the flow
-//! record's batch of finished runs ([`RunBatch`]), which travels as one ring-buffer record
-//! when it holds [`RUN_BATCH`] runs, so that bursty traffic (every burst a
+//! *signal run* (its CNPs and NAKs, grouped by the same gap), both in the flow record. When a
+//! packet starts a new run the finished one is kept: a data run of [`RUN_EVENT_MIN_PACKETS`]
+//! packets or more in the flow's batch of finished runs ([`RunBatch`], not in the flow record:
+//! a map of its own whose entry a flow gets with its first such run), which travels as one
+//! ring-buffer record when it holds [`RUN_BATCH`] runs, so that bursty traffic (every burst a
 //! run) sends at most one record per `RUN_BATCH * RUN_EVENT_MIN_PACKETS` data packets; a
 //! shorter data run is only counted in the flow record (`runs_unsent`, `run_bytes_unsent`), so
 //! that sparse traffic (every packet its own run) costs no record at all. A finished signal run
-//! is one event (signals are rare). The runs of the batch not yet sent and the runs still open
-//! are read from the flow record itself.
+//! is one event (signals are rare). The runs of the batch not yet sent are read from the batch,
+//! and the runs still open from the flow record.
 //!
 //! The rule is the one the engine applies packet by packet on the capture path
 //! (roce-observer/src/engine/steps.rs, `Steps::packet`): a data packet more than
@@ -99,18 +100,19 @@ impl DataRun {
     }
 }
 
-/// A flow's finished data runs of [`RUN_EVENT_MIN_PACKETS`] packets or more, in the flow record:
+/// A flow's finished data runs of [`RUN_EVENT_MIN_PACKETS`] packets or more, in a map of their
+/// own keyed by the flow (the kernel's `RUN_BATCHES`; an entry made with the flow's first such run):
 /// run number `n` (counted from 0 per flow, wrapping) in slot `n % RUN_BATCH`, tagged with `n`.
 /// When a run fills the batch (its count a multiple of [`RUN_BATCH`]) the batch itself is sent
-/// as one ring-buffer record (the kernel copies it from the flow record with one helper call):
+/// as one ring-buffer record (the kernel copies it from the map value with one helper call):
 /// the record is what counts for those runs. The runs added since (numbers `sent_from()..seq()`)
-/// are the batch's unsent part, which user space reads from the flow record on its tick
+/// are the batch's unsent part, which user space reads from the map on its tick
 /// ([`RunBatch::unsent`]) and replaces on the next read, until the record that carries them
 /// arrives. A record the full ring buffer loses is counted with the short runs (`runs_unsent`,
 /// `run_bytes_unsent`): its runs' bytes stay in the step series, untimed.
 ///
-/// The head is an [`Event`] of kind [`EventKind::DataRun`] of the flow (written when the flow
-/// record is made, [`RunBatch::init`]), and, written when the batch fills: time = the first
+/// The head is an [`Event`] of kind [`EventKind::DataRun`] of the flow (written when the entry
+/// is made, [`RunBatch::init`]), and, written when the batch fills: time = the first
 /// run's start, `c` = the first run's number, `d` = [`RUN_BATCH`]. Between records it keeps the
 /// batch's counters: `a` = runs added so far (the next run's number), `b` = bytes of the runs
 /// added since the batch was last full (in a record: of its runs). Written field by field and
@@ -132,11 +134,37 @@ impl RunBatch {
         }
     }
 
-    /// The head's kind and flow, in a new flow record of `flow`.
+    /// The head's kind and flow, in a new (all zero) batch of `flow`.
     #[inline(always)]
     pub fn init(&mut self, flow: &FlowKey) {
         self.head.kind = EventKind::DataRun as u32;
         self.head.flow = *flow;
+    }
+
+    /// Add the finished run `run` of `flow` to this batch (initialised first when new, all
+    /// zero): [`RunBatch::push`], and when that fills it, the record, handed to `send` as it is
+    /// (the kernel copies it from the map value), which says whether it was sent.
+    #[inline(always)]
+    pub fn add(
+        &mut self,
+        flow: &FlowKey,
+        run: &DataRun,
+        send: impl FnOnce(&RunBatch) -> bool,
+    ) -> RunAdded {
+        if self.head.kind == 0 {
+            self.init(flow);
+        }
+        if !self.push(run) {
+            return RunAdded::Kept;
+        }
+        self.seal();
+        let sent = send(self);
+        let bytes = self.restart();
+        if sent {
+            RunAdded::Sent
+        } else {
+            RunAdded::Lost { bytes }
+        }
     }
 
     /// Runs added so far (wrapping): the next run's number.
@@ -144,8 +172,8 @@ impl RunBatch {
         self.head.a as u32
     }
 
-    /// Add the finished run `run` (field by field, tag first: in the kernel both are the flow
-    /// map's value). True when it fills the batch, which is then to be sent: [`RunBatch::seal`],
+    /// Add the finished run `run` (field by field, tag first: in the kernel both are map
+    /// values). True when it fills the batch, which is then to be sent: [`RunBatch::seal`],
     /// the record, [`RunBatch::restart`].
     #[inline(always)]
     pub fn push(&mut self, run: &DataRun) -> bool {
@@ -208,6 +236,21 @@ impl RunBatch {
         // padding), so every bit pattern is valid, and read_unaligned tolerates any alignment.
         Some(unsafe { core::ptr::read_unaligned(buf.as_ptr().cast::<RunBatch>()) })
     }
+}
+
+/// What became of a finished data run given to its flow's batch (`Tables::add_run`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunAdded {
+    /// In the batch, not yet sent.
+    Kept,
+    /// It filled the batch, whose record was sent.
+    Sent,
+    /// It filled the batch, whose record the full ring buffer lost: the caller counts the
+    /// batch's [`RUN_BATCH`] runs and their `bytes` in the flow record.
+    Lost { bytes: u64 },
+    /// The flow has no batch and there is no room for one: the caller counts the run in the
+    /// flow record (and in `map_full`).
+    NoRoom,
 }
 
 /// CNPs and NAKs a flow carried with no gap above [`RUN_GAP_NS`]; `cnp + naks == 0`: none yet.
@@ -404,6 +447,47 @@ mod tests {
             (first.end_ns - first.start_ns, first.ce, first.retransmits),
             (MS, 1, 2)
         );
+    }
+
+    /// `add` on a new (all zero) batch makes its head the flow's; runs are kept until one fills
+    /// the batch, whose record is handed over as it is; a record not sent gives back its runs'
+    /// bytes for the flow record, and the batch goes on from the next number either way.
+    #[test]
+    fn add_initialises_a_new_batch_and_hands_over_full_ones() {
+        let flow = FlowKey {
+            dst_qp: 9,
+            ..FlowKey::zeroed()
+        };
+        let mut b = RunBatch::zeroed();
+        let mut sent = Vec::new();
+        let mut outcomes = Vec::new();
+        for i in 0..(2 * RUN_BATCH as u64) {
+            let ok = i < RUN_BATCH as u64;
+            outcomes.push(b.add(&flow, &run_at(i, 10), |full| {
+                sent.push(*full);
+                ok
+            }));
+        }
+        assert_eq!((b.head.kind(), b.head.flow), (Some(EventKind::DataRun), flow));
+        let kept = RUN_BATCH - 1;
+        assert!(outcomes[..kept].iter().all(|o| *o == RunAdded::Kept));
+        assert_eq!(outcomes[kept], RunAdded::Sent);
+        assert!(outcomes[kept + 1..2 * kept + 1].iter().all(|o| *o == RunAdded::Kept));
+        assert_eq!(
+            outcomes[2 * kept + 1],
+            RunAdded::Lost {
+                bytes: 1000 * RUN_BATCH as u64
+            }
+        );
+        assert_eq!(sent.len(), 2);
+        assert_eq!(
+            sent[1].head.body(),
+            Some(crate::EventBody::DataRuns {
+                first: RUN_BATCH as u32,
+                count: RUN_BATCH as u32
+            })
+        );
+        assert_eq!((b.seq(), b.head.b, b.unsent().count()), (32, 0, 0));
     }
 
     /// A slot whose tag is not its run's number (the kernel rewriting it while user space

@@ -19,12 +19,12 @@ use roce_observer_common::{
     observe::{Entry, Flows, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
-    run::RunBatch,
+    run::{DataRun, RunAdded, RunBatch},
 };
 
 use crate::maps::{
-    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, MIRRORS, PENDING, PFC, SCRATCH,
-    SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_PFC, count,
+    EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, MIRRORS, PENDING, PFC, RUN_BATCHES,
+    SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_PFC, ZERO_BATCH, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -190,7 +190,7 @@ fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Ent
         return Entry::Full;
     };
     // SAFETY: `zero` points at a live per-CPU array value of the right type.
-    // By reference: a value would be a 1,616-byte copy on the 512-byte BPF stack.
+    // By reference: a value would be an 848-byte copy on the 512-byte BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let inserted = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // Another CPU may have created it in between (EEXIST): then it is there to look up.
@@ -234,6 +234,24 @@ fn hist_in<K>(map: &'static HashMap<K, LatencyHist>, k: &K) -> Option<&'static m
     let _ = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // SAFETY: as above.
     map.get_ptr_mut(k).map(|hist| unsafe { &mut *hist })
+}
+
+/// The batch of finished runs of `key` in `RUN_BATCHES`, made when absent (all zero); `None` when
+/// the map has no room.
+#[inline(always)]
+fn batch_in(key: &FlowKey) -> Option<&'static mut RunBatch> {
+    if let Some(batch) = RUN_BATCHES.get_ptr_mut(key) {
+        // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
+        return Some(unsafe { &mut *batch });
+    }
+    let zero = ZERO_BATCH.get_ptr(0)?;
+    // SAFETY: `zero` points at a live per-CPU array value of the right type. By reference: a
+    // value would be a 768-byte copy on the BPF stack. Another CPU may make it in between
+    // (EEXIST): then it is there to look up.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let _ = RUN_BATCHES.insert(key, unsafe { &*zero }, BPF_NOEXIST);
+    // SAFETY: as above.
+    RUN_BATCHES.get_ptr_mut(key).map(|batch| unsafe { &mut *batch })
 }
 
 /// Whether two mirror keys are equal, compared as eleven 32-bit words.
@@ -509,27 +527,37 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
         }
     }
 
-    /// Copied from the flow record by the kernel (`bpf_ringbuf_output`): no stores of this
-    /// program's own, which the verifier would walk once per state that reaches this path.
+    /// The record of a full batch is copied from the map value by the kernel
+    /// (`bpf_ringbuf_output`): no stores of this program's own, which the verifier would walk
+    /// once per state that reaches this path.
     #[inline(always)]
-    fn emit_runs(&mut self, direction: u8, batch: &RunBatch) -> bool {
-        // Woken as `submit` wakes: the record that takes the ring past half (checked before
-        // the copy here).
-        let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
-        let half = EVENTS_BYTES / 2;
-        let rec = record_bytes::<RunBatch>();
-        let wake = if (half.saturating_sub(rec)..half).contains(&avail) {
-            BPF_RB_FORCE_WAKEUP
-        } else {
-            BPF_RB_NO_WAKEUP
+    fn add_run(&mut self, key: &FlowKey, run: &DataRun) -> RunAdded {
+        let Some(batch) = batch_in(key) else {
+            return RunAdded::NoRoom;
         };
-        if EVENTS.output::<RunBatch>(batch, wake).is_ok() {
-            return true;
-        }
-        count(Counter::RingbufFull, direction);
-        crate::diag::ring_buffer_full();
-        false
+        batch.add(key, run, |batch| emit_runs(key.direction, batch))
     }
+}
+
+/// Send the full batch `batch` as one record for a packet seen in `direction`; false when the
+/// ring buffer is full (counted in `ringbuf_full`). Woken as `Tables::emit` wakes: the record
+/// that takes the ring past half (checked before the copy here).
+#[inline(always)]
+fn emit_runs(direction: u8, batch: &RunBatch) -> bool {
+    let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
+    let half = EVENTS_BYTES / 2;
+    let rec = record_bytes::<RunBatch>();
+    let wake = if (half.saturating_sub(rec)..half).contains(&avail) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    if EVENTS.output::<RunBatch>(batch, wake).is_ok() {
+        return true;
+    }
+    count(Counter::RingbufFull, direction);
+    crate::diag::ring_buffer_full();
+    false
 }
 
 /// Zero `*p` with 8-byte stores. `core::ptr::write_bytes` becomes a call to the BPF object's

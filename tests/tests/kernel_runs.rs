@@ -1,24 +1,37 @@
 //! Layer 1 for training steps on the kernel path: frames through the XDP and TC programs with
 //! BPF_PROG_TEST_RUN, with pauses between them, and the activity runs the programs keep
 //! (roce-observer-common/src/run.rs) read back: a data run of 8 packets finished by a packet
-//! more than 1 ms later goes to the flow record's batch with its bytes, CE marks and packets,
-//! and sixteen such runs are one ring-buffer record; a run of 2 packets is not batched but
-//! counted in the flow record; the open run is in the flow record; a CNP run finished by a CNP
-//! 2 ms later is one event. Only the real programs' clocks are used, so the pauses are sleeps of
+//! more than 1 ms later goes to the flow's batch (a map of its own) with its bytes, CE marks
+//! and packets, and sixteen such runs are one ring-buffer record; a run of 2 packets is not
+//! batched but counted in the flow record; the open run is in the flow record; a CNP run
+//! finished by a CNP 2 ms later is one event. Only the real programs' clocks are used, so the pauses are sleeps of
 //! 3 ms, well above the 1 ms gap, and the packets of one run are back to back (microseconds
 //! apart), well below it. A batch whose record the full ring buffer loses is counted in the
-//! flow record as short runs are, so its bytes are still there.
+//! flow record as short runs are, so its bytes are still there, and so is a run whose flow
+//! finds no room for a batch.
 
 use std::time::{Duration, Instant};
 
-use integration_tests::{fill_event_ring, require_root};
+use integration_tests::{fill_event_ring, ipv6_roce_frame, require_root};
 use roce_observer::source::kernel::{KernelOptions, KernelSource};
 use roce_observer_common::{
     Counter, EventBody,
     frames::RoceFrame,
     opcode::OP_CNP,
-    run::{DataRun, RUN_BATCH},
+    run::{DataRun, RUN_BATCH, RunBatch},
 };
+
+/// The batch of finished runs of the flow to `qp`, if it has one.
+fn batch_of(src: &mut KernelSource, qp: u32) -> Option<RunBatch> {
+    let batches = src.read_batches().expect("run batches");
+    batches
+        .into_iter()
+        .find(|(k, _)| k.dst_qp == qp)
+        .map(|(k, b)| {
+            assert_eq!(b.head.flow, k, "the head names the flow");
+            b
+        })
+}
 
 fn data(psn: u32, ce: bool) -> Vec<u8> {
     RoceFrame {
@@ -114,7 +127,9 @@ fn runs_are_kept_in_the_flow_record_and_batched_when_they_finish() {
             .iter()
             .find(|(k, _)| k.dst_qp == 0x11)
             .expect("data flow");
-        let batched: Vec<DataRun> = data_flow.batch.unsent().copied().collect();
+        let batch = batch_of(&mut src, 0x11).expect("the data flow's batch");
+        assert!(batch_of(&mut src, 0x22).is_none(), "{what}: no data run, no batch");
+        let batched: Vec<DataRun> = batch.unsent().copied().collect();
         assert_eq!(batched.len(), 1, "{what}: {batched:?}");
         let run = batched[0];
         assert_eq!(
@@ -203,7 +218,10 @@ fn no_runs_when_steps_are_off() {
             (0, 0, 0),
             "{what}: no run kept"
         );
-        assert_eq!(flow.batch.seq(), 0, "{what}: no run batched");
+        assert!(
+            src.read_batches().expect("run batches").is_empty(),
+            "{what}: no run batched"
+        );
         let (_, signals) = flows
             .iter()
             .find(|(k, _)| k.dst_qp == 0x22)
@@ -286,8 +304,9 @@ fn a_full_batch_is_one_record_and_counted_in_the_flow_record_when_lost() {
                 (1, len),
                 "{what}: open run"
             );
-            assert_eq!(flow.batch.seq(), runs, "{what}");
-            assert_eq!(flow.batch.unsent().count(), 0, "{what}: all sent");
+            let batch = batch_of(&mut src, 0x11).expect("the data flow's batch");
+            assert_eq!(batch.seq(), runs, "{what}");
+            assert_eq!(batch.unsent().count(), 0, "{what}: all sent");
             let sent: u64 = if ring_full {
                 assert!(records.is_empty(), "{what}: {records:?}");
                 // The new flow's event and the runs' record.
@@ -319,5 +338,76 @@ fn a_full_batch_is_one_record_and_counted_in_the_flow_record_when_lost() {
                 "{what}"
             );
         }
+    }
+}
+
+/// The batches of finished runs (`RUN_BATCHES`) are sized to --max-flows like each flow map:
+/// with room for one, an IPv4 and an IPv6 flow (one in each flow map) that both finish a run of
+/// 8 packets leave the second without a batch. Its run is then counted in its flow record with
+/// the short runs (`runs_unsent`, `run_bytes_unsent`), so its bytes are all still there, and in
+/// `map_full`. With room for two (the control) both runs are batched.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn a_run_that_finds_no_room_for_a_batch_is_counted_in_the_flow_record() {
+    require_root();
+    let v4: Vec<Vec<u8>> = (0..9).map(|psn| data(psn, false)).collect();
+    let v6: Vec<Vec<u8>> = (0..9).map(|psn| ipv6_roce_frame(0x33, psn)).collect();
+    let len6 = v6[0].len() as u64;
+    for max_flows in [1, 2] {
+        // As above: the burst must take under 1 ms of the programs' clock (at most five
+        // attempts).
+        let mut attempt = 0;
+        let mut src = loop {
+            attempt += 1;
+            let src = KernelSource::load(&KernelOptions {
+                max_flows,
+                ..KernelOptions::default()
+            })
+            .expect("programs load");
+            let run = |frame: &[u8]| src.test_run_xdp(frame).expect("test run");
+            // A run of 8 on each flow, the IPv4 flow's finished first.
+            let t = Instant::now();
+            for f in v4[..8].iter().chain(&v6[..8]) {
+                run(f);
+            }
+            let ok = t.elapsed() < Duration::from_micros(900);
+            std::thread::sleep(Duration::from_millis(3));
+            run(&v4[8]);
+            run(&v6[8]);
+            if ok || attempt == 5 {
+                break src;
+            }
+        };
+        let what = format!("max_flows {max_flows}");
+        let full = src.read_counters().expect("counters")[0][Counter::MapFull as usize];
+        let flows = src.read_flows().expect("flow map");
+        let (_, flow6) = flows
+            .iter()
+            .find(|(k, _)| k.dst_qp == 0x33)
+            .expect("the IPv6 flow");
+        assert!(batch_of(&mut src, 0x11).is_some(), "{what}: the first batch");
+        let batch6 = batch_of(&mut src, 0x33);
+        if max_flows == 1 {
+            assert!(batch6.is_none(), "{what}: no room for a second batch");
+            assert_eq!(full, 1, "{what}: the run without a batch");
+            assert_eq!(
+                (flow6.runs_unsent, flow6.run_bytes_unsent),
+                (1, 8 * len6),
+                "{what}: the run counted in the flow record"
+            );
+        } else {
+            let batch6 = batch6.expect("the IPv6 flow's batch");
+            let runs: Vec<(u64, u32)> = batch6.unsent().map(|r| (r.bytes, r.packets)).collect();
+            assert_eq!(runs, [(8 * len6, 8)], "{what}");
+            assert_eq!(full, 0, "{what}");
+            assert_eq!((flow6.runs_unsent, flow6.run_bytes_unsent), (0, 0), "{what}");
+        }
+        // Every data byte is in a batched run, an unsent one or the open one.
+        let batched: u64 = batch6.iter().flat_map(|b| b.unsent()).map(|r| r.bytes).sum();
+        assert_eq!(
+            batched + flow6.run_bytes_unsent + flow6.run.bytes,
+            flow6.bytes,
+            "{what}"
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use roce_observer_common::{
     Event, EventBody, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
-    run::DataRun,
+    run::{DataRun, RunBatch},
 };
 
 use super::{EngineConfig, flows::FlowTable, pfc::PfcEntry};
@@ -101,6 +101,10 @@ pub trait Analysis {
 
     /// Kernel path: a flow record read from the kernel's map that changed since the last read.
     fn flow_read(&mut self, _key: &FlowKey, _stats: &FlowStats) {}
+
+    /// Kernel path: a flow's batch of finished data runs as read from the kernel's map on every
+    /// tick, after the flow records (times in ns since the epoch).
+    fn runs_read(&mut self, _key: &FlowKey, _batch: &RunBatch) {}
 
     /// The interface names changed (they are part of what sections show).
     fn renamed(&mut self, _names: &Names) {}

@@ -15,7 +15,7 @@ use roce_observer_common::{
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
     pfc::{PfcLinkKey, SLOT_LINK},
-    run::RunBatch,
+    run::{DataRun, RunAdded, RunBatch},
 };
 
 use super::{
@@ -95,6 +95,8 @@ impl Engine {
             pfc: &mut self.pfc,
             mirrors: &mut self.mirrors,
             events: &mut events,
+            batches: &mut self.run_batches,
+            max_batches: self.cfg.max_flows,
             runs: None,
             added: None,
             packet: None,
@@ -218,6 +220,9 @@ struct CaptureTables<'a> {
     /// Bounded as the kernel's `MIRRORS` map.
     mirrors: &'a mut BTreeMap<MirrorKey, MirrorStats>,
     events: &'a mut Vec<Event>,
+    /// Each flow's batch of finished data runs, at most `max_batches` (as the kernel's map).
+    batches: &'a mut super::flows::RunBatches,
+    max_batches: usize,
     /// The frame's record of finished data runs (a data packet finishes at most one run, so
     /// fills at most one batch).
     runs: Option<RunBatch>,
@@ -311,10 +316,19 @@ impl Tables for CaptureTables<'_> {
         true
     }
 
-    /// Never lost, as events.
-    fn emit_runs(&mut self, _direction: u8, batch: &RunBatch) -> bool {
-        self.runs = Some(*batch);
-        true
+    /// A full batch's record is never lost, as events.
+    fn add_run(&mut self, key: &FlowKey, run: &DataRun) -> RunAdded {
+        let full = self.batches.len() >= self.max_batches;
+        let batch = match self.batches.entry(*key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(_) if full => return RunAdded::NoRoom,
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(RunBatch::zeroed()),
+        };
+        let record = &mut self.runs;
+        batch.add(key, run, |full| {
+            *record = Some(*full);
+            true
+        })
     }
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {

@@ -172,6 +172,9 @@ pub type FastHash = foldhash::fast::FixedState;
 /// Flows by key.
 pub type FlowTable = HashMap<FlowKey, FlowEntry, FastHash>;
 
+/// Each flow's batch of finished data runs (roce-observer-common run.rs), capture path.
+pub type RunBatches = HashMap<FlowKey, roce_observer_common::run::RunBatch, FastHash>;
+
 /// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
 pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {
     // Exactly as long as needed: the view is kept per flow, so a large table pays for any slack.

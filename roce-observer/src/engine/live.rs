@@ -4,7 +4,7 @@
 use roce_observer_common::{
     Counter, Direction, Event, FlowKey, FlowStats, PfcKey, PfcStats,
     mirror::{MirrorKey, MirrorStats},
-    run::DataRun,
+    run::{DataRun, RunBatch},
 };
 
 use super::{Engine, alerts::Added, dir_index, flows::FlowEntry};
@@ -57,6 +57,15 @@ impl Engine {
     /// Kernel path: the absolute value of one counter (summed over CPUs).
     pub fn update_counter(&mut self, direction: Direction, counter: Counter, value: u64) {
         self.counters[dir_index(direction)][counter as usize] = value;
+    }
+
+    /// Kernel path: a flow's batch of finished data runs (the kernel's `RUN_BATCHES` map, times
+    /// converted), read after the flow records: its runs not yet sent count until the record
+    /// that carries them arrives.
+    pub fn update_runs(&mut self, key: &FlowKey, batch: &RunBatch) {
+        for a in self.analyses.each() {
+            a.runs_read(key, batch);
+        }
     }
 
     /// Kernel path: one ring-buffer event (timestamps already converted to ns since the epoch).

@@ -6,8 +6,8 @@
 //! kernel path: per finished activity run, sent by the kernel sixteen data runs to a record
 //! or a signal run to an event ([`Steps::data_runs`], [`Steps::signal_run`];
 //! roce-observer-common/src/run.rs), with each run's bytes spread evenly over the 1 ms bins it
-//! spans, and the finished data runs not yet sent and the runs still open read from the flow
-//! records ([`Steps::flow_read`]). Memory is bounded: data bytes in 1 ms bins for the
+//! spans, and the finished data runs not yet sent read from the flows' batches
+//! ([`Steps::runs_read`]) and the runs still open from the flow records ([`Steps::flow_read`]). Memory is bounded: data bytes in 1 ms bins for the
 //! last [`WINDOW_BINS`] ms; per flow (at most [`MAX_FLOWS`]) its last [`MAX_RUNS`] activity runs
 //! and [`MAX_SIGNALS`] CNP/NAK times; [`MAX_PAUSES`] XOFF times.
 //! The analysis itself (period, onsets, stragglers) runs on that window when a snapshot is taken:
@@ -19,7 +19,7 @@ use roce_observer_common::{
     Direction, Event, EventBody, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
     psn::PsnVerdict,
-    run::DataRun,
+    run::{DataRun, RunBatch},
 };
 
 /// Whether run number `a` is at or after `b` (run numbers wrap).
@@ -79,10 +79,13 @@ pub struct FlowActivity {
     /// Kernel path: the run still open in the flow record at its last read (finished runs
     /// arrive as records), and the signals of its open signal run.
     open: Option<Run>,
-    /// Kernel path: the finished data runs of the flow record's batch not yet sent at its
-    /// last read, with their numbers; replaced by each read, and left out once a record
-    /// carries them ([`FlowActivity::sent_next`]).
+    /// Kernel path: the finished data runs of the flow's batch not yet sent at its last read,
+    /// with their numbers; replaced by each read, and left out once a record carries them
+    /// ([`FlowActivity::sent_next`]).
     unsent: Vec<(u32, Run)>,
+    /// Kernel path: the number of runs the flow's batch had taken at its last read
+    /// (`RunBatch::seq`): a batch read again unchanged is not gone through again.
+    batch_read: Option<u32>,
     /// Kernel path: the number after the last run of the last record received.
     sent_next: Option<u32>,
     open_signals: Vec<(u64, Signal)>,
@@ -91,14 +94,16 @@ pub struct FlowActivity {
 }
 
 impl FlowActivity {
-    /// Kernel path: the run open at the last read, unless it has finished meanwhile.
+    /// Kernel path: the run open at the last read, unless it has finished meanwhile (a record
+    /// carried it, or the batch read after the flow record holds it).
     fn open_run(&self) -> Option<&Run> {
-        self.open
-            .as_ref()
-            .filter(|o| self.runs.back().is_none_or(|r| o.start > r.start))
+        self.open.as_ref().filter(|o| {
+            self.runs.back().is_none_or(|r| o.start > r.start)
+                && self.unsent.last().is_none_or(|(_, r)| o.start > r.start)
+        })
     }
 
-    /// Kernel path: the finished runs read from the flow record that no record has carried
+    /// Kernel path: the finished runs read from the flow's batch that no record has carried
     /// since.
     fn unsent_runs(&self) -> impl Iterator<Item = &Run> {
         self.unsent
@@ -115,7 +120,7 @@ impl FlowActivity {
             .chain(self.open_run())
     }
 
-    /// Kernel path: the runs read from the flow record (finished, not yet sent; open).
+    /// Kernel path: the runs read from the maps (finished, not yet sent; open).
     fn read_runs(&self) -> impl Iterator<Item = &Run> {
         self.unsent_runs().chain(self.open_run())
     }
@@ -306,15 +311,14 @@ impl Steps {
     }
 
     /// Kernel path: a flow record as read from the map (times in ns since the epoch), after
-    /// the records drained before it: its finished runs not yet sent and its open runs replace
-    /// the last read's, and the bytes of the runs too short to be batched (or whose record was
-    /// lost) since the last read are spread evenly over the time between the two reads' last
+    /// the records drained before it: its open runs replace the last read's, and the bytes of
+    /// the runs too short to be batched (or whose record was lost, or that found no room for a
+    /// batch) since the last read are spread evenly over the time between the two reads' last
     /// packets (they are sparse traffic: background).
     pub fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
         let open = (stats.run.packets > 0 && stats.run.sent()).then(|| run_of(&stats.run));
-        let unsent: Vec<(u32, Run)> = stats.batch.unsent().map(|r| (r.seq, run_of(r))).collect();
         let signals = stats.signals;
-        let nothing = open.is_none() && unsent.is_empty() && (signals.cnp | signals.naks) == 0;
+        let nothing = open.is_none() && (signals.cnp | signals.naks) == 0;
         if nothing && stats.run_bytes_unsent == 0 && !self.flows.contains_key(key) {
             // No data yet (a flow of ACKs, one short run so far): no entry to keep.
             return;
@@ -328,7 +332,6 @@ impl Steps {
             .map_or((0, stats.first_ns), |(b, last)| (b, last + 1));
         activity.unsent_read = Some((stats.run_bytes_unsent, stats.last_ns));
         activity.open = open;
-        activity.unsent = unsent;
         activity.open_signals = signal_times(
             signals.start_ns,
             signals.end_ns,
@@ -340,6 +343,27 @@ impl Steps {
         if unsent > 0 {
             self.add_background(since, stats.last_ns, unsent);
         }
+    }
+
+    /// Kernel path: a flow's batch of finished data runs as read from its map (times in ns
+    /// since the epoch) on every tick, after the flow records: its runs not yet sent replace the
+    /// last read's. A batch unchanged since its last read is skipped; one of a flow not followed
+    /// is taken only when a run not yet sent is within the window (a flow forgotten for having
+    /// nothing left there stays forgotten).
+    pub fn runs_read(&mut self, key: &FlowKey, batch: &RunBatch) {
+        let seq = batch.seq();
+        let window = self.first_bin * BIN_NS;
+        match self.flows.get(key) {
+            Some(a) if a.batch_read == Some(seq) => return,
+            Some(_) => {}
+            // The flow read has counted a flow the full table does not follow.
+            None if self.flows.len() >= MAX_FLOWS => return,
+            None if !batch.unsent().any(|r| r.end_ns >= window) => return,
+            None => {}
+        }
+        let activity = self.flows.entry(*key).or_default();
+        activity.batch_read = Some(seq);
+        activity.unsent = batch.unsent().map(|r| (r.seq, run_of(r))).collect();
     }
 
     /// An XOFF seen at `ts` asking for `pause_ns` of pause.
@@ -626,10 +650,14 @@ impl Analysis for StepsAnalysis {
         self.steps.data_runs(flow, first, runs);
     }
 
-    /// The runs finished but not yet sent and still open, and the bytes of runs too short to
-    /// be batched.
+    /// The runs still open, and the bytes of runs too short to be batched.
     fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
         self.steps.flow_read(key, stats);
+    }
+
+    /// The runs finished but not yet sent.
+    fn runs_read(&mut self, key: &FlowKey, batch: &RunBatch) {
+        self.steps.runs_read(key, batch);
     }
 
     /// Names are part of the stragglers.

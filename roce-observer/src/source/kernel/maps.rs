@@ -130,13 +130,6 @@ impl KernelSource {
                 v.run.start_ns = epoch(v.run.start_ns);
                 v.run.end_ns = epoch(v.run.end_ns);
             }
-            // The batch's finished runs (every slot written so far).
-            for r in &mut v.batch.runs {
-                if r.packets > 0 {
-                    r.start_ns = epoch(r.start_ns);
-                    r.end_ns = epoch(r.end_ns);
-                }
-            }
             if (v.signals.cnp | v.signals.naks) != 0 {
                 v.signals.start_ns = epoch(v.signals.start_ns);
                 v.signals.end_ns = epoch(v.signals.end_ns);
@@ -231,6 +224,42 @@ impl KernelSource {
             keys6,
             latency,
             |k, h| take(k.expand(&mut session), h),
+        )
+    }
+
+    /// Every flow's batch of finished data runs, with times turned into ns since the epoch.
+    pub fn read_batches(&mut self) -> Result<Vec<(FlowKey, RunBatch)>, KernelError> {
+        let mut out = Vec::new();
+        self.read_run_batches(|k, b| out.push((*k, *b)))?;
+        Ok(out)
+    }
+
+    /// Every flow's batch of finished data runs (`RUN_BATCHES`, keyed by the whole flow key),
+    /// handed to `each` with the times of its runs converted; through chunk buffers kept like
+    /// the flow table's.
+    pub(super) fn read_run_batches(
+        &mut self,
+        mut each: impl FnMut(&FlowKey, &RunBatch),
+    ) -> Result<(), KernelError> {
+        let offset = self.epoch_offset_ns;
+        let FlowBuffers {
+            batch_keys,
+            batches,
+            ..
+        } = &mut self.flow_buffers;
+        read_map(
+            ebpf_map(&self.ebpf, "RUN_BATCHES")?,
+            "RUN_BATCHES",
+            batch_keys,
+            batches,
+            |k, b| {
+                // Every slot written so far.
+                for r in b.runs.iter_mut().filter(|r| r.packets > 0) {
+                    r.start_ns = r.start_ns.saturating_add(offset);
+                    r.end_ns = r.end_ns.saturating_add(offset);
+                }
+                each(k, b);
+            },
         )
     }
 
