@@ -468,11 +468,18 @@ mod tests {
                 ok
             }));
         }
-        assert_eq!((b.head.kind(), b.head.flow), (Some(EventKind::DataRun), flow));
+        assert_eq!(
+            (b.head.kind(), b.head.flow),
+            (Some(EventKind::DataRun), flow)
+        );
         let kept = RUN_BATCH - 1;
         assert!(outcomes[..kept].iter().all(|o| *o == RunAdded::Kept));
         assert_eq!(outcomes[kept], RunAdded::Sent);
-        assert!(outcomes[kept + 1..2 * kept + 1].iter().all(|o| *o == RunAdded::Kept));
+        assert!(
+            outcomes[kept + 1..2 * kept + 1]
+                .iter()
+                .all(|o| *o == RunAdded::Kept)
+        );
         assert_eq!(
             outcomes[2 * kept + 1],
             RunAdded::Lost {

@@ -65,7 +65,8 @@ pub static LATENCY6: HashMap<FlowKey6, LatencyHist> =
 /// to --max-flows; a finished run whose flow finds no room is counted in `map_full` and in the
 /// flow record's `runs_unsent`/`run_bytes_unsent`.
 #[map]
-pub static RUN_BATCHES: HashMap<FlowKey, RunBatch> = HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+pub static RUN_BATCHES: HashMap<FlowKey, RunBatch> =
+    HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
 
 /// One all-zero RunBatch, never written: the source of new `RUN_BATCHES` entries.
 #[map]

@@ -24,7 +24,7 @@ use roce_observer_common::{
 
 use crate::maps::{
     EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, MIRRORS, PENDING, PFC, RUN_BATCHES,
-    SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_PFC, ZERO_BATCH, count,
+    SCRATCH, SESSIONS, SessionCache, ZERO_BATCH, ZERO_FLOW, ZERO_LATENCY, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -251,7 +251,9 @@ fn batch_in(key: &FlowKey) -> Option<&'static mut RunBatch> {
     #[allow(clippy::needless_borrows_for_generic_args)]
     let _ = RUN_BATCHES.insert(key, unsafe { &*zero }, BPF_NOEXIST);
     // SAFETY: as above.
-    RUN_BATCHES.get_ptr_mut(key).map(|batch| unsafe { &mut *batch })
+    RUN_BATCHES
+        .get_ptr_mut(key)
+        .map(|batch| unsafe { &mut *batch })
 }
 
 /// Whether two mirror keys are equal, compared as eleven 32-bit words.

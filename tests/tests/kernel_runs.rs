@@ -128,7 +128,10 @@ fn runs_are_kept_in_the_flow_record_and_batched_when_they_finish() {
             .find(|(k, _)| k.dst_qp == 0x11)
             .expect("data flow");
         let batch = batch_of(&mut src, 0x11).expect("the data flow's batch");
-        assert!(batch_of(&mut src, 0x22).is_none(), "{what}: no data run, no batch");
+        assert!(
+            batch_of(&mut src, 0x22).is_none(),
+            "{what}: no data run, no batch"
+        );
         let batched: Vec<DataRun> = batch.unsent().copied().collect();
         assert_eq!(batched.len(), 1, "{what}: {batched:?}");
         let run = batched[0];
@@ -385,7 +388,10 @@ fn a_run_that_finds_no_room_for_a_batch_is_counted_in_the_flow_record() {
             .iter()
             .find(|(k, _)| k.dst_qp == 0x33)
             .expect("the IPv6 flow");
-        assert!(batch_of(&mut src, 0x11).is_some(), "{what}: the first batch");
+        assert!(
+            batch_of(&mut src, 0x11).is_some(),
+            "{what}: the first batch"
+        );
         let batch6 = batch_of(&mut src, 0x33);
         if max_flows == 1 {
             assert!(batch6.is_none(), "{what}: no room for a second batch");
@@ -400,10 +406,18 @@ fn a_run_that_finds_no_room_for_a_batch_is_counted_in_the_flow_record() {
             let runs: Vec<(u64, u32)> = batch6.unsent().map(|r| (r.bytes, r.packets)).collect();
             assert_eq!(runs, [(8 * len6, 8)], "{what}");
             assert_eq!(full, 0, "{what}");
-            assert_eq!((flow6.runs_unsent, flow6.run_bytes_unsent), (0, 0), "{what}");
+            assert_eq!(
+                (flow6.runs_unsent, flow6.run_bytes_unsent),
+                (0, 0),
+                "{what}"
+            );
         }
         // Every data byte is in a batched run, an unsent one or the open one.
-        let batched: u64 = batch6.iter().flat_map(|b| b.unsent()).map(|r| r.bytes).sum();
+        let batched: u64 = batch6
+            .iter()
+            .flat_map(|b| b.unsent())
+            .map(|r| r.bytes)
+            .sum();
         assert_eq!(
             batched + flow6.run_bytes_unsent + flow6.run.bytes,
             flow6.bytes,

@@ -170,10 +170,7 @@ fn bursty_traffic_on_a_veth_sends_a_record_per_sixteen_runs() {
     let live: Value = serde_json::from_str(&out).expect("run --json output parses");
     let s = &live["summary"];
     let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("a count: {s}"));
-    let (packets, records) = (
-        n(&s["total_packets"]),
-        n(&s["events_by_kind"]["data_run"]),
-    );
+    let (packets, records) = (n(&s["total_packets"]), n(&s["events_by_kind"]["data_run"]));
     eprintln!(
         "{records} run records for {packets} packets ({late} of {} frames sent more than 1 ms late): {}",
         frames.len(),
