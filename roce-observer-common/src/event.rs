@@ -1,5 +1,6 @@
-//! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a finished activity
-//! run, a request PSN gap or the resend run after one, rate-limited per flow), never one per
+//! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a finished signal run,
+//! sixteen finished data runs of a flow (run.rs, `RunBatch`: an event with the runs after it),
+//! a request PSN gap or the resend run after one, rate-limited per flow), never one per
 //! data packet, per anomaly nor per latency sample (those are kept in a per-flow histogram,
 //! latency.rs). Counters stay exact
 //! in the maps when the ring buffer is full; a lost event is counted in
@@ -8,7 +9,7 @@
 use crate::{
     FlowKey, assert_size,
     lossless::{LosslessKey, LosslessState},
-    run::{DataRun, SignalRun},
+    run::SignalRun,
 };
 
 #[repr(u32)]
@@ -25,9 +26,9 @@ pub enum EventKind {
     Pause = 7,
     // 8 was one event per latency sample: samples are kept per flow in the kernel
     // (`latency::LatencyHist`) and read on the report tick. The number stays unused.
-    /// A finished data run of `flow` (run.rs) starting at the event time: `a` = duration
-    /// (ns, last packet - first), `b` = frame bytes, `c` = CE-marked packets, `d` =
-    /// retransmitted packets, `quanta[0..2]` = packets (low, high 16 bits).
+    /// The head of a `run::RunBatch` record: finished data runs of `flow` (run.rs), the first
+    /// starting at the event time; `c` = the first run's number, `d` = how many runs follow
+    /// the head in the record (`a` = the run number after them, `b` = their bytes).
     DataRun = 9,
     /// A finished signal run of `flow` starting at the event time: `a` = duration (ns),
     /// `c` = CNPs, `d` = NAKs.
@@ -141,13 +142,11 @@ pub enum EventBody {
         src_mac: [u8; 6],
         quanta: u16,
     },
-    /// A finished data run of the event's flow, from the event time for `duration_ns`.
-    DataRun {
-        duration_ns: u64,
-        bytes: u64,
-        packets: u32,
-        ce: u32,
-        retransmits: u32,
+    /// Finished data runs of the event's flow, numbered `first..first + count`; the runs
+    /// themselves follow the head in the record (`run::RunBatch`).
+    DataRuns {
+        first: u32,
+        count: u32,
     },
     /// A finished run of CNPs and NAKs on the event's flow, from the event time.
     SignalRun {
@@ -225,22 +224,6 @@ impl Event {
     #[inline(always)]
     pub fn set_new_flow(&mut self, flow: &FlowKey) {
         self.set_flow(EventKind::NewFlow, flow, 0, 0, 0, 0);
-    }
-
-    /// A finished data run of `flow` (the caller sets the event time to `run.start_ns`). Read
-    /// field by field from the run (in the kernel, the flow map's value).
-    #[inline(always)]
-    pub fn set_data_run(&mut self, flow: &FlowKey, run: &DataRun) {
-        self.set_flow(
-            EventKind::DataRun,
-            flow,
-            run.end_ns.saturating_sub(run.start_ns),
-            run.bytes,
-            run.ce,
-            run.retransmits,
-        );
-        self.quanta[0] = run.packets as u16;
-        self.quanta[1] = (run.packets >> 16) as u16;
     }
 
     /// A finished signal run of `flow` (event time: `run.start_ns`).
@@ -364,10 +347,6 @@ impl Event {
         Event::filled(|e| e.set_new_flow(flow))
     }
 
-    pub fn data_run(flow: &FlowKey, run: &DataRun) -> Event {
-        Event::filled(|e| e.set_data_run(flow, run)).at(run.start_ns)
-    }
-
     pub fn signal_run(flow: &FlowKey, run: &SignalRun) -> Event {
         Event::filled(|e| e.set_signal_run(flow, run)).at(run.start_ns)
     }
@@ -425,12 +404,9 @@ impl Event {
                 src_mac: self.mac,
                 quanta: self.quanta[0],
             },
-            EventKind::DataRun => EventBody::DataRun {
-                duration_ns: self.a,
-                bytes: self.b,
-                packets: self.quanta[0] as u32 | (self.quanta[1] as u32) << 16,
-                ce: self.c,
-                retransmits: self.d,
+            EventKind::DataRun => EventBody::DataRuns {
+                first: self.c,
+                count: self.d,
             },
             EventKind::SignalRun => EventBody::SignalRun {
                 duration_ns: self.a,
@@ -507,15 +483,6 @@ mod tests {
         let mac = [2, 0, 0, 0, 0, 1];
         let mut quanta = [0u16; 8];
         quanta[3] = 0xffff;
-        let run = DataRun {
-            start_ns: 7_000_000,
-            end_ns: 9_500_000,
-            bytes: 4_200_000,
-            packets: 70_001,
-            ce: 12,
-            retransmits: 3,
-            _pad: 0,
-        };
         let signals = SignalRun {
             start_ns: 100,
             end_ns: 900,
@@ -540,13 +507,15 @@ mod tests {
                 },
             ),
             (
-                Event::data_run(&flow, &run),
-                EventBody::DataRun {
-                    duration_ns: 2_500_000,
-                    bytes: 4_200_000,
-                    packets: 70_001,
-                    ce: 12,
-                    retransmits: 3,
+                Event {
+                    kind: EventKind::DataRun as u32,
+                    c: 0xffff_fff0,
+                    d: 16,
+                    ..Event::new_flow(&flow)
+                },
+                EventBody::DataRuns {
+                    first: 0xffff_fff0,
+                    count: 16,
                 },
             ),
             (
@@ -585,7 +554,6 @@ mod tests {
             assert_eq!(Event::from_bytes(&bytes), Some(ev));
         }
         // Run events carry their start as the event time.
-        assert_eq!(Event::data_run(&flow, &run).ts_ns, 7_000_000);
         assert_eq!(Event::signal_run(&flow, &signals).ts_ns, 100);
         let link = Event::pause(3, 1, mac, 77);
         assert_eq!((link.flow.ifindex, link.flow.direction), (3, 1));
@@ -598,7 +566,7 @@ mod tests {
     }
 
     /// A run record written byte by byte at the offsets user space reads (pins the layout of
-    /// the two run kinds independently of the struct).
+    /// the two run kinds' heads independently of the struct; run.rs pins the runs after it).
     #[test]
     fn run_records_decode_from_their_byte_layout() {
         let mut b = [0u8; 128];
@@ -613,16 +581,7 @@ mod tests {
         b[114..116].copy_from_slice(&0x0002u16.to_ne_bytes());
         let ev = Event::from_bytes(&b).expect("128 bytes");
         assert_eq!((ev.ts_ns, ev.flow.dst_qp), (5_000, 0x11));
-        assert_eq!(
-            ev.body(),
-            Some(EventBody::DataRun {
-                duration_ns: 1_234_567,
-                bytes: 1 << 33,
-                packets: 0x0002_0001,
-                ce: 7,
-                retransmits: 2,
-            })
-        );
+        assert_eq!(ev.body(), Some(EventBody::DataRuns { first: 7, count: 2 }));
         b[8..12].copy_from_slice(&10u32.to_ne_bytes());
         assert_eq!(
             Event::from_bytes(&b).and_then(|e| e.body()),

@@ -414,7 +414,9 @@ impl Reorder {
 /// retransmission burst window); `opcodes` follows (64 bytes per eight opcodes), then what only
 /// NAKs, CNPs, Not-ECT or CE packets or latency matches touch, then the activity runs
 /// (run.rs: what a data packet touches beyond the first 64 bytes, one more line), and last
-/// what only gaps and the resends after them touch (path events).
+/// what only gaps and the resends after them touch (path events). The finished data runs are
+/// not here: only flows that finish long runs keep them, in a map of their own (run.rs,
+/// `RunBatch`).
 ///
 /// Counters that follow from others are not kept (each one kept is an atomic add per packet in
 /// the kernel): [`FlowStats::packets`], [`FlowStats::ecn_ect`] and [`FlowStats::acks`]
@@ -463,11 +465,13 @@ pub struct FlowStats {
     pub peer_qp: u32,
     pub _pad: [u8; 4],
     /// The flow's current data run and signal run (run.rs; docs/metrics.md, "Training
-    /// steps"). Finished runs travel as events; the open ones are read from here.
+    /// steps"). Finished data runs go to the flow's `run::RunBatch` (a map of its own),
+    /// finished signal runs travel as events; the open ones are read from here.
     pub run: DataRun,
     pub signals: SignalRun,
-    /// Finished data runs too short to be sent as events (`run::RUN_EVENT_MIN_PACKETS`), and
-    /// their bytes.
+    /// Finished data runs too short to be batched (`run::RUN_EVENT_MIN_PACKETS`), those of
+    /// batches whose record the full ring buffer lost, and those of flows that found no room
+    /// for a batch; and their bytes.
     pub runs_unsent: u64,
     pub run_bytes_unsent: u64,
     /// Where was it lost (observe.rs, `path_events`; docs/metrics.md): the first request PSN

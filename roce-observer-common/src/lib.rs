@@ -108,4 +108,6 @@ mod pod {
     unsafe impl aya::Pod for super::mirror::MirrorKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::mirror::MirrorStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::run::RunBatch {}
 }

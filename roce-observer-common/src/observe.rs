@@ -1,7 +1,7 @@
 //! The whole per-packet observation, run by the kernel programs on every frame and by the engine
 //! on every captured frame: count the frame's class, account a RoCE packet to its flow, turn
-//! retransmissions and NAKs into bursts, keep the flow's activity runs (training steps; a
-//! finished run is one event), time requests and match their answers (Karn's rule, peer QPs;
+//! retransmissions and NAKs into bursts, keep the flow's activity runs (training steps; sixteen
+//! finished data runs are one record, a finished signal run one event), time requests and match their answers (Karn's rule, peer QPs;
 //! a sample goes to the request flow's histogram, `Tables::latency_sample`, not to an event),
 //! account PFC and PAUSE frames per priority, count the frames and sequence gaps of each
 //! switch-mirror session, and send the rare path events of request gaps and resend runs (where
@@ -26,6 +26,7 @@ use crate::{
     parse::{Frame, PacketView},
     pfc::{PfcLinkKey, SLOT_LINK},
     psn::{PSN_MASK, PsnVerdict, REQ_GAPPED, REQ_RESENDING, psn_newer},
+    run::{DataRun, RUN_BATCH, RunAdded},
 };
 
 /// Per-frame working space that `observe` uses instead of the 512-byte BPF stack: the kernel's
@@ -179,6 +180,12 @@ pub trait Tables {
     /// was full), which is counted in `ringbuf_full`: the caller then keeps in the flow record
     /// what the event would have carried (`path_lost`, the unsent runs).
     fn emit(&mut self, direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool;
+    /// Add the finished data run `run` of flow `key` to the flow's batch of finished runs
+    /// ([`crate::run::RunBatch::add`]), made when absent: the kernel's `RUN_BATCHES` map, not preallocated, so that
+    /// only flows with long runs pay for one. The record of a batch the run fills is sent as
+    /// it is (the kernel copies it from the map value with one helper call); lost, it is
+    /// counted in `ringbuf_full` as for `emit`.
+    fn add_run(&mut self, key: &FlowKey, run: &DataRun) -> RunAdded;
     /// Called after a RoCE packet was accounted to its flow: a hook for checks that only one
     /// side runs (the engine's traffic-class alerts). The kernel does nothing here.
     #[inline(always)]
@@ -539,10 +546,13 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
 }
 
 /// A data packet at `now`: the flow's data run takes it; the run it finishes (a gap above
-/// `RUN_GAP_NS`) is sent as one event if long enough, else counted in the flow record. The
-/// event is filled from the flow record in place (no copy of the run on the BPF stack). A run
-/// whose event is lost to a full ring buffer is counted in the record as a short run is, so
-/// that its bytes still reach the step series (untimed) instead of vanishing.
+/// `RUN_GAP_NS`) goes to the flow's batch of finished runs if long enough, else is counted in
+/// the flow record. A batch that the run fills is sent as one record, copied from its map value
+/// (no copy of the runs on the BPF stack): at most one record per
+/// `RUN_BATCH * RUN_EVENT_MIN_PACKETS` data packets. The runs of a batch whose record is lost to
+/// a full ring buffer, and a run whose flow finds no room for a batch (counted in `map_full`),
+/// are counted in the flow record as short runs are, so that their bytes still reach the step
+/// series (untimed) instead of vanishing.
 #[inline(always)]
 fn data_run<T: Tables>(
     t: &mut T,
@@ -553,15 +563,22 @@ fn data_run<T: Tables>(
     now: u64,
 ) {
     if stats.run.ends_before(now) {
-        let run = &stats.run;
-        let sent =
-            run.sent() && t.emit(key.direction, run.start_ns, |ev| ev.set_data_run(key, run));
-        if !sent {
-            // Plain adds, like the run itself (with sparse traffic this is every data packet;
-            // two CPUs finishing a run at once may lose one update).
-            stats.runs_unsent += 1;
-            stats.run_bytes_unsent += stats.run.bytes;
-        }
+        // Plain adds and stores, like the run itself (with sparse traffic this is every data
+        // packet; two CPUs finishing a run of one flow at once may lose one update).
+        let (runs, bytes) = if !stats.run.sent() {
+            (1, stats.run.bytes)
+        } else {
+            match t.add_run(key, &stats.run) {
+                RunAdded::Kept | RunAdded::Sent => (0, 0),
+                RunAdded::Lost { bytes } => (RUN_BATCH as u64, bytes),
+                RunAdded::NoRoom => {
+                    t.count(Counter::MapFull, key.direction);
+                    (1, stats.run.bytes)
+                }
+            }
+        };
+        stats.runs_unsent += runs;
+        stats.run_bytes_unsent += bytes;
     }
     let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. });
     stats.run.add(now, pkt.frame_len, pkt.ecn == 3, retransmit);

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use roce_observer_common::{
-    Counter, FlowStats,
+    Counter, FlowKey, FlowStats,
     counters::COUNTER_SLOTS,
     flow::{FlowKey4, FlowKey6},
     latency::{LatencyHist, PendingKey, PendingValue},
@@ -14,6 +14,7 @@ use roce_observer_common::{
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
     observe::Scratch,
     pfc::{PfcLink, PfcLinkKey},
+    run::RunBatch,
 };
 
 /// The flow table, in two maps by the compact key the flow takes (`FlowKey::compact`): one
@@ -22,11 +23,11 @@ use roce_observer_common::{
 /// grows with the key: 16 bytes hashed and compared for an IPv4 flow, 40 for the others, where
 /// one map of the whole 64-byte FlowKey cost each packet ~14 ns more.
 ///
-/// One value (FlowStats, 624 B) is shared by every CPU that sees the flow: counters are atomic
+/// One value (FlowStats, 848 B) is shared by every CPU that sees the flow: counters are atomic
 /// adds (account.rs). Plain hashes (not LRU): a full map is counted (`map_full`), never
 /// silently evicts counts. The loader sizes both to --max-flows (default 16384).
 ///
-/// FlowKey4 -> FlowStats: flows whose two addresses are IPv4. Preallocated (~9 MiB at 16384).
+/// FlowKey4 -> FlowStats: flows whose two addresses are IPv4. Preallocated (~14 MiB at 16384).
 #[map]
 pub static FLOWS4: HashMap<FlowKey4, FlowStats> = HashMap::with_max_entries(16384, 0);
 
@@ -54,6 +55,23 @@ pub static LATENCY4: HashMap<FlowKey4, LatencyHist> =
 #[map]
 pub static LATENCY6: HashMap<FlowKey6, LatencyHist> =
     HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+
+/// FlowKey -> RunBatch (768 B): the finished data runs of 8 packets or more of each flow (run.rs),
+/// sent sixteen to a ring-buffer record, the ones not yet sent read by user space on its tick.
+/// A map of its own, not part of FlowStats, for the reasons of the latency maps: only flows
+/// that finish such runs take an entry (made at the first; not preallocated), and the flow
+/// table's preallocated footprint and per-tick read stay as they were. Keyed by the whole flow
+/// key, which the frame's scratch memory holds already: one map and no compact key to build on
+/// the run-finish path (a lookup there once per 8 data packets at most). The loader sizes it
+/// to --max-flows; a finished run whose flow finds no room is counted in `map_full` and in the
+/// flow record's `runs_unsent`/`run_bytes_unsent`.
+#[map]
+pub static RUN_BATCHES: HashMap<FlowKey, RunBatch> =
+    HashMap::with_max_entries(16384, BPF_F_NO_PREALLOC);
+
+/// One all-zero RunBatch, never written: the source of new `RUN_BATCHES` entries.
+#[map]
+pub static ZERO_BATCH: PerCpuArray<RunBatch> = PerCpuArray::with_max_entries(1, 0);
 
 /// One all-zero LatencyHist, never written: the source of new latency entries.
 #[map]
@@ -176,8 +194,9 @@ pub static TC_HEAD: PerCpuArray<[u8; 2 * HEAD_BYTES]> = PerCpuArray::with_max_en
 /// Size of `EVENTS` in bytes.
 pub const EVENTS_BYTES: u64 = 1 << 20;
 
-/// Events (new flow, PFC, PAUSE, finished activity run, path event), 128 B each; 1 MiB holds ~8k events between
-/// two drains. Reserve failures are counted, counters stay exact.
+/// Events (new flow, PFC, PAUSE, finished signal run, path event), 128 B each, and records of
+/// sixteen finished data runs (`RunBatch`, 768 B); 1 MiB holds ~8k events between two drains.
+/// Reserve failures are counted, counters stay exact.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES as u32, 0);
 

@@ -2,8 +2,8 @@
 //! (roce-observer-common/src/observe.rs, which the engine runs on captured frames too), here on
 //! the BPF maps of maps.rs. Counters and per-flow state (latency samples included, in a
 //! histogram per request flow) go to maps; events go to the ring buffer only for rare things
-//! (new flow, PFC, PAUSE, finished activity run, request gap or finished resend run, the last
-//! two limited per flow), without a wakeup each.
+//! (new flow, PFC, PAUSE, finished signal run, sixteen finished data runs, request gap or
+//! finished resend run, the last two limited per flow), without a wakeup each.
 
 use core::ffi::c_void;
 
@@ -20,12 +20,13 @@ use roce_observer_common::{
     observe::{Entry, Flows, LosslessConfig, Stage, Stored, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
+    run::{DataRun, RunAdded, RunBatch},
 };
 
 use crate::maps::{
     EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, LOSSLESS, LOSSLESS_ECT, MIRRORS,
-    PENDING, PFC, SCRATCH, SESSIONS, SessionCache, ZERO_FLOW, ZERO_LATENCY, ZERO_LOSSLESS,
-    ZERO_PFC, count,
+    PENDING, PFC, RUN_BATCHES, SCRATCH, SESSIONS, SessionCache, ZERO_BATCH, ZERO_FLOW,
+    ZERO_LATENCY, ZERO_LOSSLESS, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
@@ -57,8 +58,10 @@ static RTT_ALERT_NS: u64 = u64::MAX;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
-/// Ring-buffer bytes of one event: an 8-byte record header, then the event rounded up to 8.
-const RECORD_BYTES: u64 = 8 + (core::mem::size_of::<Event>() as u64).next_multiple_of(8);
+/// Ring-buffer bytes of a record of `T`: an 8-byte record header, then `T` rounded up to 8.
+const fn record_bytes<T>() -> u64 {
+    8 + (core::mem::size_of::<T>() as u64).next_multiple_of(8)
+}
 /// 0 on kernels without `bpf_ktime_get_coarse_ns` (before 5.11); set by the loader. A constant
 /// in the frozen .rodata, so the verifier drops the branch not taken, helper call included.
 #[unsafe(no_mangle)]
@@ -207,7 +210,7 @@ fn entry_in<K>(map: &'static HashMap<K, FlowStats>, k: &K, key: &FlowKey) -> Ent
         return Entry::Full;
     };
     // SAFETY: `zero` points at a live per-CPU array value of the right type.
-    // By reference: a value would be a 624-byte copy on the 512-byte BPF stack.
+    // By reference: a value would be an 848-byte copy on the 512-byte BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let inserted = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // Another CPU may have created it in between (EEXIST): then it is there to look up.
@@ -255,6 +258,26 @@ fn value_in<K, V>(
     let _ = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // SAFETY: as above.
     map.get_ptr_mut(k).map(|v| unsafe { &mut *v })
+}
+
+/// The batch of finished runs of `key` in `RUN_BATCHES`, made when absent (all zero); `None` when
+/// the map has no room.
+#[inline(always)]
+fn batch_in(key: &FlowKey) -> Option<&'static mut RunBatch> {
+    if let Some(batch) = RUN_BATCHES.get_ptr_mut(key) {
+        // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
+        return Some(unsafe { &mut *batch });
+    }
+    let zero = ZERO_BATCH.get_ptr(0)?;
+    // SAFETY: `zero` points at a live per-CPU array value of the right type. By reference: a
+    // value would be a 768-byte copy on the BPF stack. Another CPU may make it in between
+    // (EEXIST): then it is there to look up.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let _ = RUN_BATCHES.insert(key, unsafe { &*zero }, BPF_NOEXIST);
+    // SAFETY: as above.
+    RUN_BATCHES
+        .get_ptr_mut(key)
+        .map(|batch| unsafe { &mut *batch })
 }
 
 /// Whether two mirror keys are equal, compared as eleven 32-bit words.
@@ -554,7 +577,7 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
                 // exit in a guest), which made a burst of PFC frames cost microseconds each.
                 let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
                 let half = EVENTS_BYTES / 2;
-                let wake = if (half..half + RECORD_BYTES).contains(&avail) {
+                let wake = if (half..half + record_bytes::<Event>()).contains(&avail) {
                     BPF_RB_FORCE_WAKEUP
                 } else {
                     BPF_RB_NO_WAKEUP
@@ -569,6 +592,38 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
             }
         }
     }
+
+    /// The record of a full batch is copied from the map value by the kernel
+    /// (`bpf_ringbuf_output`): no stores of this program's own, which the verifier would walk
+    /// once per state that reaches this path.
+    #[inline(always)]
+    fn add_run(&mut self, key: &FlowKey, run: &DataRun) -> RunAdded {
+        let Some(batch) = batch_in(key) else {
+            return RunAdded::NoRoom;
+        };
+        batch.add(key, run, |batch| emit_runs(key.direction, batch))
+    }
+}
+
+/// Send the full batch `batch` as one record for a packet seen in `direction`; false when the
+/// ring buffer is full (counted in `ringbuf_full`). Woken as `Tables::emit` wakes: the record
+/// that takes the ring past half (checked before the copy here).
+#[inline(always)]
+fn emit_runs(direction: u8, batch: &RunBatch) -> bool {
+    let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
+    let half = EVENTS_BYTES / 2;
+    let rec = record_bytes::<RunBatch>();
+    let wake = if (half.saturating_sub(rec)..half).contains(&avail) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    if EVENTS.output::<RunBatch>(batch, wake).is_ok() {
+        return true;
+    }
+    count(Counter::RingbufFull, direction);
+    crate::diag::ring_buffer_full();
+    false
 }
 
 /// Zero `*p` with 8-byte stores. `core::ptr::write_bytes` becomes a call to the BPF object's

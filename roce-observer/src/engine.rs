@@ -137,6 +137,9 @@ pub struct Engine {
     pmtu_learned: bool,
     names: Names,
     flows: FlowTable,
+    /// Capture path: each flow's batch of finished data runs (the kernel's `RUN_BATCHES` map),
+    /// bounded by `max_flows` as the flow table is.
+    run_batches: flows::RunBatches,
     pfc: BTreeMap<PfcKey, PfcEntry>,
     counters: Counters,
     alerts: Alerts,
@@ -206,6 +209,7 @@ impl Engine {
             pmtu_learned: false,
             names: Names::default(),
             flows: FlowTable::default(),
+            run_batches: flows::RunBatches::default(),
             pfc: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
             alerts: Alerts::default(),
@@ -265,6 +269,11 @@ impl Engine {
         for (k, e) in &self.flows {
             for a in self.analyses.each() {
                 a.flow_read(k, e.stats());
+            }
+        }
+        for (k, batch) in &self.run_batches {
+            for a in self.analyses.each() {
+                a.runs_read(k, batch);
             }
         }
     }

@@ -151,3 +151,28 @@ pub fn fill_event_ring(src: &roce_observer::source::kernel::KernelSource) -> [u6
     }
     panic!("the event ring buffer never filled after 16,384 PFC frames");
 }
+
+/// An IPv6 RoCEv2 frame 2001:db8::1 -> 2001:db8::2: Ethernet, IPv6 (next header UDP), UDP to
+/// 4791, a BTH (RC SEND_ONLY to `qp`, `psn`), 16 bytes of payload and an ICRC placeholder.
+pub fn ipv6_roce_frame(qp: u32, psn: u32) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd];
+    let udp_len: u16 = 8 + 12 + 16 + 4;
+    f.extend_from_slice(&[0x60, 0, 0, 0]);
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[17, 64]);
+    for last in [1u8, 2] {
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        f.extend_from_slice(&[0; 11]);
+        f.push(last);
+    }
+    f.extend_from_slice(&0xc001u16.to_be_bytes());
+    f.extend_from_slice(&4791u16.to_be_bytes());
+    f.extend_from_slice(&udp_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&[0x04, 0, 0xff, 0xff]);
+    f.extend_from_slice(&qp.to_be_bytes());
+    f.extend_from_slice(&psn.to_be_bytes());
+    f.extend_from_slice(&[0x5a; 16]);
+    f.extend_from_slice(&[0; 4]);
+    f
+}

@@ -208,31 +208,6 @@ fn kernel_log_tells_of_a_full_flow_table_only_when_on() {
     );
 }
 
-/// An IPv6 RoCEv2 frame 2001:db8::1 -> 2001:db8::2: Ethernet, IPv6 (next header UDP), UDP to
-/// 4791, a BTH (RC SEND_ONLY to `qp`, PSN 1), 16 bytes of payload and an ICRC placeholder.
-fn ipv6_roce_frame(qp: u32) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd];
-    let udp_len: u16 = 8 + 12 + 16 + 4;
-    f.extend_from_slice(&[0x60, 0, 0, 0]);
-    f.extend_from_slice(&udp_len.to_be_bytes());
-    f.extend_from_slice(&[17, 64]);
-    for last in [1u8, 2] {
-        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
-        f.extend_from_slice(&[0; 11]);
-        f.push(last);
-    }
-    f.extend_from_slice(&0xc001u16.to_be_bytes());
-    f.extend_from_slice(&4791u16.to_be_bytes());
-    f.extend_from_slice(&udp_len.to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(&[0x04, 0, 0xff, 0xff]);
-    f.extend_from_slice(&qp.to_be_bytes());
-    f.extend_from_slice(&1u32.to_be_bytes());
-    f.extend_from_slice(&[0x5a; 16]);
-    f.extend_from_slice(&[0; 4]);
-    f
-}
-
 /// The kernel keeps IPv4 flows and the others in two maps (FLOWS4, FLOWS6), each of
 /// --max-flows entries (docs/metrics.md): with room for two, three IPv4 and three IPv6 flows
 /// leave one of each out (`map_full`), and the four kept read back as their own FlowKeys.
@@ -250,7 +225,7 @@ fn each_flow_map_holds_max_flows() {
         let v4 = RoceFrame::new(0x04, 0x100 + qp, 1).build();
         assert_eq!(src.test_run_xdp(&v4).expect("test run"), XDP_PASS);
         assert_eq!(
-            src.test_run_xdp(&ipv6_roce_frame(0x200 + qp))
+            src.test_run_xdp(&integration_tests::ipv6_roce_frame(0x200 + qp, 1))
                 .expect("test run"),
             XDP_PASS
         );

@@ -15,8 +15,9 @@ use serde_json::Value;
 
 /// Ring-buffer records per packet, in every traffic shape, with latency measured: plain
 /// WRITE traffic (one packet in five an ACK that answers a timestamped request), the same
-/// frames twice (every request a retransmission), sprayed WRITEs and READs without and with
-/// loss. A latency sample is no record (the kernel keeps a histogram per flow); a flow's
+/// frames twice (every request a retransmission), bursts of 8-20 packets per flow with idle
+/// gaps over 1 ms between them (a finished activity run per burst: they travel 16 to a record),
+/// sprayed WRITEs and READs without and with loss. A latency sample is no record (the kernel keeps a histogram per flow); a flow's
 /// first packet is one, and so is each loss the path view needs.
 #[test]
 fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
@@ -28,8 +29,17 @@ fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
     roce_observer_tools::write_pcap(&steady_pcap, steady()).expect("steady capture");
     let storm_pcap = dir.join("storm.pcap");
     roce_observer_tools::write_pcap(&storm_pcap, steady().chain(steady())).expect("storm");
+    // 100 QPs, each a burst of 8-20 requests every 10 ms (40 bursts): every burst is an
+    // activity run of 8 packets or more, finished by the next one.
+    let bursty_pcap = dir.join("bursty.pcap");
+    roce_observer_tools::write_timed_pcap(
+        &bursty_pcap,
+        roce_observer_tools::bursty_frames(100, 40, 256, 10_000),
+    )
+    .expect("bursty capture");
     let fixtures = integration_tests::fixtures_dir();
     let shapes = [
+        ("bursty", bursty_pcap),
         ("steady", steady_pcap),
         ("storm", storm_pcap),
         ("spray_no_loss", fixtures.join("spray_no_loss.pcap")),
@@ -55,6 +65,10 @@ fn ring_buffer_records_are_at_most_one_per_hundred_packets() {
         // With flows of more than a hundred packets each (all but the loss fixture, whose
         // eight flows of ~127 packets carry three losses and the five path records they
         // make), all records together too.
+        eprintln!(
+            "{shape}: {events} records for {packets} packets: {}",
+            s["events_by_kind"]
+        );
         let counted = if *shape == "spray_nak_selective" {
             events - new_flows
         } else {
@@ -132,4 +146,40 @@ fn events_and_program_runs_are_reported_and_agree_with_analyze() {
         let ns = p["ns_per_run"].as_f64().expect("ns per run");
         assert!(ns > 0.0 && ns < 1e6, "{p}");
     }
+}
+
+/// The bursty shape on the kernel path, sent into a veth at its own timing (the pauses between
+/// bursts are the point) with `run -i` on the receiving end: each burst of 8-20 packets is an
+/// activity run finished by the next, and the records that carry the runs (sixteen to one)
+/// stay under one per hundred packets, where one event per finished run was one per burst.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn bursty_traffic_on_a_veth_sends_a_record_per_sixteen_runs() {
+    require_root();
+    let ns = VethNs::new().expect("namespace with a veth pair");
+    let frames = roce_observer_tools::bursty_frames(100, 40, 256, 10_000);
+    let observer = Observer::start(&ns, &["-i", &ns.b, "--json", "--interval", "0.2"])
+        .expect("observer attaches");
+    let timed: Vec<(u64, &str, &[u8])> = frames
+        .iter()
+        .map(|(us, f)| (us * 1_000, ns.a.as_str(), f.as_slice()))
+        .collect();
+    let late = ns.send_timed(&timed).expect("send the frames");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = observer.stop().expect("observer stops cleanly");
+    let live: Value = serde_json::from_str(&out).expect("run --json output parses");
+    let s = &live["summary"];
+    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("a count: {s}"));
+    let (packets, records) = (n(&s["total_packets"]), n(&s["events_by_kind"]["data_run"]));
+    eprintln!(
+        "{records} run records for {packets} packets ({late} of {} frames sent more than 1 ms late): {}",
+        frames.len(),
+        s["events_by_kind"]
+    );
+    assert!(packets >= frames.len() as u64, "{s}");
+    assert_eq!(s["events_lost"], 0, "{s}");
+    // Runs were finished and batched (100 flows, 40 bursts each: 2 records a flow when every
+    // burst is one run; a late sender splits some, never into more records than that).
+    assert!(records > 0 && records <= 200, "{s}");
+    assert!(records * 100 <= packets, "{s}");
 }

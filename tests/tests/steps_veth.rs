@@ -1,8 +1,8 @@
 //! Training steps on the kernel path (`run -i`): collective-like traffic replayed in real time
 //! (tcpreplay at the capture's timing, bursts with pauses between them) into a veth pair, the
 //! observer's XDP program on the receiving end, and `tcpdump` on the same end. The kernel path
-//! builds steps from activity runs (one event per finished run, the open run read from the
-//! flow map); `analyze` of what tcpdump captured sees the same packets with their times, packet
+//! builds steps from activity runs (finished ones sixteen to a record, the ones not yet sent
+//! and the open run read from the flow map); `analyze` of what tcpdump captured sees the same packets with their times, packet
 //! by packet. The two must agree, and both must find the period that was sent.
 //!
 //! The frames are sent by this test at their times (a real-time thread, absolute deadlines):

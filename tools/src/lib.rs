@@ -44,6 +44,17 @@ pub fn sh(cmd: &mut std::process::Command) -> anyhow::Result<()> {
 
 /// Write `frames` as a pcap (microsecond timestamps 1 us apart, Ethernet).
 pub fn write_pcap(path: &Path, frames: impl IntoIterator<Item = Vec<u8>>) -> anyhow::Result<()> {
+    write_timed_pcap(
+        path,
+        frames.into_iter().enumerate().map(|(i, f)| (i as u64, f)),
+    )
+}
+
+/// Write `(time in us, frame)` pairs as a pcap (Ethernet).
+pub fn write_timed_pcap(
+    path: &Path,
+    frames: impl IntoIterator<Item = (u64, Vec<u8>)>,
+) -> anyhow::Result<()> {
     use std::io::Write as _;
     let file = std::fs::File::create(path)?;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
@@ -53,9 +64,8 @@ pub fn write_pcap(path: &Path, frames: impl IntoIterator<Item = Vec<u8>>) -> any
     w.write_all(&[0; 8])?;
     w.write_all(&65535u32.to_le_bytes())?;
     w.write_all(&1u32.to_le_bytes())?;
-    for (i, frame) in frames.into_iter().enumerate() {
+    for (us, frame) in frames {
         let len = u32::try_from(frame.len())?;
-        let us = i as u64;
         for v in [(us / 1_000_000) as u32, (us % 1_000_000) as u32, len, len] {
             w.write_all(&v.to_le_bytes())?;
         }
@@ -71,6 +81,61 @@ pub fn write_pcap(path: &Path, frames: impl IntoIterator<Item = Vec<u8>>) -> any
 /// storm) while the ACKs stay ACKs.
 pub fn steady_frames(qps: u32, rounds: u32, payload: usize) -> impl Iterator<Item = Vec<u8>> {
     rc_rounds(qps, rounds, payload, Order::InOrder)
+}
+
+/// Bursty RC traffic over `qps` queue pairs: every `period_us` each QP sends a burst of 8 to 20
+/// requests (the length varies by QP and burst), the QPs' packets interleaved 1 us apart, then
+/// all are idle until the next burst (a top-speed replay that pauses, or collective traffic in
+/// small messages). Requests as in [`steady_frames`] (every fourth answered by an ACK), PSNs in
+/// order; `(time in us, frame)` for [`write_timed_pcap`]. Each burst is one activity run of its
+/// flow (run.rs) when the gap after it is above 1 ms.
+pub fn bursty_frames(qps: u32, bursts: u32, payload: usize, period_us: u64) -> Vec<(u64, Vec<u8>)> {
+    use roce_observer_common::frames::RoceFrame;
+    let mut out = Vec::new();
+    let mut psn = vec![0u32; qps as usize];
+    for burst in 0..bursts {
+        let mut t = u64::from(burst) * period_us;
+        let len = |qp: u32| 8 + (qp * 7 + burst * 3) % 13;
+        for i in 0..20 {
+            for qp in 0..qps {
+                if i >= len(qp) {
+                    continue;
+                }
+                let p = &mut psn[qp as usize];
+                let ack_req = *p % 4 == 3;
+                let sport = 49152 + (qp % 1024) as u16;
+                out.push((
+                    t,
+                    RoceFrame {
+                        payload,
+                        tos: 0x6a,
+                        ack_req,
+                        udp_sport: sport,
+                        ..RoceFrame::new(0x04, 0x100 + qp, *p)
+                    }
+                    .build(),
+                ));
+                t += 1;
+                if ack_req {
+                    out.push((
+                        t,
+                        RoceFrame {
+                            src_ip: [192, 0, 2, 2],
+                            dst_ip: [192, 0, 2, 1],
+                            tos: 0x6a,
+                            syndrome: 0x1f,
+                            udp_sport: sport,
+                            ..RoceFrame::new(0x11, 0x10000 + qp, *p)
+                        }
+                        .build(),
+                    ));
+                    t += 1;
+                }
+                *p += 1;
+            }
+        }
+    }
+    out
 }
 
 /// PSN order within each block of four requests of [`sprayed_frames`]: round-robin over paths

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use roce_observer_common::{
     Event, EventBody, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
+    run::{DataRun, RunBatch},
 };
 
 use super::{
@@ -104,8 +105,16 @@ pub trait Analysis {
     /// emitted it (an analysis fed packet by packet there may not need it).
     fn event(&mut self, _ev: &Event, _body: &EventBody, _from_capture: bool) {}
 
+    /// Either path: finished data runs of `flow`, numbered from `first` (one record of
+    /// `run::RunBatch`; the kernel's times already in ns since the epoch).
+    fn data_runs(&mut self, _flow: &FlowKey, _first: u32, _runs: &[DataRun], _from_capture: bool) {}
+
     /// Kernel path: a flow record read from the kernel's map that changed since the last read.
     fn flow_read(&mut self, _key: &FlowKey, _stats: &FlowStats) {}
+
+    /// Kernel path: a flow's batch of finished data runs as read from the kernel's map on every
+    /// tick, after the flow records (times in ns since the epoch).
+    fn runs_read(&mut self, _key: &FlowKey, _batch: &RunBatch) {}
 
     /// The interface names changed (they are part of what sections show).
     fn renamed(&mut self, _names: &Names) {}

@@ -15,6 +15,7 @@ use roce_observer_common::{
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
     pfc::{PfcLinkKey, SLOT_LINK},
+    run::{DataRun, RunAdded, RunBatch},
 };
 
 use super::{
@@ -95,6 +96,9 @@ impl Engine {
             pfc: &mut self.pfc,
             mirrors: &mut self.analyses.mirrors,
             events: &mut events,
+            batches: &mut self.run_batches,
+            max_batches: self.cfg.max_flows,
+            runs: None,
             added: None,
             packet: None,
             sample: None,
@@ -114,6 +118,7 @@ impl Engine {
             direction as u8,
         );
         let sample = tables.sample;
+        let runs = tables.runs;
         if let Some((key, added)) = tables.added {
             self.alerts.classes(&key, added, ts_ns, &self.cfg);
         }
@@ -123,7 +128,10 @@ impl Engine {
             }
         }
         for ev in events.drain(..) {
-            self.on_event(&ev, true);
+            self.on_event(&ev, &[], true);
+        }
+        if let Some(rec) = runs {
+            self.on_event(&rec.head, &rec.runs, true);
         }
         self.event_buf = events;
         if let Some((key, ts, ns)) = sample {
@@ -219,6 +227,12 @@ struct CaptureTables<'a> {
     pfc: &'a mut BTreeMap<PfcKey, PfcEntry>,
     mirrors: &'a mut Mirrors,
     events: &'a mut Vec<Event>,
+    /// Each flow's batch of finished data runs, at most `max_batches` (as the kernel's map).
+    batches: &'a mut super::flows::RunBatches,
+    max_batches: usize,
+    /// The frame's record of finished data runs (a data packet finishes at most one run, so
+    /// fills at most one batch).
+    runs: Option<RunBatch>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
     added: Option<(FlowKey, Added)>,
     /// The same packet as accounted, for the analyses' packet hook.
@@ -302,6 +316,21 @@ impl Tables for CaptureTables<'_> {
     fn emit(&mut self, _direction: u8, ts_ns: u64, fill: impl FnOnce(&mut Event)) -> bool {
         self.events.push(Event::filled(fill).at(ts_ns));
         true
+    }
+
+    /// A full batch's record is never lost, as events.
+    fn add_run(&mut self, key: &FlowKey, run: &DataRun) -> RunAdded {
+        let full = self.batches.len() >= self.max_batches;
+        let batch = match self.batches.entry(*key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(_) if full => return RunAdded::NoRoom,
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(RunBatch::zeroed()),
+        };
+        let record = &mut self.runs;
+        batch.add(key, run, |full| {
+            *record = Some(*full);
+            true
+        })
     }
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {

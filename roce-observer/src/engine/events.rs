@@ -3,15 +3,18 @@
 //! events go to the analyses' event hook. (Latency samples are no events: latency.rs.)
 //! (Bursts of retransmissions and NAKs are read from the flow records, alerts::bursts.)
 
-use roce_observer_common::{Direction, Event, EventBody, FlowKey, pfc::PRIORITY_LINK};
+use roce_observer_common::{
+    Direction, Event, EventBody, FlowKey, pfc::PRIORITY_LINK, run::DataRun,
+};
 
 use super::{Engine, flows, pfc_key};
 
 impl Engine {
     /// `per_packet`: the event comes from the capture path, which also feeds the analyses
     /// packet by packet (its frames may carry any direction: SLL captures say ingress or
-    /// egress).
-    pub(super) fn on_event(&mut self, ev: &Event, per_packet: bool) {
+    /// egress). `runs`: the runs after the head of a record of finished data runs
+    /// (`run::RunBatch`), else empty.
+    pub(super) fn on_event(&mut self, ev: &Event, runs: &[DataRun], per_packet: bool) {
         let Some(body) = ev.body() else {
             return;
         };
@@ -40,8 +43,13 @@ impl Engine {
             }
             // Activity runs (training steps) and path events (where was it lost), for the
             // analyses (the capture path feeds them packet by packet unless fed as the kernel).
-            EventBody::DataRun { .. }
-            | EventBody::SignalRun { .. }
+            EventBody::DataRuns { first, count } => {
+                let runs = &runs[..runs.len().min(count as usize)];
+                for a in self.analyses.each() {
+                    a.data_runs(&ev.flow, first, runs, per_packet);
+                }
+            }
+            EventBody::SignalRun { .. }
             | EventBody::Path { .. }
             | EventBody::LosslessEpisode { .. }
             | EventBody::LosslessLoad { .. } => {

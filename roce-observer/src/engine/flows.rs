@@ -183,6 +183,9 @@ pub fn entry_or_new<'a>(
     flows.get_mut(flow)
 }
 
+/// Each flow's batch of finished data runs (roce-observer-common run.rs), capture path.
+pub type RunBatches = HashMap<FlowKey, roce_observer_common::run::RunBatch, FastHash>;
+
 /// Non-zero opcode counts named `RC_SEND_ONLY`, ..., and `CNP`.
 pub fn opcode_counts(s: &FlowStats) -> OpcodeCounts {
     // Exactly as long as needed: the view is kept per flow, so a large table pays for any slack.

@@ -6,6 +6,7 @@ use roce_observer_common::{
     latency::LatencyHist,
     lossless::{LosslessKey, LosslessState},
     mirror::{MirrorKey, MirrorStats},
+    run::{DataRun, RunBatch},
 };
 
 use super::{
@@ -96,9 +97,24 @@ impl Engine {
             .read(&mut self.alerts, cfg, flow, hist, &grown);
     }
 
+    /// Kernel path: a flow's batch of finished data runs (the kernel's `RUN_BATCHES` map, times
+    /// converted), read after the flow records: its runs not yet sent count until the record
+    /// that carries them arrives.
+    pub fn update_runs(&mut self, key: &FlowKey, batch: &RunBatch) {
+        for a in self.analyses.each() {
+            a.runs_read(key, batch);
+        }
+    }
+
     /// Kernel path: one ring-buffer event (timestamps already converted to ns since the epoch).
     pub fn ingest_event(&mut self, ev: &Event) {
+        self.ingest_record(ev, &[]);
+    }
+
+    /// Kernel path: one ring-buffer record, an event and, for a record of finished data runs
+    /// (`run::RunBatch`), the runs after it (times converted as the event's).
+    pub fn ingest_record(&mut self, ev: &Event, runs: &[DataRun]) {
         self.seen(ev.ts_ns);
-        self.on_event(ev, false);
+        self.on_event(ev, runs, false);
     }
 }

@@ -3,10 +3,11 @@
 //! in the same windows (docs/metrics.md, "Training steps").
 //!
 //! Fed two ways. The capture path: per accounted RoCE packet ([`Steps::packet`]), exact. The
-//! kernel path: per finished activity run, sent by the kernel as one event
-//! ([`Steps::data_run`], [`Steps::signal_run`]; roce-observer-common/src/run.rs), with each
-//! run's bytes spread evenly over the 1 ms bins it spans, and the runs still open read from
-//! the flow records ([`Steps::flow_read`]). Memory is bounded: data bytes in 1 ms bins for the
+//! kernel path: per finished activity run, sent by the kernel sixteen data runs to a record
+//! or a signal run to an event ([`Steps::data_runs`], [`Steps::signal_run`];
+//! roce-observer-common/src/run.rs), with each run's bytes spread evenly over the 1 ms bins it
+//! spans, and the finished data runs not yet sent read from the flows' batches
+//! ([`Steps::runs_read`]) and the runs still open from the flow records ([`Steps::flow_read`]). Memory is bounded: data bytes in 1 ms bins for the
 //! last [`WINDOW_BINS`] ms; per flow (at most [`MAX_FLOWS`]) its last [`MAX_RUNS`] activity runs
 //! and [`MAX_SIGNALS`] CNP/NAK times; [`MAX_PAUSES`] XOFF times.
 //! The analysis itself (period, onsets, stragglers) runs on that window when a snapshot is taken:
@@ -18,8 +19,13 @@ use roce_observer_common::{
     Direction, Event, EventBody, FlowKey, FlowStats, PfcKey,
     account::{Outcome, RocePacket},
     psn::PsnVerdict,
-    run::DataRun,
+    run::{DataRun, RunBatch},
 };
+
+/// Whether run number `a` is at or after `b` (run numbers wrap).
+fn run_at_or_after(a: u32, b: u32) -> bool {
+    a.wrapping_sub(b) < 1 << 31
+}
 
 use super::{
     EngineConfig,
@@ -71,24 +77,52 @@ pub struct FlowActivity {
     /// CNPs and NAKs this flow carried (they answer the reverse flow), with their times.
     pub signals: VecDeque<(u64, Signal)>,
     /// Kernel path: the run still open in the flow record at its last read (finished runs
-    /// arrive as events), and the signals of its open signal run.
+    /// arrive as records), and the signals of its open signal run.
     open: Option<Run>,
+    /// Kernel path: the finished data runs of the flow's batch not yet sent at its last read,
+    /// with their numbers; replaced by each read, and left out once a record carries them
+    /// ([`FlowActivity::sent_next`]).
+    unsent: Vec<(u32, Run)>,
+    /// Kernel path: the number of runs the flow's batch had taken at its last read
+    /// (`RunBatch::seq`): a batch read again unchanged is not gone through again.
+    batch_read: Option<u32>,
+    /// Kernel path: the number after the last run of the last record received.
+    sent_next: Option<u32>,
     open_signals: Vec<(u64, Signal)>,
     /// Kernel path: the flow record's `run_bytes_unsent` and `last_ns` at its last read.
     unsent_read: Option<(u64, u64)>,
 }
 
 impl FlowActivity {
-    /// Kernel path: the run open at the last read, unless it has finished meanwhile.
+    /// Kernel path: the run open at the last read, unless it has finished meanwhile (a record
+    /// carried it, or the batch read after the flow record holds it).
     fn open_run(&self) -> Option<&Run> {
-        self.open
-            .as_ref()
-            .filter(|o| self.runs.back().is_none_or(|r| o.start > r.start))
+        self.open.as_ref().filter(|o| {
+            self.runs.back().is_none_or(|r| o.start > r.start)
+                && self.unsent.last().is_none_or(|(_, r)| o.start > r.start)
+        })
     }
 
-    /// The finished runs, then the open one (kernel path).
+    /// Kernel path: the finished runs read from the flow's batch that no record has carried
+    /// since.
+    fn unsent_runs(&self) -> impl Iterator<Item = &Run> {
+        self.unsent
+            .iter()
+            .filter(|(n, _)| self.sent_next.is_none_or(|s| run_at_or_after(*n, s)))
+            .map(|(_, r)| r)
+    }
+
+    /// The finished runs, then (kernel path) those not yet sent and the open one.
     pub fn all_runs(&self) -> impl Iterator<Item = &Run> {
-        self.runs.iter().chain(self.open_run())
+        self.runs
+            .iter()
+            .chain(self.unsent_runs())
+            .chain(self.open_run())
+    }
+
+    /// Kernel path: the runs read from the maps (finished, not yet sent; open).
+    fn read_runs(&self) -> impl Iterator<Item = &Run> {
+        self.unsent_runs().chain(self.open_run())
     }
 
     /// The signals, those of the open signal run (kernel path) included.
@@ -230,7 +264,21 @@ impl Steps {
         Some(self.flows.entry(*key).or_default())
     }
 
-    /// Kernel path: a finished data run of `key` (an event), its bytes spread over its bins.
+    /// Kernel path: the finished data runs of `key` numbered `first..` (one record), each as
+    /// [`Steps::data_run`]; the same runs read from the flow record before are left out from now
+    /// on.
+    pub fn data_runs(&mut self, key: &FlowKey, first: u32, runs: &[DataRun]) {
+        for r in runs {
+            self.data_run(key, run_of(r));
+        }
+        let next = first.wrapping_add(runs.len() as u32);
+        if let Some(activity) = self.flows.get_mut(key) {
+            activity.sent_next = Some(next);
+            activity.unsent.retain(|(n, _)| run_at_or_after(*n, next));
+        }
+    }
+
+    /// Kernel path: a finished data run of `key`, its bytes spread over its bins.
     pub fn data_run(&mut self, key: &FlowKey, run: Run) {
         spread_bytes(run.start, run.end, run.bytes, |bin, b| self.add_bin(bin, b));
         let Some(activity) = self.activity(key) else {
@@ -263,9 +311,10 @@ impl Steps {
     }
 
     /// Kernel path: a flow record as read from the map (times in ns since the epoch), after
-    /// the events drained before it: its open runs replace the last read's, and the bytes of
-    /// the runs too short to be sent since the last read are spread evenly over the time
-    /// between the two reads' last packets (they are sparse traffic: background).
+    /// the records drained before it: its open runs replace the last read's, and the bytes of
+    /// the runs too short to be batched (or whose record was lost, or that found no room for a
+    /// batch) since the last read are spread evenly over the time between the two reads' last
+    /// packets (they are sparse traffic: background).
     pub fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
         let open = (stats.run.packets > 0 && stats.run.sent()).then(|| run_of(&stats.run));
         let signals = stats.signals;
@@ -294,6 +343,27 @@ impl Steps {
         if unsent > 0 {
             self.add_background(since, stats.last_ns, unsent);
         }
+    }
+
+    /// Kernel path: a flow's batch of finished data runs as read from its map (times in ns
+    /// since the epoch) on every tick, after the flow records: its runs not yet sent replace the
+    /// last read's. A batch unchanged since its last read is skipped; one of a flow not followed
+    /// is taken only when a run not yet sent is within the window (a flow forgotten for having
+    /// nothing left there stays forgotten).
+    pub fn runs_read(&mut self, key: &FlowKey, batch: &RunBatch) {
+        let seq = batch.seq();
+        let window = self.first_bin * BIN_NS;
+        match self.flows.get(key) {
+            Some(a) if a.batch_read == Some(seq) => return,
+            Some(_) => {}
+            // The flow read has counted a flow the full table does not follow.
+            None if self.flows.len() >= MAX_FLOWS => return,
+            None if !batch.unsent().any(|r| r.end_ns >= window) => return,
+            None => {}
+        }
+        let activity = self.flows.entry(*key).or_default();
+        activity.batch_read = Some(seq);
+        activity.unsent = batch.unsent().map(|r| (r.seq, run_of(r))).collect();
     }
 
     /// An XOFF seen at `ts` asking for `pause_ns` of pause.
@@ -418,6 +488,7 @@ impl Steps {
             if a.open.is_some_and(|o| o.end < t) {
                 a.open = None;
             }
+            a.unsent.retain(|(_, r)| r.end >= t);
             a.open_signals.retain(|s| s.0 >= t);
         }
         // A flow with nothing left in the window is forgotten (a kernel flow read within it is
@@ -426,6 +497,7 @@ impl Steps {
             !a.runs.is_empty()
                 || !a.signals.is_empty()
                 || a.open.is_some()
+                || !a.unsent.is_empty()
                 || a.unsent_read.is_some_and(|(_, last)| last >= t)
         });
         while self.pauses.front().is_some_and(|p| p.0 < t) {
@@ -440,7 +512,7 @@ impl Steps {
         let open = self
             .flows
             .values()
-            .filter_map(FlowActivity::open_run)
+            .flat_map(FlowActivity::read_runs)
             .map(|r| r.end / BIN_NS + 1)
             .max()
             .unwrap_or(0);
@@ -451,13 +523,14 @@ impl Steps {
         (self.first_bin, &self.bins)
     }
 
-    /// The series to analyse: the bins, with the bytes of the runs still open (kernel path)
-    /// spread in. A copy only when there are open runs.
+    /// The series to analyse: the bins, with the bytes of the runs read from the flow records
+    /// (kernel path: finished but not yet sent, or still open) spread in. A copy only when
+    /// there are such runs.
     pub fn series(&self) -> (u64, std::borrow::Cow<'_, VecDeque<u64>>) {
         let open: Vec<Run> = self
             .flows
             .values()
-            .filter_map(FlowActivity::open_run)
+            .flat_map(FlowActivity::read_runs)
             .copied()
             .collect();
         if open.is_empty() && self.background.is_empty() {
@@ -558,37 +631,33 @@ impl Analysis for StepsAnalysis {
             return;
         }
         let ts = ev.ts_ns;
-        match *body {
-            EventBody::DataRun {
-                duration_ns,
-                bytes,
-                ce,
-                retransmits,
-                ..
-            } => self.steps.data_run(
-                &ev.flow,
-                Run {
-                    start: ts,
-                    end: ts.saturating_add(duration_ns),
-                    bytes,
-                    ce: u64::from(ce),
-                    retransmits: u64::from(retransmits),
-                },
-            ),
-            EventBody::SignalRun {
-                duration_ns,
-                cnp,
-                naks,
-            } => self
-                .steps
-                .signal_run(&ev.flow, ts, ts.saturating_add(duration_ns), cnp, naks),
-            _ => {}
+        if let EventBody::SignalRun {
+            duration_ns,
+            cnp,
+            naks,
+        } = *body
+        {
+            self.steps
+                .signal_run(&ev.flow, ts, ts.saturating_add(duration_ns), cnp, naks);
         }
     }
 
-    /// The runs still open, and the bytes of runs too short to be sent.
+    fn data_runs(&mut self, flow: &FlowKey, first: u32, runs: &[DataRun], from_capture: bool) {
+        // As for events.
+        if from_capture && self.feed == Feed::Packets {
+            return;
+        }
+        self.steps.data_runs(flow, first, runs);
+    }
+
+    /// The runs still open, and the bytes of runs too short to be batched.
     fn flow_read(&mut self, key: &FlowKey, stats: &FlowStats) {
         self.steps.flow_read(key, stats);
+    }
+
+    /// The runs finished but not yet sent.
+    fn runs_read(&mut self, key: &FlowKey, batch: &RunBatch) {
+        self.steps.runs_read(key, batch);
     }
 
     /// Names are part of the stragglers.

@@ -164,6 +164,8 @@ struct FlowBuffers {
     keys6: Vec<roce_observer_common::flow::FlowKey6>,
     values: Vec<roce_observer_common::FlowStats>,
     latency: Vec<roce_observer_common::latency::LatencyHist>,
+    batch_keys: Vec<roce_observer_common::FlowKey>,
+    batches: Vec<roce_observer_common::run::RunBatch>,
     /// Fingerprints of the last read, by index, and of the read under way.
     prints: Vec<u64>,
     next_prints: Vec<u64>,
@@ -270,6 +272,7 @@ impl KernelSource {
             .map_max_entries("FLOWS6", opts.max_flows)
             .map_max_entries("LATENCY4", opts.max_flows)
             .map_max_entries("LATENCY6", opts.max_flows)
+            .map_max_entries("RUN_BATCHES", opts.max_flows)
             .map_max_entries("SESSIONS", session_slots())
             .override_global("FLOOR_SLOTS", &opts.floor_entries.max(1), true)
             .map_max_entries("FLOOR_HASH", opts.floor_entries.max(1))
@@ -483,7 +486,7 @@ impl Drop for KernelSource {
 
 /// Copy the kernel's events and maps into the engine (map values are absolute).
 pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()> {
-    src.drain_events(|ev| engine.ingest_event(ev));
+    src.drain_records(|ev, runs| engine.ingest_record(ev, runs));
     let b = &mut src.flow_buffers;
     let same_engine = b.engine.take() == Some(engine.id());
     let prints = std::mem::take(&mut b.prints);
@@ -501,8 +504,10 @@ pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()
     b.prints = next;
     b.next_prints = prints;
     b.engine = Some(engine.id());
-    // After the flows: a histogram's flow is then in the engine's table.
+    // After the flows: a histogram's flow is then in the engine's table, and a run finished
+    // between the two reads is in its batch rather than missing.
     src.read_latency(|key, hist| engine.update_latency(key, hist))?;
+    src.read_run_batches(|key, batch| engine.update_runs(key, batch))?;
     for (key, stats) in src.read_pfc()? {
         engine.update_pfc(&key, &stats);
     }
@@ -530,7 +535,7 @@ impl LiveSource for KernelSource {
     }
 
     fn pump(&mut self, engine: &mut Engine) -> anyhow::Result<SourceState> {
-        self.drain_events(|ev| engine.ingest_event(ev));
+        self.drain_records(|ev, runs| engine.ingest_record(ev, runs));
         Ok(SourceState::Open)
     }
 

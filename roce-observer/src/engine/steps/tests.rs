@@ -481,6 +481,116 @@ fn unsent_short_runs_are_an_even_background() {
     assert_eq!(bins.iter().sum::<u64>(), 1_507);
 }
 
+/// Kernel path: the finished runs of the flow's batch read on a tick (its own map, read after
+/// the flow record) count in the series and the runs until the record that carries them
+/// arrives, then once, from the record, whichever comes first; a later read whose batch has
+/// moved on (its record lost, its bytes counted with the short runs) no longer shows them, and
+/// the background takes their bytes.
+#[test]
+fn batched_runs_read_from_their_map_count_once() {
+    use roce_observer_common::run::{DataRun, RunAdded, RunBatch};
+    let key = FlowKey::zeroed();
+    let mut stats = roce_observer_common::FlowStats::zeroed();
+    stats.first_ns = T0;
+    let mut batch = RunBatch::zeroed();
+    let run = |i: u64| DataRun {
+        start_ns: T0 + 10 * i * MS,
+        end_ns: T0 + 10 * i * MS + MS / 2,
+        bytes: 1000,
+        packets: 10,
+        ce: 0,
+        retransmits: 0,
+        seq: 0,
+    };
+    let mut records = Vec::new();
+    let push = |batch: &mut RunBatch, records: &mut Vec<RunBatch>, i: u64| {
+        let added = batch.add(&key, &run(i), |full| {
+            records.push(*full);
+            true
+        });
+        assert_ne!(added, RunAdded::NoRoom);
+    };
+    let read = |s: &mut Steps, stats: &roce_observer_common::FlowStats, batch: &RunBatch| {
+        s.flow_read(&key, stats);
+        s.runs_read(&key, batch);
+    };
+    let total = |s: &Steps| s.series().1.iter().sum::<u64>();
+    let runs = |s: &Steps| s.flows[&key].all_runs().count();
+    let mut s = Steps::default();
+    // 18 runs: the first 16 are a record, not drained before the read; 2 read unsent.
+    for i in 0..18 {
+        push(&mut batch, &mut records, i);
+    }
+    stats.last_ns = T0 + 171 * MS;
+    read(&mut s, &stats, &batch);
+    assert_eq!((total(&s), runs(&s)), (2_000, 2));
+    let rec = records.remove(0);
+    s.data_runs(&key, rec.head.c, &rec.runs);
+    assert_eq!((total(&s), runs(&s)), (18_000, 18));
+    read(&mut s, &stats, &batch);
+    assert_eq!((total(&s), runs(&s)), (18_000, 18));
+    // 14 more fill the second batch, whose record comes before the next read: runs 16 and
+    // 17, read twice from the batch, now come from the record alone.
+    for i in 18..32 {
+        push(&mut batch, &mut records, i);
+    }
+    let rec = records.remove(0);
+    assert_eq!(rec.head.c, 16);
+    s.data_runs(&key, rec.head.c, &rec.runs);
+    assert_eq!((total(&s), runs(&s)), (32_000, 32));
+    stats.last_ns = T0 + 400 * MS - 1;
+    read(&mut s, &stats, &batch);
+    assert_eq!((total(&s), runs(&s)), (32_000, 32));
+    // 8 more, read unsent; then the batch fills and its record is lost: observe counts its 16
+    // runs with the short ones. The next read (one run after it) drops the 8 it showed, and
+    // the 16 runs' bytes enter the background, 1,000 a bin over the 16 ms since that read.
+    for i in 32..40 {
+        push(&mut batch, &mut records, i);
+    }
+    read(&mut s, &stats, &batch);
+    assert_eq!((total(&s), runs(&s)), (40_000, 40));
+    for i in 40..49 {
+        push(&mut batch, &mut records, i);
+    }
+    let lost = records.remove(0);
+    assert_eq!(lost.head.c, 32);
+    // (What observe does with a lost record, the batch's bytes taken as it filled.)
+    stats.runs_unsent += 16;
+    stats.run_bytes_unsent += 16_000;
+    stats.last_ns = T0 + 416 * MS - 1;
+    read(&mut s, &stats, &batch);
+    assert_eq!((total(&s), runs(&s)), (49_000, 33));
+    assert!(records.is_empty());
+}
+
+/// Kernel path: a run that finishes between the read of its flow record (where it is the open
+/// run) and the read of its batch (where it is a finished run) counts once.
+#[test]
+fn a_run_finished_between_the_two_reads_counts_once() {
+    use roce_observer_common::run::{DataRun, RunBatch};
+    let key = FlowKey::zeroed();
+    let run = DataRun {
+        start_ns: T0,
+        end_ns: T0 + MS / 2,
+        bytes: 1000,
+        packets: 10,
+        ce: 0,
+        retransmits: 0,
+        seq: 0,
+    };
+    let mut stats = roce_observer_common::FlowStats::zeroed();
+    stats.first_ns = T0;
+    stats.last_ns = run.end_ns;
+    stats.run = run;
+    let mut batch = RunBatch::zeroed();
+    batch.add(&key, &run, |_| true);
+    let mut s = Steps::default();
+    s.flow_read(&key, &stats);
+    s.runs_read(&key, &batch);
+    assert_eq!(s.flows[&key].all_runs().count(), 1);
+    assert_eq!(s.series().1.iter().sum::<u64>(), 1000);
+}
+
 /// Not a test: what one analysis of a full window costs (run by hand, in release).
 #[test]
 #[ignore = "timing, by hand: cargo test --release -p roce-observer --lib full_window_analysis_cost -- --ignored --nocapture"]

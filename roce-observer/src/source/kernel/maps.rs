@@ -11,6 +11,7 @@ use roce_observer_common::{
     lossless::{EctCache, LOAD_INTERVAL_NS, LosslessKey, LosslessState},
     mirror::{MirrorKey, MirrorStats},
     pfc::{PfcLink, PfcLinkKey},
+    run::{DataRun, RunBatch},
 };
 
 use super::{FlowBuffers, KernelSource, error::KernelError};
@@ -227,6 +228,42 @@ impl KernelSource {
         )
     }
 
+    /// Every flow's batch of finished data runs, with times turned into ns since the epoch.
+    pub fn read_batches(&mut self) -> Result<Vec<(FlowKey, RunBatch)>, KernelError> {
+        let mut out = Vec::new();
+        self.read_run_batches(|k, b| out.push((*k, *b)))?;
+        Ok(out)
+    }
+
+    /// Every flow's batch of finished data runs (`RUN_BATCHES`, keyed by the whole flow key),
+    /// handed to `each` with the times of its runs converted; through chunk buffers kept like
+    /// the flow table's.
+    pub(super) fn read_run_batches(
+        &mut self,
+        mut each: impl FnMut(&FlowKey, &RunBatch),
+    ) -> Result<(), KernelError> {
+        let offset = self.epoch_offset_ns;
+        let FlowBuffers {
+            batch_keys,
+            batches,
+            ..
+        } = &mut self.flow_buffers;
+        read_map(
+            ebpf_map(&self.ebpf, "RUN_BATCHES")?,
+            "RUN_BATCHES",
+            batch_keys,
+            batches,
+            |k, b| {
+                // Every slot written so far.
+                for r in b.runs.iter_mut().filter(|r| r.packets > 0) {
+                    r.start_ns = r.start_ns.saturating_add(offset);
+                    r.end_ns = r.end_ns.saturating_add(offset);
+                }
+                each(k, b);
+            },
+        )
+    }
+
     /// One entry per (interface, direction, source MAC, priority) that saw a frame: the
     /// kernel keeps all priorities of a link in one entry (`PfcLink`).
     pub fn read_pfc(&self) -> Result<Vec<(PfcKey, PfcStats)>, KernelError> {
@@ -323,17 +360,34 @@ impl KernelSource {
     }
 
     /// Hand every queued event to `f` (timestamps converted to epoch ns); returns how many.
+    /// A record of finished data runs is handed as its head (see [`Self::drain_records`]).
     pub fn drain_events(&mut self, mut f: impl FnMut(&Event)) -> usize {
+        self.drain_records(|ev, _| f(ev))
+    }
+
+    /// Hand every queued record to `f`: its event and, for a record of finished data runs
+    /// (`RunBatch`), the runs after it, else none (times converted to epoch ns); returns
+    /// how many.
+    pub fn drain_records(&mut self, mut f: impl FnMut(&Event, &[DataRun])) -> usize {
         // How full it got: read before every drain, the highest kept for the report.
         if let Some(fill) = self.ring_fill.as_mut() {
             fill.sample();
         }
+        let offset = self.epoch_offset_ns;
         let mut n = 0;
         while let Some(item) = self.events.next() {
-            if let Some(mut ev) = Event::from_bytes(&item) {
-                ev.ts_ns = ev.ts_ns.saturating_add(self.epoch_offset_ns);
-                ev.lossless_to_epoch(self.epoch_offset_ns);
-                f(&ev);
+            if let Some(mut rec) = RunBatch::from_bytes(&item) {
+                rec.head.ts_ns = rec.head.ts_ns.saturating_add(offset);
+                for r in &mut rec.runs {
+                    r.start_ns = r.start_ns.saturating_add(offset);
+                    r.end_ns = r.end_ns.saturating_add(offset);
+                }
+                f(&rec.head, &rec.runs);
+                n += 1;
+            } else if let Some(mut ev) = Event::from_bytes(&item) {
+                ev.ts_ns = ev.ts_ns.saturating_add(offset);
+                ev.lossless_to_epoch(offset);
+                f(&ev, &[]);
                 n += 1;
             }
         }
