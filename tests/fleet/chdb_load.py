@@ -5,7 +5,7 @@ one JSON object: rows per table, each query's rows and time, and per-point flow 
 
 usage: chdb_load.py SESSION_DIR FROM TO FILE...   (FROM/TO: 'YYYY-MM-DD hh:mm:ss' UTC)
 
-ROCE_FLOWS_ORDER='(...)' replaces the flows table's ordering key, to compare keys (bench).
+(The bench at fleet size, comparing ordering keys: chdb_scale.py.)
 """
 import json
 import os
@@ -38,11 +38,6 @@ def main():
     # Counts as JSON numbers, not strings.
     s.query("SET output_format_json_quote_64bit_integers = 0")
     schema = open(os.path.join(DOCS, "schema.sql")).read()
-    order = os.environ.get("ROCE_FLOWS_ORDER")
-    if order:
-        shipped = "ORDER BY (toStartOfFifteenMinutes(ts), src_ip, dst_ip, dst_qp, host, ts)"
-        assert shipped in schema, "the flows ordering key moved"
-        schema = schema.replace(shipped, "ORDER BY " + order, 1)
     for st in statements(schema):
         s.query(st)
     ingest = open(os.path.join(DOCS, "ingest.sql")).read()
