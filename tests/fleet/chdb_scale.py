@@ -22,7 +22,7 @@ import time
 
 from chdb import session
 
-from chdb_load import DOCS, rows, statements
+from chdb_load import DOCS, TABLES, load, rows, statements
 
 SHIPPED = "(toStartOfFifteenMinutes(ts), src_ip, dst_ip, dst_qp, host, ts)"
 CANDIDATES = {
@@ -63,18 +63,9 @@ def main():
 def load_and_replicate(s, replicas, files):
     schema = open(os.path.join(DOCS, "schema.sql")).read()
     assert "ORDER BY " + SHIPPED in schema, "the flows ordering key moved: update CANDIDATES"
-    for st in statements(schema):
-        s.query(st)
-
     # 1. The sample, through the shipped ingestion path.
-    ingest = open(os.path.join(DOCS, "ingest.sql")).read()
-    t0 = time.monotonic()
-    for f in files:
-        for st in statements(ingest.replace("{file}", os.path.abspath(f))):
-            s.query(st)
-    load_s = time.monotonic() - t0
-    tables = ["flows", "pfc", "mirrors", "alerts", "diagnosis", "summaries"]
-    counts = {t: rows(s, f"SELECT count() AS n FROM roce.{t}")[0]["n"] for t in tables}
+    load_s = load(s, files)
+    counts = {t: rows(s, f"SELECT count() AS n FROM roce.{t}")[0]["n"] for t in TABLES}
     lines = sum(counts.values())
     sample_flows = counts["flows"]
     hosts = rows(s, "SELECT uniqExact(host) AS n FROM roce.flows")[0]["n"]
