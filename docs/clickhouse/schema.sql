@@ -4,10 +4,10 @@
 --   - is ordered for its queries. roce.flows by 15-minute bucket, then flow, then observer and
 --     time: a time range reads only its buckets, and inside a bucket each flow's rows at every
 --     point are together, so the loss queries read only the rows of the flows that lost. Of
---     the keys measured at 72 M rows it answers them 3-6x faster than observer then time (as
---     fast as flow first, within the noise) and is the smallest on disk (docs/benchmarks.md,
---     "Fleet store", which also says how to compare keys on a fleet of your size). The other
---     tables by observer, then time;
+--     the keys measured at 72 M rows it answers them 3-7x faster than observer then time
+--     (flow first was as fast or a little faster, at twice the size) and is the smallest on
+--     disk (docs/benchmarks.md, "Fleet store", which also says how to compare keys on a fleet
+--     of your size). The other tables by observer, then time;
 --   - keeps times as DateTime64(9) (ns, UTC), addresses as IPv6 (IPv4 as ::ffff:a.b.c.d),
 --     repeated strings as LowCardinality;
 --   - keeps rows 30 days (change the TTL to taste).
