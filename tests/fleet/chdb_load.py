@@ -5,7 +5,7 @@ one JSON object: rows per table, each query's rows and time, and per-point flow 
 
 usage: chdb_load.py SESSION_DIR FROM TO FILE...   (FROM/TO: 'YYYY-MM-DD hh:mm:ss' UTC)
 
-ROCE_FLOWS_ORDER='(...)' replaces the flows table's ordering key, to compare keys (bench).
+(The bench at fleet size, comparing ordering keys: chdb_scale.py.)
 """
 import json
 import os
@@ -32,27 +32,30 @@ def rows(s, sql, params=None):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def main():
-    sess_dir, t_from, t_to, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    s = session.Session(sess_dir)
-    # Counts as JSON numbers, not strings.
-    s.query("SET output_format_json_quote_64bit_integers = 0")
-    schema = open(os.path.join(DOCS, "schema.sql")).read()
-    order = os.environ.get("ROCE_FLOWS_ORDER")
-    if order:
-        shipped = "ORDER BY (host, ts, src_ip, dst_ip, dst_qp)"
-        assert shipped in schema, "the flows ordering key moved"
-        schema = schema.replace(shipped, "ORDER BY " + order, 1)
-    for st in statements(schema):
+TABLES = ["flows", "pfc", "mirrors", "alerts", "diagnosis", "summaries"]
+
+
+def load(s, files):
+    """Create the tables with schema.sql and load each file with ingest.sql; the seconds the
+    files took."""
+    for st in statements(open(os.path.join(DOCS, "schema.sql")).read()):
         s.query(st)
     ingest = open(os.path.join(DOCS, "ingest.sql")).read()
     t0 = time.monotonic()
     for f in files:
         for st in statements(ingest.replace("{file}", os.path.abspath(f))):
             s.query(st)
-    load_s = time.monotonic() - t0
+    return time.monotonic() - t0
+
+
+def main():
+    sess_dir, t_from, t_to, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    s = session.Session(sess_dir)
+    # Counts as JSON numbers, not strings.
+    s.query("SET output_format_json_quote_64bit_integers = 0")
+    load_s = load(s, files)
     out = {"load_s": load_s, "files": len(files), "tables": {}, "queries": {}}
-    for t in ["flows", "pfc", "mirrors", "alerts", "diagnosis", "summaries"]:
+    for t in TABLES:
         out["tables"][t] = rows(s, f"SELECT count() AS n FROM roce.{t}")[0]["n"]
     out["flows_bytes_on_disk"] = rows(
         s,

@@ -3,7 +3,8 @@
 //! chosen PSNs between the second and the third; the logs (rotated .jsonl.gz files and the
 //! live files) are loaded with the shipped docs/clickhouse/schema.sql and ingest.sql, every
 //! shipped query runs, the loss queries name the dropped PSNs between observers 2 and 3, and
-//! the totals in the store equal each observer's own JSON document.
+//! the totals in the store, and the per-minute sums the whole-range queries read, equal each
+//! observer's own JSON document.
 //!
 //! The three observers run on three hosts, each its own network namespace along a veth chain
 //! (`VethNs::chain`): observer 1 at TC egress of host 1's sending end, observer 2 at XDP
@@ -12,7 +13,7 @@
 //! `--observer-id`.
 //! Run by `cargo xtask fleet` (which installs chDB), not by `cargo xtask test`.
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{collections::BTreeMap, path::PathBuf, process::Command, time::Duration};
 
 use integration_tests::{
     netns::{Chain, Observer, VethNs},
@@ -196,6 +197,28 @@ fn fleet_store_three_observers_lost_between_two_and_three() {
         let in_store = totals.iter().filter(|r| r["host"] == *id).count();
         assert_eq!(in_store, flows.len(), "{id}: flows in the store");
     }
+
+    // The per-minute sums (roce.flow_minutes, filled at insert) that bytes_per_point.sql reads
+    // hold every point's bytes: the same as the flow rows.
+    let point = |r: &Value| {
+        format!(
+            "{} {} {}",
+            r["host"].as_str().unwrap_or_default(),
+            r["iface"].as_str().unwrap_or_default(),
+            r["direction"].as_str().unwrap_or_default()
+        )
+    };
+    let mut from_flows = BTreeMap::<String, u64>::new();
+    for r in totals {
+        *from_flows.entry(point(r)).or_default() += r["sum_bytes"].as_u64().expect("bytes");
+    }
+    let from_minutes: BTreeMap<String, u64> = queries["bytes_per_point.sql"]["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (point(r), r["bytes"].as_u64().expect("bytes")))
+        .collect();
+    assert_eq!(from_minutes, from_flows, "bytes per point");
     eprintln!(
         "fleet store: {} files, tables {}, load {:.2} s; {} PSNs lost between fleet-obs-2 and fleet-obs-3",
         got["files"],

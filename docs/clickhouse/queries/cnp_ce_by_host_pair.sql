@@ -2,7 +2,8 @@
 -- Per (source IP, destination IP): CE-marked packets and CNPs per second, and the CE fraction.
 -- A flow seen at several points is counted once, at the point that saw the most. CNPs travel
 -- from the receiver back to the sender, so a pair's `cnp` is on its reverse flows' row: a pair
--- with CE marks one way and CNPs the other is being slowed by DCQCN.
+-- with CE marks one way and CNPs the other is being slowed by DCQCN. In whole minutes
+-- (roce.flow_minutes): from the minute {from} falls in, to {to}.
 SELECT
     src_ip, dst_ip,
     sum(ce) AS ecn_ce,
@@ -19,8 +20,8 @@ FROM
         SELECT
             src_ip, dst_ip, dst_qp, host, iface, direction,
             sum(delta_ecn_ce) AS ce, sum(delta_cnp) AS cnps, sum(delta_packets) AS pkts
-        FROM roce.flows
-        WHERE ts >= {from:DateTime64(9)} AND ts < {to:DateTime64(9)}
+        FROM roce.flow_minutes
+        WHERE minute >= toStartOfMinute({from:DateTime64(9)}) AND minute < {to:DateTime64(9)}
         GROUP BY src_ip, dst_ip, dst_qp, host, iface, direction
     )
     GROUP BY src_ip, dst_ip, dst_qp

@@ -18,8 +18,17 @@ WITH per_point AS
         sum(delta_psn_missing) AS lost,
         sum(delta_packets) AS packets,
         min(first_ts) AS first_seen,
-        groupArrayIf((assumeNotNull(req_psn_first), assumeNotNull(req_psn_highest)),
-                     isNotNull(req_psn_first)) AS spans,
+        -- The PSNs the point saw: its lines' spans, split where one wraps the 24-bit PSN
+        -- space, sorted and merged where they touch (a few ranges per point, not one per line).
+        arrayFold((acc, s) -> if(notEmpty(acc) AND s.1 <= acc[-1].2 + 1,
+                                 arrayPushBack(arrayPopBack(acc),
+                                               (acc[-1].1, greatest(acc[-1].2, s.2))),
+                                 arrayPushBack(acc, s)),
+                  arraySort(arrayFlatten(arrayMap(
+                      s -> if(s.1 <= s.2, [s], [(s.1, toUInt32(16777215)), (toUInt32(0), s.2)]),
+                      groupArrayIf((assumeNotNull(req_psn_first), assumeNotNull(req_psn_highest)),
+                                   isNotNull(req_psn_first))))),
+                  CAST([], 'Array(Tuple(UInt32, UInt32))')) AS spans,
         -- Each run expanded to its PSNs, at most 4,096 per run (a longer run marks the point).
         arraySort(groupUniqArrayArray(arrayFlatten(arrayMap(
             r -> arrayMap(k -> (tupleElement(r, 'first') + k) % 16777216,
@@ -29,6 +38,15 @@ WITH per_point AS
             OR arrayExists(r -> tupleElement(r, 'count') > 4096, psn_lost_runs)) AS truncated
     FROM roce.flows
     WHERE ts >= {from:DateTime64(9)} AND ts < {to:DateTime64(9)}
+      -- Only the flows some point declared PSNs lost for in the range: no other flow can have
+      -- lost any between two points. They are few, and the flows table's ordering key finds
+      -- their rows without reading the others' (schema.sql).
+      AND (src_ip, dst_ip, dst_qp) IN
+      (
+          SELECT src_ip, dst_ip, dst_qp FROM roce.flows
+          WHERE ts >= {from:DateTime64(9)} AND ts < {to:DateTime64(9)}
+            AND (delta_psn_missing > 0 OR notEmpty(psn_lost_runs))
+      )
     GROUP BY src_ip, dst_ip, dst_qp, host, iface, direction
     HAVING packets > 0
 ),
@@ -51,11 +69,15 @@ pairs AS
 (
     SELECT
         *,
-        -- Declared lost downstream, seen upstream: inside one of its spans (a span may wrap
-        -- the PSN space), not declared lost there.
-        arrayFilter(p -> NOT has(upstream_lost_psns, p) AND arrayExists(
-            s -> if(s.1 <= s.2, p >= s.1 AND p <= s.2, p >= s.1 OR p <= s.2),
-            upstream_spans), lost_psns) AS named,
+        -- Declared lost downstream, seen upstream: not declared lost there (arrayEnumerateUniq
+        -- numbers each PSN's copies in upstream's list then this one's, so 1 marks a PSN
+        -- upstream did not declare: linear, where has() per PSN would be quadratic) and
+        -- inside one of its ranges.
+        arrayFilter((p, copy) -> copy = 1
+                        AND arrayExists(s -> p >= s.1 AND p <= s.2, upstream_spans),
+                    lost_psns,
+                    arraySlice(arrayEnumerateUniq(arrayConcat(upstream_lost_psns, lost_psns)),
+                               length(upstream_lost_psns) + 1)) AS named,
         truncated OR upstream_truncated AS from_counts
     FROM ordered
     WHERE hop > 1

@@ -1,5 +1,5 @@
 //! `fleet-bench OUT [OBSERVERS] [INTERVALS] [FLOWS]`: a synthetic fleet written by the real log
-//! writer, for sizing the ClickHouse store (tests/fleet/chdb_load.py loads it and times the
+//! writer, for sizing the ClickHouse store (tests/fleet/chdb_scale.py loads it and times the
 //! queries; docs/benchmarks.md, "Fleet store").
 //!
 //! Every observer sees the same FLOWS RC WRITE flows (one path through all observers; ECN
