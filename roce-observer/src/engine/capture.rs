@@ -3,10 +3,8 @@
 //! engine's own tables. Engine-only extras, hooked into its table trait: the path MTU is learned from READ responses, and the traffic-class
 //! checks run on what each packet added.
 
-use std::collections::BTreeMap;
-
 use roce_observer_common::{
-    Counter, Direction, Event, FlowKey, FlowStats, PfcKey,
+    Counter, Direction, Event, FlowKey, FlowStats,
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
@@ -24,7 +22,7 @@ use super::{
     flows::{self, FlowEntry, FlowTable},
     latency::Pending,
     mirrors::Mirrors,
-    pfc::PfcEntry,
+    pfc::PfcAnalysis,
 };
 use crate::wire::{CookedView, Link, SliceView, capture::CapturedFrame};
 
@@ -92,7 +90,7 @@ impl Engine {
             },
             counters: &mut self.counters,
             pending: self.analyses.latency.pending(),
-            pfc: &mut self.pfc,
+            pfc: &mut self.analyses.pfc,
             mirrors: &mut self.analyses.mirrors,
             events: &mut events,
             added: None,
@@ -216,7 +214,7 @@ struct CaptureTables<'a> {
     pmtu: PmtuLearner<'a>,
     counters: &'a mut Counters,
     pending: &'a mut Pending,
-    pfc: &'a mut BTreeMap<PfcKey, PfcEntry>,
+    pfc: &'a mut PfcAnalysis,
     mirrors: &'a mut Mirrors,
     events: &'a mut Vec<Event>,
     /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
@@ -283,8 +281,7 @@ impl Tables for CaptureTables<'_> {
         for slot in 0..=SLOT_LINK {
             if slots & (1 << slot) != 0 {
                 let key = link.priority_key(slot);
-                let entry = self.pfc.entry(key).or_default();
-                entry.stats.account(slot_quanta(quanta, slot), now);
+                self.pfc.account(key, slot_quanta(quanta, slot), now);
             }
         }
         true
