@@ -172,3 +172,80 @@ impl Analysis for PfcAnalysis {
         report.pfc = pfc;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use roce_observer_common::FlowKey;
+
+    use super::*;
+    use crate::engine::alerts::{AlertKind, Subject};
+
+    const MS: u64 = 1_000_000;
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
+
+    #[test]
+    fn an_event_asks_for_its_enabled_classes_or_the_link() {
+        let mut quanta = [0; 8];
+        (quanta[3], quanta[4], quanta[5]) = (100, 0, 7);
+        let ev = Event::pfc(4, Direction::Egress as u8, MAC, (1 << 3) | (1 << 4), quanta);
+        let got: Vec<(PfcKey, u16)> = classes(&ev, ev.body().expect("body")).collect();
+        let key = |priority| PfcKey {
+            ifindex: 4,
+            direction: Direction::Egress as u8,
+            priority,
+            src_mac: MAC,
+        };
+        assert_eq!(got, [(key(3), 100), (key(4), 0)]);
+        let ev = Event::pause(4, Direction::Egress as u8, MAC, 0xffff);
+        let got: Vec<(PfcKey, u16)> = classes(&ev, ev.body().expect("body")).collect();
+        assert_eq!(got, [(key(PRIORITY_LINK), 0xffff)]);
+        let ev = Event::new_flow(&FlowKey::zeroed());
+        assert_eq!(classes(&ev, ev.body().expect("body")).count(), 0);
+    }
+
+    #[test]
+    fn a_storm_onset_is_raised_into_the_store_it_is_given() {
+        let cfg = EngineConfig::default();
+        let key = PfcKey {
+            ifindex: 1,
+            direction: Direction::Ingress as u8,
+            priority: 3,
+            src_mac: MAC,
+        };
+        let mut pfc = PfcAnalysis::default();
+        let mut alerts = Alerts::default();
+        // Paused throughout (a refresh every 300 us) for 1.5 windows.
+        let mut t = 0;
+        while t < 1500 * MS {
+            let ns = pfc.frame(&cfg, key, t, 0xffff, &mut alerts);
+            assert_eq!(ns, 335_539);
+            t += 300_000;
+        }
+        let raised: Vec<_> = alerts
+            .iter()
+            .map(|a| (a.kind, a.subject, a.count))
+            .collect();
+        assert_eq!(raised, [(AlertKind::PfcStorm, Subject::Pfc(key), 1)]);
+        let onset = pfc.storms().first_ns.expect("onset");
+        assert!((1000 * MS..1001 * MS).contains(&onset));
+        assert!(pfc.storms().stormed.contains(&key));
+    }
+
+    #[test]
+    fn the_storm_onset_is_the_earliest_first_onset_of_a_priority() {
+        let key = |priority| PfcKey {
+            ifindex: 1,
+            direction: Direction::Ingress as u8,
+            priority,
+            src_mac: MAC,
+        };
+        let mut s = Storms::default();
+        s.onset(&key(3), 10);
+        s.onset(&key(4), 5);
+        // A later onset of a priority (its timeline keeps the first) moves nothing, even at
+        // an earlier capture time.
+        s.onset(&key(3), 1);
+        assert_eq!(s.first_ns, Some(5));
+        assert_eq!(s.stormed.len(), 2);
+    }
+}
