@@ -11,9 +11,9 @@
 //!
 //! Modules: `capture` (frames in), `live` (kernel maps and events in), `events` (events from
 //! either path, handed to their concept); the engine's own concepts: `flows` (the flow table),
-//! `pfc` (pause time, storms), `alerts` (every alert rule; the store they raise into in
-//! `alerts/store.rs`); the analyses behind [`analysis::Analysis`] (registered in `analyses`),
-//! each owning its state and its report section: `mirrors` (switch-mirror sessions), `ecmp`
+//! `alerts` (every alert rule; the store they raise into in `alerts/store.rs`); the analyses
+//! behind [`analysis::Analysis`] (registered in `analyses`), each owning its state and its
+//! report section: `pfc` (PFC counters, pause time, storms), `mirrors` (switch-mirror sessions), `ecmp`
 //! (path balance: the views in `ecmp/balance.rs`, the advice in `ecmp_advice`), `latency`
 //! (timestamped requests, samples, sketches), the alerts' section (`alerts`), `lossless` (ECN
 //! before PFC, ECN at low load, PFC deadlock), `pfc_origin` (where a PFC storm started),
@@ -40,9 +40,7 @@ mod report;
 
 pub mod steps;
 
-use std::collections::BTreeMap;
-
-use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey, PfcKey};
+use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey};
 
 use crate::report::CaptureSummary;
 use alerts::Alerts;
@@ -50,7 +48,6 @@ use analyses::Analyses;
 use analysis::{Feed, Names};
 use ecmp::EcmpHash;
 use flows::FlowTable;
-use pfc::PfcEntry;
 
 /// The link speed assumed when none is given, Gb/s.
 pub const DEFAULT_LINK_GBPS: f64 = 100.0;
@@ -140,7 +137,6 @@ pub struct Engine {
     /// Capture path: each flow's batch of finished data runs (the kernel's `RUN_BATCHES` map),
     /// bounded by `max_flows` as the flow table is.
     run_batches: flows::RunBatches,
-    pfc: BTreeMap<PfcKey, PfcEntry>,
     counters: Counters,
     alerts: Alerts,
     /// Earliest and latest time seen (frames, events).
@@ -159,7 +155,7 @@ pub struct Engine {
     /// Events received, by `EventKind::index`: ring-buffer records on the kernel path, the
     /// records the shared observation would have sent on the capture path.
     events: [u64; EventKind::ALL.len()],
-    /// The analyses that own their state (analysis.rs, registered in analyses.rs): mirror
+    /// The analyses that own their state (analysis.rs, registered in analyses.rs): PFC, mirror
     /// sessions, ECMP, latency, the alerts' section, lossless class, PFC storm origin, where it
     /// was lost, training steps.
     analyses: Analyses,
@@ -210,7 +206,6 @@ impl Engine {
             names: Names::default(),
             flows: FlowTable::default(),
             run_batches: flows::RunBatches::default(),
-            pfc: BTreeMap::new(),
             counters: [[0; Counter::COUNT as usize]; 3],
             alerts: Alerts::default(),
             first_ns: None,
@@ -306,10 +301,6 @@ impl Engine {
             .sum()
     }
 
-    fn iface_name(&self, ifindex: u32) -> String {
-        self.names.name(ifindex)
-    }
-
     fn seen(&mut self, ts: u64) {
         if self.first_ns.is_none_or(|f| ts < f) {
             self.first_ns = Some(ts);
@@ -325,18 +316,7 @@ impl Engine {
         for e in self.flows.values_mut() {
             e.base_bytes = e.stats().bytes;
         }
-        for e in self.pfc.values_mut() {
-            e.timeline.mark(now_ns);
-        }
-    }
-}
-
-fn pfc_key(ifindex: u32, d: Direction, priority: u8, src_mac: [u8; 6]) -> PfcKey {
-    PfcKey {
-        ifindex,
-        direction: d as u8,
-        priority,
-        src_mac,
+        self.analyses.pfc.mark(now_ns);
     }
 }
 

@@ -10,12 +10,14 @@ use super::{
     lossless::LosslessAnalysis,
     mirrors::Mirrors,
     pathloss::PathsAnalysis,
+    pfc::PfcAnalysis,
     pfc_origin::PfcOriginAnalysis,
     steps::StepsAnalysis,
 };
 
 /// The analyses of an engine.
 pub struct Analyses {
+    pub pfc: PfcAnalysis,
     pub mirrors: Mirrors,
     pub ecmp: Ecmp,
     pub latency: Latency,
@@ -30,6 +32,7 @@ impl Analyses {
     /// Every analysis, set up from `cfg`, fed the capture path's way `feed`.
     pub fn fed(feed: Feed, cfg: &EngineConfig) -> Analyses {
         Analyses {
+            pfc: PfcAnalysis::default(),
             mirrors: Mirrors::default(),
             ecmp: Ecmp,
             latency: Latency::new(cfg.max_pending),
@@ -43,8 +46,10 @@ impl Analyses {
 
     /// Every analysis, in the order their sections are written (the lossless findings add
     /// their alerts after the alerts' section; the PFC origin reads the lossless findings).
-    pub fn each(&mut self) -> [&mut dyn Analysis; 8] {
+    /// The PFC table comes first, as when the engine wrote it.
+    pub fn each(&mut self) -> [&mut dyn Analysis; 9] {
         [
+            &mut self.pfc,
             &mut self.mirrors,
             &mut self.ecmp,
             &mut self.latency,

@@ -1,12 +1,13 @@
 //! One analysis, one type: it owns its state, is fed through the hooks of [`Analysis`], and
 //! writes its section of the report. The engine keeps what every analysis may read (the
-//! configuration, the interface names, the flow and PFC tables, the alert store: [`View`]),
+//! configuration, the interface names, the flow table, the PFC storms, the alert store:
+//! [`View`]),
 //! the counters and the list of analyses (analyses.rs).
 //!
 //! Adding an analysis: a file with its type and `impl Analysis`, its field and its line in
 //! analyses.rs; its section's field in the report schema (crate::report).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use roce_observer_common::{
     Event, EventBody, FlowKey, FlowStats, PfcKey,
@@ -15,7 +16,8 @@ use roce_observer_common::{
 };
 
 use super::{
-    EngineConfig, alerts::store::Alerts, ecmp::balance::FlowLoad, flows::FlowTable, pfc::PfcEntry,
+    EngineConfig, alerts::store::Alerts, ecmp::balance::FlowLoad, flows::FlowTable,
+    pfc::timeline::Storms,
 };
 use crate::report::Snapshot;
 
@@ -65,7 +67,8 @@ pub struct View<'a> {
     pub cfg: &'a EngineConfig,
     pub names: &'a Names,
     pub flows: &'a FlowTable,
-    pub pfc: &'a BTreeMap<PfcKey, PfcEntry>,
+    /// The PFC storms so far (the PFC analysis's).
+    pub storms: &'a Storms,
     /// What each flow with packets puts on the ECMP paths, in report order (the flow pass).
     pub loads: &'a [FlowLoad],
     /// Flows with latency samples.

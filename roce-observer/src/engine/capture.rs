@@ -3,10 +3,8 @@
 //! engine's own tables. Engine-only extras, hooked into its table trait: the path MTU is learned from READ responses, and the traffic-class
 //! checks run on what each packet added.
 
-use std::collections::BTreeMap;
-
 use roce_observer_common::{
-    Counter, Direction, Event, FlowKey, FlowStats, PfcKey,
+    Counter, Direction, Event, FlowKey, FlowStats,
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
@@ -25,7 +23,7 @@ use super::{
     flows::{self, FlowEntry, FlowTable},
     latency::Pending,
     mirrors::Mirrors,
-    pfc::PfcEntry,
+    pfc::PfcAnalysis,
 };
 use crate::wire::{CookedView, Link, SliceView, capture::CapturedFrame};
 
@@ -93,7 +91,7 @@ impl Engine {
             },
             counters: &mut self.counters,
             pending: self.analyses.latency.pending(),
-            pfc: &mut self.pfc,
+            pfc: &mut self.analyses.pfc,
             mirrors: &mut self.analyses.mirrors,
             events: &mut events,
             batches: &mut self.run_batches,
@@ -224,7 +222,7 @@ struct CaptureTables<'a> {
     pmtu: PmtuLearner<'a>,
     counters: &'a mut Counters,
     pending: &'a mut Pending,
-    pfc: &'a mut BTreeMap<PfcKey, PfcEntry>,
+    pfc: &'a mut PfcAnalysis,
     mirrors: &'a mut Mirrors,
     events: &'a mut Vec<Event>,
     /// Each flow's batch of finished data runs, at most `max_batches` (as the kernel's map).
@@ -297,8 +295,7 @@ impl Tables for CaptureTables<'_> {
         for slot in 0..=SLOT_LINK {
             if slots & (1 << slot) != 0 {
                 let key = link.priority_key(slot);
-                let entry = self.pfc.entry(key).or_default();
-                entry.stats.account(slot_quanta(quanta, slot), now);
+                self.pfc.account(key, slot_quanta(quanta, slot), now);
             }
         }
         true

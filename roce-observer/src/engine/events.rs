@@ -1,13 +1,12 @@
 //! Events from either path (the kernel's ring buffer, or the capture path's shared
-//! observation), each handed to its concept: PFC pause timelines; activity runs and path
-//! events go to the analyses' event hook. (Latency samples are no events: latency.rs.)
+//! observation), each handed to its concept: PFC and PAUSE classes to the PFC analysis's
+//! timelines (which raise storms into the alert store), then to the analyses' pause hook;
+//! activity runs and path events to the analyses' event hook. (Latency samples are no events: latency.rs.)
 //! (Bursts of retransmissions and NAKs are read from the flow records, alerts::bursts.)
 
-use roce_observer_common::{
-    Direction, Event, EventBody, FlowKey, pfc::PRIORITY_LINK, run::DataRun,
-};
+use roce_observer_common::{Event, EventBody, FlowKey, run::DataRun};
 
-use super::{Engine, flows, pfc_key};
+use super::{Engine, flows, pfc};
 
 impl Engine {
     /// `per_packet`: the event comes from the capture path, which also feeds the analyses
@@ -22,24 +21,19 @@ impl Engine {
             self.events[kind.index()] += 1;
         }
         let ts = ev.ts_ns;
-        let d = Direction::from_u8(ev.flow.direction);
         match body {
             EventBody::NewFlow => {}
-            EventBody::Pfc {
-                src_mac,
-                class_enable,
-                quanta,
-            } => {
-                for prio in 0..8u8 {
-                    if class_enable & (1 << prio) != 0 {
-                        let key = pfc_key(ev.flow.ifindex, d, prio, src_mac);
-                        self.pause_timeline(key, ts, quanta[prio as usize]);
+            EventBody::Pfc { .. } | EventBody::Pause { .. } => {
+                for (key, quanta) in pfc::classes(ev, body) {
+                    let cfg = &self.cfg;
+                    let ns = self
+                        .analyses
+                        .pfc
+                        .frame(cfg, key, ts, quanta, &mut self.alerts);
+                    for a in self.analyses.each() {
+                        a.pause(cfg, &key, ts, quanta, ns);
                     }
                 }
-            }
-            EventBody::Pause { src_mac, quanta } => {
-                let key = pfc_key(ev.flow.ifindex, d, PRIORITY_LINK, src_mac);
-                self.pause_timeline(key, ts, quanta);
             }
             // Activity runs (training steps) and path events (where was it lost), for the
             // analyses (the capture path feeds them packet by packet unless fed as the kernel).

@@ -53,7 +53,7 @@ impl Engine {
 
     /// Kernel path: the absolute values of one PFC map entry.
     pub fn update_pfc(&mut self, key: &PfcKey, stats: &PfcStats) {
-        self.pfc.entry(*key).or_default().stats = *stats;
+        self.analyses.pfc.read(key, stats);
     }
 
     /// Kernel path: the programs keep the lossless class's episodes, loads and counts. Called

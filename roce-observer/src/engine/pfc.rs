@@ -1,220 +1,251 @@
-//! PFC and legacy PAUSE per (interface, direction, source MAC, priority): the frame counters
-//! ([`PfcStats`], shared with the kernel) plus a pause timeline that gives the time actually
-//! paused, the paused fraction of the reporting interval, and storm detection.
+//! PFC and legacy PAUSE per (interface, direction, source MAC, priority) as an analysis: the
+//! frame counters ([`PfcStats`], shared with the kernel) plus a pause timeline that gives the
+//! time actually paused, the paused fraction of the reporting interval, and storm detection
+//! (pfc/timeline.rs). Storm onsets are raised into the alert store the caller passes.
 //!
-//! Timeline: an XOFF with `q` quanta at time `t` pauses the priority over `[t, t + q·512/link)`;
-//! a later XOFF before that end refreshes the end to its own `t' + q'·512/link`; an XON (time
-//! 0) ends the pause at its own time. The paused time is the length of the union of these
-//! periods. A storm is a moment at which the priority was paused for more than `threshold` of
-//! the preceding `window` (and at least one `window` of this priority has been observed).
+//! Fed by both paths: the capture path counts frames through the shared observation
+//! ([`PfcAnalysis::account`]), the kernel path reads its map ([`PfcAnalysis::read`]); the
+//! timelines take the PFC/PAUSE events of either ([`classes`], [`PfcAnalysis::frame`]).
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 
-use roce_observer_common::{PfcKey, PfcStats, pfc::quanta_to_ns};
+use roce_observer_common::{
+    Direction, Event, EventBody, PfcKey, PfcStats,
+    pfc::{PRIORITY_LINK, quanta_to_ns},
+};
 
-use super::Engine;
+use super::{
+    EngineConfig,
+    alerts::Alerts,
+    analysis::{Analysis, View},
+    show_mac,
+};
+use crate::report::{PfcSnapshot, Snapshot};
+
+pub mod timeline;
+
+pub use timeline::{PauseTimeline, PfcEntry, Storms};
 
 /// A pause episode ends when its source has been unpaused this long (docs/metrics.md, "Pause
 /// and congestion episodes"); the next XOFF starts a new one. The kernel programs' congestion
 /// episodes end after the same quiet period.
 pub use roce_observer_common::lossless::EPISODE_QUIET_NS;
 
-#[derive(Clone, Debug, Default)]
-pub struct PfcEntry {
-    pub stats: PfcStats,
-    pub timeline: PauseTimeline,
+/// The PFC classes (or the legacy PAUSE) a PFC or PAUSE event asks for: each class's key and
+/// quanta (0: XON). Nothing for any other event.
+pub fn classes(ev: &Event, body: EventBody) -> impl Iterator<Item = (PfcKey, u16)> {
+    let (ifindex, d) = (ev.flow.ifindex, Direction::from_u8(ev.flow.direction));
+    let class = move |priority: u8, src_mac: [u8; 6], quanta: u16| {
+        let key = PfcKey {
+            ifindex,
+            direction: d as u8,
+            priority,
+            src_mac,
+        };
+        (key, quanta)
+    };
+    let (pfc, pause) = match body {
+        EventBody::Pfc {
+            src_mac,
+            class_enable,
+            quanta,
+        } => (Some((src_mac, class_enable, quanta)), None),
+        EventBody::Pause { src_mac, quanta } => (None, Some(class(PRIORITY_LINK, src_mac, quanta))),
+        _ => (None, None),
+    };
+    let per_priority = pfc.into_iter().flat_map(move |(mac, enabled, quanta)| {
+        (0..8u8)
+            .filter(move |p| enabled & (1 << p) != 0)
+            .map(move |p| class(p, mac, quanta[p as usize]))
+    });
+    per_priority.chain(pause)
 }
 
-/// The pause periods of one priority.
-#[derive(Clone, Debug, Default)]
-pub struct PauseTimeline {
-    /// First frame time (start of the observed span).
-    first_ns: Option<u64>,
-    /// The open pause period `[start, end)`, if one was started and not yet accounted.
-    open: Option<(u64, u64)>,
-    /// Closed periods that may still overlap the storm window.
-    recent: VecDeque<(u64, u64)>,
-    /// Total closed paused time.
-    closed_ns: u64,
-    /// Paused time before the current reporting interval (see [`PauseTimeline::mark`]).
-    base_ns: u64,
-    /// Storm onsets, and the time of the first one.
-    pub storms: u64,
-    pub first_storm_ns: Option<u64>,
-    in_storm: bool,
+/// Every PFC priority's (and legacy PAUSE's) counters and timeline, and the storms.
+#[derive(Default)]
+pub struct PfcAnalysis {
+    entries: BTreeMap<PfcKey, PfcEntry>,
+    storms: Storms,
 }
 
-impl PauseTimeline {
-    /// One PFC class (or a legacy PAUSE) with `quanta` at `t`. Returns true when a storm starts.
+impl PfcAnalysis {
+    /// Capture path: one class (or legacy PAUSE) of a frame the shared observation counted,
+    /// with `quanta`, at `now` (one entry per priority here, as in the report; the kernel
+    /// keeps one per link).
+    pub fn account(&mut self, key: PfcKey, quanta: u16, now: u64) {
+        self.entries
+            .entry(key)
+            .or_default()
+            .stats
+            .account(quanta, now);
+    }
+
+    /// Kernel path: the absolute values of one PFC map entry.
+    pub fn read(&mut self, key: &PfcKey, stats: &PfcStats) {
+        self.entries.entry(*key).or_default().stats = *stats;
+    }
+
+    /// Either path: one PFC class (or a legacy PAUSE) with `quanta` at `ts` on the timeline of
+    /// `key`; a storm onset is raised into `alerts`. Returns the pause it asks for, ns at the
+    /// link speed (0: XON), for the other analyses' pause hook.
     pub fn frame(
         &mut self,
-        t: u64,
+        cfg: &EngineConfig,
+        key: PfcKey,
+        ts: u64,
         quanta: u16,
-        link_gbps: f64,
-        threshold: f64,
-        window_ns: u64,
-    ) -> bool {
-        self.first_ns.get_or_insert(t);
-        let dur = quanta_to_ns(u64::from(quanta), link_gbps) as u64;
-        match self.open {
-            Some((start, end)) if end > t => {
-                // Still paused: refresh (XOFF) or end here (XON).
-                if quanta == 0 {
-                    self.close(start, t);
-                    self.open = None;
-                } else {
-                    self.open = Some((start, t.saturating_add(dur)));
-                }
-            }
-            Some((start, end)) => {
-                self.close(start, end);
-                self.open = (quanta != 0).then(|| (t, t.saturating_add(dur)));
-            }
-            None => self.open = (quanta != 0).then(|| (t, t.saturating_add(dur))),
+        alerts: &mut Alerts,
+    ) -> u64 {
+        let entry = self.entries.entry(key).or_default();
+        let (gbps, thr, win) = (cfg.link_gbps, cfg.storm_threshold, cfg.storm_window_ns);
+        if entry.timeline.frame(ts, quanta, gbps, thr, win) {
+            self.storms.onset(&key, ts);
+            alerts.pfc_storm(&key, ts, cfg);
         }
-        self.check_storm(t, threshold, window_ns)
+        quanta_to_ns(u64::from(quanta), gbps) as u64
     }
 
-    fn close(&mut self, start: u64, end: u64) {
-        if end > start {
-            self.closed_ns += end - start;
-            self.recent.push_back((start, end));
-        }
-    }
-
-    /// Paused time in `[from, to)`.
-    fn paused_between(&self, from: u64, to: u64) -> u64 {
-        let clip = |(s, e): (u64, u64)| e.min(to).saturating_sub(s.max(from));
-        self.recent.iter().map(|p| clip(*p)).sum::<u64>() + self.open.map(clip).unwrap_or(0)
-    }
-
-    fn check_storm(&mut self, now: u64, threshold: f64, window_ns: u64) -> bool {
-        let from = now.saturating_sub(window_ns);
-        while self.recent.front().is_some_and(|(_, e)| *e <= from) {
-            self.recent.pop_front();
-        }
-        let storm = self.storm_at(now, threshold, window_ns);
-        let onset = storm && !self.in_storm;
-        if onset {
-            self.storms += 1;
-            self.first_storm_ns.get_or_insert(now);
-        }
-        self.in_storm = storm;
-        onset
-    }
-
-    /// Whether the paused fraction of the window ending at `now` exceeds `threshold`.
-    pub fn storm_at(&self, now: u64, threshold: f64, window_ns: u64) -> bool {
-        let Some(first) = self.first_ns else {
-            return false;
-        };
-        if window_ns == 0 || now.saturating_sub(first) < window_ns {
-            return false;
-        }
-        let paused = self.paused_between(now - window_ns, now);
-        paused as f64 > threshold * window_ns as f64
-    }
-
-    /// Total paused time up to `now`.
-    pub fn paused_ns(&self, now: u64) -> u64 {
-        let open = self
-            .open
-            .map(|(s, e)| e.min(now).saturating_sub(s))
-            .unwrap_or(0);
-        self.closed_ns + open
-    }
-
-    /// Paused time since the last [`PauseTimeline::mark`].
-    pub fn paused_in_interval(&self, now: u64) -> u64 {
-        self.paused_ns(now).saturating_sub(self.base_ns)
-    }
-
-    /// Start a new reporting interval at `now`.
+    /// Start a new reporting interval at `now`: `paused_fraction` covers it from here on.
     pub fn mark(&mut self, now: u64) {
-        self.base_ns = self.paused_ns(now);
+        for e in self.entries.values_mut() {
+            e.timeline.mark(now);
+        }
     }
 
-    pub fn has_frames(&self) -> bool {
-        self.first_ns.is_some()
+    /// The storms seen so far (the PFC storm origin reads them).
+    pub fn storms(&self) -> &Storms {
+        &self.storms
     }
 }
 
-impl Engine {
-    /// One PFC class (or a legacy PAUSE) with `quanta` at `ts` on the timeline of `key`; a
-    /// storm onset raises an alert.
-    pub(super) fn pause_timeline(&mut self, key: PfcKey, ts: u64, quanta: u16) {
-        let cfg = &self.cfg;
-        let entry = self.pfc.entry(key).or_default();
-        let (gbps, thr, win) = (cfg.link_gbps, cfg.storm_threshold, cfg.storm_window_ns);
-        if entry.timeline.frame(ts, quanta, gbps, thr, win) {
-            self.alerts.pfc_storm(&key, ts, cfg);
-        }
-        let ns = quanta_to_ns(u64::from(quanta), gbps) as u64;
-        for a in self.analyses.each() {
-            a.pause(&self.cfg, &key, ts, quanta, ns);
-        }
+impl Analysis for PfcAnalysis {
+    /// The PFC table, over the report's interval (the summary's, written before).
+    fn section(&mut self, view: &View<'_>, now: u64, report: &mut Snapshot) {
+        let cfg = view.cfg;
+        let interval_ns = now.saturating_sub(report.summary.interval_start_ts);
+        let mut pfc: Vec<PfcSnapshot> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.stats.pause_frames + e.stats.xon_frames > 0 || e.timeline.has_frames()
+            })
+            .map(|(k, e)| {
+                let paused = e.timeline.paused_in_interval(now);
+                PfcSnapshot {
+                    iface: view.names.name(k.ifindex),
+                    direction: Direction::from_u8(k.direction).name(),
+                    src_mac: show_mac(k.src_mac),
+                    priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
+                    kind: if k.priority == PRIORITY_LINK {
+                        "pause"
+                    } else {
+                        "pfc"
+                    },
+                    pause_frames: e.stats.pause_frames,
+                    xon_frames: e.stats.xon_frames,
+                    pause_quanta: e.stats.pause_quanta,
+                    pause_us: quanta_to_ns(e.stats.pause_quanta, cfg.link_gbps) / 1000.0,
+                    paused_us: paused as f64 / 1000.0,
+                    paused_fraction: if interval_ns > 0 {
+                        (paused as f64 / interval_ns as f64).min(1.0)
+                    } else {
+                        0.0
+                    },
+                    storm: e.timeline.storms > 0
+                        || e.timeline
+                            .storm_at(now, cfg.storm_threshold, cfg.storm_window_ns),
+                    storms: e.timeline.storms,
+                    first_ts: e.stats.first_ns,
+                    last_ts: e.stats.last_ns,
+                }
+            })
+            .collect();
+        // By (source MAC, priority) with the legacy PAUSE entry (null) first, then where seen.
+        pfc.sort_by(|a, b| {
+            (&a.src_mac, a.priority, &a.iface, a.direction).cmp(&(
+                &b.src_mac,
+                b.priority,
+                &b.iface,
+                b.direction,
+            ))
+        });
+        report.pfc = pfc;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use roce_observer_common::FlowKey;
+
     use super::*;
+    use crate::engine::alerts::{AlertKind, Subject};
 
     const MS: u64 = 1_000_000;
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
 
     #[test]
-    fn xoff_xon_and_refresh() {
-        let mut t = PauseTimeline::default();
-        // 0xffff quanta at 100G = 335.5 us.
-        t.frame(0, 0xffff, 100.0, 0.5, 1000 * MS);
-        assert_eq!(t.paused_ns(1_000_000), 335_539);
-        // XON after 100 us ends it there.
-        let mut u = PauseTimeline::default();
-        u.frame(0, 0xffff, 100.0, 0.5, 1000 * MS);
-        u.frame(100_000, 0, 100.0, 0.5, 1000 * MS);
-        assert_eq!(u.paused_ns(1_000_000), 100_000);
-        // A refresh at 300 us extends to 300 + 335.5 us.
-        let mut r = PauseTimeline::default();
-        r.frame(0, 0xffff, 100.0, 0.5, 1000 * MS);
-        r.frame(300_000, 0xffff, 100.0, 0.5, 1000 * MS);
-        assert_eq!(r.paused_ns(10 * MS), 635_539);
-        // An XON that is not needed (already resumed) changes nothing.
-        r.frame(5 * MS, 0, 100.0, 0.5, 1000 * MS);
-        assert_eq!(r.paused_ns(10 * MS), 635_539);
+    fn an_event_asks_for_its_enabled_classes_or_the_link() {
+        let mut quanta = [0; 8];
+        (quanta[3], quanta[4], quanta[5]) = (100, 0, 7);
+        let ev = Event::pfc(4, Direction::Egress as u8, MAC, (1 << 3) | (1 << 4), quanta);
+        let got: Vec<(PfcKey, u16)> = classes(&ev, ev.body().expect("body")).collect();
+        let key = |priority| PfcKey {
+            ifindex: 4,
+            direction: Direction::Egress as u8,
+            priority,
+            src_mac: MAC,
+        };
+        assert_eq!(got, [(key(3), 100), (key(4), 0)]);
+        let ev = Event::pause(4, Direction::Egress as u8, MAC, 0xffff);
+        let got: Vec<(PfcKey, u16)> = classes(&ev, ev.body().expect("body")).collect();
+        assert_eq!(got, [(key(PRIORITY_LINK), 0xffff)]);
+        let ev = Event::new_flow(&FlowKey::zeroed());
+        assert_eq!(classes(&ev, ev.body().expect("body")).count(), 0);
     }
 
     #[test]
-    fn storm_needs_a_full_paused_window() {
-        let mut t = PauseTimeline::default();
-        let mut onsets = 0;
-        // Refresh every 300 us for 1.5 s: continuously paused.
-        let mut now = 0;
-        while now < 1500 * MS {
-            if t.frame(now, 0xffff, 100.0, 0.5, 1000 * MS) {
-                onsets += 1;
-                assert!(now >= 1000 * MS);
-            }
-            now += 300_000;
+    fn a_storm_onset_is_raised_into_the_store_it_is_given() {
+        let cfg = EngineConfig::default();
+        let key = PfcKey {
+            ifindex: 1,
+            direction: Direction::Ingress as u8,
+            priority: 3,
+            src_mac: MAC,
+        };
+        let mut pfc = PfcAnalysis::default();
+        let mut alerts = Alerts::default();
+        // Paused throughout (a refresh every 300 us) for 1.5 windows.
+        let mut t = 0;
+        while t < 1500 * MS {
+            let ns = pfc.frame(&cfg, key, t, 0xffff, &mut alerts);
+            assert_eq!(ns, 335_539);
+            t += 300_000;
         }
-        assert_eq!(onsets, 1);
-        assert_eq!(t.storms, 1);
-        assert!(t.recent.len() <= 1);
-        // Sparse pauses: 335 us every 10 ms is 3.4%: no storm.
-        let mut s = PauseTimeline::default();
-        let mut now = 0;
-        while now < 3000 * MS {
-            assert!(!s.frame(now, 0xffff, 100.0, 0.5, 1000 * MS));
-            now += 10 * MS;
-        }
-        assert!(s.recent.len() < 200);
+        let raised: Vec<_> = alerts
+            .iter()
+            .map(|a| (a.kind, a.subject, a.count))
+            .collect();
+        assert_eq!(raised, [(AlertKind::PfcStorm, Subject::Pfc(key), 1)]);
+        let onset = pfc.storms().first_ns.expect("onset");
+        assert!((1000 * MS..1001 * MS).contains(&onset));
+        assert!(pfc.storms().stormed.contains(&key));
     }
 
     #[test]
-    fn interval_mark() {
-        let mut t = PauseTimeline::default();
-        t.frame(0, 0xffff, 100.0, 0.5, 1000 * MS);
-        t.mark(MS);
-        t.frame(2 * MS, 0xffff, 100.0, 0.5, 1000 * MS);
-        assert_eq!(t.paused_in_interval(3 * MS), 335_539);
+    fn the_storm_onset_is_the_earliest_first_onset_of_a_priority() {
+        let key = |priority| PfcKey {
+            ifindex: 1,
+            direction: Direction::Ingress as u8,
+            priority,
+            src_mac: MAC,
+        };
+        let mut s = Storms::default();
+        s.onset(&key(3), 10);
+        s.onset(&key(4), 5);
+        // A later onset of a priority (its timeline keeps the first) moves nothing, even at
+        // an earlier capture time.
+        s.onset(&key(3), 1);
+        assert_eq!(s.first_ns, Some(5));
+        assert_eq!(s.stormed.len(), 2);
     }
 }

@@ -223,11 +223,7 @@ fn shared_flow_ifaces(view: &View<'_>, ifaces: &HashSet<u32>) -> HashSet<(u32, u
 
 /// The storm origin view as of `now`, or `None` when no storm was detected.
 fn pfc_origin(pauses: &PauseLog, view: &View<'_>, now: u64) -> Option<PfcOrigin> {
-    let onset = view
-        .pfc
-        .values()
-        .filter_map(|e| e.timeline.first_storm_ns)
-        .min()?;
+    let onset = view.storms.first_ns?;
     // A storm is detected at the end of a window that was mostly paused, at least one
     // window after the source's first frame: its start can lie two windows back.
     let window = view.cfg.storm_window_ns;
@@ -256,7 +252,7 @@ fn pfc_origin(pauses: &PauseLog, view: &View<'_>, now: u64) -> Option<PfcOrigin>
                 episode_paused_ms: episode.paused_ns as f64 / 1e6,
                 episode_end_ts: episode.end,
                 paused_fraction: paused as f64 / (to - from).max(1) as f64,
-                storm: view.pfc.get(k).is_some_and(|e| e.timeline.storms > 0),
+                storm: view.storms.stormed.contains(k),
                 paused_by: None,
                 evidence: None,
                 hop_ms: None,

@@ -1,5 +1,5 @@
 //! The snapshot: what the renderers read. The engine's own sections (the flows, built by the
-//! incremental flow pass; the PFC table; the counters in the summary), then each analysis's
+//! incremental flow pass; the counters in the summary), then each analysis's
 //! section in the order of `Analyses::each`.
 
 use std::{
@@ -7,10 +7,7 @@ use std::{
     sync::Arc,
 };
 
-use roce_observer_common::{
-    Counter, Direction, EventKind, FlowKey, FlowStats,
-    pfc::{PRIORITY_LINK, quanta_to_ns},
-};
+use roce_observer_common::{Counter, Direction, EventKind, FlowKey, FlowStats};
 
 use super::{
     DIRECTIONS, Engine,
@@ -19,11 +16,10 @@ use super::{
     ecmp::balance::FlowLoad,
     flows::{self, FastHash, FlowEntry},
     latency::rtt_summary,
-    show_mac,
 };
 use crate::report::{
-    Beside, EcmpSnapshot, FlowSnapshot, LatencySnapshot, MirrorSource, PfcSnapshot, PsnTrail,
-    RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners, show_ip,
+    Beside, EcmpSnapshot, FlowSnapshot, LatencySnapshot, MirrorSource, PsnTrail, RttSummary,
+    SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners, show_ip,
 };
 
 /// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
@@ -110,56 +106,6 @@ impl Engine {
         let mut flows = pass.flows;
         owners::label_flows(&qp_owners, &mut flows);
 
-        let mut pfc: Vec<PfcSnapshot> = self
-            .pfc
-            .iter()
-            .filter(|(_, e)| {
-                e.stats.pause_frames + e.stats.xon_frames > 0 || e.timeline.has_frames()
-            })
-            .map(|(k, e)| {
-                let paused = e.timeline.paused_in_interval(now_ns);
-                PfcSnapshot {
-                    iface: self.iface_name(k.ifindex),
-                    direction: Direction::from_u8(k.direction).name(),
-                    src_mac: show_mac(k.src_mac),
-                    priority: (k.priority != PRIORITY_LINK).then_some(k.priority),
-                    kind: if k.priority == PRIORITY_LINK {
-                        "pause"
-                    } else {
-                        "pfc"
-                    },
-                    pause_frames: e.stats.pause_frames,
-                    xon_frames: e.stats.xon_frames,
-                    pause_quanta: e.stats.pause_quanta,
-                    pause_us: quanta_to_ns(e.stats.pause_quanta, self.cfg.link_gbps) / 1000.0,
-                    paused_us: paused as f64 / 1000.0,
-                    paused_fraction: if interval_ns > 0 {
-                        (paused as f64 / interval_ns as f64).min(1.0)
-                    } else {
-                        0.0
-                    },
-                    storm: e.timeline.storms > 0
-                        || e.timeline.storm_at(
-                            now_ns,
-                            self.cfg.storm_threshold,
-                            self.cfg.storm_window_ns,
-                        ),
-                    storms: e.timeline.storms,
-                    first_ts: e.stats.first_ns,
-                    last_ts: e.stats.last_ns,
-                }
-            })
-            .collect();
-        // By (source MAC, priority) with the legacy PAUSE entry (null) first, then where seen.
-        pfc.sort_by(|a, b| {
-            (&a.src_mac, a.priority, &a.iface, a.direction).cmp(&(
-                &b.src_mac,
-                b.priority,
-                &b.iface,
-                b.direction,
-            ))
-        });
-
         // Counters.
         let total = |c: Counter| -> u64 { self.counters.iter().map(|d| d[c as usize]).sum() };
         let mut by_direction = BTreeMap::new();
@@ -225,8 +171,8 @@ impl Engine {
                 capture: self.capture.clone(),
             },
             flows,
-            pfc,
             // The analyses' sections, below.
+            pfc: Vec::new(),
             latency: LatencySnapshot::default(),
             mirror: Vec::new(),
             ecmp: EcmpSnapshot::default(),
@@ -241,11 +187,12 @@ impl Engine {
         self.shown = shown;
         self.dirty = dirty;
         self.dirty.clear();
+        let storms = self.analyses.pfc.storms().clone();
         let view = View {
             cfg: &self.cfg,
             names: &self.names,
             flows: &self.flows,
-            pfc: &self.pfc,
+            storms: &storms,
             loads: &pass.ecmp,
             with_samples: pass.with_samples,
             alerts: &self.alerts,
