@@ -18,8 +18,8 @@ use super::{
     latency::rtt_summary,
 };
 use crate::report::{
-    Beside, EcmpSnapshot, FlowSnapshot, LatencySnapshot, MirrorSource, PsnTrail, RttSummary,
-    SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners, show_ip,
+    Beside, EcmpSnapshot, FlowSnapshot, LatencySnapshot, MirrorSource, ObserverCost, OutputHealth,
+    PsnTrail, RttSummary, SCHEMA_VERSION, Snapshot, Summary, ViewStamp, owners, show_ip,
 };
 
 /// The last snapshot's per-flow results, by each flow's place in the snapshot order (`slot`).
@@ -77,6 +77,13 @@ fn may_alert(s: &FlowStats) -> bool {
         || s.psn.flags & roce_observer_common::psn::REQ_TENTATIVE != 0
 }
 
+/// The reporting interval of a summary: its start and end (ns since the epoch) and length (s).
+struct SummaryTimes {
+    start: u64,
+    end: u64,
+    interval_s: f64,
+}
+
 impl Engine {
     /// Everything the engine knows, as of `now_ns` (the end of the reporting interval), with
     /// nothing from beside it (no NIC counters, QP owners, interfaces or output health).
@@ -106,70 +113,20 @@ impl Engine {
         let mut flows = pass.flows;
         owners::label_flows(&qp_owners, &mut flows);
 
-        // Counters.
-        let total = |c: Counter| -> u64 { self.counters.iter().map(|d| d[c as usize]).sum() };
-        let mut by_direction = BTreeMap::new();
-        for d in DIRECTIONS {
-            let block = &self.counters[dir_index(d)];
-            if block.iter().any(|&v| v > 0) {
-                by_direction.insert(
-                    d.name(),
-                    Counter::ALL
-                        .iter()
-                        .map(|c| (c.name(), block[*c as usize]))
-                        .collect(),
-                );
-            }
-        }
-
-        let ringbuf_full = total(Counter::RingbufFull);
+        let summary = self.summary(
+            SummaryTimes {
+                start,
+                end: now_ns,
+                interval_s,
+            },
+            flows.len() as u64,
+            observer,
+            outputs,
+            interfaces_up,
+        );
         let mut snap = Snapshot {
             schema_version: SCHEMA_VERSION,
-            summary: Summary {
-                total_packets: total(Counter::TotalPackets),
-                roce_packets: total(Counter::RocePackets),
-                pfc_frames: total(Counter::PfcFrames),
-                pause_8023x: total(Counter::Pause8023x),
-                non_roce: total(Counter::NonRoce),
-                malformed: total(Counter::Malformed),
-                ip_fragments: total(Counter::IpFragments),
-                unsupported: total(Counter::Unsupported),
-                map_full: total(Counter::MapFull),
-                ringbuf_full,
-                pending_full: total(Counter::PendingFull),
-                tail_call_failed: total(Counter::TailCallFailed),
-                events_lost: ringbuf_full,
-                // The mirror sessions' section.
-                mirror_seq_lost: 0,
-                events: self.events.iter().sum(),
-                events_per_packet: per_packet(
-                    self.events.iter().sum(),
-                    total(Counter::TotalPackets),
-                ),
-                events_by_kind: EventKind::ALL
-                    .iter()
-                    .map(|k| (k.name(), self.events[k.index()]))
-                    .collect(),
-                observer,
-                flows: flows.len() as u64,
-                pmtu: self.pmtu,
-                pmtu_learned: self.pmtu_learned,
-                link_gbps: self.cfg.link_gbps,
-                roce_port: self.cfg.roce_port,
-                vxlan_port: self.cfg.vxlan_port,
-                ts_resolution_ns: self.ts_resolution_ns,
-                interval_start_ts: start,
-                interval_end_ts: now_ns,
-                interval_s,
-                by_direction,
-                // The alerts' section.
-                alerts_dropped: 0,
-                log_records_lost: outputs.log_records_lost,
-                prom_file_errors: outputs.prom_file_errors,
-                interfaces_up,
-                capture_read: self.capture_read,
-                capture: self.capture.clone(),
-            },
+            summary,
             flows,
             // The analyses' sections, below.
             pfc: Vec::new(),
@@ -202,6 +159,76 @@ impl Engine {
             a.section(&view, now_ns, &mut snap);
         }
         snap
+    }
+
+    /// The summary section: the counters, the engine's own figures and what came from beside
+    /// it (the sections' figures, `mirror_seq_lost` and `alerts_dropped`, are their analyses').
+    fn summary(
+        &self,
+        t: SummaryTimes,
+        flows: u64,
+        observer: Option<ObserverCost>,
+        outputs: OutputHealth,
+        interfaces_up: BTreeMap<String, bool>,
+    ) -> Summary {
+        let total = |c: Counter| -> u64 { self.counters.iter().map(|d| d[c as usize]).sum() };
+        let mut by_direction = BTreeMap::new();
+        for d in DIRECTIONS {
+            let block = &self.counters[dir_index(d)];
+            if block.iter().any(|&v| v > 0) {
+                by_direction.insert(
+                    d.name(),
+                    Counter::ALL
+                        .iter()
+                        .map(|c| (c.name(), block[*c as usize]))
+                        .collect(),
+                );
+            }
+        }
+
+        let ringbuf_full = total(Counter::RingbufFull);
+        Summary {
+            total_packets: total(Counter::TotalPackets),
+            roce_packets: total(Counter::RocePackets),
+            pfc_frames: total(Counter::PfcFrames),
+            pause_8023x: total(Counter::Pause8023x),
+            non_roce: total(Counter::NonRoce),
+            malformed: total(Counter::Malformed),
+            ip_fragments: total(Counter::IpFragments),
+            unsupported: total(Counter::Unsupported),
+            map_full: total(Counter::MapFull),
+            ringbuf_full,
+            pending_full: total(Counter::PendingFull),
+            tail_call_failed: total(Counter::TailCallFailed),
+            events_lost: ringbuf_full,
+            // The mirror sessions' section.
+            mirror_seq_lost: 0,
+            events: self.events.iter().sum(),
+            events_per_packet: per_packet(self.events.iter().sum(), total(Counter::TotalPackets)),
+            events_by_kind: EventKind::ALL
+                .iter()
+                .map(|k| (k.name(), self.events[k.index()]))
+                .collect(),
+            observer,
+            flows,
+            pmtu: self.pmtu,
+            pmtu_learned: self.pmtu_learned,
+            link_gbps: self.cfg.link_gbps,
+            roce_port: self.cfg.roce_port,
+            vxlan_port: self.cfg.vxlan_port,
+            ts_resolution_ns: self.ts_resolution_ns,
+            interval_start_ts: t.start,
+            interval_end_ts: t.end,
+            interval_s: t.interval_s,
+            by_direction,
+            // The alerts' section.
+            alerts_dropped: 0,
+            log_records_lost: outputs.log_records_lost,
+            prom_file_errors: outputs.prom_file_errors,
+            interfaces_up,
+            capture_read: self.capture_read,
+            capture: self.capture.clone(),
+        }
     }
 
     /// Everything the snapshot needs from each flow: the flows with packets in snapshot order
