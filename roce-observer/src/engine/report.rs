@@ -14,7 +14,7 @@ use super::{
     analysis::{Names, View},
     dir_index,
     ecmp::balance::FlowLoad,
-    flows::{self, FastHash, FlowEntry},
+    flows::{self, FastHash, FlowEntry, FlowTable},
     latency::rtt_summary,
 };
 use crate::report::{
@@ -252,82 +252,17 @@ impl Engine {
         let (flows, names, roce_port) = (&mut self.flows, &self.names, self.cfg.roce_port);
         let grown = shown.keys.len() != flows.len();
         if grown {
-            // Flows are never removed: the new ones are those not yet in the order.
-            let before = shown.keys.len();
-            for (k, e) in flows.iter_mut() {
-                if !e.ordered {
-                    e.ordered = true;
-                    shown.keys.push(*k);
-                }
-            }
-            let cmp = |a: &FlowKey, b: &FlowKey| {
-                (a.src_ip, a.dst_ip, a.dst_qp)
-                    .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
-                    .then_with(|| names.order(a.ifindex, b.ifindex))
-                    .then(a.direction.cmp(&b.direction))
-                    .then((a.encap, a.outer_src, a.mirror_id).cmp(&(
-                        b.encap,
-                        b.outer_src,
-                        b.mirror_id,
-                    )))
-            };
-            if before == 0 {
-                shown.keys.sort_unstable_by(cmp);
-            } else {
-                shown.keys.sort_by(cmp);
-            }
-            for (slot, k) in shown.keys.iter().enumerate() {
-                if let Some(e) = flows.get_mut(k) {
-                    e.slot = slot;
-                }
-            }
+            order_new_flows(flows, names, shown);
         }
         let full = grown || !shown.valid || interval_ns == 0 || shown.last_interval_empty;
         shown.last_interval_empty = interval_ns == 0;
         let n = shown.keys.len();
-        let mut points: HashMap<(u32, u8), Arc<str>, FastHash> = HashMap::default();
-        let mut redo_one = |shown: &mut Shown, slot: usize, k: &FlowKey, e: &mut FlowEntry| {
-            if slot >= n {
-                return;
-            }
-            let s = e.stats();
-            shown.sampled[slot] = e.rtt().is_some();
-            if may_alert(s) {
-                shown.alerting.insert(slot);
-            }
-            if s.packets() == 0 {
-                return;
-            }
-            // One "iface/direction" string per observation point, shared by its flows.
-            let point = match shown.loads[slot].take() {
-                Some(l) => l.point,
-                None => points
-                    .entry((k.ifindex, k.direction))
-                    .or_insert_with(|| {
-                        format!(
-                            "{}/{}",
-                            names.name(k.ifindex),
-                            Direction::from_u8(k.direction).name()
-                        )
-                        .into()
-                    })
-                    .clone(),
-            };
-            shown.loads[slot] = Some(FlowLoad::new(k, s, point, roce_port));
-            let rate = if interval_ns > 0 {
-                s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / interval_s
-            } else {
-                0.0
-            };
-            let view = match e.view.take() {
-                Some(v) if v.rate_bps.to_bits() == rate.to_bits() => v,
-                _ => Arc::new(flow_view(names, k, e, rate)),
-            };
-            e.view.set(Arc::clone(&view));
-            shown.views[slot] = Some(view);
-            if rate != 0.0 {
-                shown.rated.push(slot);
-            }
+        let mut redo = Redo {
+            names,
+            roce_port,
+            interval_ns,
+            interval_s,
+            points: HashMap::default(),
         };
         // In snapshot order, so that rebuilt views lie in memory in the order every renderer
         // reads them (a pass over scattered views was a cache miss per flow).
@@ -337,15 +272,15 @@ impl Engine {
             shown.sampled = vec![false; n];
             shown.alerting.clear();
             shown.rated.clear();
-            let mut redo: Vec<(usize, &FlowKey, &mut FlowEntry)> =
+            let mut all: Vec<(usize, &FlowKey, &mut FlowEntry)> =
                 flows.iter_mut().map(|(k, e)| (e.slot, k, e)).collect();
-            redo.sort_unstable_by_key(|(slot, ..)| *slot);
-            for (slot, k, e) in redo {
-                redo_one(shown, slot, k, e);
+            all.sort_unstable_by_key(|(slot, ..)| *slot);
+            for (slot, k, e) in all {
+                redo.flow(shown, slot, k, e);
             }
         } else {
             let rated = std::mem::take(&mut shown.rated);
-            let mut redo: Vec<(usize, FlowKey)> = dirty
+            let mut changed: Vec<(usize, FlowKey)> = dirty
                 .iter()
                 .filter_map(|k| Some((flows.get(k)?.slot, *k)))
                 .chain(
@@ -354,11 +289,11 @@ impl Engine {
                         .filter_map(|slot| Some((slot, *shown.keys.get(slot)?))),
                 )
                 .collect();
-            redo.sort_unstable_by_key(|(slot, _)| *slot);
-            redo.dedup_by_key(|(slot, _)| *slot);
-            for (slot, k) in redo {
+            changed.sort_unstable_by_key(|(slot, _)| *slot);
+            changed.dedup_by_key(|(slot, _)| *slot);
+            for (slot, k) in changed {
                 if let Some(e) = flows.get_mut(&k) {
-                    redo_one(shown, slot, &k, e);
+                    redo.flow(shown, slot, &k, e);
                 }
             }
         }
@@ -380,6 +315,95 @@ impl Engine {
     /// The time of the latest frame or event (the natural `now` for a finished capture).
     pub fn last_ts(&self) -> u64 {
         self.last_ns
+    }
+}
+
+/// Redoing one flow's results in a flow pass: its row (shared with the last report when
+/// neither the flow nor its rate changed), its ECMP load, whether it has latency samples and
+/// may raise a table alert, and whether its rate is not zero.
+struct Redo<'a> {
+    names: &'a Names,
+    roce_port: u16,
+    interval_ns: u64,
+    interval_s: f64,
+    /// One "iface/direction" string per observation point, shared by its flows.
+    points: HashMap<(u32, u8), Arc<str>, FastHash>,
+}
+
+impl Redo<'_> {
+    fn flow(&mut self, shown: &mut Shown, slot: usize, k: &FlowKey, e: &mut FlowEntry) {
+        if slot >= shown.keys.len() {
+            return;
+        }
+        let s = e.stats();
+        shown.sampled[slot] = e.rtt().is_some();
+        if may_alert(s) {
+            shown.alerting.insert(slot);
+        }
+        if s.packets() == 0 {
+            return;
+        }
+        // One "iface/direction" string per observation point, shared by its flows.
+        let point = match shown.loads[slot].take() {
+            Some(l) => l.point,
+            None => self
+                .points
+                .entry((k.ifindex, k.direction))
+                .or_insert_with(|| {
+                    format!(
+                        "{}/{}",
+                        self.names.name(k.ifindex),
+                        Direction::from_u8(k.direction).name()
+                    )
+                    .into()
+                })
+                .clone(),
+        };
+        shown.loads[slot] = Some(FlowLoad::new(k, s, point, self.roce_port));
+        let rate = if self.interval_ns > 0 {
+            s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / self.interval_s
+        } else {
+            0.0
+        };
+        let view = match e.view.take() {
+            Some(v) if v.rate_bps.to_bits() == rate.to_bits() => v,
+            _ => Arc::new(flow_view(self.names, k, e, rate)),
+        };
+        e.view.set(Arc::clone(&view));
+        shown.views[slot] = Some(view);
+        if rate != 0.0 {
+            shown.rated.push(slot);
+        }
+    }
+}
+
+/// Put the flows not yet in the snapshot order into it (source, destination, QP, interface
+/// name, direction, then the mirror identity), and give every flow its place (`slot`).
+fn order_new_flows(flows: &mut FlowTable, names: &Names, shown: &mut Shown) {
+    // Flows are never removed: the new ones are those not yet in the order.
+    let before = shown.keys.len();
+    for (k, e) in flows.iter_mut() {
+        if !e.ordered {
+            e.ordered = true;
+            shown.keys.push(*k);
+        }
+    }
+    let cmp = |a: &FlowKey, b: &FlowKey| {
+        (a.src_ip, a.dst_ip, a.dst_qp)
+            .cmp(&(b.src_ip, b.dst_ip, b.dst_qp))
+            .then_with(|| names.order(a.ifindex, b.ifindex))
+            .then(a.direction.cmp(&b.direction))
+            .then((a.encap, a.outer_src, a.mirror_id).cmp(&(b.encap, b.outer_src, b.mirror_id)))
+    };
+    if before == 0 {
+        shown.keys.sort_unstable_by(cmp);
+    } else {
+        shown.keys.sort_by(cmp);
+    }
+    for (slot, k) in shown.keys.iter().enumerate() {
+        if let Some(e) = flows.get_mut(k) {
+            e.slot = slot;
+        }
     }
 }
 
