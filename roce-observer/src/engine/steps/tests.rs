@@ -270,9 +270,13 @@ fn the_period_of_a_plain_series() {
     assert_eq!(period(&[1.0, 0.0, 1.0]), None, "too short");
 }
 
-#[test]
-fn memory_is_bounded() {
-    let mut s = Steps::default();
+/// An in-order 100-byte RDMA WRITE_ONLY of QP 1 with ECN `ecn`, as accounted.
+fn write_packet(
+    ecn: u8,
+) -> (
+    roce_observer_common::account::RocePacket,
+    roce_observer_common::account::Outcome,
+) {
     let pkt = roce_observer_common::account::RocePacket {
         opcode: 0x0a,
         psn: 0,
@@ -280,7 +284,7 @@ fn memory_is_bounded() {
         ack_req: false,
         dma_len: 0,
         syndrome: 0,
-        ecn: 2,
+        ecn,
         dscp: 26,
         pcp: 0,
         udp_sport: 1,
@@ -291,6 +295,13 @@ fn memory_is_bounded() {
         request: true,
         ..roce_observer_common::account::Outcome::zeroed()
     };
+    (pkt, out)
+}
+
+#[test]
+fn memory_is_bounded() {
+    let mut s = Steps::default();
+    let (pkt, out) = write_packet(2);
     let key = FlowKey {
         dst_qp: 1,
         direction: 2,
@@ -1085,24 +1096,7 @@ fn dense_random_bursts_are_not_steps() {
 #[test]
 fn packets_extend_the_newest_run_and_keep_the_last_max_runs() {
     let mut s = Steps::default();
-    let pkt = roce_observer_common::account::RocePacket {
-        opcode: 0x0a,
-        ecn: 3,
-        frame_len: 100,
-        psn: 0,
-        dst_qp: 1,
-        ack_req: false,
-        dma_len: 0,
-        syndrome: 0,
-        dscp: 26,
-        pcp: 0,
-        udp_sport: 1,
-    };
-    let out = roce_observer_common::account::Outcome {
-        psn: PsnVerdict::InOrder,
-        request: true,
-        ..roce_observer_common::account::Outcome::zeroed()
-    };
+    let (pkt, out) = write_packet(3);
     let key = FlowKey {
         dst_qp: 1,
         ..FlowKey::zeroed()
