@@ -133,9 +133,9 @@ impl Engine {
         }
         self.event_buf = events;
         if let Some((key, ts, ns)) = sample {
+            // Not noted in `dirty`: the frame already made the next snapshot redo every flow.
             if let Some(e) = flows::entry_or_new(&mut self.flows, self.cfg.max_flows, &key, ts) {
                 e.add_rtt_sample(ns);
-                self.dirty.push(key);
             }
             let cfg = &self.cfg;
             self.analyses

@@ -74,6 +74,9 @@ pub enum Signal {
 #[derive(Clone, Debug, Default)]
 pub struct FlowActivity {
     pub runs: VecDeque<Run>,
+    /// The newest run, after `runs`, while packets may still extend it: kept here, beside the
+    /// flow's key, so that a packet does not load a line of `runs`' buffer.
+    tail: Option<Run>,
     /// CNPs and NAKs this flow carried (they answer the reverse flow), with their times.
     pub signals: VecDeque<(u64, Signal)>,
     /// Kernel path: the run still open in the flow record at its last read (finished runs
@@ -98,9 +101,18 @@ impl FlowActivity {
     /// carried it, or the batch read after the flow record holds it).
     fn open_run(&self) -> Option<&Run> {
         self.open.as_ref().filter(|o| {
-            self.runs.back().is_none_or(|r| o.start > r.start)
+            self.newest_run().is_none_or(|r| o.start > r.start)
                 && self.unsent.last().is_none_or(|(_, r)| o.start > r.start)
         })
+    }
+
+    fn newest_run(&self) -> Option<&Run> {
+        self.tail.as_ref().or(self.runs.back())
+    }
+
+    /// The runs kept, oldest first (the tail last).
+    fn kept_runs(&self) -> impl Iterator<Item = &Run> {
+        self.runs.iter().chain(self.tail.as_ref())
     }
 
     /// Kernel path: the finished runs read from the flow's batch that no record has carried
@@ -114,8 +126,7 @@ impl FlowActivity {
 
     /// The finished runs, then (kernel path) those not yet sent and the open one.
     pub fn all_runs(&self) -> impl Iterator<Item = &Run> {
-        self.runs
-            .iter()
+        self.kept_runs()
             .chain(self.unsent_runs())
             .chain(self.open_run())
     }
@@ -123,6 +134,16 @@ impl FlowActivity {
     /// Kernel path: the runs read from the maps (finished, not yet sent; open).
     fn read_runs(&self) -> impl Iterator<Item = &Run> {
         self.unsent_runs().chain(self.open_run())
+    }
+
+    /// Move the tail to the end of `runs` (at most [`MAX_RUNS`] kept).
+    fn settle_tail(&mut self) {
+        if let Some(t) = self.tail.take() {
+            if self.runs.len() >= MAX_RUNS {
+                self.runs.pop_front();
+            }
+            self.runs.push_back(t);
+        }
     }
 
     /// The signals, those of the open signal run (kernel path) included.
@@ -232,7 +253,11 @@ impl Steps {
         }
         let retransmit = matches!(out.psn, PsnVerdict::Retransmit { .. }) as u64;
         let ce = (pkt.ecn == 3) as u64;
-        match activity.runs.back_mut() {
+        if activity.tail.is_none() {
+            // The newest run, whoever made it, is the one a packet may extend.
+            activity.tail = activity.runs.pop_back();
+        }
+        match activity.tail.as_mut() {
             Some(r) if ts <= r.end.saturating_add(RUN_GAP_NS) => {
                 r.end = r.end.max(ts);
                 r.bytes += pkt.frame_len as u64;
@@ -240,10 +265,11 @@ impl Steps {
                 r.retransmits += retransmit;
             }
             _ => {
+                activity.settle_tail();
                 if activity.runs.len() >= MAX_RUNS {
                     activity.runs.pop_front();
                 }
-                activity.runs.push_back(Run {
+                activity.tail = Some(Run {
                     start: ts,
                     end: ts,
                     bytes: pkt.frame_len as u64,
@@ -287,6 +313,7 @@ impl Steps {
         if activity.open.is_some_and(|o| o.start <= run.start) {
             activity.open = None;
         }
+        activity.settle_tail();
         if activity.runs.len() >= MAX_RUNS {
             activity.runs.pop_front();
         }
@@ -480,6 +507,9 @@ impl Steps {
             while a.runs.front().is_some_and(|r| r.end < t) {
                 a.runs.pop_front();
             }
+            if a.runs.is_empty() && a.tail.is_some_and(|r| r.end < t) {
+                a.tail = None;
+            }
             while a.signals.front().is_some_and(|s| s.0 < t) {
                 a.signals.pop_front();
             }
@@ -495,6 +525,7 @@ impl Steps {
         // kept: its last read is the base of the next one's unsent bytes).
         self.flows.retain(|_, a| {
             !a.runs.is_empty()
+                || a.tail.is_some()
                 || !a.signals.is_empty()
                 || a.open.is_some()
                 || !a.unsent.is_empty()

@@ -270,9 +270,13 @@ fn the_period_of_a_plain_series() {
     assert_eq!(period(&[1.0, 0.0, 1.0]), None, "too short");
 }
 
-#[test]
-fn memory_is_bounded() {
-    let mut s = Steps::default();
+/// An in-order 100-byte RDMA WRITE_ONLY of QP 1 with ECN `ecn`, as accounted.
+fn write_packet(
+    ecn: u8,
+) -> (
+    roce_observer_common::account::RocePacket,
+    roce_observer_common::account::Outcome,
+) {
     let pkt = roce_observer_common::account::RocePacket {
         opcode: 0x0a,
         psn: 0,
@@ -280,7 +284,7 @@ fn memory_is_bounded() {
         ack_req: false,
         dma_len: 0,
         syndrome: 0,
-        ecn: 2,
+        ecn,
         dscp: 26,
         pcp: 0,
         udp_sport: 1,
@@ -291,6 +295,13 @@ fn memory_is_bounded() {
         request: true,
         ..roce_observer_common::account::Outcome::zeroed()
     };
+    (pkt, out)
+}
+
+#[test]
+fn memory_is_bounded() {
+    let mut s = Steps::default();
+    let (pkt, out) = write_packet(2);
     let key = FlowKey {
         dst_qp: 1,
         direction: 2,
@@ -301,7 +312,11 @@ fn memory_is_bounded() {
         s.packet(T0 + i * 2 * MS, &key, &pkt, &out);
     }
     assert!(s.bins.len() <= WINDOW_BINS + WINDOW_BINS / 10);
-    let runs = s.flows.get(&key).map(|a| a.runs.len()).unwrap_or(0);
+    let runs = s
+        .flows
+        .get(&key)
+        .map(|a| a.kept_runs().count())
+        .unwrap_or(0);
     assert!(runs > 0 && runs <= MAX_RUNS, "{runs}");
     for qp in 0..(MAX_FLOWS as u32 + 10) {
         let k = FlowKey { dst_qp: qp, ..key };
@@ -1186,4 +1201,45 @@ fn dense_random_bursts_are_not_steps() {
     }
     let (_, got) = run(frames);
     assert_eq!(got, None);
+}
+
+#[test]
+fn packets_extend_the_newest_run_and_keep_the_last_max_runs() {
+    let mut s = Steps::default();
+    let (pkt, out) = write_packet(3);
+    let key = FlowKey {
+        dst_qp: 1,
+        ..FlowKey::zeroed()
+    };
+    // MAX_RUNS + 3 runs 2 ms apart, two packets each (the second within the run gap).
+    let n = MAX_RUNS as u64 + 3;
+    for i in 0..n {
+        s.packet(T0 + i * 2 * MS, &key, &pkt, &out);
+        s.packet(T0 + i * 2 * MS + 10 * US, &key, &pkt, &out);
+    }
+    // A run reported by the kernel path comes after them; a packet within its gap extends it.
+    let reported = Run {
+        start: T0 + n * 2 * MS,
+        end: T0 + n * 2 * MS + 5 * US,
+        bytes: 7,
+        ce: 0,
+        retransmits: 0,
+    };
+    s.data_run(&key, reported);
+    s.packet(T0 + n * 2 * MS + 10 * US, &key, &pkt, &out);
+    let runs: Vec<Run> = s.flows[&key].all_runs().copied().collect();
+    // n + 1 runs made, the last MAX_RUNS kept.
+    assert_eq!(runs.len(), MAX_RUNS);
+    let last = runs[MAX_RUNS - 1];
+    assert_eq!(
+        (last.start, last.end, last.bytes),
+        (reported.start, reported.start + 10 * US, 107)
+    );
+    let first = runs[0];
+    assert_eq!(first.start, T0 + (n + 1 - MAX_RUNS as u64) * 2 * MS);
+    assert_eq!(
+        (first.end, first.bytes, first.ce),
+        (first.start + 10 * US, 200, 2)
+    );
+    assert!(runs.windows(2).all(|w| w[0].start < w[1].start));
 }
