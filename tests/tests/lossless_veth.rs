@@ -277,24 +277,38 @@ fn the_lossless_counts_are_exact_when_two_cpus_update_one_point_at_once() {
     );
     // The pause-first capture sent twice at the same times, from CPU 0 and CPU 1: both
     // copies' data, marks and pauses reach the same point and priorities at once.
-    let (_, doc, analyzed) =
-        through_one_pair_from("lossless_pause_first", &[], &[Some(0), Some(1)]);
-    let (got, want) = (ecn_findings(&doc), ecn_findings(&analyzed));
-    assert_eq!(got.len(), want.len(), "{}", doc["lossless"]);
-    for (g, w) in got.iter().zip(&want) {
-        let (ge, we) = (&g["episodes"], &w["episodes"]);
-        // Counts are atomic adds or per-CPU counts: exactly twice the capture's.
-        for field in ["ce", "cnp", "ect_data"] {
-            assert_eq!(
-                ge[field].as_u64(),
-                we[field].as_u64().map(|n| 2 * n),
-                "{field}\n{g}"
-            );
+    // The copies' signals fall in the same episodes: ten, each pause first (an episode closed
+    // by both CPUs at once is one event less, not one episode more). Moving to the next episode
+    // is a plain store (docs/metrics.md, "Lossless class diagnosis": a first time can be lost
+    // when both CPUs close one at once), so a replay whose episode figures differ is made again,
+    // up to three times; the counts must be exact in every replay.
+    let mut differ = Vec::new();
+    for attempt in 1..=3 {
+        let (_, doc, analyzed) =
+            through_one_pair_from("lossless_pause_first", &[], &[Some(0), Some(1)]);
+        let (got, want) = (ecn_findings(&doc), ecn_findings(&analyzed));
+        assert_eq!(got.len(), want.len(), "{}", doc["lossless"]);
+        differ.clear();
+        for (g, w) in got.iter().zip(&want) {
+            let (ge, we) = (&g["episodes"], &w["episodes"]);
+            // Counts are atomic adds or per-CPU counts: exactly twice the capture's.
+            for field in ["ce", "cnp", "ect_data"] {
+                assert_eq!(
+                    ge[field].as_u64(),
+                    we[field].as_u64().map(|n| 2 * n),
+                    "{field}\n{g}"
+                );
+            }
+            for field in ["episodes", "pfc_first", "pause_without_marks", "with_both"] {
+                if ge[field] != we[field] {
+                    differ.push(format!("{field}: {} (analyze {})", ge[field], we[field]));
+                }
+            }
         }
-        // The copies' signals fall in the same episodes: ten, each pause first (an episode
-        // closed by both CPUs at once is one event less, not one episode more).
-        for field in ["episodes", "pfc_first", "pause_without_marks", "with_both"] {
-            assert_eq!(ge[field], we[field], "{field}\n{g}");
+        if differ.is_empty() {
+            return;
         }
+        eprintln!("replay {attempt}: episode figures differ: {differ:?}");
     }
+    panic!("three replays from two CPUs gave other episode figures than analyze: {differ:?}");
 }
