@@ -423,14 +423,16 @@ impl Lossless {
             .map(|i| (i, st.load_bytes, st.load_ce));
     }
 
-    /// The findings as of `now`. `name` gives a point's name; `flows` is, per flow (source
-    /// IP, destination IP, QP), the points that saw it with the time each first did.
+    /// The findings as of `now`. `name` gives a point's name; `flows` gives, per flow (source
+    /// IP, destination IP, QP), the points that saw it with the time each first did: it is
+    /// called only when two points of a priority pause long enough to be in a deadlock (a pass
+    /// over every flow on each report otherwise).
     pub fn findings(
         &self,
         now: u64,
         cfg: &EngineConfig,
         name: impl Fn(u32) -> String,
-        flows: &[Vec<(u64, u32)>],
+        flows: impl FnOnce() -> Vec<Vec<(u64, u32)>>,
     ) -> Vec<LosslessFinding> {
         let mut out = Vec::new();
         for (&(point, prio), p) in &self.points {
@@ -446,25 +448,13 @@ impl Lossless {
         out
     }
 
-    /// Whether some priority has two or more points pausing long enough to be in a deadlock
-    /// (a cycle has at least two members): only then do the flows' chains matter.
-    pub fn may_deadlock(&self, now: u64, window: u64) -> bool {
-        let mut pausing: BTreeMap<u8, usize> = BTreeMap::new();
-        for (&(_, prio), p) in &self.points {
-            if p.deadlock_span(now, window).is_some() {
-                *pausing.entry(prio).or_default() += 1;
-            }
-        }
-        pausing.values().any(|&n| n >= 2)
-    }
-
     /// Closed loops of points pausing one priority (docs/metrics.md, "PFC deadlock").
     fn deadlocks(
         &self,
         now: u64,
         window: u64,
         name: &impl Fn(u32) -> String,
-        flows: &[Vec<(u64, u32)>],
+        flows: impl FnOnce() -> Vec<Vec<(u64, u32)>>,
     ) -> Vec<LosslessFinding> {
         let mut by_prio: BTreeMap<u8, BTreeMap<u32, Span>> = BTreeMap::new();
         for (&(point, prio), p) in &self.points {
@@ -472,9 +462,14 @@ impl Lossless {
                 by_prio.entry(prio).or_default().insert(point, s);
             }
         }
+        // A cycle has two members at least.
+        by_prio.retain(|_, spans| spans.len() >= 2);
+        if by_prio.is_empty() {
+            return Vec::new();
+        }
         // A -> B: a flow seen at A is next seen at B.
         let mut next: BTreeSet<(u32, u32)> = BTreeSet::new();
-        for seen in flows {
+        for seen in flows() {
             let mut order = seen.clone();
             order.sort_unstable();
             for w in order.windows(2) {
@@ -782,24 +777,23 @@ impl Analysis for LosslessAnalysis {
 
     /// The findings as of `now`, and an alert for each (after the engine's, which are sorted).
     fn section(&mut self, view: &View<'_>, now: u64, report: &mut Snapshot) {
-        let mut seen: HashMap<FlowId, Vec<(u64, u32)>> = HashMap::new();
-        // Which point follows which is only asked for a possible deadlock: skipping the pass
-        // over every flow otherwise keeps a report of many flows cheap.
-        let chains = self.state.may_deadlock(now, view.cfg.storm_window_ns);
-        for (k, e) in view.flows.iter().filter(|_| chains) {
-            let st = e.stats();
-            if st.packets() > 0 {
-                let at = seen.entry((k.src_ip, k.dst_ip, k.dst_qp)).or_default();
-                match at.iter_mut().find(|(_, i)| *i == k.ifindex) {
-                    Some(p) => p.0 = p.0.min(st.first_ns),
-                    None => at.push((st.first_ns, k.ifindex)),
+        let chains = || {
+            let mut seen: HashMap<FlowId, Vec<(u64, u32)>> = HashMap::new();
+            for (k, e) in view.flows.iter() {
+                let st = e.stats();
+                if st.packets() > 0 {
+                    let at = seen.entry((k.src_ip, k.dst_ip, k.dst_qp)).or_default();
+                    match at.iter_mut().find(|(_, i)| *i == k.ifindex) {
+                        Some(p) => p.0 = p.0.min(st.first_ns),
+                        None => at.push((st.first_ns, k.ifindex)),
+                    }
                 }
             }
-        }
-        let flows: Vec<Vec<(u64, u32)>> = seen.into_values().filter(|v| v.len() >= 2).collect();
+            seen.into_values().filter(|v| v.len() >= 2).collect()
+        };
         let findings = self
             .state
-            .findings(now, view.cfg, |i| view.names.name(i), &flows);
+            .findings(now, view.cfg, |i| view.names.name(i), chains);
         report.alerts.extend(findings.iter().map(lossless_alert));
         report.lossless = findings;
     }
@@ -832,7 +826,7 @@ mod tests {
             vec![(2, 2), (3, 3)],
             vec![(4, 3), (5, 1)],
         ];
-        l.findings(700 * MS, &cfg, |p| format!("p{p}"), &flows)
+        l.findings(700 * MS, &cfg, |p| format!("p{p}"), || flows)
             .into_iter()
             .filter(|f| f.kind == DEADLOCK)
             .collect()
@@ -844,22 +838,35 @@ mod tests {
             storm_window_ns: 100 * MS,
             ..EngineConfig::default()
         };
+        let asked = |l: &Lossless| {
+            let mut asked = false;
+            l.findings(
+                700 * MS,
+                &cfg,
+                |p| format!("p{p}"),
+                || {
+                    asked = true;
+                    Vec::new()
+                },
+            );
+            asked
+        };
         let mut l = Lossless::default();
         for k in 0..12 {
             l.pause((30 + 50 * k) * MS, 1, 3, 102_400_000, &cfg);
         }
-        assert!(!l.may_deadlock(700 * MS, cfg.storm_window_ns));
+        assert!(!asked(&l));
         for k in 0..12 {
             l.pause((31 + 50 * k) * MS, 2, 3, 102_400_000, &cfg);
         }
-        assert!(l.may_deadlock(700 * MS, cfg.storm_window_ns));
+        assert!(asked(&l));
         // Another priority's pauser does not pair with these.
         let mut other = Lossless::default();
         for k in 0..12 {
             other.pause((30 + 50 * k) * MS, 1, 3, 102_400_000, &cfg);
             other.pause((31 + 50 * k) * MS, 2, 4, 102_400_000, &cfg);
         }
-        assert!(!other.may_deadlock(700 * MS, cfg.storm_window_ns));
+        assert!(!asked(&other));
     }
 
     #[test]
@@ -986,8 +993,8 @@ mod tests {
         let now = 2_000 * MS;
         let name = |p: u32| format!("p{p}");
         (
-            capture.findings(now, &cfg, name, &[]),
-            kernel.findings(now, &cfg, name, &[]),
+            capture.findings(now, &cfg, name, Vec::new),
+            kernel.findings(now, &cfg, name, Vec::new),
         )
     }
 
