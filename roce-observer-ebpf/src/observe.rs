@@ -239,7 +239,7 @@ struct Maps<'a, const SCOREBOARD: bool> {
 }
 
 /// The value of `k` in `map`, made from `zero` (an all-zero value) when absent; `None` when the
-/// map has no room. (A latency histogram, a lossless entry.)
+/// map has no room. (A latency histogram, a lossless entry, a batch of finished runs.)
 #[inline(always)]
 fn value_in<K, V>(
     map: &'static HashMap<K, V>,
@@ -252,32 +252,12 @@ fn value_in<K, V>(
     }
     let zero = zero.get_ptr(0)?;
     // SAFETY: `zero` points at a live per-CPU array value of the right type. By reference: a
-    // value would be a copy on the BPF stack (432 bytes for a histogram). Another CPU may make
+    // value would be a copy on the BPF stack (432 bytes for a histogram, 768 for a batch). Another CPU may make
     // it in between (EEXIST): then it is there to look up.
     #[allow(clippy::needless_borrows_for_generic_args)]
     let _ = map.insert(k, unsafe { &*zero }, BPF_NOEXIST);
     // SAFETY: as above.
     map.get_ptr_mut(k).map(|v| unsafe { &mut *v })
-}
-
-/// The batch of finished runs of `key` in `RUN_BATCHES`, made when absent (all zero); `None` when
-/// the map has no room.
-#[inline(always)]
-fn batch_in(key: &FlowKey) -> Option<&'static mut RunBatch> {
-    if let Some(batch) = RUN_BATCHES.get_ptr_mut(key) {
-        // SAFETY: a map value pointer from a successful lookup, valid for the program's run.
-        return Some(unsafe { &mut *batch });
-    }
-    let zero = ZERO_BATCH.get_ptr(0)?;
-    // SAFETY: `zero` points at a live per-CPU array value of the right type. By reference: a
-    // value would be a 768-byte copy on the BPF stack. Another CPU may make it in between
-    // (EEXIST): then it is there to look up.
-    #[allow(clippy::needless_borrows_for_generic_args)]
-    let _ = RUN_BATCHES.insert(key, unsafe { &*zero }, BPF_NOEXIST);
-    // SAFETY: as above.
-    RUN_BATCHES
-        .get_ptr_mut(key)
-        .map(|batch| unsafe { &mut *batch })
 }
 
 /// Whether two mirror keys are equal, compared as eleven 32-bit words.
@@ -598,7 +578,7 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     /// once per state that reaches this path.
     #[inline(always)]
     fn add_run(&mut self, key: &FlowKey, run: &DataRun) -> RunAdded {
-        let Some(batch) = batch_in(key) else {
+        let Some(batch) = value_in(&RUN_BATCHES, &ZERO_BATCH, key) else {
             return RunAdded::NoRoom;
         };
         batch.add(key, run, |batch| emit_runs(key.direction, batch))
