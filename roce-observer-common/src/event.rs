@@ -1,4 +1,4 @@
-//! Ring-buffer records: rare events (a new flow, a PFC or PAUSE frame, a finished signal run,
+//! Ring-buffer records: rare events (a PFC or PAUSE frame, a finished signal run,
 //! sixteen finished data runs of a flow (run.rs, `RunBatch`: an event with the runs after it),
 //! a request PSN gap or the resend run after one, rate-limited per flow), never one per
 //! data packet, per anomaly nor per latency sample (those are kept in a per-flow histogram,
@@ -15,8 +15,8 @@ use crate::{
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
-    /// A flow entry was created.
-    NewFlow = 1,
+    // 1 was one event per flow entry created: user space finds new flows on its read of the
+    // flow table, so a burst of new queue pairs costs no event each. The number stays unused.
     // 2-5 were one event per PSN gap, retransmission, NAK and CNP: those are counted (and
     // their bursts detected) in the flow record only, so that a loss storm costs no event per
     // packet (docs/metrics.md, "Events"). The numbers stay unused.
@@ -54,8 +54,7 @@ pub const PATH_RESEND: u64 = 1 << 32;
 
 impl EventKind {
     /// Every kind, in the order of [`EventKind::index`].
-    pub const ALL: [EventKind; 8] = [
-        EventKind::NewFlow,
+    pub const ALL: [EventKind; 7] = [
         EventKind::Pfc,
         EventKind::Pause,
         EventKind::DataRun,
@@ -68,21 +67,19 @@ impl EventKind {
     /// Position in [`EventKind::ALL`] (dense, for per-kind counts).
     pub const fn index(self) -> usize {
         match self {
-            EventKind::NewFlow => 0,
-            EventKind::Pfc => 1,
-            EventKind::Pause => 2,
-            EventKind::DataRun => 3,
-            EventKind::SignalRun => 4,
-            EventKind::Path => 5,
-            EventKind::LosslessEpisode => 6,
-            EventKind::LosslessLoad => 7,
+            EventKind::Pfc => 0,
+            EventKind::Pause => 1,
+            EventKind::DataRun => 2,
+            EventKind::SignalRun => 3,
+            EventKind::Path => 4,
+            EventKind::LosslessEpisode => 5,
+            EventKind::LosslessLoad => 6,
         }
     }
 
     /// The kind's name in reports (`summary.events_by_kind`, docs/metrics.md).
     pub const fn name(self) -> &'static str {
         match self {
-            EventKind::NewFlow => "new_flow",
             EventKind::Pfc => "pfc",
             EventKind::Pause => "pause",
             EventKind::DataRun => "data_run",
@@ -95,7 +92,6 @@ impl EventKind {
 
     pub const fn from_u32(v: u32) -> Option<EventKind> {
         Some(match v {
-            1 => EventKind::NewFlow,
             6 => EventKind::Pfc,
             7 => EventKind::Pause,
             9 => EventKind::DataRun,
@@ -131,7 +127,6 @@ assert_size!(Event, 128);
 /// itself stays plain integers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventBody {
-    NewFlow,
     /// One PFC frame; `quanta[p]` is meaningful for the priorities enabled in `class_enable`.
     Pfc {
         src_mac: [u8; 6],
@@ -220,11 +215,6 @@ impl Event {
     // In-place writers, for a record that is all zero but for `ts_ns`: the kernel fills its
     // ring-buffer slot with these, so no 128-byte `Event` is built on the 512-byte BPF stack
     // (the TC program already uses 424 bytes of it).
-
-    #[inline(always)]
-    pub fn set_new_flow(&mut self, flow: &FlowKey) {
-        self.set_flow(EventKind::NewFlow, flow, 0, 0, 0, 0);
-    }
 
     /// A finished signal run of `flow` (event time: `run.start_ns`).
     #[inline(always)]
@@ -343,10 +333,6 @@ impl Event {
 
     // The same as values (user space, tests); `ts_ns` is 0, see [`Event::at`].
 
-    pub fn new_flow(flow: &FlowKey) -> Event {
-        Event::filled(|e| e.set_new_flow(flow))
-    }
-
     pub fn signal_run(flow: &FlowKey, run: &SignalRun) -> Event {
         Event::filled(|e| e.set_signal_run(flow, run)).at(run.start_ns)
     }
@@ -394,7 +380,6 @@ impl Event {
             return None;
         };
         Some(match kind {
-            EventKind::NewFlow => EventBody::NewFlow,
             EventKind::Pfc => EventBody::Pfc {
                 src_mac: self.mac,
                 class_enable: self.c as u16,
@@ -490,7 +475,6 @@ mod tests {
             naks: 1,
         };
         let cases = [
-            (Event::new_flow(&flow), EventBody::NewFlow),
             (
                 Event::pfc(3, 1, mac, 1 << 3, quanta),
                 EventBody::Pfc {
@@ -511,7 +495,7 @@ mod tests {
                     kind: EventKind::DataRun as u32,
                     c: 0xffff_fff0,
                     d: 16,
-                    ..Event::new_flow(&flow)
+                    ..Event::signal_run(&flow, &signals)
                 },
                 EventBody::DataRuns {
                     first: 0xffff_fff0,
@@ -557,7 +541,7 @@ mod tests {
         assert_eq!(Event::signal_run(&flow, &signals).ts_ns, 100);
         let link = Event::pause(3, 1, mac, 77);
         assert_eq!((link.flow.ifindex, link.flow.direction), (3, 1));
-        assert_eq!(Event::new_flow(&flow).at(42).ts_ns, 42);
+        assert_eq!(Event::signal_run(&flow, &signals).at(42).ts_ns, 42);
         let unknown = Event {
             kind: 99,
             ..Event::zeroed()

@@ -85,7 +85,7 @@ pub const NO_POINT: u32 = u32::MAX;
 /// A flow's entry as [`Flows::entry`] finds or makes it.
 pub enum Entry<'a> {
     Found(&'a mut FlowStats),
-    /// Inserted just now, all zero: `observe` initialises it and reports the new flow.
+    /// Inserted just now, all zero: `observe` initialises it.
     New(&'a mut FlowStats),
     /// Absent, and the table has no room: the packet is counted in `map_full`.
     Full,
@@ -410,9 +410,10 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
     }
     let stats = match flows.entry(key, s.flow_point) {
         Entry::Found(stats) => stats,
+        // No event: user space finds a new flow on its next read of the flow table, so a
+        // burst of new queue pairs sends nothing through the ring buffer.
         Entry::New(stats) => {
             stats.init(now);
-            t.emit(key.direction, now, |ev| ev.set_new_flow(key));
             stats
         }
         Entry::Full => {

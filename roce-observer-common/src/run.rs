@@ -560,7 +560,7 @@ mod tests {
         );
         // Too short, or another kind: not a runs record (the event alone still decodes).
         assert_eq!(RunBatch::from_bytes(&b[..128]), None);
-        b[8..12].copy_from_slice(&(EventKind::NewFlow as u32).to_ne_bytes());
+        b[8..12].copy_from_slice(&(EventKind::SignalRun as u32).to_ne_bytes());
         assert_eq!(RunBatch::from_bytes(&b), None);
         assert!(Event::from_bytes(&b).is_some());
     }

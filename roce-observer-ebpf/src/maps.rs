@@ -194,7 +194,7 @@ pub static TC_HEAD: PerCpuArray<[u8; 2 * HEAD_BYTES]> = PerCpuArray::with_max_en
 /// Size of `EVENTS` in bytes.
 pub const EVENTS_BYTES: u64 = 1 << 20;
 
-/// Events (new flow, PFC, PAUSE, finished signal run, path event), 128 B each, and records of
+/// Events (PFC, PAUSE, finished signal run, path event), 128 B each, and records of
 /// sixteen finished data runs (`RunBatch`, 768 B); 1 MiB holds ~8k events between two drains.
 /// Reserve failures are counted, counters stay exact.
 #[map]

@@ -2,7 +2,7 @@
 //! (roce-observer-common/src/observe.rs, which the engine runs on captured frames too), here on
 //! the BPF maps of maps.rs. Counters and per-flow state (latency samples included, in a
 //! histogram per request flow) go to maps; events go to the ring buffer only for rare things
-//! (new flow, PFC, PAUSE, finished signal run, sixteen finished data runs, request gap or
+//! (PFC, PAUSE, finished signal run, sixteen finished data runs, request gap or
 //! finished resend run, the last two limited per flow), without a wakeup each.
 
 use core::ffi::c_void;

@@ -22,7 +22,6 @@ impl Engine {
         }
         let ts = ev.ts_ns;
         match body {
-            EventBody::NewFlow => {}
             EventBody::Pfc { .. } | EventBody::Pause { .. } => {
                 for (key, quanta) in pfc::classes(ev, body) {
                     let cfg = &self.cfg;

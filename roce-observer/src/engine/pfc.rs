@@ -199,7 +199,7 @@ mod tests {
         let ev = Event::pause(4, Direction::Egress as u8, MAC, 0xffff);
         let got: Vec<(PfcKey, u16)> = classes(&ev, ev.body().expect("body")).collect();
         assert_eq!(got, [(key(PRIORITY_LINK), 0xffff)]);
-        let ev = Event::new_flow(&FlowKey::zeroed());
+        let ev = Event::path(&FlowKey::zeroed(), None, Some((1, 1)));
         assert_eq!(classes(&ev, ev.body().expect("body")).count(), 0);
     }
 
