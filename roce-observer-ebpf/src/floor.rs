@@ -7,7 +7,8 @@
 //! less than the observer's parser) and count the packet:
 //! - `hash`, the yardstick the observer's cost is stated against: a preallocated hash map
 //!   (the bench sizes it to 65,536 entries) keyed by (source IP, destination IP, UDP source
-//!   port, destination QP), the packet and its bytes added atomically;
+//!   port, destination QP), the packet and its bytes added atomically (also as a TC
+//!   classifier, the yardstick of the egress program);
 //! - `array`: the plain flow key's 44 bytes (IPv4-mapped addresses, destination QP,
 //!   interface, direction) hashed to an array slot, with no key compare and collisions merged,
 //!   one atomic add of the packet: one memory touch per packet, the floor of any per-flow
@@ -19,7 +20,7 @@
 use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap},
-    programs::XdpContext,
+    programs::{TcContext, XdpContext},
 };
 use roce_observer_common::atomic::add;
 
@@ -84,10 +85,10 @@ fn key(ctx: &XdpContext) -> Option<Key> {
     }
 }
 
-/// The `hash` floor's key of an untagged IPv4 RoCEv2 frame, and the frame's length.
+/// The `hash` floor's key of an untagged IPv4 RoCEv2 frame at `start..end` (packet pointers
+/// the verifier knows as such).
 #[inline(always)]
-fn hash_key(ctx: &XdpContext) -> Option<(HashKey, u64)> {
-    let (start, end) = (ctx.data(), ctx.data_end());
+fn hash_key(start: usize, end: usize) -> Option<HashKey> {
     if start + ETH + IP + UDP + BTH > end {
         return None;
     }
@@ -106,16 +107,29 @@ fn hash_key(ctx: &XdpContext) -> Option<(HashKey, u64)> {
         }
         let bth = udp + UDP;
         let qp = u32::from_be_bytes([0, at(bth + 5), at(bth + 6), at(bth + 7)]);
-        let key = [word(ETH + 12), word(ETH + 16), u32::from(be16(udp)), qp];
-        Some((key, (end - start) as u64))
+        Some([word(ETH + 12), word(ETH + 16), u32::from(be16(udp)), qp])
     }
+}
+
+/// The `hash` floor on XDP.
+#[inline(always)]
+pub fn hash(ctx: &XdpContext) {
+    let (start, end) = (ctx.data(), ctx.data_end());
+    count_hash(hash_key(start, end), (end - start) as u64);
+}
+
+/// The same on TC egress (direct packet access to the skb's linear part, which holds the
+/// headers of the frames the benchmark sends); the frame's length is the skb's.
+#[inline(always)]
+pub fn hash_tc(ctx: &TcContext) {
+    count_hash(hash_key(ctx.data(), ctx.data_end()), u64::from(ctx.len()));
 }
 
 /// One hash-map lookup (insert when new) and two atomic adds (packets, bytes) per RoCE
 /// packet.
 #[inline(always)]
-pub fn hash(ctx: &XdpContext) {
-    let Some((key, len)) = hash_key(ctx) else {
+fn count_hash(key: Option<HashKey>, len: u64) {
+    let Some(key) = key else {
         return;
     };
     let counts = match FLOOR_HASH.get_ptr_mut(&key) {

@@ -125,6 +125,21 @@ pub fn roce_observer_floor_hash(ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }
 
+/// Benchmark baseline on TC egress, never attached by the observer: a classifier that does
+/// nothing.
+#[classifier]
+pub fn roce_observer_baseline_tc(_ctx: TcContext) -> i32 {
+    TC_ACT_PIPE
+}
+
+/// Benchmark floor on TC egress, never attached by the observer: the hash floor as a
+/// classifier (floor.rs).
+#[classifier]
+pub fn roce_observer_floor_hash_tc(ctx: TcContext) -> i32 {
+    floor::hash_tc(&ctx);
+    TC_ACT_PIPE
+}
+
 /// Benchmark floor, never attached by the observer: a per-flow count in an array slot
 /// (floor.rs).
 #[xdp]

@@ -354,3 +354,34 @@ fn latency_samples_and_their_alert_threshold_reach_the_kernel_histograms() {
         );
     }
 }
+
+/// The benchmark's floors (roce-observer-ebpf/src/floor.rs), which `cargo xtask bench` states
+/// the observer's cost against: the XDP and TC hash floors count every RoCE frame in its flow
+/// (source IP, destination IP, UDP source port, destination QP) and nothing else. A floor that
+/// skipped its work would make every ratio in the bench look better than it is.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn the_bench_floors_count_each_roce_frame_in_its_flow() {
+    use roce_observer::source::kernel::BenchProgram;
+    use roce_observer_common::frames::RoceFrame;
+    require_root();
+    let mut src = KernelSource::load(&KernelOptions {
+        floor_entries: 64,
+        ..KernelOptions::default()
+    })
+    .expect("BPF programs load (run as root)");
+    let roce = |qp| RoceFrame::new(0x04, qp, 0x10).build();
+    let other_port = RoceFrame {
+        udp_dport: 12345,
+        ..RoceFrame::new(0x04, 0x11, 0x10)
+    }
+    .build();
+    // 3 + 2 RoCE frames of two flows and 4 of another UDP port, through each hash floor.
+    for program in [BenchProgram::FloorHash, BenchProgram::TcFloorHash] {
+        src.bench(program, &roce(0x11), 3).expect("test run");
+        src.bench(program, &roce(0x12), 2).expect("test run");
+        src.bench(program, &other_port, 4).expect("test run");
+    }
+    let (hashed, _) = src.floor_counts().expect("floor maps read");
+    assert_eq!(hashed, 2 * (3 + 2));
+}

@@ -271,6 +271,53 @@ fn floor_passes(
     Ok(out)
 }
 
+/// TC egress on the sending end, on the same replays: the do-nothing classifier (steady pass),
+/// the hash floor as a classifier and the observer's TC program, (ns/pkt, runs, events) each.
+/// The TC rows time what the XDP rows time on the receiving end, for the egress program.
+fn tc_passes(
+    pcaps: Pcaps,
+    ns: &Netns,
+    qps: u32,
+) -> anyhow::Result<[[(f64, u64, usize); PASSES]; 3]> {
+    let mut out = [[(0.0, 0, 0); PASSES]; 3];
+    let mut src = KernelSource::load(&KernelOptions {
+        floor_entries: FLOOR_ENTRIES,
+        ..KernelOptions::default()
+    })?;
+    for (row, program) in [BenchProgram::TcBaseline, BenchProgram::TcFloorHash]
+        .into_iter()
+        .enumerate()
+    {
+        let link = src.attach_baseline(program, &ns.a)?;
+        for (pass, pcap) in out[row].iter_mut().zip(pcaps) {
+            let before = src.program_stats(program)?;
+            replay(&mut src, pcap, &ns.a)?;
+            let (ns_pkt, runs) = per_run(&src, program, before)?;
+            *pass = (ns_pkt, runs, 0);
+        }
+        src.detach_baseline(program, link)?;
+    }
+    let (hashed, _) = src.floor_counts()?;
+    let runs: u64 = out[1].iter().map(|pass| pass.1).sum();
+    if hashed == 0 || hashed > runs {
+        bail!("TC hash floor counted {hashed} packets of {runs} frames: not timing a flow count");
+    }
+    drop(src);
+    let mut src = KernelSource::load(&KernelOptions {
+        max_flows: (4 * qps).max(16384),
+        ..KernelOptions::default()
+    })?;
+    src.attach(&ns.a, aya::programs::XdpMode::Default)?;
+    for (pass, pcap) in out[2].iter_mut().zip(pcaps) {
+        let before = src.program_stats(BenchProgram::Tc)?;
+        let (_, events) = replay(&mut src, pcap, &ns.a)?;
+        let (ns_pkt, runs) = per_run(&src, BenchProgram::Tc, before)?;
+        *pass = (ns_pkt, runs, events.iter().sum());
+    }
+    let _ = src.detach_all();
+    Ok(out)
+}
+
 /// The passes of an external observer binary: (ns/pkt, runs, duration) each.
 fn external_passes(
     ext: &External,
@@ -647,6 +694,7 @@ fn run_in_namespace(pcaps: Pcaps, qps: u32) -> anyhow::Result<()> {
         stopped.push(staged(&opts, pcaps, &ns)?);
     }
     let (lookup, accounted) = (stopped[0], stopped[1]);
+    let tc = tc_passes(pcaps, &ns, qps)?;
     let external = match std::env::var("ROCE_BENCH_OBSERVER") {
         Ok(bin) => {
             let mut src = KernelSource::load(&KernelOptions::default())?;
@@ -771,6 +819,35 @@ fn run_in_namespace(pcaps: Pcaps, qps: u32) -> anyhow::Result<()> {
     println!("replay rate: {}", rates.join(", "));
     println!(
         "targets: events <= 1% of packets in every pass; ring buffer reserve failures: {lost}"
+    );
+    println!(
+        "TC egress on the sending end, the same replays ({qps} QPs; kernel BPF stats; ratio to \
+         the do-nothing classifier's steady pass)"
+    );
+    let tc_base = tc[0][0].0;
+    for (name, row) in [
+        ("do-nothing TC", tc[0]),
+        ("floor: hash map 64k, as a TC classifier", tc[1]),
+        ("observer TC", tc[2]),
+    ] {
+        let mut line = format!("{name:<44}");
+        for (ns_pkt, runs, events) in row {
+            line += &format!(
+                " {ns_pkt:>9.1} {:>6.1}x {:>7.2}%",
+                ns_pkt / tc_base.max(1.0),
+                pct(events, runs)
+            );
+        }
+        println!("{line}");
+    }
+    let vs: Vec<String> = PASS_NAMES
+        .iter()
+        .zip(tc[2].iter().zip(tc[1]))
+        .map(|(name, (ours, floor))| format!("{name} {:.2}x", ours.0 / floor.0.max(1.0)))
+        .collect();
+    println!(
+        "observer TC / hash floor ({qps} QPs): {} (target <= 1.3x)",
+        vs.join(", ")
     );
     Ok(())
 }

@@ -27,7 +27,7 @@ use roce_observer_common::{Counter, Direction, observe::Stage};
 pub use attach::{Attachment, ifindex};
 pub use error::KernelError;
 pub use probe::Features;
-pub use test_run::BenchProgram;
+pub use test_run::{BaselineLink, BenchProgram};
 
 use error::{load_error, program_load_error};
 use probe::kernel_release;
@@ -56,6 +56,8 @@ const TC_SEQ_PROGRAM: &str = "roce_observer_tc_seq";
 const BASELINE_PROGRAM: &str = "roce_observer_baseline";
 const FLOOR_HASH_PROGRAM: &str = "roce_observer_floor_hash";
 const FLOOR_ARRAY_PROGRAM: &str = "roce_observer_floor_array";
+const TC_BASELINE_PROGRAM: &str = "roce_observer_baseline_tc";
+const TC_FLOOR_HASH_PROGRAM: &str = "roce_observer_floor_hash_tc";
 
 /// Settings fixed at load time.
 #[derive(Clone, Debug)]

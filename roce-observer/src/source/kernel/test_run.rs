@@ -1,11 +1,15 @@
 //! Running the loaded programs on single frames (BPF_PROG_TEST_RUN): exact checks in tests and
 //! kernel cost per packet in benchmarks. Maps update as for real packets.
 
-use aya::programs::{Program, TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
+use aya::programs::{
+    Program, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp, XdpMode,
+    tc::{self, SchedClassifierLinkId},
+    xdp::XdpLinkId,
+};
 
 use super::{
-    BASELINE_PROGRAM, FLOOR_ARRAY_PROGRAM, FLOOR_HASH_PROGRAM, KernelSource, TC_PROGRAM,
-    error::KernelError, program_mut,
+    BASELINE_PROGRAM, FLOOR_ARRAY_PROGRAM, FLOOR_HASH_PROGRAM, KernelSource, TC_BASELINE_PROGRAM,
+    TC_FLOOR_HASH_PROGRAM, TC_PROGRAM, error::KernelError, program_mut,
 };
 
 /// Programs `KernelSource::bench` can run.
@@ -19,16 +23,31 @@ pub enum BenchProgram {
     /// and in an array slot by a hash of the key; the least any per-flow design does.
     FloorHash,
     FloorArray,
+    /// The same on TC egress: a classifier that only returns TC_ACT_PIPE, and the hash floor.
+    TcBaseline,
+    TcFloorHash,
 }
 
 impl BenchProgram {
     /// Loaded only when a benchmark asks for it.
     fn on_demand(self) -> bool {
+        !matches!(self, BenchProgram::Xdp | BenchProgram::Tc)
+    }
+
+    /// A TC classifier (attached to egress), not an XDP program.
+    fn is_tc(self) -> bool {
         matches!(
             self,
-            BenchProgram::Baseline | BenchProgram::FloorHash | BenchProgram::FloorArray
+            BenchProgram::Tc | BenchProgram::TcBaseline | BenchProgram::TcFloorHash
         )
     }
+}
+
+/// A benchmark program attached by [`KernelSource::attach_baseline`].
+#[derive(Debug)]
+pub enum BaselineLink {
+    Xdp(XdpLinkId),
+    Tc(SchedClassifierLinkId),
 }
 
 /// Outcome of one test run.
@@ -84,6 +103,8 @@ impl KernelSource {
             BenchProgram::Baseline => BASELINE_PROGRAM,
             BenchProgram::FloorHash => FLOOR_HASH_PROGRAM,
             BenchProgram::FloorArray => FLOOR_ARRAY_PROGRAM,
+            BenchProgram::TcBaseline => TC_BASELINE_PROGRAM,
+            BenchProgram::TcFloorHash => TC_FLOOR_HASH_PROGRAM,
         }
     }
 
@@ -104,39 +125,66 @@ impl KernelSource {
 }
 
 impl KernelSource {
-    fn load_on_demand(&mut self, program: BenchProgram) -> Result<&mut Xdp, KernelError> {
+    fn load_on_demand(&mut self, program: BenchProgram) -> Result<(), KernelError> {
         let name = self.program_name(program);
-        let prog = program_mut::<Xdp>(&mut self.ebpf, name)?;
-        if prog.fd().is_err() {
-            prog.load().map_err(|e| KernelError::Load(Box::new(e)))?;
+        let err = |e| KernelError::Load(Box::new(e));
+        if program.is_tc() {
+            let prog = program_mut::<SchedClassifier>(&mut self.ebpf, name)?;
+            if prog.fd().is_err() {
+                prog.load().map_err(err)?;
+            }
+        } else {
+            let prog = program_mut::<Xdp>(&mut self.ebpf, name)?;
+            if prog.fd().is_err() {
+                prog.load().map_err(err)?;
+            }
         }
-        Ok(prog)
+        Ok(())
     }
 
-    /// Attach a benchmark program (the do-nothing baseline or a floor) to `iface`
-    /// (benchmarks only: the veth replay in `cargo xtask bench` compares our cost with them
-    /// on the same interface). Detach with [`KernelSource::detach_baseline`]; dropping the
-    /// source detaches it too.
+    /// Attach a benchmark program (a do-nothing baseline or a floor) to `iface`: XDP, or TC
+    /// egress (benchmarks only: the veth replay in `cargo xtask bench` compares our cost with
+    /// them on the same interface). Detach with [`KernelSource::detach_baseline`]; dropping
+    /// the source detaches it too.
     pub fn attach_baseline(
         &mut self,
         program: BenchProgram,
         iface: &str,
-    ) -> Result<XdpLinkId, KernelError> {
+    ) -> Result<BaselineLink, KernelError> {
         assert!(program.on_demand(), "{program:?} is attached with attach()");
-        self.load_on_demand(program)?
-            .attach(iface, XdpMode::Default)
-            .map_err(|e| KernelError::Load(Box::new(e)))
+        self.load_on_demand(program)?;
+        let name = self.program_name(program);
+        let err = |e| KernelError::Load(Box::new(e));
+        if program.is_tc() {
+            // Kernels without TCX need the clsact qdisc (already there: fine).
+            let _ = tc::qdisc_add_clsact(iface);
+            program_mut::<SchedClassifier>(&mut self.ebpf, name)?
+                .attach(iface, TcAttachType::Egress)
+                .map(BaselineLink::Tc)
+                .map_err(err)
+        } else {
+            program_mut::<Xdp>(&mut self.ebpf, name)?
+                .attach(iface, XdpMode::Default)
+                .map(BaselineLink::Xdp)
+                .map_err(err)
+        }
     }
 
     pub fn detach_baseline(
         &mut self,
         program: BenchProgram,
-        id: XdpLinkId,
+        link: BaselineLink,
     ) -> Result<(), KernelError> {
         let name = self.program_name(program);
-        program_mut::<Xdp>(&mut self.ebpf, name)?
-            .detach(id)
-            .map_err(|e| KernelError::Load(Box::new(e)))
+        let err = |e| KernelError::Load(Box::new(e));
+        match link {
+            BaselineLink::Xdp(id) => program_mut::<Xdp>(&mut self.ebpf, name)?
+                .detach(id)
+                .map_err(err),
+            BaselineLink::Tc(id) => program_mut::<SchedClassifier>(&mut self.ebpf, name)?
+                .detach(id)
+                .map_err(err),
+        }
     }
 
     /// Packets the floor programs counted (the sum over their maps' values), to check that a
