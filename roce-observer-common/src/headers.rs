@@ -432,6 +432,26 @@ pub fn ipv4_mapped(a: [u8; 4]) -> [u8; 16] {
     ]
 }
 
+/// `*a = [0; 16]`, one store a byte in the BPF programs (a plain zero assignment becomes a
+/// call to the object's byte-wise `memset` there).
+#[inline(always)]
+pub fn zero16(a: &mut [u8; 16]) {
+    #[cfg(target_arch = "bpf")]
+    {
+        let p = a.as_mut_ptr();
+        let mut i = 0;
+        while i < 16 {
+            // SAFETY: byte i of `a`; volatile so that the stores are not merged into a memset.
+            unsafe { core::ptr::write_volatile(p.add(i), 0) };
+            i += 1;
+        }
+    }
+    #[cfg(not(target_arch = "bpf"))]
+    {
+        *a = [0; 16];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

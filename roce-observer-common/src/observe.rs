@@ -288,11 +288,13 @@ pub fn observe<P: PacketView, F: Flows, T: Tables>(
             key.ifindex = ifindex;
             key.direction = direction;
             key.encap = scratch.point.key.encap;
-            (key.mirror_id, key.outer_src) = if mirrored {
-                (scratch.point.key.id, scratch.point.key.outer_src)
+            if mirrored {
+                key.mirror_id = scratch.point.key.id;
+                key.outer_src = scratch.point.key.outer_src;
             } else {
-                (0, [0; 16])
-            };
+                key.mirror_id = 0;
+                crate::headers::zero16(&mut key.outer_src);
+            }
             t.count(Counter::RocePackets, direction);
             // The session first: its number is part of the flow's key in the kernel. Looked
             // up once per frame, here.
