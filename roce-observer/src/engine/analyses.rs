@@ -1,6 +1,11 @@
 //! The analyses an engine runs, in the order their sections are written: the one place an
 //! analysis is registered (the trait they share is in analysis.rs).
 
+use roce_observer_common::{
+    FlowKey,
+    account::{Outcome, RocePacket},
+};
+
 use super::{
     EngineConfig,
     alerts::AlertsAnalysis,
@@ -15,7 +20,7 @@ use super::{
     steps::StepsAnalysis,
 };
 
-/// The analyses of an engine.
+/// The analyses of an engine (a new one goes in [`Analyses::each`] and [`Analyses::packet`]).
 pub struct Analyses {
     pub pfc: PfcAnalysis,
     pub mirrors: Mirrors,
@@ -42,6 +47,28 @@ impl Analyses {
             paths: PathsAnalysis::fed(feed),
             steps: StepsAnalysis::fed(feed),
         }
+    }
+
+    /// Capture path: one RoCE packet as the shared observation accounted it, through every
+    /// analysis's [`Analysis::packet`] in the order of [`Analyses::each`], called on each type
+    /// directly (the hooks that do nothing cost nothing per packet).
+    pub fn packet(
+        &mut self,
+        cfg: &EngineConfig,
+        ts: u64,
+        key: &FlowKey,
+        pkt: &RocePacket,
+        out: &Outcome,
+    ) {
+        Analysis::packet(&mut self.pfc, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.mirrors, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.ecmp, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.latency, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.alerts, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.lossless, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.pfc_origin, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.paths, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.steps, cfg, ts, key, pkt, out);
     }
 
     /// Every analysis, in the order their sections are written (the lossless findings add

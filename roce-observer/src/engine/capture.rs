@@ -97,7 +97,6 @@ impl Engine {
             batches: &mut self.run_batches,
             max_batches: self.cfg.max_flows,
             runs: None,
-            added: None,
             packet: None,
             sample: None,
         };
@@ -115,15 +114,11 @@ impl Engine {
             ifindex,
             direction as u8,
         );
-        let sample = tables.sample;
-        let runs = tables.runs;
-        if let Some((key, added)) = tables.added {
-            self.alerts.classes(&key, added, ts_ns, &self.cfg);
-        }
-        if let Some((key, pkt, out)) = tables.packet {
-            for a in self.analyses.each() {
-                a.packet(&self.cfg, ts_ns, &key, &pkt, &out);
-            }
+        let (sample, runs, packet) = (tables.sample, tables.runs, tables.packet);
+        if let Some((key, pkt, out)) = &packet {
+            self.alerts
+                .classes(key, Added::packet(pkt, out), ts_ns, &self.cfg);
+            self.analyses.packet(&self.cfg, ts_ns, key, pkt, out);
         }
         for ev in events.drain(..) {
             self.on_event(&ev, &[], true);
@@ -200,13 +195,13 @@ impl Flows for CaptureFlows<'_> {
             }
             std::collections::hash_map::Entry::Vacant(_) if full => Entry::Full,
             std::collections::hash_map::Entry::Vacant(e) => {
-                Entry::New(e.insert(FlowEntry::new(self.now)).stats_mut())
+                Entry::New(e.insert(Box::new(FlowEntry::new(self.now))).stats_mut())
             }
         }
     }
 
     fn get(&mut self, key: &FlowKey, _point: u32) -> Option<&mut FlowStats> {
-        self.table.get_mut(key).map(FlowEntry::stats_mut)
+        self.table.get_mut(key).map(|e| e.stats_mut())
     }
 }
 
@@ -229,11 +224,11 @@ struct CaptureTables<'a> {
     batches: &'a mut super::flows::RunBatches,
     max_batches: usize,
     /// The frame's record of finished data runs (a data packet finishes at most one run, so
-    /// fills at most one batch).
-    runs: Option<RunBatch>,
-    /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
-    added: Option<(FlowKey, Added)>,
-    /// The same packet as accounted, for the analyses' packet hook.
+    /// fills at most one batch). Boxed: made once per batch, it is not copied with the rest
+    /// of the tables on every frame.
+    runs: Option<Box<RunBatch>>,
+    /// The flow a RoCE packet was accounted to and the packet as accounted, for the class
+    /// checks and the analyses' packet hook.
     packet: Option<(FlowKey, RocePacket, Outcome)>,
     /// The latency sample the packet made (at most one: it answered one request): the
     /// request's flow, the time, the latency.
@@ -325,13 +320,12 @@ impl Tables for CaptureTables<'_> {
         };
         let record = &mut self.runs;
         batch.add(key, run, |full| {
-            *record = Some(*full);
+            *record = Some(Box::new(*full));
             true
         })
     }
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
-        self.added = Some((*key, Added::packet(pkt, out)));
         self.packet = Some((*key, *pkt, *out));
     }
 }

@@ -40,7 +40,7 @@ impl Engine {
                 let mut e = FlowEntry::new(stats.first_ns);
                 let added = Added::between(e.stats(), stats);
                 *e.stats_mut() = *stats;
-                self.flows.insert(*key, e);
+                self.flows.insert(*key, Box::new(e));
                 added
             }
         };
