@@ -57,18 +57,19 @@ impl Analyses {
         cfg: &EngineConfig,
         ts: u64,
         key: &FlowKey,
+        flow: u32,
         pkt: &RocePacket,
         out: &Outcome,
     ) {
-        Analysis::packet(&mut self.pfc, cfg, ts, key, pkt, out);
-        Analysis::packet(&mut self.mirrors, cfg, ts, key, pkt, out);
-        Analysis::packet(&mut self.ecmp, cfg, ts, key, pkt, out);
-        Analysis::packet(&mut self.latency, cfg, ts, key, pkt, out);
-        Analysis::packet(&mut self.alerts, cfg, ts, key, pkt, out);
-        Analysis::packet(&mut self.lossless, cfg, ts, key, pkt, out);
-        Analysis::packet(&mut self.pfc_origin, cfg, ts, key, pkt, out);
-        Analysis::packet(&mut self.paths, cfg, ts, key, pkt, out);
-        Analysis::packet(&mut self.steps, cfg, ts, key, pkt, out);
+        Analysis::packet(&mut self.pfc, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(&mut self.mirrors, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(&mut self.ecmp, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(&mut self.latency, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(&mut self.alerts, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(&mut self.lossless, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(&mut self.pfc_origin, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(&mut self.paths, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(&mut self.steps, cfg, ts, key, flow, pkt, out);
     }
 
     /// Every analysis, in the order their sections are written (the lossless findings add

@@ -104,6 +104,7 @@ impl Engine {
             table: &mut self.flows,
             max: self.cfg.max_flows,
             now: ts_ns,
+            accounted: 0,
         };
         let mut scratch = Scratch::zeroed();
         observe(
@@ -118,7 +119,8 @@ impl Engine {
         if let Some((key, pkt, out)) = &packet {
             self.alerts
                 .classes(key, Added::packet(pkt, out), ts_ns, &self.cfg);
-            self.analyses.packet(&self.cfg, ts_ns, key, pkt, out);
+            let flow = flows.accounted;
+            self.analyses.packet(&self.cfg, ts_ns, key, flow, pkt, out);
         }
         for ev in events.drain(..) {
             self.on_event(&ev, &[], true);
@@ -184,20 +186,26 @@ struct CaptureFlows<'a> {
     table: &'a mut FlowTable,
     max: usize,
     now: u64,
+    /// The number ([`FlowEntry::id`]) of the flow the packet was accounted to: the entry
+    /// `observe` asked for last (once per RoCE packet, before it is accounted).
+    accounted: u32,
 }
 
 impl Flows for CaptureFlows<'_> {
     fn entry(&mut self, key: &FlowKey, _point: u32) -> Entry<'_> {
         let full = self.table.len() >= self.max;
-        match self.table.entry(*key) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                Entry::Found(e.into_mut().stats_mut())
-            }
-            std::collections::hash_map::Entry::Vacant(_) if full => Entry::Full,
+        let id = self.table.len();
+        let e = match self.table.entry(*key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(_) if full => return Entry::Full,
             std::collections::hash_map::Entry::Vacant(e) => {
-                Entry::New(e.insert(Box::new(FlowEntry::new(self.now))).stats_mut())
+                let e = e.insert(Box::new(FlowEntry::new(self.now, id)));
+                self.accounted = e.id();
+                return Entry::New(e.stats_mut());
             }
-        }
+        };
+        self.accounted = e.id();
+        Entry::Found(e.stats_mut())
     }
 
     fn get(&mut self, key: &FlowKey, _point: u32) -> Option<&mut FlowStats> {
