@@ -9,7 +9,7 @@ use roce_observer_common::{
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
-    observe::{Entry, Flows, Scratch, Stored, Tables, observe, slot_quanta},
+    observe::{Entry, Flows, Stored, Tables, observe, slot_quanta},
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
     pfc::{PfcLinkKey, SLOT_LINK},
@@ -106,12 +106,11 @@ impl Engine {
             now: ts_ns,
             accounted: 0,
         };
-        let mut scratch = Scratch::zeroed();
         observe(
             view,
             &mut flows,
             &mut tables,
-            &mut scratch,
+            &mut self.scratch,
             ifindex,
             direction as u8,
         );
