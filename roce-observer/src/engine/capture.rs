@@ -98,6 +98,8 @@ impl Engine {
             max_batches: self.cfg.max_flows,
             runs: None,
             packet: None,
+            #[cfg(debug_assertions)]
+            accounted_key: None,
             sample: None,
         };
         let mut flows = CaptureFlows {
@@ -114,8 +116,14 @@ impl Engine {
             ifindex,
             direction as u8,
         );
+        #[cfg(debug_assertions)]
+        if let Some(key) = tables.accounted_key {
+            debug_assert_eq!(key, self.scratch.key, "a packet accounted to another key");
+        }
         let (sample, runs, packet) = (tables.sample, tables.runs, tables.packet);
-        if let Some((key, pkt, out)) = &packet {
+        if let Some((pkt, out)) = &packet {
+            // The packet was accounted to the flow of the scratch's key.
+            let key = &self.scratch.key;
             self.alerts
                 .classes(key, Added::packet(pkt, out), ts_ns, &self.cfg);
             let flow = flows.accounted;
@@ -234,9 +242,12 @@ struct CaptureTables<'a> {
     /// fills at most one batch). Boxed: made once per batch, it is not copied with the rest
     /// of the tables on every frame.
     runs: Option<Box<RunBatch>>,
-    /// The flow a RoCE packet was accounted to and the packet as accounted, for the class
-    /// checks and the analyses' packet hook.
-    packet: Option<(FlowKey, RocePacket, Outcome)>,
+    /// A RoCE packet as accounted (to the flow of the scratch's key, `Scratch::key`), for the
+    /// class checks and the analyses' packet hook.
+    packet: Option<(RocePacket, Outcome)>,
+    /// Debug builds: the key `accounted` was given, to check it is the scratch's.
+    #[cfg(debug_assertions)]
+    accounted_key: Option<FlowKey>,
     /// The latency sample the packet made (at most one: it answered one request): the
     /// request's flow, the time, the latency.
     sample: Option<(FlowKey, u64, u64)>,
@@ -333,6 +344,14 @@ impl Tables for CaptureTables<'_> {
     }
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
-        self.packet = Some((*key, *pkt, *out));
+        // `observe` accounts a packet to the flow of its scratch key, which the engine reads
+        // once it returns (checked in debug builds).
+        #[cfg(debug_assertions)]
+        {
+            self.accounted_key = Some(*key);
+        }
+        #[cfg(not(debug_assertions))]
+        let _ = key;
+        self.packet = Some((*pkt, *out));
     }
 }
