@@ -484,10 +484,10 @@ where
                 let index = self.section_base.saturating_add(epb.if_id);
                 match self.ifaces.get(index as usize) {
                     Some(Iface {
-                        link: Some(link),
-                        name,
+                        link: Some(_),
                         resolution,
                         offset_s,
+                        ..
                     }) => {
                         let raw = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
                         let ns = u128::from(raw) * 1_000_000_000 / u128::from(*resolution);
@@ -502,14 +502,7 @@ where
                             orig_len: epb.origlen,
                             iface: index,
                         };
-                        self.points.emit(
-                            &mut self.stats,
-                            self.on_iface,
-                            self.on_frame,
-                            *link,
-                            name,
-                            raw,
-                        );
+                        self.emit_ng(index, raw);
                     }
                     Some(_) => self.stats.skipped_link_type += 1,
                     None => {
@@ -524,8 +517,7 @@ where
                 // No timestamp and no interface id: interface 0 of the section.
                 match self.ifaces.get(self.section_base as usize) {
                     Some(Iface {
-                        link: Some(link),
-                        name,
+                        link: Some(_),
                         resolution,
                         ..
                     }) => {
@@ -537,14 +529,7 @@ where
                             orig_len: spb.origlen,
                             iface: self.section_base,
                         };
-                        self.points.emit(
-                            &mut self.stats,
-                            self.on_iface,
-                            self.on_frame,
-                            *link,
-                            name,
-                            raw,
-                        );
+                        self.emit_ng(self.section_base, raw);
                     }
                     _ => self.stats.skipped_link_type += 1,
                 }
@@ -552,6 +537,21 @@ where
             PcapBlockOwned::NG(_) => {}
         }
         Ok(())
+    }
+
+    /// Hand `raw` on as a frame of pcapng interface `index` (one whose link type is read).
+    fn emit_ng(&mut self, index: u32, raw: RawFrame<'_>) {
+        if let Some(Iface {
+            link: Some(link),
+            name,
+            ..
+        }) = self.ifaces.get(index as usize)
+        {
+            let (stats, on_iface, on_frame) =
+                (&mut self.stats, &mut *self.on_iface, &mut *self.on_frame);
+            self.points
+                .emit(stats, on_iface, on_frame, *link, name, raw);
+        }
     }
 
     /// One pcap record.
