@@ -61,15 +61,27 @@ impl Analyses {
         pkt: &RocePacket,
         out: &Outcome,
     ) {
-        Analysis::packet(&mut self.pfc, cfg, ts, key, flow, pkt, out);
-        Analysis::packet(&mut self.mirrors, cfg, ts, key, flow, pkt, out);
-        Analysis::packet(&mut self.ecmp, cfg, ts, key, flow, pkt, out);
-        Analysis::packet(&mut self.latency, cfg, ts, key, flow, pkt, out);
-        Analysis::packet(&mut self.alerts, cfg, ts, key, flow, pkt, out);
-        Analysis::packet(&mut self.lossless, cfg, ts, key, flow, pkt, out);
-        Analysis::packet(&mut self.pfc_origin, cfg, ts, key, flow, pkt, out);
-        Analysis::packet(&mut self.paths, cfg, ts, key, flow, pkt, out);
-        Analysis::packet(&mut self.steps, cfg, ts, key, flow, pkt, out);
+        // Every field named: a new analysis does not compile until it is called here too.
+        let Analyses {
+            pfc,
+            mirrors,
+            ecmp,
+            latency,
+            alerts,
+            lossless,
+            pfc_origin,
+            paths,
+            steps,
+        } = self;
+        Analysis::packet(pfc, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(mirrors, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(ecmp, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(latency, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(alerts, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(lossless, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(pfc_origin, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(paths, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(steps, cfg, ts, key, flow, pkt, out);
     }
 
     /// Every analysis, in the order their sections are written (the lossless findings add
