@@ -103,10 +103,15 @@ impl FlowKey {
 
 /// One write of the whole key: user space looks flows up in several hash maps per packet, and
 /// a field-by-field hash (a dozen writes, with the arrays' lengths) cost more than the lookups.
+/// The key's own memory is written, not a copy of it: the same 64 bytes as
+/// [`FlowKey::to_bytes`] (the key has no padding), so the hash is the same.
 impl core::hash::Hash for FlowKey {
     #[inline]
     fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
-        state.write(&self.to_bytes());
+        // SAFETY: FlowKey is `repr(C)`, 64 bytes (asserted) of byte arrays and integers laid
+        // out without padding, so all 64 bytes are initialised and any alignment suits u8.
+        let bytes: &[u8; 64] = unsafe { &*(self as *const FlowKey).cast::<[u8; 64]>() };
+        state.write(bytes);
     }
 }
 
@@ -666,6 +671,36 @@ mod tests {
         }
         let bytes = changed[0].to_bytes();
         assert_eq!(bytes.iter().filter(|b| **b != 0).count(), 16);
+    }
+
+    /// The hash writes the key's memory, which must be `to_bytes` exactly (a field moved, or
+    /// padding, would change every flow's hash and the order of the maps keyed by it).
+    #[test]
+    fn flow_key_hash_writes_its_bytes() {
+        struct Written([u8; 128], usize);
+        impl core::hash::Hasher for Written {
+            fn finish(&self) -> u64 {
+                0
+            }
+            fn write(&mut self, bytes: &[u8]) {
+                self.0[self.1..self.1 + bytes.len()].copy_from_slice(bytes);
+                self.1 += bytes.len();
+            }
+        }
+        let key = FlowKey {
+            src_ip: core::array::from_fn(|i| i as u8 + 1),
+            dst_ip: core::array::from_fn(|i| i as u8 + 17),
+            dst_qp: 0x0123_4567,
+            ifindex: 0x89ab_cdef,
+            direction: 2,
+            encap: 3,
+            _pad: [4, 5],
+            mirror_id: 0x1357_9bdf,
+            outer_src: core::array::from_fn(|i| i as u8 + 33),
+        };
+        let mut w = Written([0; 128], 0);
+        core::hash::Hash::hash(&key, &mut w);
+        assert_eq!(&w.0[..w.1], &key.to_bytes()[..]);
     }
 
     #[test]

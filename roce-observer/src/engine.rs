@@ -40,7 +40,7 @@ mod report;
 
 pub mod steps;
 
-use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey};
+use roce_observer_common::{Counter, Direction, Event, EventKind, FlowKey, observe::Scratch};
 
 use crate::report::CaptureSummary;
 use alerts::Alerts;
@@ -152,6 +152,9 @@ pub struct Engine {
     capture_read: Option<f64>,
     /// Events of the frame being observed (capture path), kept to reuse the allocation.
     event_buf: Vec<Event>,
+    /// Capture path: the observation's working space, kept from frame to frame as the
+    /// kernel's per-CPU one is (`observe` writes what it reads of it for each frame).
+    scratch: Scratch,
     /// Events received, by `EventKind::index`: ring-buffer records on the kernel path, the
     /// records the shared observation would have sent on the capture path.
     events: [u64; EventKind::ALL.len()],
@@ -215,6 +218,7 @@ impl Engine {
             ts_resolution_ns: 1,
             capture_read: None,
             event_buf: Vec::new(),
+            scratch: Scratch::zeroed(),
             events: [0; EventKind::ALL.len()],
             analyses: Analyses::fed(feed, &cfg),
             shown: report::Shown::default(),

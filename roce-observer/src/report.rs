@@ -44,7 +44,14 @@ pub struct Beside {
 }
 
 /// Write the whole report as the JSON document, pretty-printed, with a final newline.
-pub fn write_document<W: std::io::Write>(mut w: W, snap: &Snapshot) -> std::io::Result<()> {
+pub fn write_document<W: std::io::Write>(w: W, snap: &Snapshot) -> std::io::Result<()> {
+    use std::io::Write as _;
+    // A buffer of a known type in front of `w`: the serializer writes a token at a time, and
+    // through a `&mut dyn Write` every token was a call (a report of many flows has millions).
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
     serde_json::to_writer_pretty(&mut w, snap)?;
-    writeln!(w)
+    writeln!(w)?;
+    // Hands the rest to `w` (which the caller flushes).
+    w.into_inner().map_err(|e| e.into_error())?;
+    Ok(())
 }

@@ -83,12 +83,13 @@ impl Alerts {
         if packets == 0 {
             return;
         }
-        let subject = Subject::Flow(*key);
+        // Made only for an alert raised (most packets raise none).
+        let subject = || Subject::Flow(*key);
         if cnps == 0 {
             let pcp_ok = pcp == PCP_UNTAGGED || pcp == cfg.lossless_pcp;
             if dscp != cfg.lossless_dscp || !pcp_ok {
                 let (ld, lp) = (cfg.lossless_dscp, cfg.lossless_pcp);
-                self.raise(AlertKind::NonLosslessClass, subject, ts, data, || {
+                self.raise(AlertKind::NonLosslessClass, subject(), ts, data, || {
                     let pcp = if pcp == PCP_UNTAGGED { "untagged".to_string() } else { format!("PCP {pcp}") };
                     format!(
                         "RoCE data on DSCP {dscp} ({pcp}) outside the lossless class (DSCP {ld}, PCP {lp} when tagged): it may be dropped instead of paused"
@@ -97,12 +98,12 @@ impl Alerts {
             }
         } else if data == 0 && dscp != cfg.cnp_dscp {
             let want = cfg.cnp_dscp;
-            self.raise(AlertKind::CnpWrongDscp, subject, ts, cnps, || {
+            self.raise(AlertKind::CnpWrongDscp, subject(), ts, cnps, || {
                 format!("CNPs on DSCP {dscp}, not the CNP DSCP {want}: they may queue behind the data they should slow down")
             });
         }
         if not_ect_data > 0 {
-            self.raise(AlertKind::NotEct, subject, ts, not_ect_data, || {
+            self.raise(AlertKind::NotEct, subject(), ts, not_ect_data, || {
                 "RoCE data sent Not-ECT: switches cannot mark it, so ECN congestion control (DCQCN) is off for this flow".to_string()
             });
         }

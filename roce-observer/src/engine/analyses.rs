@@ -1,6 +1,11 @@
 //! The analyses an engine runs, in the order their sections are written: the one place an
 //! analysis is registered (the trait they share is in analysis.rs).
 
+use roce_observer_common::{
+    FlowKey,
+    account::{Outcome, RocePacket},
+};
+
 use super::{
     EngineConfig,
     alerts::AlertsAnalysis,
@@ -15,7 +20,7 @@ use super::{
     steps::StepsAnalysis,
 };
 
-/// The analyses of an engine.
+/// The analyses of an engine (a new one goes in [`Analyses::each`] and [`Analyses::packet`]).
 pub struct Analyses {
     pub pfc: PfcAnalysis,
     pub mirrors: Mirrors,
@@ -42,6 +47,41 @@ impl Analyses {
             paths: PathsAnalysis::fed(feed),
             steps: StepsAnalysis::fed(feed),
         }
+    }
+
+    /// Capture path: one RoCE packet as the shared observation accounted it, through every
+    /// analysis's [`Analysis::packet`] in the order of [`Analyses::each`], called on each type
+    /// directly (the hooks that do nothing cost nothing per packet).
+    pub fn packet(
+        &mut self,
+        cfg: &EngineConfig,
+        ts: u64,
+        key: &FlowKey,
+        flow: u32,
+        pkt: &RocePacket,
+        out: &Outcome,
+    ) {
+        // Every field named: a new analysis does not compile until it is called here too.
+        let Analyses {
+            pfc,
+            mirrors,
+            ecmp,
+            latency,
+            alerts,
+            lossless,
+            pfc_origin,
+            paths,
+            steps,
+        } = self;
+        Analysis::packet(pfc, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(mirrors, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(ecmp, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(latency, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(alerts, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(lossless, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(pfc_origin, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(paths, cfg, ts, key, flow, pkt, out);
+        Analysis::packet(steps, cfg, ts, key, flow, pkt, out);
     }
 
     /// Every analysis, in the order their sections are written (the lossless findings add

@@ -81,12 +81,15 @@ pub struct View<'a> {
 
 /// The hooks of one analysis; each does nothing unless the analysis needs it.
 pub trait Analysis {
-    /// Capture path: one RoCE packet as the shared observation accounted it, at `ts`.
+    /// Capture path: one RoCE packet as the shared observation accounted it, at `ts`, to the
+    /// flow `key`, which is number `flow` in the engine's table (`FlowEntry::id`: the same
+    /// for the same key all run long).
     fn packet(
         &mut self,
         _cfg: &EngineConfig,
         _ts: u64,
         _key: &FlowKey,
+        _flow: u32,
         _pkt: &RocePacket,
         _out: &Outcome,
     ) {

@@ -9,7 +9,7 @@ use roce_observer_common::{
     flow::PCP_UNTAGGED,
     latency::{PendingKey, PendingValue},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
-    observe::{Entry, Flows, Scratch, Stored, Tables, observe, slot_quanta},
+    observe::{Entry, Flows, Stored, Tables, observe, slot_quanta},
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
     pfc::{PfcLinkKey, SLOT_LINK},
@@ -97,33 +97,37 @@ impl Engine {
             batches: &mut self.run_batches,
             max_batches: self.cfg.max_flows,
             runs: None,
-            added: None,
             packet: None,
+            #[cfg(debug_assertions)]
+            accounted_key: None,
             sample: None,
         };
         let mut flows = CaptureFlows {
             table: &mut self.flows,
             max: self.cfg.max_flows,
             now: ts_ns,
+            accounted: 0,
         };
-        let mut scratch = Scratch::zeroed();
         observe(
             view,
             &mut flows,
             &mut tables,
-            &mut scratch,
+            &mut self.scratch,
             ifindex,
             direction as u8,
         );
-        let sample = tables.sample;
-        let runs = tables.runs;
-        if let Some((key, added)) = tables.added {
-            self.alerts.classes(&key, added, ts_ns, &self.cfg);
+        #[cfg(debug_assertions)]
+        if let Some(key) = tables.accounted_key {
+            debug_assert_eq!(key, self.scratch.key, "a packet accounted to another key");
         }
-        if let Some((key, pkt, out)) = tables.packet {
-            for a in self.analyses.each() {
-                a.packet(&self.cfg, ts_ns, &key, &pkt, &out);
-            }
+        let (sample, runs, packet) = (tables.sample, tables.runs, tables.packet);
+        if let Some((pkt, out)) = &packet {
+            // The packet was accounted to the flow of the scratch's key.
+            let key = &self.scratch.key;
+            self.alerts
+                .classes(key, Added::packet(pkt, out), ts_ns, &self.cfg);
+            let flow = flows.accounted;
+            self.analyses.packet(&self.cfg, ts_ns, key, flow, pkt, out);
         }
         for ev in events.drain(..) {
             self.on_event(&ev, &[], true);
@@ -189,24 +193,30 @@ struct CaptureFlows<'a> {
     table: &'a mut FlowTable,
     max: usize,
     now: u64,
+    /// The number ([`FlowEntry::id`]) of the flow the packet was accounted to: the entry
+    /// `observe` asked for last (once per RoCE packet, before it is accounted).
+    accounted: u32,
 }
 
 impl Flows for CaptureFlows<'_> {
     fn entry(&mut self, key: &FlowKey, _point: u32) -> Entry<'_> {
         let full = self.table.len() >= self.max;
-        match self.table.entry(*key) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                Entry::Found(e.into_mut().stats_mut())
-            }
-            std::collections::hash_map::Entry::Vacant(_) if full => Entry::Full,
+        let id = self.table.len();
+        let e = match self.table.entry(*key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(_) if full => return Entry::Full,
             std::collections::hash_map::Entry::Vacant(e) => {
-                Entry::New(e.insert(FlowEntry::new(self.now)).stats_mut())
+                let e = e.insert(Box::new(FlowEntry::new(self.now, id)));
+                self.accounted = e.id();
+                return Entry::New(e.stats_mut());
             }
-        }
+        };
+        self.accounted = e.id();
+        Entry::Found(e.stats_mut())
     }
 
     fn get(&mut self, key: &FlowKey, _point: u32) -> Option<&mut FlowStats> {
-        self.table.get_mut(key).map(FlowEntry::stats_mut)
+        self.table.get_mut(key).map(|e| e.stats_mut())
     }
 }
 
@@ -229,12 +239,15 @@ struct CaptureTables<'a> {
     batches: &'a mut super::flows::RunBatches,
     max_batches: usize,
     /// The frame's record of finished data runs (a data packet finishes at most one run, so
-    /// fills at most one batch).
-    runs: Option<RunBatch>,
-    /// The flow a RoCE packet was accounted to, and what it added (for the class checks).
-    added: Option<(FlowKey, Added)>,
-    /// The same packet as accounted, for the analyses' packet hook.
-    packet: Option<(FlowKey, RocePacket, Outcome)>,
+    /// fills at most one batch). Boxed: made once per batch, it is not copied with the rest
+    /// of the tables on every frame.
+    runs: Option<Box<RunBatch>>,
+    /// A RoCE packet as accounted (to the flow of the scratch's key, `Scratch::key`), for the
+    /// class checks and the analyses' packet hook.
+    packet: Option<(RocePacket, Outcome)>,
+    /// Debug builds: the key `accounted` was given, to check it is the scratch's.
+    #[cfg(debug_assertions)]
+    accounted_key: Option<FlowKey>,
     /// The latency sample the packet made (at most one: it answered one request): the
     /// request's flow, the time, the latency.
     sample: Option<(FlowKey, u64, u64)>,
@@ -325,13 +338,20 @@ impl Tables for CaptureTables<'_> {
         };
         let record = &mut self.runs;
         batch.add(key, run, |full| {
-            *record = Some(*full);
+            *record = Some(Box::new(*full));
             true
         })
     }
 
     fn accounted(&mut self, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
-        self.added = Some((*key, Added::packet(pkt, out)));
-        self.packet = Some((*key, *pkt, *out));
+        // `observe` accounts a packet to the flow of its scratch key, which the engine reads
+        // once it returns (checked in debug builds).
+        #[cfg(debug_assertions)]
+        {
+            self.accounted_key = Some(*key);
+        }
+        #[cfg(not(debug_assertions))]
+        let _ = key;
+        self.packet = Some((*pkt, *out));
     }
 }

@@ -34,6 +34,9 @@ pub struct FlowEntry {
     lost: Option<Box<LostRuns>>,
     /// The flow as the last snapshot showed it (see `report.rs`).
     pub(super) view: ViewCache,
+    /// The flow's number: its place in the order flows were added to the table (flows are
+    /// never taken out of it), a key the analyses may index by instead of hashing the flow's.
+    id: u32,
     /// The flow is in the engine's sorted flow order (see `report.rs`), at `slot`.
     pub(super) ordered: bool,
     pub(super) slot: usize,
@@ -48,6 +51,7 @@ impl Clone for FlowEntry {
             base_bytes: self.base_bytes,
             lost: self.lost.clone(),
             view: ViewCache::default(),
+            id: self.id,
             ordered: false,
             slot: 0,
         }
@@ -55,7 +59,8 @@ impl Clone for FlowEntry {
 }
 
 impl FlowEntry {
-    pub fn new(now_ns: u64) -> FlowEntry {
+    /// A new flow at `now_ns`, the table's `id`th (see [`FlowEntry::id`]).
+    pub fn new(now_ns: u64, id: usize) -> FlowEntry {
         let mut stats = FlowStats::zeroed();
         stats.init(now_ns);
         FlowEntry {
@@ -65,6 +70,7 @@ impl FlowEntry {
             base_bytes: 0,
             lost: None,
             view: ViewCache::default(),
+            id: u32::try_from(id).unwrap_or(u32::MAX),
             ordered: false,
             slot: 0,
         }
@@ -72,6 +78,11 @@ impl FlowEntry {
 
     pub fn stats(&self) -> &FlowStats {
         &self.stats
+    }
+
+    /// The flow's number in the engine's table: the same for its key all run long.
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// The counters, to change them: the cached view is dropped.
@@ -166,8 +177,10 @@ impl std::fmt::Debug for ViewCache {
 /// are reproducible; a capture crafted to collide can only make lookups slower, never wrong.
 pub type FastHash = foldhash::fast::FixedState;
 
-/// Flows by key.
-pub type FlowTable = HashMap<FlowKey, FlowEntry, FastHash>;
+/// Flows by key. The entries are boxed: the table itself (keys and pointers, ~72 bytes a flow)
+/// then stays in the cache, so a packet's lookup costs one miss, on its flow's record, rather
+/// than one on the key and more on the record beside it.
+pub type FlowTable = HashMap<FlowKey, Box<FlowEntry>, FastHash>;
 
 /// The entry of `flow`, made at `ts` if absent and the table holds fewer than `max` flows
 /// (latency samples and path events can come before a flow's first packet or map read).
@@ -177,10 +190,16 @@ pub fn entry_or_new<'a>(
     flow: &FlowKey,
     ts: u64,
 ) -> Option<&'a mut FlowEntry> {
-    if !flows.contains_key(flow) && flows.len() < max {
-        flows.insert(*flow, FlowEntry::new(ts));
+    // One lookup: the entry API when there is room for a new flow (it reserves room only for
+    // one it inserts, as `insert` does), a plain one when there is none.
+    if flows.len() >= max {
+        return flows.get_mut(flow).map(|e| &mut **e);
     }
-    flows.get_mut(flow)
+    let id = flows.len();
+    let e = flows
+        .entry(*flow)
+        .or_insert_with(|| Box::new(FlowEntry::new(ts, id)));
+    Some(e)
 }
 
 /// Each flow's batch of finished data runs (roce-observer-common run.rs), capture path.

@@ -6,7 +6,7 @@
 
 pub mod sketch;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, hash_map::Entry};
 
 use roce_observer_common::{
     FlowKey,
@@ -41,13 +41,21 @@ impl Pending {
 
     /// Insert unless present: a retransmitted request keeps its first timestamp.
     pub fn insert_if_absent(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {
-        if self.map.contains_key(key) {
-            Stored::Present
-        } else if self.map.len() >= self.max {
-            Stored::Full
-        } else {
-            self.map.insert(*key, *value);
-            Stored::Added
+        // One lookup: the entry API when there is room (it reserves room only for a key it
+        // then inserts), a plain one when there is none.
+        if self.map.len() >= self.max {
+            return if self.map.contains_key(key) {
+                Stored::Present
+            } else {
+                Stored::Full
+            };
+        }
+        match self.map.entry(*key) {
+            Entry::Occupied(_) => Stored::Present,
+            Entry::Vacant(e) => {
+                e.insert(*value);
+                Stored::Added
+            }
         }
     }
 

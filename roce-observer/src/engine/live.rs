@@ -37,10 +37,10 @@ impl Engine {
                 if self.flows.len() >= self.cfg.max_flows {
                     return;
                 }
-                let mut e = FlowEntry::new(stats.first_ns);
+                let mut e = FlowEntry::new(stats.first_ns, self.flows.len());
                 let added = Added::between(e.stats(), stats);
                 *e.stats_mut() = *stats;
-                self.flows.insert(*key, e);
+                self.flows.insert(*key, Box::new(e));
                 added
             }
         };

@@ -726,6 +726,7 @@ impl Analysis for LosslessAnalysis {
         cfg: &EngineConfig,
         ts: u64,
         key: &FlowKey,
+        _: u32,
         pkt: &RocePacket,
         out: &Outcome,
     ) {

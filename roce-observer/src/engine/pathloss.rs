@@ -547,7 +547,15 @@ impl PathsAnalysis {
 }
 
 impl Analysis for PathsAnalysis {
-    fn packet(&mut self, _: &EngineConfig, _: u64, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
+    fn packet(
+        &mut self,
+        _: &EngineConfig,
+        _: u64,
+        key: &FlowKey,
+        _: u32,
+        pkt: &RocePacket,
+        out: &Outcome,
+    ) {
         if self.feed == Feed::Packets {
             self.loss.packet(key, pkt, out);
         }

@@ -272,8 +272,10 @@ impl Engine {
             shown.sampled = vec![false; n];
             shown.alerting.clear();
             shown.rated.clear();
-            let mut all: Vec<(usize, &FlowKey, &mut FlowEntry)> =
-                flows.iter_mut().map(|(k, e)| (e.slot, k, e)).collect();
+            let mut all: Vec<(usize, &FlowKey, &mut FlowEntry)> = flows
+                .iter_mut()
+                .map(|(k, e)| (e.slot, k, &mut **e))
+                .collect();
             all.sort_unstable_by_key(|(slot, ..)| *slot);
             for (slot, k, e) in all {
                 redo.flow(shown, slot, k, e);

@@ -75,8 +75,11 @@ pub enum Signal {
 pub struct FlowActivity {
     pub runs: VecDeque<Run>,
     /// The newest run, after `runs`, while packets may still extend it: kept here, beside the
-    /// flow's key, so that a packet does not load a line of `runs`' buffer.
+    /// flow's other fields, so that a packet does not load a line of `runs`' buffer.
     tail: Option<Run>,
+    /// Capture path: the engine's number of the flow this activity is kept for (see
+    /// [`Steps::by_flow`]).
+    owner: Option<u32>,
     /// CNPs and NAKs this flow carried (they answer the reverse flow), with their times.
     pub signals: VecDeque<(u64, Signal)>,
     /// Kernel path: the run still open in the flow record at its last read (finished runs
@@ -161,7 +164,17 @@ pub struct Steps {
     /// Data bytes per bin; `bins[0]` is bin number `first_bin` (time / [`BIN_NS`]).
     bins: VecDeque<u64>,
     first_bin: u64,
-    flows: HashMap<FlowKey, FlowActivity, FastHash>,
+    /// The flows followed, by key: the index of each one's activity in `activities`. The
+    /// map's order is the order flows are analysed in (ties between stragglers go to the
+    /// first).
+    flows: HashMap<FlowKey, usize, FastHash>,
+    /// The flows' activities; a forgotten flow's slot is reused (`free`).
+    activities: Vec<FlowActivity>,
+    free: Vec<usize>,
+    /// Capture path: the activity slot of each flow by the engine's flow number
+    /// (`FlowEntry::id`; `u32::MAX`: none), checked against the slot's owner, so that a packet
+    /// finds its flow's activity without hashing and looking up its key.
+    by_flow: Vec<u32>,
     /// Flows not followed because [`MAX_FLOWS`] were.
     pub untracked_flows: u64,
     /// XOFF frames: time and requested pause time (ns), any point, any priority.
@@ -221,6 +234,18 @@ fn spread_bytes(start: u64, end: u64, bytes: u64, mut each: impl FnMut(u64, u64)
 impl Steps {
     /// One accounted RoCE packet seen at `ts`.
     pub fn packet(&mut self, ts: u64, key: &FlowKey, pkt: &RocePacket, out: &Outcome) {
+        self.packet_of(ts, key, None, pkt, out);
+    }
+
+    /// [`Steps::packet`] of the engine's flow number `flow`, when known.
+    pub fn packet_of(
+        &mut self,
+        ts: u64,
+        key: &FlowKey,
+        flow: Option<u32>,
+        pkt: &RocePacket,
+        out: &Outcome,
+    ) {
         let signal = if out.cnp {
             Some(Signal::Cnp)
         } else if out.nak {
@@ -235,15 +260,25 @@ impl Steps {
         if !data && signal.is_none() {
             return;
         }
-        let full = self.flows.len() >= MAX_FLOWS;
-        let activity = match self.flows.get_mut(key) {
-            Some(a) => a,
-            None if full => {
-                self.untracked_flows += 1;
-                return;
+        let ix = match flow.and_then(|f| self.owned_by(f)) {
+            Some(ix) => ix,
+            None => {
+                let full = self.flows.len() >= MAX_FLOWS;
+                let ix = match self.flows.get(key) {
+                    Some(&ix) => ix,
+                    None if full => {
+                        self.untracked_flows += 1;
+                        return;
+                    }
+                    None => self.insert(key),
+                };
+                if let Some(f) = flow {
+                    self.own(ix, f);
+                }
+                ix
             }
-            None => self.flows.entry(*key).or_default(),
         };
+        let activity = &mut self.activities[ix];
         if let Some(s) = signal {
             if activity.signals.len() >= MAX_SIGNALS {
                 activity.signals.pop_front();
@@ -280,14 +315,52 @@ impl Steps {
         }
     }
 
+    /// The activity slot of the engine's flow `flow`, if it is still that flow's.
+    #[inline]
+    fn owned_by(&self, flow: u32) -> Option<usize> {
+        let ix = *self.by_flow.get(flow as usize)? as usize;
+        (self.activities.get(ix)?.owner == Some(flow)).then_some(ix)
+    }
+
+    /// Slot `ix` is the activity of the engine's flow `flow`.
+    fn own(&mut self, ix: usize, flow: u32) {
+        let f = flow as usize;
+        if self.by_flow.len() <= f {
+            self.by_flow.resize(f + 1, u32::MAX);
+        }
+        self.by_flow[f] = ix as u32;
+        self.activities[ix].owner = Some(flow);
+    }
+
+    /// A new, empty activity for `key` (absent from `flows`): its slot.
+    fn insert(&mut self, key: &FlowKey) -> usize {
+        let ix = match self.free.pop() {
+            Some(ix) => ix,
+            None => {
+                self.activities.push(FlowActivity::default());
+                self.activities.len() - 1
+            }
+        };
+        self.flows.entry(*key).or_insert(ix);
+        ix
+    }
+
     /// The activity of `key`, made if there is room for another flow (else counted).
     fn activity(&mut self, key: &FlowKey) -> Option<&mut FlowActivity> {
-        let full = self.flows.len() >= MAX_FLOWS;
-        if full && !self.flows.contains_key(key) {
-            self.untracked_flows += 1;
-            return None;
-        }
-        Some(self.flows.entry(*key).or_default())
+        let ix = match self.flows.get(key) {
+            Some(&ix) => ix,
+            None if self.flows.len() >= MAX_FLOWS => {
+                self.untracked_flows += 1;
+                return None;
+            }
+            None => self.insert(key),
+        };
+        Some(&mut self.activities[ix])
+    }
+
+    /// The activity of `key`, if followed.
+    fn activity_of(&self, key: &FlowKey) -> Option<&FlowActivity> {
+        self.flows.get(key).map(|&ix| &self.activities[ix])
     }
 
     /// Kernel path: the finished data runs of `key` numbered `first..` (one record), each as
@@ -298,7 +371,8 @@ impl Steps {
             self.data_run(key, run_of(r));
         }
         let next = first.wrapping_add(runs.len() as u32);
-        if let Some(activity) = self.flows.get_mut(key) {
+        if let Some(&ix) = self.flows.get(key) {
+            let activity = &mut self.activities[ix];
             activity.sent_next = Some(next);
             activity.unsent.retain(|(n, _)| run_at_or_after(*n, next));
         }
@@ -380,7 +454,7 @@ impl Steps {
     pub fn runs_read(&mut self, key: &FlowKey, batch: &RunBatch) {
         let seq = batch.seq();
         let window = self.first_bin * BIN_NS;
-        match self.flows.get(key) {
+        match self.activity_of(key) {
             Some(a) if a.batch_read == Some(seq) => return,
             Some(_) => {}
             // The flow read has counted a flow the full table does not follow.
@@ -388,7 +462,11 @@ impl Steps {
             None if !batch.unsent().any(|r| r.end_ns >= window) => return,
             None => {}
         }
-        let activity = self.flows.entry(*key).or_default();
+        let ix = match self.flows.get(key) {
+            Some(&ix) => ix,
+            None => self.insert(key),
+        };
+        let activity = &mut self.activities[ix];
         activity.batch_read = Some(seq);
         activity.unsent = batch.unsent().map(|r| (r.seq, run_of(r))).collect();
     }
@@ -503,7 +581,8 @@ impl Steps {
 
     /// Drop runs, signals and pauses that ended before the window.
     fn forget_before(&mut self, t: u64) {
-        for a in self.flows.values_mut() {
+        for &ix in self.flows.values() {
+            let a = &mut self.activities[ix];
             while a.runs.front().is_some_and(|r| r.end < t) {
                 a.runs.pop_front();
             }
@@ -514,7 +593,8 @@ impl Steps {
                 a.signals.pop_front();
             }
         }
-        for a in self.flows.values_mut() {
+        for &ix in self.flows.values() {
+            let a = &mut self.activities[ix];
             if a.open.is_some_and(|o| o.end < t) {
                 a.open = None;
             }
@@ -523,13 +603,25 @@ impl Steps {
         }
         // A flow with nothing left in the window is forgotten (a kernel flow read within it is
         // kept: its last read is the base of the next one's unsent bytes).
-        self.flows.retain(|_, a| {
-            !a.runs.is_empty()
+        let Steps {
+            flows,
+            activities,
+            free,
+            ..
+        } = self;
+        flows.retain(|_, ix| {
+            let a = &activities[*ix];
+            let keep = !a.runs.is_empty()
                 || a.tail.is_some()
                 || !a.signals.is_empty()
                 || a.open.is_some()
                 || !a.unsent.is_empty()
-                || a.unsent_read.is_some_and(|(_, last)| last >= t)
+                || a.unsent_read.is_some_and(|(_, last)| last >= t);
+            if !keep {
+                activities[*ix] = FlowActivity::default();
+                free.push(*ix);
+            }
+            keep
         });
         while self.pauses.front().is_some_and(|p| p.0 < t) {
             self.pauses.pop_front();
@@ -543,7 +635,7 @@ impl Steps {
         let open = self
             .flows
             .values()
-            .flat_map(FlowActivity::read_runs)
+            .flat_map(|&ix| self.activities[ix].read_runs())
             .map(|r| r.end / BIN_NS + 1)
             .max()
             .unwrap_or(0);
@@ -561,7 +653,7 @@ impl Steps {
         let open: Vec<Run> = self
             .flows
             .values()
-            .flat_map(FlowActivity::read_runs)
+            .flat_map(|&ix| self.activities[ix].read_runs())
             .copied()
             .collect();
         if open.is_empty() && self.background.is_empty() {
@@ -584,7 +676,7 @@ impl Steps {
     }
 
     pub fn flows(&self) -> impl Iterator<Item = (&FlowKey, &FlowActivity)> {
-        self.flows.iter()
+        self.flows.iter().map(|(k, &ix)| (k, &self.activities[ix]))
     }
 
     pub fn pauses(&self) -> impl Iterator<Item = &(u64, u64)> {
@@ -641,11 +733,12 @@ impl Analysis for StepsAnalysis {
         _: &EngineConfig,
         ts: u64,
         key: &FlowKey,
+        flow: u32,
         pkt: &RocePacket,
         out: &Outcome,
     ) {
         if self.feed == Feed::Packets {
-            self.steps.packet(ts, key, pkt, out);
+            self.steps.packet_of(ts, key, Some(flow), pkt, out);
         }
     }
 

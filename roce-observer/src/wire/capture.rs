@@ -240,7 +240,7 @@ where
     I: FnMut(CaptureIface),
     F: FnMut(CapturedFrame<'_>),
 {
-    let mut stats = CaptureStats::default();
+    let stats = CaptureStats::default();
     // Read the capture header ourselves (a pipe may deliver it in pieces, and the parser
     // probes only its first read), then hand it back to the parser in front of the rest.
     let mut input = input;
@@ -289,187 +289,53 @@ where
         }
         Some(_) => {}
     }
+    let mut reading = Reading {
+        stats,
+        ifaces: Vec::new(),
+        section_base: 0,
+        legacy_ns: false,
+        legacy_link: LinkType::Ethernet,
+        unsupported: None,
+        points: Sll2Points::default(),
+        on_iface: &mut on_iface,
+        on_frame: &mut on_frame,
+    };
+    // A plain pcap (not the "modified" format) is read by our own loop, the rest by
+    // pcap-parser's readers.
+    if let Ok((_, header)) = pcap_parser::parse_pcap_header(&head)
+        && !header.is_modified_format()
+    {
+        let big_endian = header.is_bigendian();
+        position.set(header.size() as u64);
+        if let Err(e) = reading.block(PcapBlockOwned::LegacyHeader(header)) {
+            return reading.end(Some(e));
+        }
+        let error = read_legacy(input, big_endian, &mut reading, position);
+        return reading.end(error);
+    }
     let chained = std::io::Cursor::new(head.clone()).chain(input);
     let mut reader = match create_reader(INITIAL_BUFFER, chained) {
         Ok(r) => r,
         Err(PcapError::HeaderNotRecognized) | Err(PcapError::Incomplete(_)) => {
-            return CaptureEnd {
-                stats,
-                error: Some(CaptureError::NotACapture(hex_prefix(&head))),
-            };
+            return reading.end(Some(CaptureError::NotACapture(hex_prefix(&head))));
         }
-        Err(e) => {
-            return CaptureEnd {
-                stats,
-                error: Some(CaptureError::Io(format!("{e:?}"))),
-            };
-        }
+        Err(e) => return reading.end(Some(CaptureError::Io(format!("{e:?}")))),
     };
 
-    let mut ifaces: Vec<Iface> = Vec::new();
-    // pcapng interface ids restart in every section; ours continue across sections.
-    let mut section_base: u32 = 0;
-    let mut legacy_ns = false;
     // Bytes of the input the parser has consumed.
     let mut consumed: u64 = 0;
     let mut capacity = INITIAL_BUFFER;
-    let mut unsupported: Option<String> = None;
-    let mut legacy_link = LinkType::Ethernet;
-    let mut points = Sll2Points::default();
     let error = loop {
         match reader.next() {
             Ok((offset, block)) => {
                 // The header and blocks before this one, and this one.
                 let end = consumed + offset as u64;
                 position.set(end);
-                match block {
-                    PcapBlockOwned::LegacyHeader(h) => {
-                        stats.format = "pcap";
-                        let Some(link) = LinkType::from_linktype(h.network) else {
-                            break Some(CaptureError::LinkType(linktype_name(h.network)));
-                        };
-                        legacy_ns = h.is_nanosecond_precision();
-                        legacy_link = link;
-                        stats.declare(link);
-                        // An SLL2 capture's points are its interface indices, announced as
-                        // they appear: none of its frames is on interface 0.
-                        if link != LinkType::Sll2 {
-                            on_iface(CaptureIface {
-                                index: 0,
-                                name: "pcap".into(),
-                                ts_resolution_ns: legacy_resolution(legacy_ns),
-                            });
-                        }
-                    }
-                    PcapBlockOwned::Legacy(b) => {
-                        let frac = if legacy_ns {
-                            u64::from(b.ts_usec)
-                        } else {
-                            u64::from(b.ts_usec) * 1000
-                        };
-                        let ts_ns = u64::from(b.ts_sec) * 1_000_000_000 + frac;
-                        let raw = RawFrame {
-                            ts_ns,
-                            ts_resolution_ns: legacy_resolution(legacy_ns),
-                            data: b.data,
-                            orig_len: b.origlen,
-                            iface: 0,
-                        };
-                        points.emit(
-                            &mut stats,
-                            &mut on_iface,
-                            &mut on_frame,
-                            legacy_link,
-                            "",
-                            raw,
-                        );
-                    }
-                    PcapBlockOwned::NG(Block::SectionHeader(_)) => {
-                        stats.format = "pcapng";
-                        section_base = u32::try_from(ifaces.len()).unwrap_or(u32::MAX);
-                    }
-                    PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
-                        let index = u32::try_from(ifaces.len()).unwrap_or(u32::MAX);
-                        let link = LinkType::from_linktype(idb.linktype);
-                        match link {
-                            Some(l) => stats.declare(l),
-                            None if unsupported.is_none() => {
-                                unsupported = Some(linktype_name(idb.linktype));
-                            }
-                            None => {}
-                        }
-                        let name = match idb.if_name() {
-                            Some(Ok(n)) if !n.is_empty() => n.trim_end_matches('\0').to_string(),
-                            _ => format!("if{}", index - section_base),
-                        };
-                        let resolution = idb.ts_resolution().unwrap_or(1_000_000).max(1);
-                        ifaces.push(Iface {
-                            link,
-                            name: name.clone(),
-                            resolution,
-                            offset_s: idb.ts_offset(),
-                        });
-                        // An SLL2 interface's packets are on its interface indices' points.
-                        if link != Some(LinkType::Sll2) {
-                            on_iface(CaptureIface {
-                                index,
-                                name,
-                                ts_resolution_ns: ns_per_unit(resolution),
-                            });
-                        }
-                    }
-                    PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
-                        let index = section_base.saturating_add(epb.if_id);
-                        match ifaces.get(index as usize) {
-                            Some(Iface {
-                                link: Some(link),
-                                name,
-                                resolution,
-                                offset_s,
-                            }) => {
-                                let raw = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
-                                let ns = u128::from(raw) * 1_000_000_000 / u128::from(*resolution);
-                                let off = i128::from(*offset_s) * 1_000_000_000;
-                                let ts_ns = (ns as i128 + off).clamp(0, u64::MAX as i128) as u64;
-                                // `data` carries the block's padding: cut it to the captured length.
-                                let data = &epb.data[..(epb.caplen as usize).min(epb.data.len())];
-                                let raw = RawFrame {
-                                    ts_ns,
-                                    ts_resolution_ns: ns_per_unit(*resolution),
-                                    data,
-                                    orig_len: epb.origlen,
-                                    iface: index,
-                                };
-                                points.emit(
-                                    &mut stats,
-                                    &mut on_iface,
-                                    &mut on_frame,
-                                    *link,
-                                    name,
-                                    raw,
-                                );
-                            }
-                            Some(_) => stats.skipped_link_type += 1,
-                            None => {
-                                break Some(CaptureError::Corrupt {
-                                    frames: stats.frames,
-                                    detail: format!("packet on undeclared interface {}", epb.if_id),
-                                });
-                            }
-                        }
-                    }
-                    PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
-                        // No timestamp and no interface id: interface 0 of the section.
-                        match ifaces.get(section_base as usize) {
-                            Some(Iface {
-                                link: Some(link),
-                                name,
-                                resolution,
-                                ..
-                            }) => {
-                                let data = &spb.data[..(spb.origlen as usize).min(spb.data.len())];
-                                let raw = RawFrame {
-                                    ts_ns: 0,
-                                    ts_resolution_ns: ns_per_unit(*resolution),
-                                    data,
-                                    orig_len: spb.origlen,
-                                    iface: section_base,
-                                };
-                                points.emit(
-                                    &mut stats,
-                                    &mut on_iface,
-                                    &mut on_frame,
-                                    *link,
-                                    name,
-                                    raw,
-                                );
-                            }
-                            _ => stats.skipped_link_type += 1,
-                        }
-                    }
-                    PcapBlockOwned::NG(_) => {}
+                if let Err(e) = reading.block(block) {
+                    break Some(e);
                 }
-                reader.consume(offset);
+                // No shift of the buffer's data per block: refill moves what is left of it.
+                reader.consume_noshift(offset);
                 consumed = end;
             }
             Err(PcapError::Eof) => break None,
@@ -480,10 +346,7 @@ where
             }
             Err(PcapError::BufferTooSmall) => {
                 if capacity >= MAX_BUFFER || !reader.grow(capacity * 2) {
-                    break Some(CaptureError::Corrupt {
-                        frames: stats.frames,
-                        detail: format!("a record longer than {} MiB", MAX_BUFFER >> 20),
-                    });
+                    break Some(too_long(reading.stats.frames));
                 }
                 capacity *= 2;
                 if let Err(e) = reader.refill() {
@@ -492,7 +355,7 @@ where
             }
             Err(PcapError::UnexpectedEof) => {
                 break Some(CaptureError::Truncated {
-                    frames: stats.frames,
+                    frames: reading.stats.frames,
                 });
             }
             Err(PcapError::ReadError) => {
@@ -506,21 +369,320 @@ where
                     _ => "unparsable record".into(),
                 };
                 break Some(CaptureError::Corrupt {
-                    frames: stats.frames,
+                    frames: reading.stats.frames,
                     detail,
                 });
             }
         }
     };
-    // A pcapng file whose only interfaces are of unsupported types: say so instead of
-    // "0 frames".
-    let error = match (error, unsupported) {
-        (None, Some(lt)) if stats.frames == 0 && stats.skipped_link_type > 0 => {
-            Some(CaptureError::LinkType(lt))
+    reading.end(error)
+}
+
+/// Ask for the cache line at the start of `bytes` (nothing where there is no such hint).
+#[inline(always)]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if !bytes.is_empty() {
+        // SAFETY: SSE is part of x86_64; a prefetch is a hint that never faults and reads
+        // nothing into the program, here of memory `bytes` owns anyway.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                bytes.as_ptr().cast(),
+            );
         }
-        (e, _) => e,
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
+/// A record longer than the buffer may grow to: the capture is corrupt from there.
+fn too_long(frames: u64) -> CaptureError {
+    CaptureError::Corrupt {
+        frames,
+        detail: format!("a record longer than {} MiB", MAX_BUFFER >> 20),
+    }
+}
+
+/// What reading a capture has learned so far, and where its frames go: every block, from our
+/// own pcap loop or from pcap-parser's readers, is taken here.
+struct Reading<'r, I, F> {
+    stats: CaptureStats,
+    ifaces: Vec<Iface>,
+    /// pcapng interface ids restart in every section; ours continue across sections.
+    section_base: u32,
+    legacy_ns: bool,
+    legacy_link: LinkType,
+    /// The first pcapng interface of a link type that is not read.
+    unsupported: Option<String>,
+    points: Sll2Points,
+    on_iface: &'r mut I,
+    on_frame: &'r mut F,
+}
+
+impl<I, F> Reading<'_, I, F>
+where
+    I: FnMut(CaptureIface),
+    F: FnMut(CapturedFrame<'_>),
+{
+    /// One block; an error ends the reading there.
+    fn block(&mut self, block: PcapBlockOwned<'_>) -> Result<(), CaptureError> {
+        match block {
+            PcapBlockOwned::LegacyHeader(h) => {
+                self.stats.format = "pcap";
+                let Some(link) = LinkType::from_linktype(h.network) else {
+                    return Err(CaptureError::LinkType(linktype_name(h.network)));
+                };
+                self.legacy_ns = h.is_nanosecond_precision();
+                self.legacy_link = link;
+                self.stats.declare(link);
+                // An SLL2 capture's points are its interface indices, announced as they
+                // appear: none of its frames is on interface 0.
+                if link != LinkType::Sll2 {
+                    (self.on_iface)(CaptureIface {
+                        index: 0,
+                        name: "pcap".into(),
+                        ts_resolution_ns: legacy_resolution(self.legacy_ns),
+                    });
+                }
+            }
+            PcapBlockOwned::Legacy(b) => self.legacy(b.ts_sec, b.ts_usec, b.data, b.origlen),
+            PcapBlockOwned::NG(Block::SectionHeader(_)) => {
+                self.stats.format = "pcapng";
+                self.section_base = u32::try_from(self.ifaces.len()).unwrap_or(u32::MAX);
+            }
+            PcapBlockOwned::NG(Block::InterfaceDescription(idb)) => {
+                let index = u32::try_from(self.ifaces.len()).unwrap_or(u32::MAX);
+                let link = LinkType::from_linktype(idb.linktype);
+                match link {
+                    Some(l) => self.stats.declare(l),
+                    None if self.unsupported.is_none() => {
+                        self.unsupported = Some(linktype_name(idb.linktype));
+                    }
+                    None => {}
+                }
+                let name = match idb.if_name() {
+                    Some(Ok(n)) if !n.is_empty() => n.trim_end_matches('\0').to_string(),
+                    _ => format!("if{}", index - self.section_base),
+                };
+                let resolution = idb.ts_resolution().unwrap_or(1_000_000).max(1);
+                self.ifaces.push(Iface {
+                    link,
+                    name: name.clone(),
+                    resolution,
+                    offset_s: idb.ts_offset(),
+                });
+                // An SLL2 interface's packets are on its interface indices' points.
+                if link != Some(LinkType::Sll2) {
+                    (self.on_iface)(CaptureIface {
+                        index,
+                        name,
+                        ts_resolution_ns: ns_per_unit(resolution),
+                    });
+                }
+            }
+            PcapBlockOwned::NG(Block::EnhancedPacket(epb)) => {
+                let index = self.section_base.saturating_add(epb.if_id);
+                match self.ifaces.get(index as usize) {
+                    Some(Iface {
+                        link: Some(_),
+                        resolution,
+                        offset_s,
+                        ..
+                    }) => {
+                        let raw = (u64::from(epb.ts_high) << 32) | u64::from(epb.ts_low);
+                        let ns = u128::from(raw) * 1_000_000_000 / u128::from(*resolution);
+                        let off = i128::from(*offset_s) * 1_000_000_000;
+                        let ts_ns = (ns as i128 + off).clamp(0, u64::MAX as i128) as u64;
+                        // `data` carries the block's padding: cut it to the captured length.
+                        let data = &epb.data[..(epb.caplen as usize).min(epb.data.len())];
+                        let raw = RawFrame {
+                            ts_ns,
+                            ts_resolution_ns: ns_per_unit(*resolution),
+                            data,
+                            orig_len: epb.origlen,
+                            iface: index,
+                        };
+                        self.emit_ng(index, raw);
+                    }
+                    Some(_) => self.stats.skipped_link_type += 1,
+                    None => {
+                        return Err(CaptureError::Corrupt {
+                            frames: self.stats.frames,
+                            detail: format!("packet on undeclared interface {}", epb.if_id),
+                        });
+                    }
+                }
+            }
+            PcapBlockOwned::NG(Block::SimplePacket(spb)) => {
+                // No timestamp and no interface id: interface 0 of the section.
+                match self.ifaces.get(self.section_base as usize) {
+                    Some(Iface {
+                        link: Some(_),
+                        resolution,
+                        ..
+                    }) => {
+                        let data = &spb.data[..(spb.origlen as usize).min(spb.data.len())];
+                        let raw = RawFrame {
+                            ts_ns: 0,
+                            ts_resolution_ns: ns_per_unit(*resolution),
+                            data,
+                            orig_len: spb.origlen,
+                            iface: self.section_base,
+                        };
+                        self.emit_ng(self.section_base, raw);
+                    }
+                    _ => self.stats.skipped_link_type += 1,
+                }
+            }
+            PcapBlockOwned::NG(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Hand `raw` on as a frame of pcapng interface `index` (one whose link type is read).
+    fn emit_ng(&mut self, index: u32, raw: RawFrame<'_>) {
+        if let Some(Iface {
+            link: Some(link),
+            name,
+            ..
+        }) = self.ifaces.get(index as usize)
+        {
+            let (stats, on_iface, on_frame) =
+                (&mut self.stats, &mut *self.on_iface, &mut *self.on_frame);
+            self.points
+                .emit(stats, on_iface, on_frame, *link, name, raw);
+        }
+    }
+
+    /// One pcap record.
+    #[inline(always)]
+    fn legacy(&mut self, ts_sec: u32, ts_frac: u32, data: &[u8], orig_len: u32) {
+        let frac = if self.legacy_ns {
+            u64::from(ts_frac)
+        } else {
+            u64::from(ts_frac) * 1000
+        };
+        let raw = RawFrame {
+            ts_ns: u64::from(ts_sec) * 1_000_000_000 + frac,
+            ts_resolution_ns: legacy_resolution(self.legacy_ns),
+            data,
+            orig_len,
+            iface: 0,
+        };
+        self.points.emit(
+            &mut self.stats,
+            self.on_iface,
+            self.on_frame,
+            self.legacy_link,
+            "",
+            raw,
+        );
+    }
+
+    /// The end of the capture, `error` the damage that stopped it, if any.
+    fn end(self, error: Option<CaptureError>) -> CaptureEnd {
+        // A pcapng file whose only interfaces are of unsupported types: say so instead of
+        // "0 frames".
+        let error = match (error, self.unsupported) {
+            (None, Some(lt)) if self.stats.frames == 0 && self.stats.skipped_link_type > 0 => {
+                Some(CaptureError::LinkType(lt))
+            }
+            (e, _) => e,
+        };
+        CaptureEnd {
+            stats: self.stats,
+            error,
+        }
+    }
+}
+
+/// The records of a plain pcap after its header, read from `input` into a buffer of our own
+/// and handed on from there. It reads as pcap-parser's `LegacyPcapReader` does and gives the
+/// same verdicts: a buffer of [`INITIAL_BUFFER`], doubled for a longer record up to
+/// [`MAX_BUFFER`] (corrupt past it), refilled when a record is incomplete; the end of the input
+/// inside a record is a truncated capture. Without that reader's block enum and its copy of
+/// the buffer's rest on every consume, reading is a fraction of the per-packet cost.
+fn read_legacy<R, I, F>(
+    mut input: R,
+    big_endian: bool,
+    reading: &mut Reading<'_, I, F>,
+    position: &Cell<u64>,
+) -> Option<CaptureError>
+where
+    R: Read,
+    I: FnMut(CaptureIface),
+    F: FnMut(CapturedFrame<'_>),
+{
+    /// A record's header: seconds, fraction, captured and original length.
+    const RECORD: usize = 16;
+    let word = |b: &[u8], at: usize| {
+        let w = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+        if big_endian {
+            u32::from_be_bytes(w)
+        } else {
+            u32::from_le_bytes(w)
+        }
     };
-    CaptureEnd { stats, error }
+    let mut buf = vec![0u8; INITIAL_BUFFER];
+    // Unread data is buf[start..end].
+    let (mut start, mut end) = (0usize, 0usize);
+    let mut exhausted = false;
+    let mut consumed = position.get();
+    loop {
+        let available = end - start;
+        // The bytes the record at `start` takes, as far as they are known.
+        let mut needed = RECORD;
+        if available >= RECORD {
+            let rec = &buf[start..end];
+            let caplen = word(rec, 8) as usize;
+            needed = RECORD + caplen;
+            if available >= needed {
+                // The next record's headers are what the parser reads next: start loading
+                // them while this one is taken (the buffer was filled a megabyte ago).
+                prefetch(rec.get(needed..).unwrap_or_default());
+                prefetch(rec.get(needed + 64..).unwrap_or_default());
+                consumed += needed as u64;
+                position.set(consumed);
+                reading.legacy(
+                    word(rec, 0),
+                    word(rec, 4),
+                    &rec[RECORD..needed],
+                    word(rec, 12),
+                );
+                start += needed;
+                continue;
+            }
+        } else if available == 0 && start == 0 && exhausted {
+            return None;
+        }
+        if exhausted {
+            return Some(CaptureError::Truncated {
+                frames: reading.stats.frames,
+            });
+        }
+        if needed >= buf.len() {
+            if buf.len() >= MAX_BUFFER {
+                return Some(too_long(reading.stats.frames));
+            }
+            buf.resize(buf.len() * 2, 0);
+        }
+        buf.copy_within(start..end, 0);
+        (start, end) = (0, available);
+        if end < buf.len() {
+            match input.read(&mut buf[end..]) {
+                Ok(n) => {
+                    exhausted = n == 0;
+                    end += n;
+                }
+                Err(_) => {
+                    return Some(CaptureError::Io(format!(
+                        "{:?}",
+                        PcapError::<&[u8]>::ReadError
+                    )));
+                }
+            }
+        }
+    }
 }
 
 /// The resolution of a pcap's timestamps, ns: its magic says microseconds or nanoseconds.

@@ -313,8 +313,7 @@ fn memory_is_bounded() {
     }
     assert!(s.bins.len() <= WINDOW_BINS + WINDOW_BINS / 10);
     let runs = s
-        .flows
-        .get(&key)
+        .activity_of(&key)
         .map(|a| a.kept_runs().count())
         .unwrap_or(0);
     assert!(runs > 0 && runs <= MAX_RUNS, "{runs}");
@@ -324,6 +323,42 @@ fn memory_is_bounded() {
     }
     assert_eq!(s.flows.len(), MAX_FLOWS);
     assert!(s.untracked_flows >= 10);
+}
+
+/// A packet given its engine flow number lands in its own flow's activity, also after that
+/// flow was forgotten (nothing left in the window) and its slot went to another flow: a slot
+/// is found by number only while it is still that flow's.
+#[test]
+fn a_flow_number_finds_its_own_activity_only() {
+    let mut s = Steps::default();
+    let (pkt, out) = write_packet(2);
+    let key = |qp| FlowKey {
+        dst_qp: qp,
+        direction: 2,
+        ..FlowKey::zeroed()
+    };
+    let (a, b, c) = (key(1), key(2), key(3));
+    let runs = |s: &Steps, k: &FlowKey| s.activity_of(k).map(|x| x.all_runs().count());
+    s.packet_of(T0, &a, Some(7), &pkt, &out);
+    s.packet_of(T0 + 10 * MS, &a, Some(7), &pkt, &out);
+    assert_eq!(runs(&s, &a), Some(2));
+    // `b` (flow 9) sends once a second until `a` has left the window and is forgotten.
+    let mut t = T0;
+    while s.activity_of(&a).is_some() {
+        t += 1000 * MS;
+        s.packet_of(t, &b, Some(9), &pkt, &out);
+    }
+    // `c` (flow 11) takes `a`'s slot, which flow 7's number still points at.
+    s.packet_of(t + 10 * MS, &c, Some(11), &pkt, &out);
+    assert_eq!(s.activities.len(), 2, "the slot was reused");
+    s.packet_of(t + 20 * MS, &a, Some(7), &pkt, &out);
+    assert_eq!(runs(&s, &a), Some(1));
+    assert_eq!(runs(&s, &c), Some(1));
+    // And by number again, each to its own.
+    s.packet_of(t + 30 * MS, &c, Some(11), &pkt, &out);
+    s.packet_of(t + 40 * MS, &a, Some(7), &pkt, &out);
+    assert_eq!(runs(&s, &a), Some(2));
+    assert_eq!(runs(&s, &c), Some(2));
 }
 
 /// The kernel path's runs against the capture path's packets, on the traffic of the first test
@@ -530,7 +565,7 @@ fn batched_runs_read_from_their_map_count_once() {
         s.runs_read(&key, batch);
     };
     let total = |s: &Steps| s.series().1.iter().sum::<u64>();
-    let runs = |s: &Steps| s.flows[&key].all_runs().count();
+    let runs = |s: &Steps| s.activity_of(&key).expect("followed").all_runs().count();
     let mut s = Steps::default();
     // 18 runs: the first 16 are a record, not drained before the read; 2 read unsent.
     for i in 0..18 {
@@ -602,7 +637,7 @@ fn a_run_finished_between_the_two_reads_counts_once() {
     let mut s = Steps::default();
     s.flow_read(&key, &stats);
     s.runs_read(&key, &batch);
-    assert_eq!(s.flows[&key].all_runs().count(), 1);
+    assert_eq!(s.activity_of(&key).expect("followed").all_runs().count(), 1);
     assert_eq!(s.series().1.iter().sum::<u64>(), 1000);
 }
 
@@ -1227,7 +1262,12 @@ fn packets_extend_the_newest_run_and_keep_the_last_max_runs() {
     };
     s.data_run(&key, reported);
     s.packet(T0 + n * 2 * MS + 10 * US, &key, &pkt, &out);
-    let runs: Vec<Run> = s.flows[&key].all_runs().copied().collect();
+    let runs: Vec<Run> = s
+        .activity_of(&key)
+        .expect("followed")
+        .all_runs()
+        .copied()
+        .collect();
     // n + 1 runs made, the last MAX_RUNS kept.
     assert_eq!(runs.len(), MAX_RUNS);
     let last = runs[MAX_RUNS - 1];
