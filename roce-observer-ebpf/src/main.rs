@@ -11,6 +11,7 @@
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 #![no_main]
 
+mod changes;
 mod diag;
 mod floor;
 mod maps;

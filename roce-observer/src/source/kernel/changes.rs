@@ -1,0 +1,320 @@
+//! A report tick's read of the flow table: only the flows the kernel listed as changed
+//! (roce-observer-common/src/changes.rs, roce-observer-ebpf/src/changes.rs), looked up one by
+//! one, where a whole read copied every flow (848 bytes each: 50 MB at 100,000 flows, most of a
+//! tick's work). The whole table is read instead at the first tick of a reader, when a list had
+//! no room for a change, when a quarter of the flows or more changed (one batched read is then
+//! cheaper than the single lookups), and on a kernel that does not let the lists be mapped.
+//!
+//! The epoch and the lists are read and written through shared mappings of their arrays
+//! (BPF_F_MMAPABLE): no syscall but one lookup per changed flow.
+
+use std::{
+    os::fd::{AsFd as _, AsRawFd as _},
+    ptr::NonNull,
+};
+
+use roce_observer_common::{
+    FlowKey, FlowStats,
+    changes::{CHANGE_EPOCH_ENTRIES, CHANGE_SLOTS, ChangeHead, Listed, list, listed_flow, slot},
+    flow::{FlowKey4, FlowKey6},
+};
+
+use super::{KernelSource, error::KernelError, fingerprint};
+
+/// How [`KernelSource::read_flow_changes`] read the flow table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowRead {
+    /// Every entry, `flows` of them (those unchanged since the reader's last whole read were
+    /// not handed over again).
+    Whole { flows: usize },
+    /// The `listed` flows of the change lists, each looked up and handed over.
+    Changed { listed: usize },
+}
+
+/// A whole read is made when more than this share of the flows the last whole read found are
+/// listed: a batched read costs about a third of a single lookup per flow.
+const WHOLE_READ_SHARE: usize = 4;
+
+/// A shared mapping of the first `len` elements of a BPF array map of `T` made with
+/// BPF_F_MMAPABLE: the values lie from offset 0, each in a slot of its size rounded up to 8
+/// bytes.
+struct Mapped<T> {
+    ptr: NonNull<u8>,
+    len: usize,
+    bytes: usize,
+    _value: std::marker::PhantomData<T>,
+}
+
+impl<T: Copy> Mapped<T> {
+    /// Map `len` elements of the array `fd`, read-only or read-write; None if the kernel
+    /// refuses (the map was not made mappable).
+    fn map(fd: std::os::fd::BorrowedFd<'_>, len: usize, write: bool) -> Option<Mapped<T>> {
+        // SAFETY: sysconf has no memory effects.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        let bytes = (len * Self::STRIDE).next_multiple_of(page).max(page);
+        let prot = if write {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping of the array's values from offset 0 (where the kernel
+        // puts them in a mappable array, rounded up to pages); nothing else refers to the new
+        // address.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapped {
+            ptr: NonNull::new(addr.cast())?,
+            len,
+            bytes,
+            _value: std::marker::PhantomData,
+        })
+    }
+
+    /// Bytes from one element to the next (the kernel's `round_up(value_size, 8)`).
+    const STRIDE: usize = size_of::<T>().next_multiple_of(8);
+
+    /// Element `i`'s address.
+    fn at(&self, i: usize) -> *mut T {
+        assert!(i < self.len, "element {i} of {}", self.len);
+        const { assert!(align_of::<T>() <= 8) };
+        // SAFETY: within the mapping (checked above: `len` slots of STRIDE bytes were mapped),
+        // and 8-byte aligned (page-aligned start, STRIDE a multiple of 8).
+        unsafe { self.ptr.as_ptr().add(i * Self::STRIDE).cast() }
+    }
+
+    /// Element `i` as it is now (the kernel may write it at any time: read volatile).
+    fn get(&self, i: usize) -> T {
+        // SAFETY: a valid, aligned element (`at`); any bit pattern is a `T` (plain integer
+        // structs of the ABI crate).
+        unsafe { std::ptr::read_volatile(self.at(i)) }
+    }
+
+    /// Write element `i` (a read-write mapping only).
+    fn set(&self, i: usize, v: T) {
+        // SAFETY: as in `get`; the mapping was made writable by the only caller that sets.
+        unsafe { std::ptr::write_volatile(self.at(i), v) }
+    }
+}
+
+impl<T> Drop for Mapped<T> {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `map` with `bytes` bytes and not used after this.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
+    }
+}
+
+// SAFETY: the pointer is to a mapping owned by the value alone (made in `map`, removed in
+// `drop`); accessing it from another thread is as sound as from this one.
+unsafe impl<T> Send for Mapped<T> {}
+
+/// The mapped change lists and what user space knows of its reads.
+pub(super) struct ChangeLists {
+    epochs: Mapped<u32>,
+    heads: Mapped<ChangeHead>,
+    keys: Mapped<FlowKey6>,
+    cpus: u32,
+    /// Keys per list (the loader's `CHANGE_CAP`).
+    cap: u32,
+    /// The epoch now (`CHANGE_EPOCH[0]`).
+    epoch: u32,
+    /// The reader that was handed every change up to the tick that began this epoch.
+    reader: Option<u64>,
+    /// Flows found by the last whole read.
+    known: usize,
+    /// The listed keys of the tick under way.
+    listed: Vec<FlowKey6>,
+}
+
+/// The epoch after `e` (0 is skipped: it is a new flow entry's).
+fn after(e: u32) -> u32 {
+    e.checked_add(1).unwrap_or(1)
+}
+
+/// The epoch before `e`.
+fn before(e: u32) -> u32 {
+    if e <= 1 { u32::MAX } else { e - 1 }
+}
+
+impl ChangeLists {
+    /// The first epoch, set by the loader before the programs are attached: a new entry (epoch
+    /// 0) is then always listed.
+    pub(super) const FIRST_EPOCH: u32 = 1;
+
+    /// Map the loaded programs' change maps (`cpus` CPUs, `cap` keys per list); None when the
+    /// kernel refuses a mapping (every tick then reads the whole table).
+    pub(super) fn map(ebpf: &aya::Ebpf, cpus: u32, cap: u32) -> Option<ChangeLists> {
+        let fd = |name: &str| match ebpf.map(name)? {
+            aya::maps::Map::Array(data) => data.fd().as_fd().try_clone_to_owned().ok(),
+            _ => None,
+        };
+        let lists = (cpus * CHANGE_SLOTS) as usize;
+        let epochs = Mapped::map(
+            fd("CHANGE_EPOCH")?.as_fd(),
+            CHANGE_EPOCH_ENTRIES as usize,
+            true,
+        )?;
+        let heads = Mapped::map(fd("CHANGE_HEADS")?.as_fd(), lists, false)?;
+        let keys = Mapped::map(fd("CHANGE_KEYS")?.as_fd(), lists * cap as usize, false)?;
+        epochs.set(0, Self::FIRST_EPOCH);
+        Some(ChangeLists {
+            epochs,
+            heads,
+            keys,
+            cpus,
+            cap,
+            epoch: Self::FIRST_EPOCH,
+            reader: None,
+            known: 0,
+            listed: Vec::new(),
+        })
+    }
+
+    /// Begin a tick for `reader`: move to the next epoch (the flows changed from now on are
+    /// listed in it), then gather the flows listed in the two epochs before it. False when the
+    /// whole table must be read (the reader's first tick, a list without room, too many).
+    fn begin(&mut self, reader: u64) -> bool {
+        let last = self.epoch;
+        self.epoch = after(last);
+        self.epochs.set(0, self.epoch);
+        let continued = self.reader.take() == Some(reader);
+        self.listed.clear();
+        if !continued {
+            return false;
+        }
+        let epochs = [last, before(last)];
+        if epochs
+            .iter()
+            .any(|&e| self.epochs.get(1 + slot(e) as usize) == e)
+        {
+            return false;
+        }
+        for e in epochs {
+            for cpu in 0..self.cpus {
+                let l = list(cpu, e);
+                let head = self.heads.get(l as usize);
+                if head.epoch != e {
+                    continue;
+                }
+                let start = (l * self.cap) as usize;
+                let n = head.count.min(self.cap) as usize;
+                self.listed
+                    .extend((start..start + n).map(|i| self.keys.get(i)));
+            }
+            if self.listed.len() > self.known / WHOLE_READ_SHARE {
+                return false;
+            }
+        }
+        self.listed
+            .sort_unstable_by(|a, b| super::pod_bytes(a).cmp(super::pod_bytes(b)));
+        self.listed.dedup();
+        true
+    }
+
+    /// The tick is done: `reader` was handed every change (and the whole table's `whole` flows
+    /// when it was read whole).
+    fn done(&mut self, reader: u64, whole: Option<usize>) {
+        self.reader = Some(reader);
+        if let Some(n) = whole {
+            self.known = n;
+        }
+    }
+}
+
+impl KernelSource {
+    /// A report tick's read of the flow table for `reader` (an engine's id): every flow that
+    /// may have changed since the reader's last tick handed to `each`, with its key expanded
+    /// and its times converted as [`KernelSource::read_flows`] does. Successive ticks of one
+    /// reader read only the flows the kernel listed as changed (module doc); a whole read hands
+    /// over only the entries that differ from the reader's last whole read (`fingerprint`).
+    /// The values are absolute, so a reader gets the same values either way.
+    pub fn read_flow_changes(
+        &mut self,
+        reader: u64,
+        mut each: impl FnMut(&FlowKey, &FlowStats),
+    ) -> Result<FlowRead, KernelError> {
+        let changed = self.changes.as_mut().is_some_and(|c| c.begin(reader));
+        if changed {
+            let listed = std::mem::take(&mut self.changes.as_mut().expect("mapped").listed);
+            let read = self.read_listed(&listed, &mut each);
+            let n = listed.len();
+            if let Some(c) = self.changes.as_mut() {
+                c.listed = listed;
+            }
+            read?;
+            if let Some(c) = self.changes.as_mut() {
+                c.done(reader, None);
+            }
+            return Ok(FlowRead::Changed { listed: n });
+        }
+        let b = &mut self.flow_buffers;
+        let same_reader = b.engine.take() == Some(reader);
+        let prints = std::mem::take(&mut b.prints);
+        let mut next = std::mem::take(&mut b.next_prints);
+        next.clear();
+        self.read_flow_table(|key, stats| {
+            let print = fingerprint(key, stats);
+            if !(same_reader && prints.get(next.len()) == Some(&print)) {
+                each(key, stats);
+            }
+            next.push(print);
+        })?;
+        let b = &mut self.flow_buffers;
+        let flows = next.len();
+        // The read under way, all handed to `reader`, becomes the last one.
+        b.prints = next;
+        b.next_prints = prints;
+        b.engine = Some(reader);
+        if let Some(c) = self.changes.as_mut() {
+            c.done(reader, Some(flows));
+        }
+        Ok(FlowRead::Whole { flows })
+    }
+
+    /// Look up each listed flow (`FLOWS4` or `FLOWS6` by its key) and hand it to `each` as
+    /// the whole read does; a flow no longer there is skipped.
+    fn read_listed(
+        &self,
+        listed: &[FlowKey6],
+        each: &mut impl FnMut(&FlowKey, &FlowStats),
+    ) -> Result<(), KernelError> {
+        use aya::maps::{HashMap, MapData, MapError};
+        let flows4 = HashMap::<&MapData, FlowKey4, FlowStats>::try_from(super::maps::ebpf_map(
+            &self.ebpf, "FLOWS4",
+        )?)
+        .map_err(super::maps::map_error("FLOWS4"))?;
+        let flows6 = HashMap::<&MapData, FlowKey6, FlowStats>::try_from(super::maps::ebpf_map(
+            &self.ebpf, "FLOWS6",
+        )?)
+        .map_err(super::maps::map_error("FLOWS6"))?;
+        let mut sessions = super::maps::Sessions::new(&self.ebpf);
+        for k in listed {
+            let (found, name, key) = match listed_flow(k) {
+                Listed::V4(k4) => (flows4.get(&k4, 0), "FLOWS4", k4.expand(|p| sessions.get(p))),
+                Listed::V6(k6) => (flows6.get(&k6, 0), "FLOWS6", k6.expand(|p| sessions.get(p))),
+            };
+            let mut stats = match found {
+                Ok(stats) => stats,
+                Err(MapError::KeyNotFound) => continue,
+                Err(e) => return Err(super::maps::map_error(name)(e)),
+            };
+            // A flow of a mirror session not read yet is left to the next tick, as in the whole
+            // read.
+            if let Some(key) = key {
+                self.flow_to_epoch(&mut stats);
+                each(&key, &stats);
+            }
+        }
+        sessions.result()
+    }
+}
