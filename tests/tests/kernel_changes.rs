@@ -24,6 +24,23 @@ fn frame(qp: u32, psn: u32) -> Vec<u8> {
     .build()
 }
 
+/// One frame with `psn` on each of the first `n` IPv4 flows (QP 0x100 on).
+fn flows(n: u32, psn: u32) -> Vec<Vec<u8>> {
+    (0..n).map(|i| frame(0x100 + i, psn)).collect()
+}
+
+/// A loaded source (`max_flows`) whose first `n` IPv4 flows have one frame each, read until a
+/// tick reads the lists alone; on this thread, pinned to CPU 0.
+fn started(max_flows: u32, n: u32) -> (KernelSource, Readers) {
+    require_root();
+    pin_to_cpu0();
+    let mut src = load(max_flows);
+    let mut r = Readers::new();
+    run(&src, &flows(n, 0));
+    settle(&mut src, &mut r);
+    (src, r)
+}
+
 /// Keep this thread on CPU 0, so that every test run lists its flows in one CPU's lists.
 fn pin_to_cpu0() {
     // SAFETY: an all-zero cpu_set_t is a valid, empty set.
@@ -110,7 +127,7 @@ fn now_of(src: &mut KernelSource, keys: &[FlowKey]) -> Vec<(FlowKey, FlowStats)>
 /// Ticks until one reads only the lists (the first ticks read whole: no history, then the
 /// lists of the epochs that made every flow).
 fn settle(src: &mut KernelSource, r: &mut Readers) {
-    for _ in 0..4 {
+    for _ in 0..5 {
         if r.tick(src).0 == (FlowRead::Changed { listed: 0 }) {
             return;
         }
@@ -181,22 +198,10 @@ fn a_tick_hands_over_exactly_the_changed_flows_and_reports_as_a_whole_read() {
 #[test]
 #[ignore = "kernel test: needs root (BPF)"]
 fn a_list_without_room_makes_the_tick_read_the_whole_table() {
-    require_root();
-    pin_to_cpu0();
     // 64 keys per list (changes::capacity of 1024).
-    let mut src = load(1024);
-    let mut r = Readers::new();
-    run(
-        &src,
-        &(0..400).map(|i| frame(0x100 + i, 0)).collect::<Vec<_>>(),
-    );
-    r.tick(&mut src);
-    settle(&mut src, &mut r);
+    let (mut src, mut r) = started(1024, 400);
     // 80 flows change on one CPU: 16 more than its list holds (and less than a quarter).
-    run(
-        &src,
-        &(0..80).map(|i| frame(0x100 + i, 1)).collect::<Vec<_>>(),
-    );
+    run(&src, &flows(80, 1));
     let (read, handed) = r.tick(&mut src);
     assert_eq!(read, FlowRead::Whole { flows: 400 });
     assert_eq!(handed.len(), 80, "the changed flows, no others");
@@ -211,26 +216,11 @@ fn a_list_without_room_makes_the_tick_read_the_whole_table() {
 #[test]
 #[ignore = "kernel test: needs root (BPF)"]
 fn a_quarter_of_the_flows_changed_is_read_whole() {
-    require_root();
-    pin_to_cpu0();
-    let mut src = load(16384);
-    let mut r = Readers::new();
-    run(
-        &src,
-        &(0..200).map(|i| frame(0x100 + i, 0)).collect::<Vec<_>>(),
-    );
-    r.tick(&mut src);
-    settle(&mut src, &mut r);
-    run(
-        &src,
-        &(0..60).map(|i| frame(0x100 + i, 1)).collect::<Vec<_>>(),
-    );
+    let (mut src, mut r) = started(16384, 200);
+    run(&src, &flows(60, 1));
     assert_eq!(r.tick(&mut src).0, FlowRead::Whole { flows: 200 });
     assert_eq!(r.tick(&mut src).0, FlowRead::Whole { flows: 200 });
-    run(
-        &src,
-        &(0..40).map(|i| frame(0x100 + i, 2)).collect::<Vec<_>>(),
-    );
+    run(&src, &flows(40, 2));
     assert_eq!(r.tick(&mut src).0, FlowRead::Changed { listed: 40 });
     r.assert_same_report();
 }
@@ -343,10 +333,7 @@ fn an_answer_lists_the_request_flow_it_changes() {
     .build();
     run(&src, &[request]);
     // Other flows, so that two changed are few.
-    run(
-        &src,
-        &(0..100).map(|i| frame(0x100 + i, 0)).collect::<Vec<_>>(),
-    );
+    run(&src, &flows(100, 0));
     r.tick(&mut src);
     settle(&mut src, &mut r);
     let ack = RoceFrame {

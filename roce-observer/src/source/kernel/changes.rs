@@ -211,14 +211,12 @@ impl ChangeLists {
                 self.listed
                     .extend((start..start + n).map(|i| self.keys.get(i)));
             }
-            if self.listed.len() > self.known / WHOLE_READ_SHARE {
-                return false;
-            }
         }
+        // A flow changed in both epochs, or on two CPUs, is read once.
         self.listed
             .sort_unstable_by(|a, b| super::pod_bytes(a).cmp(super::pod_bytes(b)));
         self.listed.dedup();
-        true
+        self.listed.len() <= self.known / WHOLE_READ_SHARE
     }
 
     /// The tick is done: `reader` was handed every change (and the whole table's `whole` flows
@@ -243,9 +241,11 @@ impl KernelSource {
         reader: u64,
         mut each: impl FnMut(&FlowKey, &FlowStats),
     ) -> Result<FlowRead, KernelError> {
-        let changed = self.changes.as_mut().is_some_and(|c| c.begin(reader));
-        if changed {
-            let listed = std::mem::take(&mut self.changes.as_mut().expect("mapped").listed);
+        let listed = self
+            .changes
+            .as_mut()
+            .and_then(|c| c.begin(reader).then(|| std::mem::take(&mut c.listed)));
+        if let Some(listed) = listed {
             let read = self.read_listed(&listed, &mut each);
             let n = listed.len();
             if let Some(c) = self.changes.as_mut() {
