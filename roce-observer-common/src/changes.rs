@@ -45,6 +45,10 @@ pub struct ChangeHead {
 }
 assert_size!(ChangeHead, 8);
 
+/// Flows copied per run of the gather program (roce-observer-ebpf/src/gather.rs): user space
+/// reads the listed flows `GATHER` at a time in one syscall, not one lookup syscall each.
+pub const GATHER: u32 = 64;
+
 /// The list slot of `epoch`.
 #[inline(always)]
 pub const fn slot(epoch: u32) -> u32 {

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use roce_observer_common::{
     Counter, FlowKey, FlowStats,
-    changes::{CHANGE_EPOCH_ENTRIES, CHANGE_SLOTS, ChangeHead},
+    changes::{CHANGE_EPOCH_ENTRIES, CHANGE_SLOTS, ChangeHead, GATHER},
     counters::COUNTER_SLOTS,
     flow::{FlowKey4, FlowKey6},
     latency::{LatencyHist, PendingKey, PendingValue},
@@ -59,6 +59,15 @@ pub static CHANGE_HEADS: Array<ChangeHead> = Array::with_max_entries(CHANGE_SLOT
 /// sizes it to possible CPUs x CHANGE_SLOTS x cap (40 bytes a key).
 #[map]
 pub static CHANGE_KEYS: Array<FlowKey6> = Array::with_max_entries(CHANGE_SLOTS, BPF_F_MMAPABLE);
+
+/// The gather program's keys in (user space writes them), entries out, and found flags (entry
+/// 0: how many keys; 1 + i: whether key i was found). All mapped by user space.
+#[map]
+pub static GATHER_KEYS: Array<FlowKey6> = Array::with_max_entries(GATHER, BPF_F_MMAPABLE);
+#[map]
+pub static GATHER_FLOWS: Array<FlowStats> = Array::with_max_entries(GATHER, BPF_F_MMAPABLE);
+#[map]
+pub static GATHER_FOUND: Array<u32> = Array::with_max_entries(1 + GATHER, BPF_F_MMAPABLE);
 
 /// uapi/linux/bpf.h map flag: the array can be mapped into user memory.
 const BPF_F_MMAPABLE: u32 = 1 << 10;

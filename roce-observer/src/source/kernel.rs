@@ -55,6 +55,9 @@ const TC_PROGRAM: &str = "roce_observer_tc";
 const XDP_SEQ_PROGRAM: &str = "roce_observer_xdp_seq";
 const XDP_PAGE_SEQ_PROGRAM: &str = "roce_observer_xdp_page_seq";
 const TC_SEQ_PROGRAM: &str = "roce_observer_tc_seq";
+/// Copies the flows a report tick reads (roce-observer-ebpf gather.rs): run with
+/// BPF_PROG_TEST_RUN, never attached.
+const GATHER_PROGRAM: &str = "roce_observer_gather";
 const BASELINE_PROGRAM: &str = "roce_observer_baseline";
 const FLOOR_HASH_PROGRAM: &str = "roce_observer_floor_hash";
 const FLOOR_ARRAY_PROGRAM: &str = "roce_observer_floor_array";
@@ -336,6 +339,9 @@ impl KernelSource {
         };
         // Read even when off (it then stays empty): the tests check exactly that.
         let kernel_log = kernel_log::Reader::start(&mut ebpf)?;
+        program_mut::<Xdp>(&mut ebpf, GATHER_PROGRAM)?
+            .load()
+            .map_err(|e| program_load_error(GATHER_PROGRAM, &features, e))?;
         // Before anything is attached: the first epoch (new entries are then listed).
         let changes = changes::ChangeLists::map(&ebpf, cpus, change_cap);
         Ok(KernelSource {

@@ -1,12 +1,14 @@
 //! A report tick's read of the flow table: only the flows the kernel listed as changed
-//! (roce-observer-common/src/changes.rs, roce-observer-ebpf/src/changes.rs), looked up one by
-//! one, where a whole read copied every flow (848 bytes each: 50 MB at 100,000 flows, most of a
-//! tick's work). The whole table is read instead at the first tick of a reader, when a list had
-//! no room for a change, when a quarter of the flows or more changed (one batched read is then
-//! cheaper than the single lookups), and on a kernel that does not let the lists be mapped.
+//! (roce-observer-common/src/changes.rs, roce-observer-ebpf/src/changes.rs), where a whole read
+//! copied every flow (848 bytes each: 50 MB at 100,000 flows, most of a tick's work). The whole
+//! table is read instead at the first tick of a reader, when a list had no room for a change,
+//! when more than a quarter of the flows changed (one batched read of them all is then about as
+//! cheap), and on a kernel that does not let the lists be mapped.
 //!
 //! The epoch and the lists are read and written through shared mappings of their arrays
-//! (BPF_F_MMAPABLE): no syscall but one lookup per changed flow.
+//! (BPF_F_MMAPABLE), and the listed flows are copied out by the gather program
+//! (roce-observer-ebpf/src/gather.rs), `GATHER` flows per BPF_PROG_TEST_RUN: one syscall per
+//! 64 changed flows, where a lookup syscall each cost about 1.8 us in a VM.
 
 use std::{
     os::fd::{AsFd as _, AsRawFd as _},
@@ -15,8 +17,10 @@ use std::{
 
 use roce_observer_common::{
     FlowKey, FlowStats,
-    changes::{CHANGE_EPOCH_ENTRIES, CHANGE_SLOTS, ChangeHead, Listed, list, listed_flow, slot},
-    flow::{FlowKey4, FlowKey6},
+    changes::{
+        CHANGE_EPOCH_ENTRIES, CHANGE_SLOTS, ChangeHead, GATHER, Listed, list, listed_flow, slot,
+    },
+    flow::FlowKey6,
 };
 
 use super::{KernelSource, error::KernelError, fingerprint};
@@ -32,7 +36,8 @@ pub enum FlowRead {
 }
 
 /// A whole read is made when more than this share of the flows the last whole read found are
-/// listed: a batched read costs about a third of a single lookup per flow.
+/// listed: a batched read of every flow costs about half of copying one listed flow out (its
+/// entry is read from memory twice, by the gather program and from its copy).
 const WHOLE_READ_SHARE: usize = 4;
 
 /// A shared mapping of the first `len` elements of a BPF array map of `T` made with
@@ -118,11 +123,19 @@ impl<T> Drop for Mapped<T> {
 // `drop`); accessing it from another thread is as sound as from this one.
 unsafe impl<T> Send for Mapped<T> {}
 
+/// The gather program's arrays (roce-observer-ebpf/src/gather.rs), mapped.
+struct Gather {
+    keys: Mapped<FlowKey6>,
+    flows: Mapped<FlowStats>,
+    found: Mapped<u32>,
+}
+
 /// The mapped change lists and what user space knows of its reads.
 pub(super) struct ChangeLists {
     epochs: Mapped<u32>,
     heads: Mapped<ChangeHead>,
     keys: Mapped<FlowKey6>,
+    gather: Gather,
     cpus: u32,
     /// Keys per list (the loader's `CHANGE_CAP`).
     cap: u32,
@@ -166,11 +179,18 @@ impl ChangeLists {
         )?;
         let heads = Mapped::map(fd("CHANGE_HEADS")?.as_fd(), lists, false)?;
         let keys = Mapped::map(fd("CHANGE_KEYS")?.as_fd(), lists * cap as usize, false)?;
+        let g = GATHER as usize;
+        let gather = Gather {
+            keys: Mapped::map(fd("GATHER_KEYS")?.as_fd(), g, true)?,
+            flows: Mapped::map(fd("GATHER_FLOWS")?.as_fd(), g, false)?,
+            found: Mapped::map(fd("GATHER_FOUND")?.as_fd(), 1 + g, true)?,
+        };
         epochs.set(0, Self::FIRST_EPOCH);
         Some(ChangeLists {
             epochs,
             heads,
             keys,
+            gather,
             cpus,
             cap,
             epoch: Self::FIRST_EPOCH,
@@ -281,38 +301,42 @@ impl KernelSource {
         Ok(FlowRead::Whole { flows })
     }
 
-    /// Look up each listed flow (`FLOWS4` or `FLOWS6` by its key) and hand it to `each` as
-    /// the whole read does; a flow no longer there is skipped.
+    /// Copy the listed flows out (`FLOWS4` or `FLOWS6` by their keys), `GATHER` per run of the
+    /// gather program, and hand them to `each` as the whole read does; a flow no longer there
+    /// is skipped.
     fn read_listed(
         &self,
         listed: &[FlowKey6],
         each: &mut impl FnMut(&FlowKey, &FlowStats),
     ) -> Result<(), KernelError> {
-        use aya::maps::{HashMap, MapData, MapError};
-        let flows4 = HashMap::<&MapData, FlowKey4, FlowStats>::try_from(super::maps::ebpf_map(
-            &self.ebpf, "FLOWS4",
-        )?)
-        .map_err(super::maps::map_error("FLOWS4"))?;
-        let flows6 = HashMap::<&MapData, FlowKey6, FlowStats>::try_from(super::maps::ebpf_map(
-            &self.ebpf, "FLOWS6",
-        )?)
-        .map_err(super::maps::map_error("FLOWS6"))?;
+        // Listed flows come from the mapped lists: there is a gather program to copy them.
+        let Some(gather) = self.changes.as_ref().map(|c| &c.gather) else {
+            return Ok(());
+        };
         let mut sessions = super::maps::Sessions::new(&self.ebpf);
-        for k in listed {
-            let (found, name, key) = match listed_flow(k) {
-                Listed::V4(k4) => (flows4.get(&k4, 0), "FLOWS4", k4.expand(|p| sessions.get(p))),
-                Listed::V6(k6) => (flows6.get(&k6, 0), "FLOWS6", k6.expand(|p| sessions.get(p))),
-            };
-            let mut stats = match found {
-                Ok(stats) => stats,
-                Err(MapError::KeyNotFound) => continue,
-                Err(e) => return Err(super::maps::map_error(name)(e)),
-            };
-            // A flow of a mirror session not read yet is left to the next tick, as in the whole
-            // read.
-            if let Some(key) = key {
-                self.flow_to_epoch(&mut stats);
-                each(&key, &stats);
+        // The program ignores the frame; test runs want one of an Ethernet header at least.
+        let frame = [0u8; 64];
+        for chunk in listed.chunks(GATHER as usize) {
+            for (i, k) in chunk.iter().enumerate() {
+                gather.keys.set(i, *k);
+            }
+            gather.found.set(0, chunk.len() as u32);
+            super::test_run::run(self, super::GATHER_PROGRAM, &frame, 1)?;
+            for (i, k) in chunk.iter().enumerate() {
+                if gather.found.get(1 + i) == 0 {
+                    continue;
+                }
+                let key = match listed_flow(k) {
+                    Listed::V4(k4) => k4.expand(|p| sessions.get(p)),
+                    Listed::V6(k6) => k6.expand(|p| sessions.get(p)),
+                };
+                // A flow of a mirror session not read yet is left to the next tick, as in
+                // the whole read.
+                if let Some(key) = key {
+                    let mut stats = gather.flows.get(i);
+                    self.flow_to_epoch(&mut stats);
+                    each(&key, &stats);
+                }
             }
         }
         sessions.result()
