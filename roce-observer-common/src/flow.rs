@@ -153,7 +153,7 @@ assert_size!(FlowKey6, 40);
 /// Whether `a` is IPv4-mapped. Word compares (three 32-bit loads): the address is 4-byte
 /// aligned in every key that holds one.
 #[inline(always)]
-fn is_mapped(a: &[u8; 16]) -> bool {
+pub(crate) fn is_mapped(a: &[u8; 16]) -> bool {
     let w = |i: usize| u32::from_ne_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]);
     w(0) == 0 && w(4) == 0 && w(8) == u32::from_ne_bytes([0, 0, 0xff, 0xff])
 }
@@ -170,7 +170,7 @@ impl FlowKey {
     /// copying 16-byte arrays whole failed the 5.10 and 6.1 verifiers), and say which.
     #[inline(always)]
     pub fn compact(&self, point: u32, k4: &mut FlowKey4, k6: &mut FlowKey6) -> Compact {
-        let qp_dir = (self.dst_qp & 0x00ff_ffff) | (u32::from(self.direction) << 24);
+        let qp_dir = self.qp_dir();
         if is_mapped(&self.src_ip) && is_mapped(&self.dst_ip) {
             let mut i = 0;
             while i < 4 {
@@ -191,6 +191,12 @@ impl FlowKey {
         k6.qp_dir = qp_dir;
         k6.point = point;
         Compact::V6
+    }
+
+    /// The compact keys' `qp_dir`: destination QP | direction << 24.
+    #[inline(always)]
+    pub fn qp_dir(&self) -> u32 {
+        (self.dst_qp & 0x00ff_ffff) | (u32::from(self.direction) << 24)
     }
 
     /// The flow a compact key names: addresses, QP and direction from the key; interface and
@@ -440,9 +446,11 @@ impl Reorder {
 /// Per-flow counters and sequence state (see docs/metrics.md for every definition).
 ///
 /// Laid out hot first: every field a data packet touches, but for its opcode count, sits in
-/// the first 64 bytes; the next 64 hold what a loss storm touches (PSN anomalies and the
-/// retransmission burst window); `opcodes` follows (64 bytes per eight opcodes), then what only
-/// NAKs, CNPs, Not-ECT or CE packets or latency matches touch, then the activity runs
+/// the first 64 bytes (with the kernel's change epoch, which every packet reads, and the peer QP
+/// that a latency match reads next to `flags`); the next 64 hold what a loss storm touches (PSN
+/// anomalies and the retransmission burst window); `opcodes` follows (64 bytes per eight
+/// opcodes), then what only NAKs, CNPs, Not-ECT or CE packets touch, the first packet's time,
+/// then the activity runs
 /// (run.rs: what a data packet touches beyond the first 64 bytes, one more line), and last
 /// what only gaps and the resends after them touch (path events). The finished data runs are
 /// not here: only flows that finish long runs keep them, in a map of their own (run.rs,
@@ -460,8 +468,11 @@ pub struct FlowStats {
     /// Packets sent Not-ECT (ECN field 0). RoCE with DCQCN marks its data ECT, so the common
     /// packet adds nothing here.
     pub ecn_not_ect: u64,
-    /// First packet time, ns (same clock as `last_ns`).
-    pub first_ns: u64,
+    /// The report epoch in which the kernel last listed this flow as changed (changes.rs);
+    /// 0 on the capture path. In the first line: every packet compares it.
+    pub epoch: u32,
+    /// The requester/responder QP on the other side, once learned from a latency match.
+    pub peer_qp: u32,
     pub psn: PsnState,
     /// Distinct UDP source ports, 0 = empty slot (port 0 is not a valid RoCE source port).
     pub udp_sports: [u16; MAX_SPORTS],
@@ -491,9 +502,8 @@ pub struct FlowStats {
     /// Packets whose UDP source port did not fit in `udp_sports`.
     pub udp_sport_overflow: u64,
     pub nak_bursts: BurstWindow,
-    /// The requester/responder QP on the other side, once learned from a latency match.
-    pub peer_qp: u32,
-    pub _pad: [u8; 4],
+    /// First packet time, ns (same clock as `last_ns`). Written once, when the entry is made.
+    pub first_ns: u64,
     /// The flow's current data run and signal run (run.rs; docs/metrics.md, "Training
     /// steps"). Finished data runs go to the flow's `run::RunBatch` (a map of its own),
     /// finished signal runs travel as events; the open ones are read from here.
@@ -530,6 +540,7 @@ assert_size!(FlowStats, 848);
 // The hot part is the first 64 bytes. The kernel's hash map puts the value after its element
 // header and the key, 8-byte aligned, so those 64 bytes span one or two cache lines.
 const _: () = assert!(core::mem::offset_of!(FlowStats, flags) < 64);
+const _: () = assert!(core::mem::offset_of!(FlowStats, epoch) < 64);
 const _: () = assert!(core::mem::offset_of!(FlowStats, psn_gaps) == 64);
 const _: () = assert!(core::mem::offset_of!(FlowStats, opcodes) == 128);
 
@@ -539,7 +550,8 @@ impl FlowStats {
             bytes: 0,
             last_ns: 0,
             ecn_not_ect: 0,
-            first_ns: 0,
+            epoch: 0,
+            peer_qp: 0,
             psn: PsnState::zeroed(),
             udp_sports: [0; MAX_SPORTS],
             transport: TRANSPORT_UNSET,
@@ -558,8 +570,7 @@ impl FlowStats {
             naks: [0; NAK_CLASSES],
             udp_sport_overflow: 0,
             nak_bursts: BurstWindow::zeroed(),
-            peer_qp: 0,
-            _pad: [0; 4],
+            first_ns: 0,
             run: DataRun::zeroed(),
             signals: SignalRun::zeroed(),
             runs_unsent: 0,

@@ -14,6 +14,7 @@
 
 pub mod account;
 pub mod atomic;
+pub mod changes;
 pub mod counters;
 pub mod event;
 pub mod flow;
@@ -110,4 +111,6 @@ mod pod {
     unsafe impl aya::Pod for super::mirror::MirrorStats {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::run::RunBatch {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::changes::ChangeHead {}
 }

@@ -11,8 +11,10 @@
 #![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 #![no_main]
 
+mod changes;
 mod diag;
 mod floor;
+mod gather;
 mod maps;
 mod observe;
 mod view;
@@ -108,6 +110,14 @@ pub fn roce_observer_tc_seq(_ctx: TcContext) -> i32 {
     observe::scoreboard();
     diag::flush();
     TC_ACT_PIPE
+}
+
+/// Copies the flows a report tick reads (gather.rs); run by user space with
+/// BPF_PROG_TEST_RUN, never attached.
+#[xdp]
+pub fn roce_observer_gather(_ctx: XdpContext) -> u32 {
+    gather::gather();
+    xdp_action::XDP_PASS
 }
 
 /// Benchmark baseline, never attached: an XDP program that does nothing, so that

@@ -7,6 +7,7 @@ use aya_ebpf::{
 };
 use roce_observer_common::{
     Counter, FlowKey, FlowStats,
+    changes::{CHANGE_EPOCH_ENTRIES, CHANGE_SLOTS, ChangeHead, GATHER},
     counters::COUNTER_SLOTS,
     flow::{FlowKey4, FlowKey6},
     latency::{LatencyHist, PendingKey, PendingValue},
@@ -39,6 +40,37 @@ pub static FLOWS6: HashMap<FlowKey6, FlowStats> =
 
 /// uapi/linux/bpf.h map flag.
 const BPF_F_NO_PREALLOC: u32 = 1;
+
+/// The lists of changed flows (roce-observer-common/src/changes.rs; changes.rs here). The
+/// current epoch (written by user space at each report tick) and, per list slot, the last epoch
+/// whose changes did not all fit in their lists; user space reads and writes them through a
+/// shared mapping.
+#[map]
+pub static CHANGE_EPOCH: Array<u32> = Array::with_max_entries(CHANGE_EPOCH_ENTRIES, BPF_F_MMAPABLE);
+
+/// Per CPU, `CHANGE_SLOTS` list heads (`changes::list`). Read by user space through a shared
+/// read-only mapping (BPF_F_MMAPABLE, 5.5): no syscall per list. The loader sizes it to
+/// possible CPUs x CHANGE_SLOTS.
+#[map]
+pub static CHANGE_HEADS: Array<ChangeHead> = Array::with_max_entries(CHANGE_SLOTS, BPF_F_MMAPABLE);
+
+/// The lists' keys: list `l` holds `CHANGE_KEYS[l * cap .. l * cap + count]`, cap being the
+/// loader's `CHANGE_CAP` (changes::capacity). Mapped by user space as the heads are. The loader
+/// sizes it to possible CPUs x CHANGE_SLOTS x cap (40 bytes a key).
+#[map]
+pub static CHANGE_KEYS: Array<FlowKey6> = Array::with_max_entries(CHANGE_SLOTS, BPF_F_MMAPABLE);
+
+/// The gather program's keys in (user space writes them), entries out, and found flags (entry
+/// 0: how many keys; 1 + i: whether key i was found). All mapped by user space.
+#[map]
+pub static GATHER_KEYS: Array<FlowKey6> = Array::with_max_entries(GATHER, BPF_F_MMAPABLE);
+#[map]
+pub static GATHER_FLOWS: Array<FlowStats> = Array::with_max_entries(GATHER, BPF_F_MMAPABLE);
+#[map]
+pub static GATHER_FOUND: Array<u32> = Array::with_max_entries(1 + GATHER, BPF_F_MMAPABLE);
+
+/// uapi/linux/bpf.h map flag: the array can be mapped into user memory.
+const BPF_F_MMAPABLE: u32 = 1 << 10;
 
 /// The latency samples of each request flow (LatencyHist, 432 B: exact counts in 93 log
 /// buckets, sum, min, max, samples above the alert threshold), keyed as the flow maps: one
@@ -152,6 +184,8 @@ pub struct KernelScratch {
     /// The compact keys of a latency sample's request flow (`Tables::latency_sample`).
     pub lat4: FlowKey4,
     pub lat6: FlowKey6,
+    /// The flows to list as changed once the frame is done (changes.rs).
+    pub pending: crate::changes::Pending,
 }
 
 #[map]

@@ -23,6 +23,7 @@ use roce_observer_common::{
     run::{DataRun, RunAdded, RunBatch},
 };
 
+use crate::changes::Pending;
 use crate::maps::{
     EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, LOSSLESS, LOSSLESS_ECT, MIRRORS,
     PENDING, PFC, RUN_BATCHES, SCRATCH, SESSIONS, SessionCache, ZERO_BATCH, ZERO_FLOW,
@@ -128,6 +129,7 @@ pub fn observe<P: PacketView>(
     let mut flows = FlowMap {
         key4: &mut scratch.key4,
         key6: &mut scratch.key6,
+        pending: &mut scratch.pending,
     };
     let mut maps = Maps::<false> {
         session: &mut scratch.session,
@@ -145,6 +147,7 @@ pub fn observe<P: PacketView>(
         ifindex,
         direction,
     );
+    crate::changes::flush(&mut scratch.pending);
 }
 
 /// The scoreboard programs' part: the packet the main program parsed into this CPU's scratch
@@ -160,6 +163,7 @@ pub fn scoreboard() {
     let mut flows = FlowMap {
         key4: &mut scratch.key4,
         key6: &mut scratch.key6,
+        pending: &mut scratch.pending,
     };
     let mut maps = Maps::<true> {
         session: &mut scratch.session,
@@ -170,31 +174,44 @@ pub fn scoreboard() {
         slot: 0,
     };
     roce_observer_common::observe::observe_scoreboard(&mut flows, &mut maps, &mut scratch.shared);
+    // The main program's flow too: its tail call did not return to flush it.
+    crate::changes::flush(&mut scratch.pending);
 }
 
-/// The flow maps `FLOWS4` and `FLOWS6`, keyed by the compact keys built in scratch memory.
+/// The flow maps `FLOWS4` and `FLOWS6`, keyed by the compact keys built in scratch memory;
+/// `pending` notes the flows handed out that are to be listed as changed (changes.rs).
 struct FlowMap<'a> {
     key4: &'a mut FlowKey4,
     key6: &'a mut FlowKey6,
+    pending: &'a mut Pending,
 }
 
 impl Flows for FlowMap<'_> {
+    /// The entry, listed as changed in this epoch (changes.rs): the packet changes it.
     #[inline(always)]
     fn entry(&mut self, key: &FlowKey, point: u32) -> Entry<'_> {
-        match key.compact(point, self.key4, self.key6) {
+        let mut entry = match key.compact(point, self.key4, self.key6) {
             Compact::V4 => entry_in(&FLOWS4, self.key4, key),
             Compact::V6 => entry_in(&FLOWS6, self.key6, key),
+        };
+        if let Entry::Found(stats) | Entry::New(stats) = &mut entry {
+            crate::changes::mark(stats, key, point, self.pending);
         }
+        entry
     }
 
+    /// The entry, listed as `entry`'s: the packet may change it (a request flow learns its
+    /// peer, a NAK's request flow its losses).
     #[inline(always)]
     fn get(&mut self, key: &FlowKey, point: u32) -> Option<&mut FlowStats> {
         let stats = match key.compact(point, self.key4, self.key6) {
             Compact::V4 => FLOWS4.get_ptr_mut(&*self.key4),
             Compact::V6 => FLOWS6.get_ptr_mut(&*self.key6),
-        };
+        }?;
         // SAFETY: a map value pointer from a successful lookup, as in `entry_in`.
-        stats.map(|stats| unsafe { &mut *stats })
+        let stats = unsafe { &mut *stats };
+        crate::changes::mark(stats, key, point, self.pending);
+        Some(stats)
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub mod attach;
 mod batch;
+mod changes;
 pub mod cost;
 pub mod error;
 pub mod kernel_log;
@@ -25,6 +26,7 @@ use aya::{
 use roce_observer_common::{Counter, Direction, observe::Stage};
 
 pub use attach::{Attachment, ifindex};
+pub use changes::FlowRead;
 pub use error::KernelError;
 pub use probe::Features;
 pub use test_run::{BaselineLink, BenchProgram};
@@ -53,6 +55,9 @@ const TC_PROGRAM: &str = "roce_observer_tc";
 const XDP_SEQ_PROGRAM: &str = "roce_observer_xdp_seq";
 const XDP_PAGE_SEQ_PROGRAM: &str = "roce_observer_xdp_page_seq";
 const TC_SEQ_PROGRAM: &str = "roce_observer_tc_seq";
+/// Copies the flows a report tick reads (roce-observer-ebpf gather.rs): run with
+/// BPF_PROG_TEST_RUN, never attached.
+const GATHER_PROGRAM: &str = "roce_observer_gather";
 const BASELINE_PROGRAM: &str = "roce_observer_baseline";
 const FLOOR_HASH_PROGRAM: &str = "roce_observer_floor_hash";
 const FLOOR_ARRAY_PROGRAM: &str = "roce_observer_floor_array";
@@ -148,6 +153,8 @@ pub struct KernelSource {
     kernel_log: kernel_log::Reader,
     /// Chunk buffers of the flow table read, and fingerprints of the last read.
     flow_buffers: FlowBuffers,
+    /// The kernel's lists of changed flows (None: not mapped; every tick reads every flow).
+    changes: Option<changes::ChangeLists>,
     /// The ring buffer's fill (None if its pages could not be mapped).
     ring_fill: Option<cost::RingFill>,
     /// Keeps BPF run-time statistics on while it lives (`KernelOptions::bpf_stats`).
@@ -171,7 +178,8 @@ struct FlowBuffers {
     /// Fingerprints of the last read, by index, and of the read under way.
     prints: Vec<u64>,
     next_prints: Vec<u64>,
-    /// The engine `refresh` handed every entry of `prints` to (None after any other read).
+    /// The reader `read_flow_changes` handed every entry of `prints` to (None after any other
+    /// read).
     engine: Option<u64>,
 }
 
@@ -196,12 +204,17 @@ fn pod_bytes<T: aya::Pod>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts(std::ptr::from_ref(v).cast::<u8>(), size_of::<T>()) }
 }
 
-/// Slots of the kernel's `SESSIONS` map: each possible CPU makes new mirror sessions in its
-/// own range of MAX_MIRROR_SESSIONS slots (roce-observer-ebpf/src/maps.rs).
-fn session_slots() -> u32 {
+/// Possible CPUs: the kernel's per-CPU ranges of `SESSIONS` and of the change lists are sized
+/// by them (roce-observer-ebpf/src/maps.rs).
+fn possible_cpus() -> u32 {
     // Unknown (no /sys): a generous count; only the memory of unused slots is at stake.
-    let cpus = aya::util::nr_cpus().unwrap_or(256) as u32;
-    cpus.saturating_mul(roce_observer_common::mirror::MAX_MIRROR_SESSIONS)
+    aya::util::nr_cpus().unwrap_or(256) as u32
+}
+
+/// Slots of the kernel's `SESSIONS` map: each possible CPU makes new mirror sessions in its
+/// own range of MAX_MIRROR_SESSIONS slots.
+fn session_slots() -> u32 {
+    possible_cpus().saturating_mul(roce_observer_common::mirror::MAX_MIRROR_SESSIONS)
 }
 
 /// The kernel programs' `STAGE` global (roce-observer-ebpf/src/observe.rs).
@@ -251,6 +264,9 @@ impl KernelSource {
             clock_ns(libc::CLOCK_REALTIME).saturating_sub(clock_ns(libc::CLOCK_MONOTONIC));
         let load_phase_ns = epoch_offset_ns % roce_observer_common::lossless::LOAD_INTERVAL_NS;
         let link_kbps = (opts.link_gbps * 1e6).round() as u64;
+        let cpus = possible_cpus();
+        let change_cap = roce_observer_common::changes::capacity(opts.max_flows);
+        let change_lists = cpus.saturating_mul(roce_observer_common::changes::CHANGE_SLOTS);
         let mut ebpf = EbpfLoader::new()
             .override_global("ROCE_PORT", &opts.roce_port, true)
             .override_global("VXLAN_PORT", &opts.vxlan_port, true)
@@ -276,6 +292,9 @@ impl KernelSource {
             .map_max_entries("LATENCY6", opts.max_flows)
             .map_max_entries("RUN_BATCHES", opts.max_flows)
             .map_max_entries("SESSIONS", session_slots())
+            .override_global("CHANGE_CAP", &change_cap, true)
+            .map_max_entries("CHANGE_HEADS", change_lists)
+            .map_max_entries("CHANGE_KEYS", change_lists.saturating_mul(change_cap))
             .override_global("FLOOR_SLOTS", &opts.floor_entries.max(1), true)
             .map_max_entries("FLOOR_HASH", opts.floor_entries.max(1))
             .map_max_entries("FLOOR_ARRAY", opts.floor_entries.max(1))
@@ -322,6 +341,11 @@ impl KernelSource {
         };
         // Read even when off (it then stays empty): the tests check exactly that.
         let kernel_log = kernel_log::Reader::start(&mut ebpf)?;
+        program_mut::<Xdp>(&mut ebpf, GATHER_PROGRAM)?
+            .load()
+            .map_err(|e| program_load_error(GATHER_PROGRAM, &features, e))?;
+        // Before anything is attached: the first epoch (new entries are then listed).
+        let changes = changes::ChangeLists::map(&ebpf, cpus, change_cap);
         Ok(KernelSource {
             ebpf,
             features,
@@ -333,6 +357,7 @@ impl KernelSource {
             warnings: Vec::new(),
             kernel_log,
             flow_buffers: FlowBuffers::default(),
+            changes,
             ring_fill,
             _stats: stats,
         })
@@ -489,23 +514,7 @@ impl Drop for KernelSource {
 /// Copy the kernel's events and maps into the engine (map values are absolute).
 pub fn refresh(src: &mut KernelSource, engine: &mut Engine) -> anyhow::Result<()> {
     src.drain_records(|ev, runs| engine.ingest_record(ev, runs));
-    let b = &mut src.flow_buffers;
-    let same_engine = b.engine.take() == Some(engine.id());
-    let prints = std::mem::take(&mut b.prints);
-    let mut next = std::mem::take(&mut b.next_prints);
-    next.clear();
-    src.read_flow_table(|key, stats| {
-        let print = fingerprint(key, stats);
-        if !(same_engine && prints.get(next.len()) == Some(&print)) {
-            engine.update_flow(key, stats);
-        }
-        next.push(print);
-    })?;
-    let b = &mut src.flow_buffers;
-    // The read under way, all handed to `engine`, becomes the last one.
-    b.prints = next;
-    b.next_prints = prints;
-    b.engine = Some(engine.id());
+    src.read_flow_changes(engine.id(), |key, stats| engine.update_flow(key, stats))?;
     // After the flows: a histogram's flow is then in the engine's table, and a run finished
     // between the two reads is in its batch rather than missing.
     src.read_latency(|key, hist| engine.update_latency(key, hist))?;

@@ -16,11 +16,34 @@ use roce_observer_common::{
 
 use super::{FlowBuffers, KernelSource, error::KernelError};
 
+/// The kernel times of flow entry `v` plus `offset` (ns since the epoch).
+fn flow_to_epoch(offset: u64, v: &mut FlowStats) {
+    let epoch = |ns: u64| ns.saturating_add(offset);
+    v.first_ns = epoch(v.first_ns);
+    v.last_ns = epoch(v.last_ns);
+    for w in [&mut v.retransmit_bursts, &mut v.nak_bursts] {
+        if w.bursts > 0 {
+            w.first_burst_ns = epoch(w.first_burst_ns);
+            w.last_burst_ns = epoch(w.last_burst_ns);
+        }
+        w.start_ns = epoch(w.start_ns);
+    }
+    // The open activity runs (training steps), when there is one.
+    if v.run.packets > 0 {
+        v.run.start_ns = epoch(v.run.start_ns);
+        v.run.end_ns = epoch(v.run.end_ns);
+    }
+    if (v.signals.cnp | v.signals.naks) != 0 {
+        v.signals.start_ns = epoch(v.signals.start_ns);
+        v.signals.end_ns = epoch(v.signals.end_ns);
+    }
+}
+
 fn map<'a>(src: &'a KernelSource, name: &'static str) -> Result<&'a aya::maps::Map, KernelError> {
     ebpf_map(&src.ebpf, name)
 }
 
-fn ebpf_map<'a>(
+pub(super) fn ebpf_map<'a>(
     ebpf: &'a aya::Ebpf,
     name: &'static str,
 ) -> Result<&'a aya::maps::Map, KernelError> {
@@ -85,8 +108,39 @@ fn mirror_table(ebpf: &aya::Ebpf) -> Result<Vec<(MirrorKey, MirrorStats)>, Kerne
     Ok(out)
 }
 
-fn map_error(map: &'static str) -> impl Fn(MapError) -> KernelError {
+pub(super) fn map_error(map: &'static str) -> impl Fn(MapError) -> KernelError {
     move |source| KernelError::Map { map, source }
+}
+
+/// The mirror sessions by number (`MirrorStats::point`), read from the maps at the first
+/// mirrored flow a read meets; a failed read is returned once the flows are done
+/// ([`Sessions::result`]).
+pub(super) struct Sessions<'a> {
+    ebpf: &'a aya::Ebpf,
+    read: Option<Result<std::collections::HashMap<u32, MirrorKey>, KernelError>>,
+}
+
+impl<'a> Sessions<'a> {
+    pub(super) fn new(ebpf: &'a aya::Ebpf) -> Sessions<'a> {
+        Sessions { ebpf, read: None }
+    }
+
+    /// The session numbered `point`.
+    pub(super) fn get(&mut self, point: u32) -> Option<MirrorKey> {
+        let ebpf = self.ebpf;
+        let read = self.read.get_or_insert_with(|| {
+            mirror_table(ebpf).map(|m| m.into_iter().map(|(k, v)| (v.point, k)).collect())
+        });
+        read.as_ref().ok()?.get(&point).copied()
+    }
+
+    /// The error of the sessions' read, if it failed.
+    pub(super) fn result(self) -> Result<(), KernelError> {
+        match self.read {
+            Some(Err(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl KernelSource {
@@ -115,37 +169,9 @@ impl KernelSource {
         mut each: impl FnMut(&FlowKey, &FlowStats),
     ) -> Result<(), KernelError> {
         let offset = self.epoch_offset_ns;
-        let epoch = |ns: u64| ns.saturating_add(offset);
-        let to_epoch = |v: &mut FlowStats| {
-            v.first_ns = epoch(v.first_ns);
-            v.last_ns = epoch(v.last_ns);
-            for w in [&mut v.retransmit_bursts, &mut v.nak_bursts] {
-                if w.bursts > 0 {
-                    w.first_burst_ns = epoch(w.first_burst_ns);
-                    w.last_burst_ns = epoch(w.last_burst_ns);
-                }
-                w.start_ns = epoch(w.start_ns);
-            }
-            // The open activity runs (training steps), when there is one.
-            if v.run.packets > 0 {
-                v.run.start_ns = epoch(v.run.start_ns);
-                v.run.end_ns = epoch(v.run.end_ns);
-            }
-            if (v.signals.cnp | v.signals.naks) != 0 {
-                v.signals.start_ns = epoch(v.signals.start_ns);
-                v.signals.end_ns = epoch(v.signals.end_ns);
-            }
-        };
         let ebpf = &self.ebpf;
-        // Read at the first mirrored flow; a failed read is returned once the maps are done.
-        type Sessions = std::collections::HashMap<u32, MirrorKey>;
-        let mut sessions: Option<Result<Sessions, KernelError>> = None;
-        let mut session = |point: u32| -> Option<MirrorKey> {
-            let read = sessions.get_or_insert_with(|| {
-                mirror_table(ebpf).map(|m| m.into_iter().map(|(k, v)| (v.point, k)).collect())
-            });
-            read.as_ref().ok()?.get(&point).copied()
-        };
+        let mut sessions = Sessions::new(ebpf);
+        let mut session = |point: u32| sessions.get(point);
         let FlowBuffers {
             keys4,
             keys6,
@@ -155,7 +181,7 @@ impl KernelSource {
         // Both maps' entries, expanded to the same FlowKey (None: a mirror session not read).
         let mut take = |key: Option<FlowKey>, v: &mut FlowStats| {
             if let Some(key) = key {
-                to_epoch(v);
+                flow_to_epoch(offset, v);
                 each(&key, v);
             }
         };
@@ -173,10 +199,12 @@ impl KernelSource {
             values,
             |k, v| take(k.expand(&mut session), v),
         )?;
-        match sessions {
-            Some(Err(e)) => Err(e),
-            _ => Ok(()),
-        }
+        sessions.result()
+    }
+
+    /// A flow entry's kernel times turned into ns since the epoch.
+    pub(super) fn flow_to_epoch(&self, v: &mut FlowStats) {
+        flow_to_epoch(self.epoch_offset_ns, v);
     }
 
     /// Every request flow's latency histogram (`LATENCY4`, then `LATENCY6`), handed to `each`
@@ -188,15 +216,9 @@ impl KernelSource {
     ) -> Result<(), KernelError> {
         let offset = self.epoch_offset_ns;
         let ebpf = &self.ebpf;
-        let mut sessions: Option<std::collections::HashMap<u32, MirrorKey>> = None;
-        let mut session = |point: u32| -> Option<MirrorKey> {
-            let read = sessions.get_or_insert_with(|| {
-                mirror_table(ebpf)
-                    .map(|m| m.into_iter().map(|(k, v)| (v.point, k)).collect())
-                    .unwrap_or_default()
-            });
-            read.get(&point).copied()
-        };
+        // A failed read of the sessions leaves their flows' histograms to the next read.
+        let mut sessions = Sessions::new(ebpf);
+        let mut session = |point: u32| sessions.get(point);
         let FlowBuffers {
             keys4,
             keys6,

@@ -51,12 +51,12 @@ pub enum BaselineLink {
 }
 
 /// Outcome of one test run.
-struct RunResult {
+pub(super) struct RunResult {
     return_value: u32,
     duration: std::time::Duration,
 }
 
-fn run(
+pub(super) fn run(
     src: &KernelSource,
     name: &'static str,
     frame: &[u8],
