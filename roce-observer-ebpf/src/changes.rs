@@ -18,25 +18,12 @@ use roce_observer_common::{
     flow::FlowKey6,
 };
 
-use crate::maps::{CHANGE_EPOCH, CHANGE_HEADS, CHANGE_KEYS};
+use crate::maps::{CHANGE_EPOCH, CHANGE_HEADS, CHANGE_KEYS, FRAME_CHANGES, Pending};
 
 /// Keys per list (`changes::capacity` of the flow table's size); set by the loader. Frozen
 /// .rodata.
 #[unsafe(no_mangle)]
 static CHANGE_CAP: u32 = 64;
-
-/// Flows a frame may change: its own, and a request flow (an answer's, or a NAK's in either
-/// direction). A power of two.
-const PENDING: usize = 4;
-
-/// The keys of the flows the frame being processed listed first in their epoch, for [`flush`]
-/// (part of the per-CPU scratch memory, which a tail call keeps).
-#[repr(C)]
-pub struct Pending {
-    keys: [FlowKey6; PENDING],
-    epochs: [u32; PENDING],
-    count: u32,
-}
 
 /// Note flow `key` at observation `point`, whose entry is `stats`, in `pending` unless it is
 /// listed in the current epoch already: one load and one compare on all but a flow's first
@@ -54,7 +41,7 @@ pub fn mark(stats: &mut FlowStats, key: &FlowKey, point: u32, pending: &mut Pend
     // A plain store: two CPUs that both find the old epoch both list the flow (user space
     // reads each flow once).
     stats.epoch = epoch;
-    let i = pending.count as usize & (PENDING - 1);
+    let i = pending.count as usize & (FRAME_CHANGES - 1);
     write_listed(key, point, &mut pending.keys[i]);
     pending.epochs[i] = epoch;
     pending.count += 1;
@@ -70,10 +57,12 @@ pub fn flush(pending: &mut Pending) {
     }
     pending.count = 0;
     let mut i = 0;
-    while i < PENDING {
-        // More than PENDING (none of the frame's ways changes so many flows): some were
+    while i < FRAME_CHANGES {
+        // More than FRAME_CHANGES (none of the frame's ways changes so many flows): some were
         // overwritten, so their epochs are read whole.
-        if (i as u32) < n && (n > PENDING as u32 || !list(&pending.keys[i], pending.epochs[i])) {
+        if (i as u32) < n
+            && (n > FRAME_CHANGES as u32 || !list(&pending.keys[i], pending.epochs[i]))
+        {
             lost(pending.epochs[i]);
         }
         i += 1;

@@ -185,7 +185,20 @@ pub struct KernelScratch {
     pub lat4: FlowKey4,
     pub lat6: FlowKey6,
     /// The flows to list as changed once the frame is done (changes.rs).
-    pub pending: crate::changes::Pending,
+    pub pending: Pending,
+}
+
+/// Flows a frame may change: its own, and a request flow (an answer's, or a NAK's in either
+/// direction). A power of two.
+pub const FRAME_CHANGES: usize = 4;
+
+/// The keys of the flows the frame being processed listed first in their epoch, for
+/// `changes::flush` (part of the per-CPU scratch memory, which a tail call keeps).
+#[repr(C)]
+pub struct Pending {
+    pub keys: [FlowKey6; FRAME_CHANGES],
+    pub epochs: [u32; FRAME_CHANGES],
+    pub count: u32,
 }
 
 #[map]

@@ -23,7 +23,7 @@ use roce_observer_common::{
     run::{DataRun, RunAdded, RunBatch},
 };
 
-use crate::changes::Pending;
+use crate::maps::Pending;
 use crate::maps::{
     EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, LOSSLESS, LOSSLESS_ECT, MIRRORS,
     PENDING, PFC, RUN_BATCHES, SCRATCH, SESSIONS, SessionCache, ZERO_BATCH, ZERO_FLOW,
