@@ -247,9 +247,23 @@ fn pause_first_episodes_are_pfc_before_ecn_on_the_kernel_path_as_in_analyze() {
 #[ignore = "kernel test: needs root (BPF, network namespaces)"]
 fn marks_at_20_percent_load_are_ecn_at_low_load_on_the_kernel_path_as_in_analyze() {
     require_root();
-    let (iface, doc, analyzed) = through_one_pair("lossless_low_load", &[]);
-    assert_eq!(ecn_findings(&analyzed).len(), 1, "{}", analyzed["lossless"]);
-    assert_same_findings(&iface, &doc, &analyzed, 0.0);
+    // A frame sent on time can still be taken late by the receiving end's softirq on a loaded
+    // machine (the sender's lateness check cannot see that), which moves it into the next
+    // 10 ms load interval: a differing replay is sent again, at most three times in all. A
+    // real difference fails every time.
+    for attempt in 1..=3 {
+        let (iface, doc, analyzed) = through_one_pair("lossless_low_load", &[]);
+        assert_eq!(ecn_findings(&analyzed).len(), 1, "{}", analyzed["lossless"]);
+        if attempt == 3 {
+            assert_same_findings(&iface, &doc, &analyzed, 0.0);
+            return;
+        }
+        let same = std::panic::catch_unwind(|| assert_same_findings(&iface, &doc, &analyzed, 0.0));
+        if same.is_ok() {
+            return;
+        }
+        eprintln!("lossless_low_load: replay {attempt} differs from analyze; sent again");
+    }
 }
 
 #[test]
