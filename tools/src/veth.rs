@@ -238,18 +238,20 @@ fn staged(
     Ok(out)
 }
 
-/// The passes of a floor program (no events: 0 drained). Fails unless the floor counted RoCE
-/// packets of the passes (a floor that skipped frames would time nothing).
+/// The passes of a floor program attached to `iface` (no events: 0 drained). Fails unless the
+/// floor counted RoCE packets of the passes (a floor that skipped frames would time nothing);
+/// the do-nothing programs count nothing and are not checked.
 fn floor_passes(
     program: BenchProgram,
     pcaps: Pcaps,
     ns: &Netns,
+    iface: &str,
 ) -> anyhow::Result<[(f64, u64, usize); PASSES]> {
     let mut src = KernelSource::load(&KernelOptions {
         floor_entries: FLOOR_ENTRIES,
         ..KernelOptions::default()
     })?;
-    let id = src.attach_baseline(program, &ns.b)?;
+    let id = src.attach_baseline(program, iface)?;
     let mut out = [(0.0, 0, 0); PASSES];
     for (pass, pcap) in out.iter_mut().zip(pcaps) {
         let before = src.program_stats(program)?;
@@ -259,10 +261,10 @@ fn floor_passes(
     }
     src.detach_baseline(program, id)?;
     let (hashed, slotted) = src.floor_counts()?;
-    let counted = if program == BenchProgram::FloorHash {
-        hashed
-    } else {
-        slotted
+    let counted = match program {
+        BenchProgram::FloorHash | BenchProgram::TcFloorHash => hashed,
+        BenchProgram::FloorArray => slotted,
+        _ => return Ok(out),
     };
     let runs: u64 = out.iter().map(|pass| pass.1).sum();
     if counted == 0 || counted > runs {
@@ -279,43 +281,22 @@ fn tc_passes(
     ns: &Netns,
     qps: u32,
 ) -> anyhow::Result<[[(f64, u64, usize); PASSES]; 3]> {
-    let mut out = [[(0.0, 0, 0); PASSES]; 3];
-    let mut src = KernelSource::load(&KernelOptions {
-        floor_entries: FLOOR_ENTRIES,
-        ..KernelOptions::default()
-    })?;
-    for (row, program) in [BenchProgram::TcBaseline, BenchProgram::TcFloorHash]
-        .into_iter()
-        .enumerate()
-    {
-        let link = src.attach_baseline(program, &ns.a)?;
-        for (pass, pcap) in out[row].iter_mut().zip(pcaps) {
-            let before = src.program_stats(program)?;
-            replay(&mut src, pcap, &ns.a)?;
-            let (ns_pkt, runs) = per_run(&src, program, before)?;
-            *pass = (ns_pkt, runs, 0);
-        }
-        src.detach_baseline(program, link)?;
-    }
-    let (hashed, _) = src.floor_counts()?;
-    let runs: u64 = out[1].iter().map(|pass| pass.1).sum();
-    if hashed == 0 || hashed > runs {
-        bail!("TC hash floor counted {hashed} packets of {runs} frames: not timing a flow count");
-    }
-    drop(src);
+    let base = floor_passes(BenchProgram::TcBaseline, pcaps, ns, &ns.a)?;
+    let floor = floor_passes(BenchProgram::TcFloorHash, pcaps, ns, &ns.a)?;
     let mut src = KernelSource::load(&KernelOptions {
         max_flows: (4 * qps).max(16384),
         ..KernelOptions::default()
     })?;
     src.attach(&ns.a, aya::programs::XdpMode::Default)?;
-    for (pass, pcap) in out[2].iter_mut().zip(pcaps) {
+    let mut observer = [(0.0, 0, 0); PASSES];
+    for (pass, pcap) in observer.iter_mut().zip(pcaps) {
         let before = src.program_stats(BenchProgram::Tc)?;
         let (_, events) = replay(&mut src, pcap, &ns.a)?;
         let (ns_pkt, runs) = per_run(&src, BenchProgram::Tc, before)?;
         *pass = (ns_pkt, runs, events.iter().sum());
     }
     let _ = src.detach_all();
-    Ok(out)
+    Ok([base, floor, observer])
 }
 
 /// The passes of an external observer binary: (ns/pkt, runs, duration) each.
@@ -670,7 +651,7 @@ fn run_in_namespace(pcaps: Pcaps, qps: u32) -> anyhow::Result<()> {
     // The floors: what any exact per-flow count costs on the same replay (floor.rs).
     let mut floors = Vec::new();
     for program in [BenchProgram::FloorHash, BenchProgram::FloorArray] {
-        floors.push(floor_passes(program, pcaps, &ns)?);
+        floors.push(floor_passes(program, pcaps, &ns, &ns.b)?);
     }
 
     // The same frames, parsed but not RoCE to this observer (another RoCE port): what reading
