@@ -1,12 +1,17 @@
-//! Latency matching keys: a timestamped request waits under (interface, requester IP,
-//! responder IP, PSN, mirror source) until the responder answers with the same PSN
-//! (docs/metrics.md). The mirror source keeps two switches' copies of one request apart.
+//! Latency matching: a timestamped request waits under (interface, requester IP, responder IP,
+//! PSN, mirror source) until the responder answers with the same PSN (docs/metrics.md). The
+//! mirror source keeps two switches' copies of one request apart.
+//!
+//! The requests wait in one set-associative table ([`PendingSet`], [`PENDING_SETS`] sets of
+//! [`PENDING_WAYS`] slots), whose logic is here: the kernel keeps its sets in a preallocated BPF
+//! array (an array lookup the verifier inlines: no hash-bucket walk, no LRU list), the engine in
+//! a `Vec`, so both keep, push out and match exactly the same requests.
 //!
 //! The kernel keeps each request flow's samples in a [`LatencyHist`] (the `LATENCY4`/`LATENCY6`
 //! maps), read on the report tick, instead of sending one ring-buffer event per sample: in
 //! plain WRITE traffic one packet in five is an answer that makes a sample.
 
-use crate::{FlowKey, assert_size, atomic};
+use crate::{FlowKey, assert_size, atomic, observe::Stored};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,7 +54,45 @@ impl PendingKey {
         self.mirror_id = flow.mirror_id;
         self.encap = flow.encap;
     }
+
+    /// The 64-bit fingerprint of the key without its PSN (never 0, which marks an empty slot):
+    /// a request's set comes from it and the PSN ([`pending_set_index`]); it matches its answer
+    /// by fingerprint and PSN. A false match needs two keys with the same fingerprint and PSN
+    /// waiting in one set at once. Plain 64-bit arithmetic on the key's 32-bit words (the PSN's
+    /// left out): cheap in BPF, where reading the addresses byte by byte cost ~150 instructions.
+    #[inline(always)]
+    pub fn fingerprint(&self) -> u64 {
+        // SAFETY: PendingKey is repr(C), 64 bytes of fields with no implicit padding (`_pad` is
+        // a field, always zero), and at least 4-byte aligned (both asserted below).
+        let w = unsafe { &*(self as *const PendingKey).cast::<[u32; 16]>() };
+        let pair = |i: usize, j: usize| u64::from(w[i]) | (u64::from(w[j]) << 32);
+        // Words: requester 0-3, responder 4-7, ifindex 8, PSN 9, outer source 10-13, mirror
+        // ID 14, encapsulation (and `_pad`) 15.
+        let mut h = MUL_B;
+        h = mix(h, pair(0, 1));
+        h = mix(h, pair(2, 3));
+        h = mix(h, pair(4, 5));
+        h = mix(h, pair(6, 7));
+        h = mix(h, pair(8, 15));
+        h = mix(h, pair(10, 11));
+        h = mix(h, pair(12, 13));
+        h = mix(h, u64::from(w[14]));
+        h ^= h >> 32;
+        h = h.wrapping_mul(MUL_B);
+        h ^= h >> 29;
+        h + u64::from(h == 0)
+    }
 }
+
+/// `PendingKey::fingerprint` reads the key as sixteen `u32`s, the PSN the tenth.
+const _: () = assert!(
+    core::mem::align_of::<PendingKey>() >= 4
+        && core::mem::offset_of!(PendingKey, psn) == 9 * 4
+        && core::mem::offset_of!(PendingKey, ifindex) == 8 * 4
+        && core::mem::offset_of!(PendingKey, outer_src) == 10 * 4
+        && core::mem::offset_of!(PendingKey, mirror_id) == 14 * 4
+        && core::mem::offset_of!(PendingKey, encap) == 15 * 4
+);
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +105,140 @@ pub struct PendingValue {
     pub _pad: [u8; 3],
 }
 assert_size!(PendingValue, 16);
+
+/// Sets of the table of timestamped requests, a power of two: the kernel's `STAMPS` array and
+/// the engine's table both hold this many, so a capture and a live run keep the same requests.
+/// 32,768 sets of 2 ways: 65,536 requests in 2 MiB (64 bytes a set), as many as the engine's
+/// bounded hash map held; at 1,000 QPs a set is shared by two requests far less often than an
+/// answer comes back.
+pub const PENDING_SETS: u32 = 1 << 15;
+/// Slots of a set: two 32-byte slots make a 64-byte set, one cache line.
+pub const PENDING_WAYS: usize = 2;
+/// A request that waited this long is taken for unanswered (its ACK was coalesced into a later
+/// one, lost, or not seen): pushing it out of its set is not counted in `pending_full`. The
+/// histograms' last bound; an answer after it still matches while the request is in the table.
+pub const PENDING_STALE_NS: u64 = 1_000_000_000;
+
+/// One timestamped request in the table: the fingerprint of its key (all of [`PendingKey`] but
+/// the PSN, [`PendingKey::fingerprint`]; 0: the slot is empty), its PSN and what the answer's
+/// sample needs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingSlot {
+    pub fingerprint: u64,
+    pub psn: u32,
+    pub _pad: u32,
+    pub value: PendingValue,
+}
+assert_size!(PendingSlot, 32);
+
+/// One set of the table: the requests whose key and PSN hash to it ([`pending_set_index`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingSet {
+    pub ways: [PendingSlot; PENDING_WAYS],
+}
+assert_size!(PendingSet, 64);
+
+const EMPTY_SLOT: PendingSlot = PendingSlot {
+    fingerprint: 0,
+    psn: 0,
+    _pad: 0,
+    value: PendingValue {
+        ts_ns: 0,
+        dst_qp: 0,
+        direction: 0,
+        _pad: [0; 3],
+    },
+};
+
+/// Multipliers of the key hash (odd 64-bit constants with well-spread bits).
+const MUL_A: u64 = 0x9E37_79B9_7F4A_7C15;
+const MUL_B: u64 = 0xBF58_476D_1CE4_E5B9;
+
+/// One 64-bit word into the hash: xor, multiply, rotate (the rotation brings the high bits a
+/// multiplication leaves alone back down for the next word).
+#[inline(always)]
+fn mix(h: u64, w: u64) -> u64 {
+    (h ^ w).wrapping_mul(MUL_A).rotate_left(29)
+}
+
+/// The set of a request whose key has `fingerprint` and whose PSN is `psn`, in a table of
+/// `sets` sets (a power of two). The PSN is part of it: the key holds no QP, so every request
+/// between two hosts shares one fingerprint, and without the PSN they would all share one set.
+/// The high half of a product: every bit of the PSN reaches every bit of the index.
+#[inline(always)]
+pub fn pending_set_index(fingerprint: u64, psn: u32, sets: u32) -> u32 {
+    (((fingerprint ^ u64::from(psn)).wrapping_mul(MUL_B) >> 32) as u32) & sets.wrapping_sub(1)
+}
+
+impl PendingSet {
+    pub const fn zeroed() -> PendingSet {
+        PendingSet {
+            ways: [EMPTY_SLOT; PENDING_WAYS],
+        }
+    }
+
+    /// Keep `value`, the request with `fingerprint` and `psn`. The same request already
+    /// waiting keeps its first timestamp (a duplicate or resent copy); else an empty slot takes
+    /// it, else the slot of the oldest request, which is pushed out: [`Stored::Evicted`] when it
+    /// waited less than [`PENDING_STALE_NS`] (its answer could still come: `pending_full`),
+    /// [`Stored::Replaced`] when older (taken for unanswered, not counted).
+    #[inline(always)]
+    pub fn insert(&mut self, fingerprint: u64, psn: u32, value: &PendingValue) -> Stored {
+        let [a, b] = &mut self.ways;
+        if (a.fingerprint == fingerprint && a.psn == psn)
+            || (b.fingerprint == fingerprint && b.psn == psn)
+        {
+            return Stored::Present;
+        }
+        let (slot, stored) = if a.fingerprint == 0 {
+            (a, Stored::Added)
+        } else if b.fingerprint == 0 {
+            (b, Stored::Added)
+        } else {
+            let oldest = if a.value.ts_ns <= b.value.ts_ns { a } else { b };
+            let stored = if value.ts_ns.saturating_sub(oldest.value.ts_ns) < PENDING_STALE_NS {
+                Stored::Evicted
+            } else {
+                Stored::Replaced
+            };
+            (oldest, stored)
+        };
+        slot.psn = psn;
+        slot.value = *value;
+        // Last, so that a slot is whole before it can match (in program order; the kernel's
+        // other CPUs get no such promise, see `take`).
+        slot.fingerprint = fingerprint;
+        stored
+    }
+
+    /// Remove and return the request with `fingerprint` and `psn`, if it waits here.
+    ///
+    /// Not atomic: BPF has no compare-and-exchange on 5.10. Two CPUs that take the same slot at
+    /// the same instant may both find it and both report a sample: that takes two copies of one
+    /// answer (same interface, mirror source and PSN: a duplicated ACK, say) processed on two
+    /// CPUs within the same few nanoseconds, which RSS makes rare by steering one flow's frames
+    /// to one queue. Otherwise the first clears the slot and the second finds nothing.
+    /// Counters stay exact: `pending_full` is counted by the inserting CPU, once per insert
+    /// that overwrote a live request, whatever a concurrent take does.
+    #[inline(always)]
+    pub fn take(&mut self, fingerprint: u64, psn: u32) -> Option<PendingValue> {
+        for slot in self.ways.iter_mut() {
+            if slot.fingerprint == fingerprint && slot.psn == psn {
+                let value = slot.value;
+                slot.fingerprint = 0;
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// Requests waiting in this set.
+    pub fn waiting(&self) -> usize {
+        self.ways.iter().filter(|s| s.fingerprint != 0).count()
+    }
+}
 
 /// Buckets per decade of [`LatencyHist`]: bounds 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, 7,
 /// 8 times a power of ten. No two neighbours are more than 1.25 apart, and every 1-2-5 bound of

@@ -20,7 +20,7 @@ use crate::{
     Counter, Event, FlowKey, FlowStats,
     account::{Outcome, RocePacket, account, learn_peer, touch},
     headers::PfcBody,
-    latency::{PendingKey, PendingValue},
+    latency::{PENDING_SETS, PendingKey, PendingSet, PendingValue, pending_set_index},
     lossless::{LOAD_INTERVAL_NS, LosslessKey, LosslessState, pause_ns, priority_of},
     mirror::{MirrorKey, MirrorPoint, MirrorStats, encap},
     parse::{Frame, PacketView},
@@ -104,14 +104,17 @@ pub trait Flows {
     fn get(&mut self, key: &FlowKey, point: u32) -> Option<&mut FlowStats>;
 }
 
-/// What an insert-if-absent did.
+/// What an insert of a timestamped request did (`latency::PendingSet::insert`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stored {
+    /// Into an empty slot.
     Added,
-    /// An entry was there already and was kept.
+    /// The same request was there already and was kept (with its first timestamp).
     Present,
-    /// No room: counted in `pending_full`.
-    Full,
+    /// In place of a request that waited past `latency::PENDING_STALE_NS`: not counted.
+    Replaced,
+    /// In place of a younger request, pushed out before its answer: counted in `pending_full`.
+    Evicted,
 }
 
 /// Everything else `observe` reads and writes: the parser and path MTU in use, timestamped
@@ -151,12 +154,16 @@ pub trait Tables {
     fn precise_ns(&self) -> u64;
     /// One more `counter` in `direction`.
     fn count(&mut self, counter: Counter, direction: u8);
-    /// Store `value` under `key` unless an entry is there (a retransmitted request keeps its
-    /// first timestamp).
-    fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored;
-    /// Remove and return the request waiting under `key`; `None` when absent or when another
-    /// CPU took it first (that CPU then reports the sample).
-    fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue>;
+    /// Sets of the table of timestamped requests (a power of two): [`PENDING_SETS`], in the
+    /// kernel and in the engine alike (the engine's own tests make it smaller).
+    #[inline(always)]
+    fn pending_sets(&self) -> u32 {
+        PENDING_SETS
+    }
+    /// Set `index` (below `pending_sets`) of the table of timestamped requests; `observe`
+    /// inserts, matches and pushes out requests there (`latency::PendingSet`), the same way on
+    /// both sides. The kernel's is an element of a BPF array, which the verifier inlines.
+    fn pending_set(&mut self, index: u32) -> Option<&mut PendingSet>;
     /// One latency sample of `rtt_ns` on the request flow `flow` at observation `point`,
     /// answered at `now` (the precise clock). The kernel adds it to the flow's
     /// `LatencyHist` in its latency map, made when absent (no room: counted in `map_full`),
@@ -495,6 +502,8 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
         }
         let pending = &mut s.pending;
         pending.fill(key, key.src_ip, key.dst_ip, pkt.psn);
+        let fingerprint = pending.fingerprint();
+        let index = pending_set_index(fingerprint, pkt.psn, t.pending_sets());
         let value = PendingValue {
             // A request is a data packet: `now` is the precise clock already, unless runs
             // are off.
@@ -503,13 +512,19 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
             direction: key.direction,
             _pad: [0, 0, 0],
         };
-        if t.pending_insert(pending, &value) == Stored::Full {
+        let Some(set) = t.pending_set(index) else {
+            return;
+        };
+        if set.insert(fingerprint, pkt.psn, &value) == Stored::Evicted {
             t.count(Counter::PendingFull, key.direction);
         }
     } else if pkt.answers_request() {
         let pending = &mut s.pending;
         pending.fill(key, key.dst_ip, key.src_ip, pkt.psn);
-        let Some(request) = t.pending_take(pending) else {
+        let fingerprint = pending.fingerprint();
+        let index = pending_set_index(fingerprint, pkt.psn, t.pending_sets());
+        let Some(request) = t.pending_set(index).and_then(|set| set.take(fingerprint, pkt.psn))
+        else {
             return;
         };
         // A READ response or a NAK has the precise time already; an ACK reads it here.

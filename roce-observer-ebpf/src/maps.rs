@@ -3,14 +3,14 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, RingBuf},
 };
 use roce_observer_common::{
     Counter, FlowKey, FlowStats,
     changes::{CHANGE_EPOCH_ENTRIES, CHANGE_SLOTS, ChangeHead, GATHER},
     counters::COUNTER_SLOTS,
     flow::{FlowKey4, FlowKey6},
-    latency::{LatencyHist, PendingKey, PendingValue},
+    latency::{LatencyHist, PENDING_SETS, PendingSet},
     lossless::{EctCache, LosslessKey, LosslessState},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorStats},
     observe::Scratch,
@@ -136,14 +136,15 @@ pub static LOSSLESS_ECT: PerCpuArray<EctCache> = PerCpuArray::with_max_entries(1
 #[map]
 pub static ZERO_LOSSLESS: PerCpuArray<LosslessState> = PerCpuArray::with_max_entries(1, 0);
 
-/// Timestamped requests waiting for their response: PendingKey -> PendingValue. LRU, because a
-/// request whose answer is never seen (lost, or outside the capture) must age out on its own.
-/// Per-CPU LRU lists (BPF_F_NO_COMMON_LRU, kernel 4.10): an insert takes no lock shared by all
-/// CPUs; the table itself stays one, so an answer processed on another CPU still finds its
-/// request. Eviction is then per CPU, approximately least recently used.
+/// Timestamped requests waiting for their answer: the sets of the shared table
+/// (roce-observer-common latency.rs, `PendingSet`: 2 slots of 32 bytes, fingerprint of the
+/// PendingKey, PSN, time, destination QP, direction), indexed by `pending_set_index`. An array,
+/// preallocated (2 MiB) and shared by all CPUs, so that an answer processed on another CPU still
+/// finds its request: its lookup is inlined by the verifier, where the LRU hash map it replaces
+/// walked a hash bucket on every insert, lookup and delete. A request whose answer never comes
+/// stays until a newer one of its set pushes it out (the oldest of the set goes first).
 #[map]
-pub static PENDING: LruHashMap<PendingKey, PendingValue> =
-    LruHashMap::with_max_entries(16384, BPF_F_NO_COMMON_LRU);
+pub static STAMPS: Array<PendingSet> = Array::with_max_entries(PENDING_SETS, 0);
 
 /// Switch-mirror sessions: MirrorKey (outer source and destination, encapsulation, session ID
 /// / VNI / GRE key, attach point) -> the session's slot in SESSIONS, which is also its number
@@ -212,9 +213,6 @@ pub static SCRATCH: PerCpuArray<KernelScratch> = PerCpuArray::with_max_entries(1
 pub static SCOREBOARD_XDP: ProgramArray = ProgramArray::with_max_entries(2, 0);
 #[map]
 pub static SCOREBOARD_TC: ProgramArray = ProgramArray::with_max_entries(1, 0);
-
-/// uapi/linux/bpf.h map flag.
-const BPF_F_NO_COMMON_LRU: u32 = 1 << 1;
 
 /// Frame classes and error counters, one block of `Counter::COUNT` per direction; per-CPU so
 /// increments never contend; user space sums the CPUs.

@@ -14,10 +14,10 @@ use aya_ebpf::{
 use roce_observer_common::{
     Counter, Event, FlowKey, FlowStats,
     flow::{Compact, FlowKey4, FlowKey6, POINT_MIRROR},
-    latency::{PendingKey, PendingValue},
+    latency::PendingSet,
     lossless::{LosslessKey, LosslessState},
     mirror::{MAX_MIRROR_SESSIONS, MirrorKey, MirrorPoint, MirrorStats, Ports},
-    observe::{Entry, Flows, LosslessConfig, Stage, Stored, Tables, slot_quanta},
+    observe::{Entry, Flows, LosslessConfig, Stage, Tables, slot_quanta},
     parse::{Frame, PacketView, parse_mirrored},
     pfc::PfcLinkKey,
     run::{DataRun, RunAdded, RunBatch},
@@ -26,12 +26,11 @@ use roce_observer_common::{
 use crate::maps::Pending;
 use crate::maps::{
     EVENTS, EVENTS_BYTES, FLOWS4, FLOWS6, LATENCY4, LATENCY6, LOSSLESS, LOSSLESS_ECT, MIRRORS,
-    PENDING, PFC, RUN_BATCHES, SCRATCH, SESSIONS, SessionCache, ZERO_BATCH, ZERO_FLOW,
+    PFC, RUN_BATCHES, SCRATCH, SESSIONS, STAMPS, SessionCache, ZERO_BATCH, ZERO_FLOW,
     ZERO_LATENCY, ZERO_LOSSLESS, ZERO_PFC, count,
 };
 
 const BPF_NOEXIST: u64 = 1;
-const EEXIST: i32 = 17;
 
 /// UDP destination port of RoCEv2; set by the loader.
 #[unsafe(no_mangle)]
@@ -468,21 +467,10 @@ impl<const SCOREBOARD: bool> Tables for Maps<'_, SCOREBOARD> {
     }
 
     #[inline(always)]
-    fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {
-        match PENDING.insert(key, value, BPF_NOEXIST) {
-            Ok(()) => Stored::Added,
-            Err(err) if err == -EEXIST => Stored::Present,
-            Err(_) => Stored::Full,
-        }
-    }
-
-    #[inline(always)]
-    fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue> {
-        // SAFETY: the value is copied out before the entry is removed.
-        let request = (unsafe { PENDING.get(key) }).copied()?;
-        // Another CPU may have taken it first: then that CPU reports the sample.
-        PENDING.remove(key).ok()?;
-        Some(request)
+    fn pending_set(&mut self, index: u32) -> Option<&mut PendingSet> {
+        // SAFETY: an element of a shared array; other CPUs may write it at the same time
+        // (PendingSet::take says what that can do).
+        STAMPS.get_ptr_mut(index).map(|set| unsafe { &mut *set })
     }
 
     #[inline(always)]

@@ -90,10 +90,13 @@ pub struct EngineConfig {
     /// Retransmission / NAK bursts: `burst_count` within `burst_window_ns` on one flow.
     pub burst_count: u64,
     pub burst_window_ns: u64,
-    /// Table sizes: past these, new flows and timestamps are counted in `map_full` and
-    /// `pending_full` (as the kernel does when its maps are full).
+    /// Flow table size: past it, new flows are counted in `map_full` (as the kernel does when
+    /// its maps are full).
     pub max_flows: usize,
-    pub max_pending: usize,
+    /// Sets of the table of timestamped requests (a power of two): the kernel's
+    /// `latency::PENDING_SETS`, so that a capture and a live run keep the same requests; tests
+    /// make it small to push requests out.
+    pub pending_sets: u32,
 }
 
 impl Default for EngineConfig {
@@ -118,7 +121,7 @@ impl Default for EngineConfig {
             burst_count: roce_observer_common::BURST_COUNT as u64,
             burst_window_ns: roce_observer_common::BURST_WINDOW_NS,
             max_flows: 1 << 20,
-            max_pending: 1 << 16,
+            pending_sets: roce_observer_common::latency::PENDING_SETS,
         }
     }
 }

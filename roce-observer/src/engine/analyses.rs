@@ -40,7 +40,7 @@ impl Analyses {
             pfc: PfcAnalysis::default(),
             mirrors: Mirrors::default(),
             ecmp: Ecmp,
-            latency: Latency::new(cfg.max_pending),
+            latency: Latency::new(cfg.pending_sets),
             alerts: AlertsAnalysis,
             lossless: LosslessAnalysis::default(),
             pfc_origin: PfcOriginAnalysis::default(),

@@ -7,9 +7,9 @@ use roce_observer_common::{
     Counter, Direction, Event, FlowKey, FlowStats,
     account::{Outcome, RocePacket},
     flow::PCP_UNTAGGED,
-    latency::{PendingKey, PendingValue},
+    latency::PendingSet,
     mirror::{MirrorKey, MirrorPoint, MirrorStats, Ports},
-    observe::{Entry, Flows, Stored, Tables, observe, slot_quanta},
+    observe::{Entry, Flows, Tables, observe, slot_quanta},
     opcode,
     parse::{Frame, PacketView, parse_mirrored},
     pfc::{PfcLinkKey, SLOT_LINK},
@@ -291,12 +291,12 @@ impl Tables for CaptureTables<'_> {
         }
     }
 
-    fn pending_insert(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {
-        self.pending.insert_if_absent(key, value)
+    fn pending_sets(&self) -> u32 {
+        self.pending.sets()
     }
 
-    fn pending_take(&mut self, key: &PendingKey) -> Option<PendingValue> {
-        self.pending.take(key)
+    fn pending_set(&mut self, index: u32) -> Option<&mut PendingSet> {
+        self.pending.set(index)
     }
 
     fn latency_sample(&mut self, flow: &FlowKey, _point: u32, rtt_ns: u64, now: u64) {

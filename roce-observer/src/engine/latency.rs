@@ -1,71 +1,53 @@
 //! Latency (docs/metrics.md, "Latency"): requests are timestamped and matched to their answers
 //! by the shared observation (`roce_observer_common::observe`, Karn's rule included); here is
-//! the engine's side of it, the [`Latency`] analysis: the bounded table of timestamped
+//! the engine's side of it, the [`Latency`] analysis: the table of timestamped
 //! requests, the samples overall (quantile sketches, `sketch`; each flow's are kept with the
 //! flow), the high-latency alert and the summaries.
 
 pub mod sketch;
 
-use std::collections::{HashMap, hash_map::Entry};
-
 use roce_observer_common::{
     FlowKey,
-    latency::{LatencyHist, PendingKey, PendingValue},
-    observe::Stored,
+    latency::{LatencyHist, PendingSet},
 };
 
 use super::{
     EngineConfig,
     alerts::Alerts,
     analysis::{Analysis, View},
-    flows::{FastHash, HistGrowth},
+    flows::HistGrowth,
 };
 use crate::report::{LatencySnapshot, RttSummary, Snapshot};
 use sketch::Sketch;
 
-/// Timestamped requests waiting for their answer, bounded like the kernel's map (past `max`,
-/// new timestamps are counted in `pending_full`).
+/// Timestamped requests waiting for their answer: the same set-associative table as the
+/// kernel's `STAMPS` array (`latency::PendingSet`, whose logic `observe` runs on both sides), so
+/// that a capture keeps, pushes out and matches the same requests as a live run.
 #[derive(Debug)]
 pub struct Pending {
-    map: HashMap<PendingKey, PendingValue, FastHash>,
-    max: usize,
+    sets: Vec<PendingSet>,
 }
 
 impl Pending {
-    pub fn new(max: usize) -> Pending {
+    /// A table of `sets` sets (a power of two; the kernel's `PENDING_SETS` but in tests).
+    pub fn new(sets: u32) -> Pending {
+        assert!(sets.is_power_of_two(), "pending sets: {sets}");
         Pending {
-            map: HashMap::default(),
-            max,
+            sets: vec![PendingSet::zeroed(); sets as usize],
         }
     }
 
-    /// Insert unless present: a retransmitted request keeps its first timestamp.
-    pub fn insert_if_absent(&mut self, key: &PendingKey, value: &PendingValue) -> Stored {
-        // One lookup: the entry API when there is room (it reserves room only for a key it
-        // then inserts), a plain one when there is none.
-        if self.map.len() >= self.max {
-            return if self.map.contains_key(key) {
-                Stored::Present
-            } else {
-                Stored::Full
-            };
-        }
-        match self.map.entry(*key) {
-            Entry::Occupied(_) => Stored::Present,
-            Entry::Vacant(e) => {
-                e.insert(*value);
-                Stored::Added
-            }
-        }
+    pub fn sets(&self) -> u32 {
+        self.sets.len() as u32
     }
 
-    pub fn take(&mut self, key: &PendingKey) -> Option<PendingValue> {
-        self.map.remove(key)
+    pub fn set(&mut self, index: u32) -> Option<&mut PendingSet> {
+        self.sets.get_mut(index as usize)
     }
 
-    /// Requests still waiting for their answer.
+    /// Requests still waiting for their answer (a walk of the table, done once a report).
     pub fn waiting(&self) -> usize {
-        self.map.len()
+        self.sets.iter().map(PendingSet::waiting).sum()
     }
 }
 
@@ -78,10 +60,10 @@ pub struct Latency {
 }
 
 impl Latency {
-    /// At most `max_pending` requests wait for their answer.
-    pub fn new(max_pending: usize) -> Latency {
+    /// Requests wait for their answer in a table of `pending_sets` sets.
+    pub fn new(pending_sets: u32) -> Latency {
         Latency {
-            pending: Pending::new(max_pending),
+            pending: Pending::new(pending_sets),
             overall: Sketch::new(),
         }
     }
