@@ -462,4 +462,121 @@ mod tests {
         assert_eq!(grown.iter().map(|&n| u64::from(n)).sum::<u64>(), 2);
         assert_eq!(h.growth(&earlier)[hist_bucket(7_000)], 0);
     }
+
+    fn key(requester: u8, psn: u32) -> PendingKey {
+        let mut k = PendingKey::zeroed();
+        k.requester = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, requester];
+        k.responder = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 200];
+        k.ifindex = 3;
+        k.psn = psn;
+        k
+    }
+
+    fn value(ts_ns: u64) -> PendingValue {
+        PendingValue {
+            ts_ns,
+            dst_qp: 0x12,
+            direction: 1,
+            _pad: [0; 3],
+        }
+    }
+
+    #[test]
+    fn the_request_and_its_answer_find_the_same_set_and_the_psn_spreads_them() {
+        let flow = crate::FlowKey {
+            src_ip: key(1, 0).requester,
+            dst_ip: key(1, 0).responder,
+            ifindex: 3,
+            ..crate::FlowKey::zeroed()
+        };
+        // The answer's flow goes the other way; observe fills its key with the roles swapped.
+        let back = crate::FlowKey {
+            src_ip: flow.dst_ip,
+            dst_ip: flow.src_ip,
+            ..flow
+        };
+        let (mut request, mut answer) = (PendingKey::zeroed(), PendingKey::zeroed());
+        request.fill(&flow, flow.src_ip, flow.dst_ip, 77);
+        answer.fill(&back, back.dst_ip, back.src_ip, 77);
+        assert_eq!(request, key(1, 77));
+        let fp = request.fingerprint();
+        assert_ne!(fp, 0);
+        assert_eq!(fp, answer.fingerprint());
+        // The PSN is not in the fingerprint, everything else is.
+        assert_eq!(fp, key(1, 78).fingerprint());
+        let mut other = key(1, 77);
+        other.mirror_id = 1;
+        assert_ne!(fp, other.fingerprint());
+        other = key(1, 77);
+        other.encap = 1;
+        assert_ne!(fp, other.fingerprint());
+        // Pinned: the kernel and the engine compute it with the same code; a change of hash
+        // is deliberate.
+        assert_eq!(pending_set_index(fp, 77, PENDING_SETS), 13302);
+        // One flow's PSNs spread over the sets: 4,096 consecutive ones fill nearly as many
+        // sets as random picks would (4,096 of 32,768: about 3,850).
+        let mut used = [false; PENDING_SETS as usize];
+        for psn in 0..4096 {
+            used[pending_set_index(fp, psn, PENDING_SETS) as usize] = true;
+        }
+        let used = used.iter().filter(|&&u| u).count();
+        assert!(used > 3_700, "{used}");
+        assert_eq!(pending_set_index(fp, 77, 1), 0);
+    }
+
+    #[test]
+    fn a_request_keeps_its_first_timestamp_and_is_taken_once() {
+        let mut set = PendingSet::zeroed();
+        let fp = key(1, 5).fingerprint();
+        assert_eq!(set.insert(fp, 5, &value(100)), Stored::Added);
+        assert_eq!(set.insert(fp, 5, &value(200)), Stored::Present);
+        assert_eq!(set.waiting(), 1);
+        assert_eq!(set.take(fp, 6), None);
+        assert_eq!(set.take(fp, 5), Some(value(100)));
+        assert_eq!(set.take(fp, 5), None);
+        assert_eq!(set.waiting(), 0);
+    }
+
+    #[test]
+    fn keys_with_the_same_psn_do_not_match_each_other() {
+        let mut set = PendingSet::zeroed();
+        let (a, b) = (key(1, 9).fingerprint(), key(2, 9).fingerprint());
+        assert_ne!(a, b);
+        assert_eq!(set.insert(a, 9, &value(100)), Stored::Added);
+        assert_eq!(set.take(b, 9), None);
+        assert_eq!(set.insert(b, 9, &value(150)), Stored::Added);
+        assert_eq!(set.take(b, 9), Some(value(150)));
+        assert_eq!(set.take(a, 9), Some(value(100)));
+        assert_eq!(set.waiting(), 0);
+    }
+
+    #[test]
+    fn a_full_set_pushes_out_its_oldest_request() {
+        let fp = key(1, 0).fingerprint();
+        for (first, second) in [(100, 200), (200, 100)] {
+            let mut set = PendingSet::zeroed();
+            set.insert(fp, 1, &value(first));
+            set.insert(fp, 2, &value(second));
+            let oldest = if first < second { 1 } else { 2 };
+            assert_eq!(set.insert(fp, 3, &value(300)), Stored::Evicted);
+            assert_eq!(set.take(fp, oldest), None, "the oldest went");
+            assert_eq!(set.take(fp, 3 - oldest), Some(value(first.max(second))));
+            assert_eq!(set.take(fp, 3), Some(value(300)));
+        }
+        // An empty way is taken before anything is pushed out, wherever it is.
+        let mut set = PendingSet::zeroed();
+        set.insert(fp, 1, &value(100));
+        set.insert(fp, 2, &value(200));
+        set.take(fp, 1);
+        assert_eq!(set.insert(fp, 3, &value(300)), Stored::Added);
+        assert_eq!(set.waiting(), 2);
+        // A request that waited past PENDING_STALE_NS goes without being counted.
+        let now = 200 + PENDING_STALE_NS;
+        assert_eq!(set.insert(fp, 4, &value(now - 1)), Stored::Evicted);
+        assert_eq!(set.take(fp, 2), None);
+        assert_eq!(set.insert(fp, 5, &value(300 + PENDING_STALE_NS)), Stored::Replaced);
+        assert_eq!(set.take(fp, 3), None);
+        assert_eq!(set.take(fp, 4), Some(value(now - 1)));
+    }
+
 }

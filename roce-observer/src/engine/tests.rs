@@ -540,7 +540,7 @@ fn rate_over_the_reporting_interval() {
 fn tables_are_bounded() {
     let mut e = Engine::new(EngineConfig {
         max_flows: 3,
-        max_pending: 2,
+        pending_sets: 1,
         ..EngineConfig::default()
     });
     for qp in 0..5 {
@@ -557,8 +557,47 @@ fn tables_are_bounded() {
     let s = e.snapshot(T0);
     assert_eq!(s.flows.len(), 3);
     assert_eq!(s.summary.map_full, 2);
+    // Three timestamped requests, one set of two: the third pushed out the first.
     assert_eq!(s.summary.pending_full, 1);
+    assert_eq!(s.latency.pending, 2);
     assert_eq!(s.summary.roce_packets, 5);
+}
+
+/// The table of timestamped requests (roce-observer-common latency.rs, the kernel's too): a
+/// full set pushes out its oldest request, counted in `pending_full` while that request could
+/// still be answered, silently once it waited past `PENDING_STALE_NS`; the pushed-out request's
+/// answer makes no sample, the others' do.
+#[test]
+fn a_full_set_pushes_out_its_oldest_request() {
+    use roce_observer_common::latency::PENDING_STALE_NS;
+    let mut e = Engine::new(EngineConfig {
+        pending_sets: 1,
+        ..EngineConfig::default()
+    });
+    let timed = |psn| Pkt {
+        ack_req: true,
+        ..req(psn)
+    };
+    feed(&mut e, T0, timed(1));
+    feed(&mut e, T0 + US, timed(2));
+    feed(&mut e, T0 + 2 * US, timed(3));
+    // Resent: not timestamped again (Karn's rule), pushes nothing out.
+    feed(&mut e, T0 + 3 * US, timed(3));
+    feed(&mut e, T0 + 10 * US, ack(1));
+    feed(&mut e, T0 + 10 * US, ack(2));
+    let s = e.snapshot(e.last_ts());
+    assert_eq!(s.summary.pending_full, 1);
+    assert_eq!(flow(&s, A, 0x12).rtt_ns.count, 1);
+    assert_eq!(flow(&s, A, 0x12).rtt_ns.max, Some(9_000));
+    // 3 waits on; 4 takes the free slot; 5, long after, pushes out the stale 3 uncounted.
+    feed(&mut e, T0 + 20 * US, timed(4));
+    feed(&mut e, T0 + PENDING_STALE_NS + 2 * US, timed(5));
+    feed(&mut e, T0 + PENDING_STALE_NS + 3 * US, ack(3));
+    feed(&mut e, T0 + PENDING_STALE_NS + 3 * US, ack(4));
+    let s = e.snapshot(e.last_ts());
+    assert_eq!(s.summary.pending_full, 1);
+    assert_eq!(flow(&s, A, 0x12).rtt_ns.count, 2);
+    assert_eq!(s.latency.pending, 1);
 }
 
 /// Issue 12: between two snapshots an unchanged flow keeps its view (the same shared record,
