@@ -355,6 +355,78 @@ fn latency_samples_and_their_alert_threshold_reach_the_kernel_histograms() {
     }
 }
 
+/// The table of timestamped requests on the kernel path (roce-observer-common latency.rs, the
+/// `STAMPS` array): a request and its ACK through the XDP program make one sample; three
+/// requests whose key and PSN fall in one set of two push out the oldest, counted in
+/// `pending_full`, whose ACK then makes no sample while the other two's do.
+#[test]
+#[ignore = "kernel test: needs root (BPF, network namespaces)"]
+fn a_request_and_its_answer_make_a_sample_and_a_full_set_counts_its_eviction() {
+    use roce_observer_common::{
+        Counter,
+        frames::RoceFrame,
+        headers::ipv4_mapped,
+        latency::{PENDING_SETS, PendingKey, pending_set_index},
+    };
+    require_root();
+    let request = |qp, psn| {
+        RoceFrame {
+            ack_req: true,
+            ..RoceFrame::new(0x04, qp, psn)
+        }
+        .build()
+    };
+    let answer = |psn| {
+        let f = RoceFrame::new(0x11, 0x99, psn);
+        RoceFrame {
+            src_ip: f.dst_ip,
+            dst_ip: f.src_ip,
+            ..f
+        }
+        .build()
+    };
+    // The key the programs build for a request of RoceFrame's 192.0.2.1 -> 192.0.2.2 at the
+    // test run's interface; the PSNs of three requests that share its set.
+    let mut key = PendingKey::zeroed();
+    key.requester = ipv4_mapped([192, 0, 2, 1]);
+    key.responder = ipv4_mapped([192, 0, 2, 2]);
+    key.ifindex = TEST_RUN_IFINDEX;
+    let fp = key.fingerprint();
+    let set = pending_set_index(fp, 1000, PENDING_SETS);
+    let same_set: Vec<u32> = (1000..)
+        .filter(|&psn| pending_set_index(fp, psn, PENDING_SETS) == set)
+        .take(3)
+        .collect();
+    assert_ne!(pending_set_index(fp, 10, PENDING_SETS), set);
+
+    let mut src = KernelSource::load(&KernelOptions::default()).expect("BPF programs load");
+    let run = |frame: Vec<u8>| assert_eq!(src.test_run_xdp(&frame).expect("run"), XDP_PASS);
+    run(request(0x10, 10));
+    run(answer(10));
+    // Three flows (the key holds no QP), one set: the third request pushes out the first.
+    for (i, &psn) in same_set.iter().enumerate() {
+        run(request(0x20 + i as u32, psn));
+    }
+    for &psn in &same_set {
+        run(answer(psn));
+    }
+    let counters = src.read_counters().expect("counters")[0];
+    assert_eq!(counters[Counter::PendingFull as usize], 1);
+    let mut engine = Engine::new(EngineConfig::default());
+    refresh(&mut src, &mut engine).expect("maps read");
+    let doc = serde_json::to_value(engine.snapshot(0)).expect("snapshot serializes");
+    assert_eq!(doc["latency"]["overall"]["count"], 3, "{}", doc["latency"]);
+    let sampled: Vec<u64> = doc["flows"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .filter(|f| f["rtt_ns"]["count"].as_u64() > Some(0))
+        .filter_map(|f| f["dst_qp"].as_u64())
+        .collect();
+    assert_eq!(sampled.len(), 3, "{sampled:?}");
+    assert!(!sampled.contains(&0x20), "the pushed-out request: {sampled:?}");
+}
+
 /// The benchmark's floors (roce-observer-ebpf/src/floor.rs), which `cargo xtask bench` states
 /// the observer's cost against: the XDP and TC hash floors count every RoCE frame in its flow
 /// (source IP, destination IP, UDP source port, destination QP) and nothing else. A floor that
