@@ -22,7 +22,8 @@ pub enum Counter {
     MapFull = 8,
     /// An event could not be reserved in the ring buffer (counters stay exact; the event is lost).
     RingbufFull = 9,
-    /// A latency timestamp could not be stored.
+    /// A timestamped request was pushed out of the table of waiting requests before its answer
+    /// (latency.rs, `PendingSet::insert`; one that waited 1 s or more is not counted).
     PendingFull = 10,
     /// A packet that needed the PSN scoreboard could not be handed to the kernel's scoreboard
     /// program (observe.rs, `Tables::SCOREBOARD`): counted in its class, in no flow.

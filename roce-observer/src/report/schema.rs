@@ -556,6 +556,8 @@ pub struct Summary {
     /// Kernel error counters by `Counter::name()`.
     pub map_full: u64,
     pub ringbuf_full: u64,
+    /// Timestamped requests pushed out of the table of waiting requests before their answer
+    /// (docs/metrics.md, "Latency").
     pub pending_full: u64,
     /// Packets the kernel could not hand to its scoreboard program (never expected: a loader
     /// fault), counted in their class and in no flow.

@@ -680,7 +680,7 @@ fn register_summary(reg: &mut Registry, snap: &Snapshot, exported: usize, health
     );
     reg.register(
         "roce_observer_pending_full",
-        "Requests not timestamped because the pending table was full",
+        "Timestamped requests pushed out of the pending table before their answer",
         one(m.pending_full),
     );
     reg.register(
