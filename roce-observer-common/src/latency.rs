@@ -465,8 +465,12 @@ mod tests {
 
     fn key(requester: u8, psn: u32) -> PendingKey {
         let mut k = PendingKey::zeroed();
-        k.requester = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, requester];
-        k.responder = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 200];
+        k.requester = [
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, requester,
+        ];
+        k.responder = [
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 200,
+        ];
         k.ifindex = 3;
         k.psn = psn;
         k
@@ -574,9 +578,11 @@ mod tests {
         let now = 200 + PENDING_STALE_NS;
         assert_eq!(set.insert(fp, 4, &value(now - 1)), Stored::Evicted);
         assert_eq!(set.take(fp, 2), None);
-        assert_eq!(set.insert(fp, 5, &value(300 + PENDING_STALE_NS)), Stored::Replaced);
+        assert_eq!(
+            set.insert(fp, 5, &value(300 + PENDING_STALE_NS)),
+            Stored::Replaced
+        );
         assert_eq!(set.take(fp, 3), None);
         assert_eq!(set.take(fp, 4), Some(value(now - 1)));
     }
-
 }

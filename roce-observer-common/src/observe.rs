@@ -523,7 +523,9 @@ fn on_roce<F: Flows, T: Tables>(flows: &mut F, t: &mut T, s: &mut Scratch) {
         pending.fill(key, key.dst_ip, key.src_ip, pkt.psn);
         let fingerprint = pending.fingerprint();
         let index = pending_set_index(fingerprint, pkt.psn, t.pending_sets());
-        let Some(request) = t.pending_set(index).and_then(|set| set.take(fingerprint, pkt.psn))
+        let Some(request) = t
+            .pending_set(index)
+            .and_then(|set| set.take(fingerprint, pkt.psn))
         else {
             return;
         };

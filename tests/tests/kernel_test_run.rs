@@ -424,7 +424,10 @@ fn a_request_and_its_answer_make_a_sample_and_a_full_set_counts_its_eviction() {
         .filter_map(|f| f["dst_qp"].as_u64())
         .collect();
     assert_eq!(sampled.len(), 3, "{sampled:?}");
-    assert!(!sampled.contains(&0x20), "the pushed-out request: {sampled:?}");
+    assert!(
+        !sampled.contains(&0x20),
+        "the pushed-out request: {sampled:?}"
+    );
 }
 
 /// The benchmark's floors (roce-observer-ebpf/src/floor.rs), which `cargo xtask bench` states
