@@ -30,11 +30,22 @@ pub struct Pending {
 
 impl Pending {
     /// A table of `sets` sets (a power of two; the kernel's `PENDING_SETS` but in tests).
+    /// Zeroed by the allocator: its 2 MiB take memory only as sets are written (the live path
+    /// writes none), where filling it with empty sets would make all of it resident at once.
     pub fn new(sets: u32) -> Pending {
         assert!(sets.is_power_of_two(), "pending sets: {sets}");
-        Pending {
-            sets: vec![PendingSet::zeroed(); sets as usize],
-        }
+        let n = sets as usize;
+        let layout = std::alloc::Layout::array::<PendingSet>(n).expect("pending table size");
+        // SAFETY: an all-zero PendingSet is a valid one (integers only: every slot empty); the
+        // memory comes from the global allocator with the layout a Vec of `n` sets frees.
+        let sets = unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout).cast::<PendingSet>();
+            if ptr.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Vec::from_raw_parts(ptr, n, n)
+        };
+        Pending { sets }
     }
 
     pub fn sets(&self) -> u32 {
