@@ -158,7 +158,11 @@ fn floor_parts_cost(src: &mut KernelSource, f: &[u8], repeat: u32) -> anyhow::Re
     for ((name, _), ns) in parts.iter().zip(best) {
         println!("{name:<34} {ns:>8.1} {:>+8.1}", ns - best[0]);
     }
-    println!("{:<34} {observer:>8.1} {:>+8.1}", "observer", observer - best[0]);
+    println!(
+        "{:<34} {observer:>8.1} {:>+8.1}",
+        "observer",
+        observer - best[0]
+    );
     Ok(())
 }
 
