@@ -17,6 +17,7 @@ pub mod atomic;
 pub mod changes;
 pub mod counters;
 pub mod event;
+pub mod floor;
 pub mod flow;
 pub mod frame_kind;
 /// Test frames (feature `frames`; user space only, needs `alloc`).

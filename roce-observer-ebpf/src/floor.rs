@@ -14,15 +14,29 @@
 //!   one atomic add of the packet: one memory touch per packet, the floor of any per-flow
 //!   state.
 //!
+//! The hash floor on XDP can add one of the observer's per-packet parts at a time
+//! (`FLOOR_PARTS`, roce-observer-common/src/floor.rs: the precise clock, a value the size of the
+//! flow record, the observer's parser), so that the benchmark shows what each costs by itself.
+//!
 //! Their maps have one entry in the object; the benchmark sizes them (`KernelOptions::
 //! floor_entries`), so the observer itself never allocates them.
 
 use aya_ebpf::{
+    helpers::bpf_ktime_get_ns,
     macros::map,
-    maps::{Array, HashMap},
+    maps::{Array, HashMap, PerCpuArray},
     programs::{TcContext, XdpContext},
 };
-use roce_observer_common::atomic::add;
+use roce_observer_common::{
+    FlowStats,
+    atomic::add,
+    floor::{CLOCK, PARSER, RECORD},
+    headers::VXLAN_PORT,
+    mirror::{MirrorPoint, Ports},
+    parse::{Frame, parse_mirrored},
+};
+
+use crate::view::XdpView;
 
 /// 44-byte plain flow key, as 32-bit words.
 type Key = [u32; 11];
@@ -40,6 +54,38 @@ pub static FLOOR_ARRAY: Array<u64> = Array::with_max_entries(1, 0);
 /// Slots of FLOOR_ARRAY (a power of two); set by the loader.
 #[unsafe(no_mangle)]
 static FLOOR_SLOTS: u32 = 1;
+
+/// The observer's parts the XDP hash floor adds (roce-observer-common/src/floor.rs); set by the
+/// loader. Frozen .rodata: the verifier drops the parts not asked for.
+#[unsafe(no_mangle)]
+static FLOOR_PARTS: u8 = 0;
+
+/// 64-bit words of a value the size of the observer's flow record.
+const RECORD_WORDS: usize = core::mem::size_of::<FlowStats>() / 8;
+const _: () = assert!(RECORD_WORDS * 8 == core::mem::size_of::<FlowStats>());
+
+/// The `RECORD` part: packets and bytes of one `HashKey` in the first two words of a value the
+/// size of the flow record (the rest stays zero).
+#[map]
+pub static FLOOR_RECORD: HashMap<HashKey, [u64; RECORD_WORDS]> = HashMap::with_max_entries(1, 0);
+
+/// One all-zero record, never written: the source of new FLOOR_RECORD entries (a value on the
+/// 512-byte stack would not fit).
+#[map]
+static FLOOR_ZERO: PerCpuArray<[u64; RECORD_WORDS]> = PerCpuArray::with_max_entries(1, 0);
+
+/// The `CLOCK` part's reading, kept per CPU; the `PARSER` part's mirror session (the parser's
+/// scratch memory, as the observer's is).
+#[map]
+static FLOOR_CLOCK: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+#[map]
+static FLOOR_POINT: PerCpuArray<MirrorPoint> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn parts() -> u8 {
+    // SAFETY: an initialised static, read volatile so the loader's value is seen.
+    unsafe { core::ptr::read_volatile(&FLOOR_PARTS) }
+}
 
 const ETH: usize = 14;
 const IP: usize = 20;
@@ -111,11 +157,66 @@ fn hash_key(start: usize, end: usize) -> Option<HashKey> {
     }
 }
 
-/// The `hash` floor on XDP.
+/// The `hash` floor on XDP, with the parts `FLOOR_PARTS` asks for.
 #[inline(always)]
 pub fn hash(ctx: &XdpContext) {
     let (start, end) = (ctx.data(), ctx.data_end());
-    count_hash(hash_key(start, end), (end - start) as u64);
+    let parts = parts();
+    let key = if parts & PARSER != 0 {
+        parsed_key(ctx)
+    } else {
+        hash_key(start, end)
+    };
+    if parts & CLOCK != 0
+        && key.is_some()
+        && let Some(last) = FLOOR_CLOCK.get_ptr_mut(0)
+    {
+        // SAFETY: this CPU's value of a per-CPU array; the helper takes no arguments.
+        unsafe { *last = bpf_ktime_get_ns() };
+    }
+    if parts & RECORD != 0 {
+        count_record(key, (end - start) as u64);
+    } else {
+        count_hash(key, (end - start) as u64);
+    }
+}
+
+/// The key of a plain IPv4 RoCEv2 frame found by the observer's parser, in the form
+/// `hash_key` gives it (the addresses' last word as on the wire, the port and QP as numbers).
+#[inline(always)]
+fn parsed_key(ctx: &XdpContext) -> Option<HashKey> {
+    let point = FLOOR_POINT.get_ptr_mut(0)?;
+    let ports = Ports {
+        roce: ROCE_PORT,
+        vxlan: VXLAN_PORT,
+    };
+    // SAFETY: this CPU's value of a per-CPU array, used only during this run.
+    let frame = parse_mirrored(&XdpView::multi_buffer(ctx), ports, unsafe { &mut *point });
+    let Frame::Roce {
+        src_ip,
+        dst_ip,
+        pkt,
+    } = frame
+    else {
+        return None;
+    };
+    let word = |a: [u8; 16]| u32::from_ne_bytes([a[12], a[13], a[14], a[15]]);
+    Some([
+        word(src_ip),
+        word(dst_ip),
+        u32::from(pkt.udp_sport),
+        pkt.dst_qp,
+    ])
+}
+
+/// `count_in` on FLOOR_RECORD: the same lookup and adds, on a value of the flow record's
+/// size.
+#[inline(always)]
+fn count_record(key: Option<HashKey>, len: u64) {
+    if let Some(zero) = FLOOR_ZERO.get_ptr(0) {
+        // SAFETY: `zero` points at a live per-CPU array value of the right type, never written.
+        count_in(&FLOOR_RECORD, unsafe { &*zero }, key, len);
+    }
 }
 
 /// The same on TC egress (direct packet access to the skb's linear part, which holds the
@@ -129,14 +230,26 @@ pub fn hash_tc(ctx: &TcContext) {
 /// packet.
 #[inline(always)]
 fn count_hash(key: Option<HashKey>, len: u64) {
+    count_in(&FLOOR_HASH, &[0, 0], key, len);
+}
+
+/// The packet and its bytes added to the first two words of `key`'s value in `map`, made from
+/// `zero` when absent.
+#[inline(always)]
+fn count_in<const N: usize>(
+    map: &'static HashMap<HashKey, [u64; N]>,
+    zero: &[u64; N],
+    key: Option<HashKey>,
+    len: u64,
+) {
     let Some(key) = key else {
         return;
     };
-    let counts = match FLOOR_HASH.get_ptr_mut(&key) {
+    let counts = match map.get_ptr_mut(&key) {
         Some(c) => c,
         None => {
-            let _ = FLOOR_HASH.insert(&key, &[0, 0], 1 /* BPF_NOEXIST */);
-            match FLOOR_HASH.get_ptr_mut(&key) {
+            let _ = map.insert(&key, zero, 1 /* BPF_NOEXIST */);
+            match map.get_ptr_mut(&key) {
                 Some(c) => c,
                 None => return,
             }

@@ -459,4 +459,24 @@ fn the_bench_floors_count_each_roce_frame_in_its_flow() {
     }
     let (hashed, _) = src.floor_counts().expect("floor maps read");
     assert_eq!(hashed, 2 * (3 + 2));
+    drop(src);
+    // The XDP hash floor with each of the observer's parts (the bench's rows beside the
+    // floor), and with all of them: the same count, in the record-sized table with RECORD.
+    use roce_observer_common::floor::{CLOCK, PARSER, RECORD};
+    for parts in [CLOCK, RECORD, PARSER, CLOCK | RECORD | PARSER] {
+        let mut src = KernelSource::load(&KernelOptions {
+            floor_entries: 64,
+            floor_parts: parts,
+            ..KernelOptions::default()
+        })
+        .expect("BPF programs load (run as root)");
+        src.bench(BenchProgram::FloorHash, &roce(0x11), 3)
+            .expect("test run");
+        src.bench(BenchProgram::FloorHash, &roce(0x12), 2)
+            .expect("test run");
+        src.bench(BenchProgram::FloorHash, &other_port, 4)
+            .expect("test run");
+        let (hashed, _) = src.floor_counts().expect("floor maps read");
+        assert_eq!(hashed, 3 + 2, "parts {parts:#x}");
+    }
 }

@@ -24,7 +24,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use roce_observer::source::kernel::{BenchProgram, KernelOptions, KernelSource};
-use roce_observer_common::{EventKind, observe::Stage};
+use roce_observer_common::{EventKind, floor, observe::Stage};
 
 use crate::{sh, sprayed_frames, steady_frames, write_pcap};
 
@@ -95,6 +95,13 @@ type Kinds = [usize; EventKind::ALL.len()];
 
 /// Entries of the floor programs' maps: the hash floor's 65,536 (floor.rs).
 const FLOOR_ENTRIES: u32 = 65_536;
+
+/// The hash floor's rows with one of the observer's parts added (roce_observer_common::floor).
+const FLOOR_PARTS: [(&str, u8); 3] = [
+    ("  floor + precise clock read", floor::CLOCK),
+    ("  floor, value of the flow record's size", floor::RECORD),
+    ("  floor, key from the observer's parser", floor::PARSER),
+];
 
 /// Replay `pcap` out of `iface` at top speed while draining the ring buffer every 10 ms, as the
 /// observer's reader would (more often than its report tick); returns the replay's duration and
@@ -238,17 +245,20 @@ fn staged(
     Ok(out)
 }
 
-/// The passes of a floor program attached to `iface` (no events: 0 drained). Fails unless the
+/// The passes of a floor program attached to `iface`, with the observer's `parts` added
+/// (roce_observer_common::floor; XDP hash floor only) (no events: 0 drained). Fails unless the
 /// floor counted RoCE packets of the passes (a floor that skipped frames would time nothing);
 /// the do-nothing programs count nothing and are not checked.
 fn floor_passes(
     program: BenchProgram,
+    parts: u8,
     pcaps: Pcaps,
     ns: &Netns,
     iface: &str,
 ) -> anyhow::Result<[(f64, u64, usize); PASSES]> {
     let mut src = KernelSource::load(&KernelOptions {
         floor_entries: FLOOR_ENTRIES,
+        floor_parts: parts,
         ..KernelOptions::default()
     })?;
     let id = src.attach_baseline(program, iface)?;
@@ -281,8 +291,8 @@ fn tc_passes(
     ns: &Netns,
     qps: u32,
 ) -> anyhow::Result<[[(f64, u64, usize); PASSES]; 3]> {
-    let base = floor_passes(BenchProgram::TcBaseline, pcaps, ns, &ns.a)?;
-    let floor = floor_passes(BenchProgram::TcFloorHash, pcaps, ns, &ns.a)?;
+    let base = floor_passes(BenchProgram::TcBaseline, 0, pcaps, ns, &ns.a)?;
+    let floor = floor_passes(BenchProgram::TcFloorHash, 0, pcaps, ns, &ns.a)?;
     let mut src = KernelSource::load(&KernelOptions {
         max_flows: (4 * qps).max(16384),
         ..KernelOptions::default()
@@ -651,7 +661,18 @@ fn run_in_namespace(pcaps: Pcaps, qps: u32) -> anyhow::Result<()> {
     // The floors: what any exact per-flow count costs on the same replay (floor.rs).
     let mut floors = Vec::new();
     for program in [BenchProgram::FloorHash, BenchProgram::FloorArray] {
-        floors.push(floor_passes(program, pcaps, &ns, &ns.b)?);
+        floors.push(floor_passes(program, 0, pcaps, &ns, &ns.b)?);
+    }
+    // The hash floor with one of the observer's parts each: what that part costs by itself.
+    let mut with_part = Vec::new();
+    for (_, part) in FLOOR_PARTS {
+        with_part.push(floor_passes(
+            BenchProgram::FloorHash,
+            part,
+            pcaps,
+            &ns,
+            &ns.b,
+        )?);
     }
 
     // The same frames, parsed but not RoCE to this observer (another RoCE port): what reading
@@ -729,14 +750,23 @@ fn run_in_namespace(pcaps: Pcaps, qps: u32) -> anyhow::Result<()> {
     for (row, pass) in observer.iter_mut().zip(&passes) {
         *row = (pass.ns, pass.runs, pass.events.iter().sum());
     }
-    for (name, row) in [
+    let mut rows = vec![
         ("floor: hash map 64k (sip,dip,sport,qp) pk+B", floors[0]),
         ("floor: array-slot count (fixed offsets)", floors[1]),
+    ];
+    rows.extend(
+        FLOOR_PARTS
+            .iter()
+            .map(|(name, _)| *name)
+            .zip(with_part.iter().copied()),
+    );
+    rows.extend([
         ("parse only (frames on another UDP port)", parse),
         ("+ flow lookup (stage: lookup)", lookup),
         ("+ accounting, bursts (stage: account)", accounted),
         ("observer (+ latency matching and samples)", observer),
-    ] {
+    ]);
+    for (name, row) in rows {
         let mut line = format!("{name:<44}");
         for (ns_pkt, runs, events) in row {
             line += &format!(
@@ -787,6 +817,14 @@ fn run_in_namespace(pcaps: Pcaps, qps: u32) -> anyhow::Result<()> {
         "observer XDP / hash floor ({qps} QPs): {} (target <= 1.3x)",
         vs.join(", ")
     );
+    for ((name, _), row) in FLOOR_PARTS.iter().zip(&with_part) {
+        let vs: Vec<String> = PASS_NAMES
+            .iter()
+            .zip(row.iter().zip(floor))
+            .map(|(pass, (with, floor))| format!("{pass} {:.2}x", with.0 / floor.0.max(1.0)))
+            .collect();
+        println!("{} / hash floor: {}", name.trim_start(), vs.join(", "));
+    }
     let rates: Vec<String> = PASS_NAMES
         .iter()
         .zip(&passes)

@@ -94,6 +94,9 @@ pub struct KernelOptions {
     /// Benchmarks only: entries of the floor programs' maps (a power of two; 0 = one entry,
     /// the product never runs them). See roce-observer-ebpf/src/floor.rs.
     pub floor_entries: u32,
+    /// Benchmarks only: the observer's parts the XDP hash floor adds
+    /// (roce_observer_common::floor; 0 = the floor itself).
+    pub floor_parts: u8,
     /// Turn the kernel's BPF run-time statistics on while the programs are loaded (`run
     /// --bpf-stats`; off: they are reported only if the sysctl has them on).
     pub bpf_stats: bool,
@@ -124,6 +127,7 @@ impl Default for KernelOptions {
             kernel_log: false,
             runs: true,
             floor_entries: 0,
+            floor_parts: 0,
             bpf_stats: false,
             lossless: true,
             lossless_dscp: 26,
@@ -266,6 +270,12 @@ impl KernelSource {
         let link_kbps = (opts.link_gbps * 1e6).round() as u64;
         let cpus = possible_cpus();
         let change_cap = roce_observer_common::changes::capacity(opts.max_flows);
+        // The record-sized floor table only when a benchmark times it (64k entries of 848 bytes).
+        let floor_record_entries = if opts.floor_parts & roce_observer_common::floor::RECORD != 0 {
+            opts.floor_entries.max(1)
+        } else {
+            1
+        };
         let change_lists = cpus.saturating_mul(roce_observer_common::changes::CHANGE_SLOTS);
         let mut ebpf = EbpfLoader::new()
             .override_global("ROCE_PORT", &opts.roce_port, true)
@@ -298,6 +308,8 @@ impl KernelSource {
             .override_global("FLOOR_SLOTS", &opts.floor_entries.max(1), true)
             .map_max_entries("FLOOR_HASH", opts.floor_entries.max(1))
             .map_max_entries("FLOOR_ARRAY", opts.floor_entries.max(1))
+            .override_global("FLOOR_PARTS", &opts.floor_parts, true)
+            .map_max_entries("FLOOR_RECORD", floor_record_entries)
             .load(EBPF_OBJECT)
             .map_err(load_error)?;
         // Only the variant that fits is loaded: the other one may use what this kernel lacks.

@@ -121,6 +121,51 @@ fn kernel_log_cost(cases: &[(&str, Vec<u8>)], repeat: u32) -> anyhow::Result<()>
     Ok(())
 }
 
+/// The hash floor and the floor with each of the observer's parts (roce-observer-ebpf/src/
+/// floor.rs), one hot flow: the same frame through each, interleaved, the best of three
+/// rounds; the observer's XDP program on the same frame for reference.
+fn floor_parts_cost(src: &mut KernelSource, f: &[u8], repeat: u32) -> anyhow::Result<()> {
+    use roce_observer_common::floor::{CLOCK, PARSER, RECORD};
+    let parts = [
+        ("hash floor", 0),
+        ("+ precise clock read", CLOCK),
+        ("value of the flow record's size", RECORD),
+        ("key from the observer's parser", PARSER),
+    ];
+    let mut floors = Vec::new();
+    for (_, parts) in parts {
+        floors.push(KernelSource::load(&KernelOptions {
+            floor_entries: 64,
+            floor_parts: parts,
+            ..KernelOptions::default()
+        })?);
+    }
+    let mut best = [f64::MAX; 4];
+    let mut observer = f64::MAX;
+    for _ in 0..3 {
+        for (floor, best) in floors.iter_mut().zip(&mut best) {
+            let ns = floor.bench(BenchProgram::FloorHash, f, repeat)?.as_nanos() as f64;
+            *best = best.min(ns);
+        }
+        let ns = src.bench(BenchProgram::Xdp, f, repeat)?.as_nanos() as f64;
+        observer = observer.min(ns);
+    }
+    println!(
+        "\nthe hash floor and its parts, one hot flow, UD SEND_ONLY 64 B (test-run, best of 3 \
+         interleaved rounds; the veth tables below time them with cold flows)"
+    );
+    println!("{:<34} {:>8} {:>8}", "case", "ns", "+ns");
+    for ((name, _), ns) in parts.iter().zip(best) {
+        println!("{name:<34} {ns:>8.1} {:>+8.1}", ns - best[0]);
+    }
+    println!(
+        "{:<34} {observer:>8.1} {:>+8.1}",
+        "observer",
+        observer - best[0]
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let repeat: u32 = std::env::args()
         .nth(1)
@@ -205,6 +250,7 @@ fn main() -> anyhow::Result<()> {
     );
     drop((lookup, accounted));
     mirror_cost(&mut src, repeat)?;
+    floor_parts_cost(&mut src, &cases[1].1, repeat)?;
     kernel_log_cost(&cases[..3], repeat)?;
     let counters = src.read_counters()?;
     println!(

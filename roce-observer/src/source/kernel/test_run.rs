@@ -188,7 +188,8 @@ impl KernelSource {
     }
 
     /// Packets the floor programs counted (the sum over their maps' values), to check that a
-    /// floor saw every packet it was timed on.
+    /// floor saw every packet it was timed on: (hash floor, with or without its parts; array
+    /// floor).
     pub fn floor_counts(&self) -> Result<(u64, u64), KernelError> {
         let map = |name: &'static str| {
             self.ebpf
@@ -207,7 +208,26 @@ impl KernelSource {
                 map: "FLOOR_ARRAY",
                 source,
             })?;
-        let hashed = hash.iter().filter_map(Result::ok).map(|(_, v)| v[0]).sum();
+        // The hash floor with the `floor::RECORD` part counts in the first word of a
+        // record-sized value.
+        const RECORD_WORDS: usize = std::mem::size_of::<roce_observer_common::FlowStats>() / 8;
+        let record: aya::maps::HashMap<_, [u32; 4], [u64; RECORD_WORDS]> =
+            aya::maps::HashMap::try_from(map("FLOOR_RECORD")?).map_err(|source| {
+                KernelError::Map {
+                    map: "FLOOR_RECORD",
+                    source,
+                }
+            })?;
+        let hashed = hash
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(_, v)| v[0])
+            .sum::<u64>()
+            + record
+                .iter()
+                .filter_map(Result::ok)
+                .map(|(_, v)| v[0])
+                .sum::<u64>();
         let slotted = array.iter().filter_map(Result::ok).sum();
         Ok((hashed, slotted))
     }
