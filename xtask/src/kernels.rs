@@ -92,10 +92,11 @@ pub fn run(opts: &KernelsOpts) -> Result<()> {
         .map(|(_, pkg)| *pkg)
         .collect();
     if !missing.is_empty() {
-        bail!(
-            "missing on this machine: apt-get install {}",
-            missing.join(" ")
-        );
+        // A fresh machine has none of them: install them as setup installs the test tools
+        // (root and apt-get, else an error that names the packages).
+        println!("kernels: installing {}", missing.join(" "));
+        crate::setup::apt_install(&missing)
+            .context("the kernel matrix's host tools (qemu, busybox, kmod)")?;
     }
     let runs = runs(fixtures(&root, opts.full)?);
     let t0 = Instant::now();

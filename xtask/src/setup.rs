@@ -41,7 +41,7 @@ fn toolchain_dir() -> PathBuf {
     home.join(".local/share/roce-observer/debian-rust")
 }
 
-fn apt_install(pkgs: &[&str]) -> anyhow::Result<()> {
+pub fn apt_install(pkgs: &[&str]) -> anyhow::Result<()> {
     let missing: Vec<&str> = pkgs
         .iter()
         .copied()
