@@ -561,6 +561,74 @@ fn tables_are_bounded() {
     assert_eq!(s.summary.roce_packets, 5);
 }
 
+const SEC: u64 = 1_000_000_000;
+
+/// A flow of 192.0.2.1 -> 192.0.2.2 to `qp` on ifindex 3, as the kernel's map keys it.
+fn kernel_key(qp: u32) -> roce_observer_common::FlowKey {
+    let mut k = roce_observer_common::FlowKey::zeroed();
+    k.src_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 1]);
+    k.dst_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 2]);
+    k.dst_qp = qp;
+    k.ifindex = 3;
+    k
+}
+
+/// A flow record of `packets` SEND_ONLY requests of 100 bytes, the last at `last`.
+fn kernel_stats(packets: u64, last: u64) -> roce_observer_common::FlowStats {
+    let mut s = roce_observer_common::FlowStats::zeroed();
+    s.init(T0);
+    s.transport = 0;
+    s.opcodes[4] = packets;
+    s.bytes = packets * 100;
+    s.last_ns = last;
+    s
+}
+
+/// The ECMP section is given again while no flow's load changed, and computed anew once one
+/// did: then it equals the section of an engine that read only the final counters.
+#[test]
+fn ecmp_section_is_reused_until_a_load_changes() {
+    let (a, b) = (kernel_key(0x11), kernel_key(0x22));
+    let mut e = Engine::new(EngineConfig::default());
+    e.set_iface_name(3, "veth0");
+    e.update_flow(&a, &kernel_stats(10, T0 + SEC));
+    e.update_flow(&b, &kernel_stats(20, T0 + SEC));
+    e.snapshot(T0 + SEC);
+    e.begin_interval(T0 + SEC);
+    let quiet = e.snapshot(T0 + 2 * SEC);
+    e.begin_interval(T0 + 2 * SEC);
+    assert_eq!(e.snapshot(T0 + 3 * SEC).ecmp, quiet.ecmp);
+    assert_eq!(quiet.ecmp.measured.paths[0].bytes, 3000);
+
+    e.update_flow(&b, &kernel_stats(25, T0 + 4 * SEC));
+    let moved = e.snapshot(T0 + 4 * SEC);
+    assert_eq!(moved.ecmp.measured.paths[0].bytes, 3500);
+    let mut fresh = Engine::new(EngineConfig::default());
+    fresh.set_iface_name(3, "veth0");
+    fresh.update_flow(&a, &kernel_stats(10, T0 + SEC));
+    fresh.update_flow(&b, &kernel_stats(25, T0 + 4 * SEC));
+    assert_eq!(
+        serde_json::to_string(&moved.ecmp).expect("serializes"),
+        serde_json::to_string(&fresh.snapshot(T0 + 4 * SEC).ecmp).expect("serializes")
+    );
+    let again = e.snapshot(T0 + 5 * SEC);
+    assert_eq!(again.ecmp, moved.ecmp);
+
+    // The kernel evicted b and counts it afresh: fewer bytes than the engine last read. The
+    // section follows the new counters, as for an engine that read only them.
+    e.update_flow(&b, &kernel_stats(3, T0 + 6 * SEC));
+    let evicted = e.snapshot(T0 + 6 * SEC);
+    assert_eq!(evicted.ecmp.measured.paths[0].bytes, 1300);
+    let mut fresh = Engine::new(EngineConfig::default());
+    fresh.set_iface_name(3, "veth0");
+    fresh.update_flow(&a, &kernel_stats(10, T0 + SEC));
+    fresh.update_flow(&b, &kernel_stats(3, T0 + 6 * SEC));
+    assert_eq!(
+        serde_json::to_string(&evicted.ecmp).expect("serializes"),
+        serde_json::to_string(&fresh.snapshot(T0 + 6 * SEC).ecmp).expect("serializes")
+    );
+}
+
 /// Issue 12: between two snapshots an unchanged flow keeps its view (the same shared record,
 /// identical content), a flow whose counters or latency samples changed is rebuilt, and the
 /// incremental snapshot equals one built from scratch.
@@ -568,25 +636,7 @@ fn tables_are_bounded() {
 fn unchanged_flows_keep_their_view_and_changed_ones_are_rebuilt() {
     use std::sync::Arc;
 
-    use roce_observer_common::{FlowKey, FlowStats};
-    const SEC: u64 = 1_000_000_000;
-    let key = |qp: u32| {
-        let mut k = FlowKey::zeroed();
-        k.src_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 1]);
-        k.dst_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 2]);
-        k.dst_qp = qp;
-        k.ifindex = 3;
-        k
-    };
-    let stats = |packets: u64, last: u64| {
-        let mut s = FlowStats::zeroed();
-        s.init(T0);
-        s.transport = 0;
-        s.opcodes[4] = packets;
-        s.bytes = packets * 100;
-        s.last_ns = last;
-        s
-    };
+    let (key, stats) = (kernel_key, kernel_stats);
     let (a, b) = (key(0x11), key(0x22));
     let mut e = Engine::new(EngineConfig::default());
     e.set_iface_name(3, "veth0");
