@@ -629,6 +629,55 @@ fn ecmp_section_is_reused_until_a_load_changes() {
     );
 }
 
+/// An interval begins by rebasing only the flows read since the last one began: a flow not
+/// read for two intervals has a rate of zero, and its rate once read again is what it sent
+/// since its last read (not since the start).
+#[test]
+fn interval_rates_after_flows_not_read_for_intervals() {
+    let (a, b) = (kernel_key(0x11), kernel_key(0x22));
+    let mut e = Engine::new(EngineConfig::default());
+    e.set_iface_name(3, "veth0");
+    e.update_flow(&a, &kernel_stats(10, T0 + SEC));
+    e.update_flow(&b, &kernel_stats(20, T0 + SEC));
+    e.snapshot(T0 + SEC);
+    let rate = |s: &Snapshot, qp: u32| {
+        s.flows
+            .iter()
+            .find(|f| f.dst_qp == qp)
+            .expect("flow present")
+            .rate_bps
+    };
+    for i in 1..4 {
+        e.begin_interval(T0 + i * SEC);
+        // b moves every interval; a not at all.
+        e.update_flow(&b, &kernel_stats(20 + i, T0 + (i + 1) * SEC));
+        let s = e.snapshot(T0 + (i + 1) * SEC);
+        assert_eq!(
+            (rate(&s, 0x11), rate(&s, 0x22)),
+            (0.0, 800.0),
+            "interval {i}"
+        );
+    }
+    e.begin_interval(T0 + 4 * SEC);
+    e.update_flow(&a, &kernel_stats(15, T0 + 5 * SEC));
+    let s = e.snapshot(T0 + 5 * SEC);
+    assert_eq!((rate(&s, 0x11), rate(&s, 0x22)), (4000.0, 0.0));
+
+    // Read more often than there are flows within one interval: every flow is rebased.
+    e.begin_interval(T0 + 5 * SEC);
+    for p in 16..26 {
+        e.update_flow(&a, &kernel_stats(p, T0 + 6 * SEC));
+    }
+    assert_eq!(rate(&e.snapshot(T0 + 6 * SEC), 0x11), 8000.0);
+    e.begin_interval(T0 + 6 * SEC);
+    e.update_flow(&b, &kernel_stats(30, T0 + 7 * SEC));
+    let s = e.snapshot(T0 + 7 * SEC);
+    assert_eq!((rate(&s, 0x11), rate(&s, 0x22)), (0.0, 5600.0));
+    e.begin_interval(T0 + 7 * SEC);
+    e.update_flow(&a, &kernel_stats(27, T0 + 8 * SEC));
+    assert_eq!(rate(&e.snapshot(T0 + 8 * SEC), 0x11), 1600.0);
+}
+
 /// Issue 12: between two snapshots an unchanged flow keeps its view (the same shared record,
 /// identical content), a flow whose counters or latency samples changed is rebuilt, and the
 /// incremental snapshot equals one built from scratch.
