@@ -554,6 +554,9 @@ pub fn user_space(flows: u32) -> anyhow::Result<()> {
         let mut tui = None;
         let mut rss1 = 0;
         for (name, changed, with_tui) in cases {
+            if std::env::var_os("ROCE_BENCH_PROFILE").is_some() && (changed == flows || with_tui) {
+                continue;
+            }
             if with_tui && tui.is_none() {
                 rss1 = rss_bytes();
                 tui = Some(Tui::new()?);

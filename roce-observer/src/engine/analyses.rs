@@ -39,7 +39,7 @@ impl Analyses {
         Analyses {
             pfc: PfcAnalysis::default(),
             mirrors: Mirrors::default(),
-            ecmp: Ecmp,
+            ecmp: Ecmp::default(),
             latency: Latency::new(cfg.pending_sets),
             alerts: AlertsAnalysis,
             lossless: LosslessAnalysis::default(),

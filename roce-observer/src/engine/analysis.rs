@@ -71,6 +71,8 @@ pub struct View<'a> {
     pub storms: &'a Storms,
     /// What each flow with packets puts on the ECMP paths, in report order (the flow pass).
     pub loads: &'a [FlowLoad],
+    /// Some flow's load differs from the last report's (or the flow pass redid every flow).
+    pub loads_changed: bool,
     /// Flows with latency samples.
     pub with_samples: u64,
     /// The alerts raised so far, by any analysis or the engine (the alerts' section).

@@ -69,8 +69,9 @@ impl Engine {
         direction: Direction,
     ) {
         // Frames change flows through the shared observation code, not flow by flow: the
-        // next snapshot looks at every flow.
+        // next snapshot looks at every flow, and the next interval rebases every flow.
         self.shown.valid = false;
+        self.unbased = None;
         self.seen(ts_ns);
         let mut events = std::mem::take(&mut self.event_buf);
         let mut tables = CaptureTables {

@@ -45,9 +45,24 @@ impl Engine {
             }
         };
         self.dirty.push(*key);
+        self.note_unbased(key);
         self.alerts.classes(key, added, ts, &self.cfg);
         for a in self.analyses.each() {
             a.flow_read(key, stats);
+        }
+    }
+
+    /// Note that `key`'s bytes may have moved since the interval began (see `unbased`).
+    fn note_unbased(&mut self, key: &FlowKey) {
+        let bound = self.flows.len();
+        if let Some(moved) = self.unbased.as_mut() {
+            if moved.len() < bound {
+                moved.push(*key);
+            } else {
+                // Noted more often than there are flows (no interval begins): a full pass
+                // costs no more, and the list stays bounded.
+                self.unbased = None;
+            }
         }
     }
 

@@ -514,7 +514,7 @@ impl PathsAnalysis {
                 row(path, up.point, down.point, c, false);
             }
         }
-        for (path, f) in self.loss.from_events.flows() {
+        for (path, f) in self.loss.from_events.flows_at_several_points() {
             for a in 0..f.points.len() {
                 for b in (0..f.points.len()).filter(|&b| b != a) {
                     if let Some(c) = f.pair(a, b) {

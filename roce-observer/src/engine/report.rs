@@ -46,6 +46,8 @@ struct FlowPass {
     /// Flows with a count a table alert is judged on (the alerts' functions filter further).
     troubled: Vec<FlowKey>,
     ecmp: Vec<FlowLoad>,
+    /// Some flow's load differs from the last pass's (every one does in a full pass).
+    loads_changed: bool,
     with_samples: u64,
 }
 
@@ -151,6 +153,7 @@ impl Engine {
             flows: &self.flows,
             storms: &storms,
             loads: &pass.ecmp,
+            loads_changed: pass.loads_changed,
             with_samples: pass.with_samples,
             alerts: &self.alerts,
             troubled: &pass.troubled,
@@ -263,6 +266,7 @@ impl Engine {
             interval_ns,
             interval_s,
             points: HashMap::default(),
+            loads_changed: full,
         };
         // In snapshot order, so that rebuilt views lie in memory in the order every renderer
         // reads them (a pass over scattered views was a cache miss per flow).
@@ -310,6 +314,7 @@ impl Engine {
                 .copied()
                 .collect(),
             ecmp: shown.loads.iter().flatten().cloned().collect(),
+            loads_changed: redo.loads_changed,
             with_samples: shown.sampled.iter().filter(|s| **s).count() as u64,
         }
     }
@@ -330,6 +335,8 @@ struct Redo<'a> {
     interval_s: f64,
     /// One "iface/direction" string per observation point, shared by its flows.
     points: HashMap<(u32, u8), Arc<str>, FastHash>,
+    /// A flow's load changed (or every flow is redone).
+    loads_changed: bool,
 }
 
 impl Redo<'_> {
@@ -346,8 +353,9 @@ impl Redo<'_> {
             return;
         }
         // One "iface/direction" string per observation point, shared by its flows.
-        let point = match shown.loads[slot].take() {
-            Some(l) => l.point,
+        let before = shown.loads[slot].take();
+        let point = match &before {
+            Some(l) => Arc::clone(&l.point),
             None => self
                 .points
                 .entry((k.ifindex, k.direction))
@@ -361,7 +369,9 @@ impl Redo<'_> {
                 })
                 .clone(),
         };
-        shown.loads[slot] = Some(FlowLoad::new(k, s, point, self.roce_port));
+        let load = FlowLoad::new(k, s, point, self.roce_port);
+        self.loads_changed |= before.as_ref() != Some(&load);
+        shown.loads[slot] = Some(load);
         let rate = if self.interval_ns > 0 {
             s.bytes.saturating_sub(e.base_bytes) as f64 * 8.0 / self.interval_s
         } else {

@@ -600,6 +600,123 @@ fn a_full_set_pushes_out_its_oldest_request() {
     assert_eq!(s.latency.pending, 1);
 }
 
+const SEC: u64 = 1_000_000_000;
+
+/// A flow of 192.0.2.1 -> 192.0.2.2 to `qp` on ifindex 3, as the kernel's map keys it.
+fn kernel_key(qp: u32) -> roce_observer_common::FlowKey {
+    let mut k = roce_observer_common::FlowKey::zeroed();
+    k.src_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 1]);
+    k.dst_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 2]);
+    k.dst_qp = qp;
+    k.ifindex = 3;
+    k
+}
+
+/// A flow record of `packets` SEND_ONLY requests of 100 bytes, the last at `last`.
+fn kernel_stats(packets: u64, last: u64) -> roce_observer_common::FlowStats {
+    let mut s = roce_observer_common::FlowStats::zeroed();
+    s.init(T0);
+    s.transport = 0;
+    s.opcodes[4] = packets;
+    s.bytes = packets * 100;
+    s.last_ns = last;
+    s
+}
+
+/// The ECMP section is given again while no flow's load changed, and computed anew once one
+/// did: then it equals the section of an engine that read only the final counters.
+#[test]
+fn ecmp_section_is_reused_until_a_load_changes() {
+    let (a, b) = (kernel_key(0x11), kernel_key(0x22));
+    let mut e = Engine::new(EngineConfig::default());
+    e.set_iface_name(3, "veth0");
+    e.update_flow(&a, &kernel_stats(10, T0 + SEC));
+    e.update_flow(&b, &kernel_stats(20, T0 + SEC));
+    e.snapshot(T0 + SEC);
+    e.begin_interval(T0 + SEC);
+    let quiet = e.snapshot(T0 + 2 * SEC);
+    e.begin_interval(T0 + 2 * SEC);
+    assert_eq!(e.snapshot(T0 + 3 * SEC).ecmp, quiet.ecmp);
+    assert_eq!(quiet.ecmp.measured.paths[0].bytes, 3000);
+
+    e.update_flow(&b, &kernel_stats(25, T0 + 4 * SEC));
+    let moved = e.snapshot(T0 + 4 * SEC);
+    assert_eq!(moved.ecmp.measured.paths[0].bytes, 3500);
+    let mut fresh = Engine::new(EngineConfig::default());
+    fresh.set_iface_name(3, "veth0");
+    fresh.update_flow(&a, &kernel_stats(10, T0 + SEC));
+    fresh.update_flow(&b, &kernel_stats(25, T0 + 4 * SEC));
+    assert_eq!(
+        serde_json::to_string(&moved.ecmp).expect("serializes"),
+        serde_json::to_string(&fresh.snapshot(T0 + 4 * SEC).ecmp).expect("serializes")
+    );
+    let again = e.snapshot(T0 + 5 * SEC);
+    assert_eq!(again.ecmp, moved.ecmp);
+
+    // The kernel evicted b and counts it afresh: fewer bytes than the engine last read. The
+    // section follows the new counters, as for an engine that read only them.
+    e.update_flow(&b, &kernel_stats(3, T0 + 6 * SEC));
+    let evicted = e.snapshot(T0 + 6 * SEC);
+    assert_eq!(evicted.ecmp.measured.paths[0].bytes, 1300);
+    let mut fresh = Engine::new(EngineConfig::default());
+    fresh.set_iface_name(3, "veth0");
+    fresh.update_flow(&a, &kernel_stats(10, T0 + SEC));
+    fresh.update_flow(&b, &kernel_stats(3, T0 + 6 * SEC));
+    assert_eq!(
+        serde_json::to_string(&evicted.ecmp).expect("serializes"),
+        serde_json::to_string(&fresh.snapshot(T0 + 6 * SEC).ecmp).expect("serializes")
+    );
+}
+
+/// An interval begins by rebasing only the flows read since the last one began: a flow not
+/// read for two intervals has a rate of zero, and its rate once read again is what it sent
+/// since its last read (not since the start).
+#[test]
+fn interval_rates_after_flows_not_read_for_intervals() {
+    let (a, b) = (kernel_key(0x11), kernel_key(0x22));
+    let mut e = Engine::new(EngineConfig::default());
+    e.set_iface_name(3, "veth0");
+    e.update_flow(&a, &kernel_stats(10, T0 + SEC));
+    e.update_flow(&b, &kernel_stats(20, T0 + SEC));
+    e.snapshot(T0 + SEC);
+    let rate = |s: &Snapshot, qp: u32| {
+        s.flows
+            .iter()
+            .find(|f| f.dst_qp == qp)
+            .expect("flow present")
+            .rate_bps
+    };
+    for i in 1..4 {
+        e.begin_interval(T0 + i * SEC);
+        // b moves every interval; a not at all.
+        e.update_flow(&b, &kernel_stats(20 + i, T0 + (i + 1) * SEC));
+        let s = e.snapshot(T0 + (i + 1) * SEC);
+        assert_eq!(
+            (rate(&s, 0x11), rate(&s, 0x22)),
+            (0.0, 800.0),
+            "interval {i}"
+        );
+    }
+    e.begin_interval(T0 + 4 * SEC);
+    e.update_flow(&a, &kernel_stats(15, T0 + 5 * SEC));
+    let s = e.snapshot(T0 + 5 * SEC);
+    assert_eq!((rate(&s, 0x11), rate(&s, 0x22)), (4000.0, 0.0));
+
+    // Read more often than there are flows within one interval: every flow is rebased.
+    e.begin_interval(T0 + 5 * SEC);
+    for p in 16..26 {
+        e.update_flow(&a, &kernel_stats(p, T0 + 6 * SEC));
+    }
+    assert_eq!(rate(&e.snapshot(T0 + 6 * SEC), 0x11), 8000.0);
+    e.begin_interval(T0 + 6 * SEC);
+    e.update_flow(&b, &kernel_stats(30, T0 + 7 * SEC));
+    let s = e.snapshot(T0 + 7 * SEC);
+    assert_eq!((rate(&s, 0x11), rate(&s, 0x22)), (0.0, 5600.0));
+    e.begin_interval(T0 + 7 * SEC);
+    e.update_flow(&a, &kernel_stats(27, T0 + 8 * SEC));
+    assert_eq!(rate(&e.snapshot(T0 + 8 * SEC), 0x11), 1600.0);
+}
+
 /// Issue 12: between two snapshots an unchanged flow keeps its view (the same shared record,
 /// identical content), a flow whose counters or latency samples changed is rebuilt, and the
 /// incremental snapshot equals one built from scratch.
@@ -607,25 +724,7 @@ fn a_full_set_pushes_out_its_oldest_request() {
 fn unchanged_flows_keep_their_view_and_changed_ones_are_rebuilt() {
     use std::sync::Arc;
 
-    use roce_observer_common::{FlowKey, FlowStats};
-    const SEC: u64 = 1_000_000_000;
-    let key = |qp: u32| {
-        let mut k = FlowKey::zeroed();
-        k.src_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 1]);
-        k.dst_ip[10..].copy_from_slice(&[0xff, 0xff, 192, 0, 2, 2]);
-        k.dst_qp = qp;
-        k.ifindex = 3;
-        k
-    };
-    let stats = |packets: u64, last: u64| {
-        let mut s = FlowStats::zeroed();
-        s.init(T0);
-        s.transport = 0;
-        s.opcodes[4] = packets;
-        s.bytes = packets * 100;
-        s.last_ns = last;
-        s
-    };
+    let (key, stats) = (kernel_key, kernel_stats);
     let (a, b) = (key(0x11), key(0x22));
     let mut e = Engine::new(EngineConfig::default());
     e.set_iface_name(3, "veth0");

@@ -118,17 +118,88 @@ fn trouble(f: &FlowSnapshot) -> u64 {
     f.psn_gaps + f.retransmits + f.naks.total()
 }
 
-/// The flows that get their own series: top `k` by bytes, then up to `k` more with problems.
-pub fn select_flows(flows: &[Arc<FlowSnapshot>], k: usize) -> Vec<&FlowSnapshot> {
-    use std::cmp::Reverse;
+/// What the families over every flow need, gathered in one read of each flow: at 100,000 flows
+/// each read of a flow is a cache miss, and a pass per family (the selection, the problem
+/// flows, the sums) cost one miss per pass.
+struct FlowSums<'a> {
+    /// The flows that get their own series, in snapshot order.
+    chosen: Vec<&'a FlowSnapshot>,
+    /// Per observation point (interface, direction), in that order.
+    points: BTreeMap<(&'a str, &'a str), Totals>,
+    /// Per host pair (counters only: host pairs have no NAK or latency series).
+    pairs: HashMap<(IpAddr, IpAddr), Totals, FastHash>,
+    naks: [u64; NAK_CLASSES],
+}
+
+impl<'a> FlowSums<'a> {
+    /// The sums of `flows`; the flows with series are the top `k` by bytes, then up to `k` more
+    /// with problems.
+    fn of(flows: &'a [Arc<FlowSnapshot>], k: usize) -> FlowSums<'a> {
+        use std::cmp::Reverse;
+        let mut by_bytes: Vec<(Reverse<u64>, usize)> = Vec::with_capacity(flows.len());
+        let mut troubled: Vec<(Reverse<u64>, usize)> = Vec::new();
+        // A point's latency sum is a float: each point's flows are summed in snapshot order, as
+        // they always were. Runs of one point are common: the last one is tried first.
+        let mut points: Vec<((&str, &str), Totals)> = Vec::new();
+        let mut point_at: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        let mut last_point = 0;
+        let mut pairs: HashMap<(IpAddr, IpAddr), Totals, FastHash> = HashMap::default();
+        // The flows come sorted by address: runs of one host pair are summed before the
+        // lookup (counters only, so the order of the sums does not matter).
+        let mut run: Option<((IpAddr, IpAddr), Totals)> = None;
+        let mut naks = [0u64; NAK_CLASSES];
+        for (i, f) in flows.iter().enumerate() {
+            by_bytes.push((Reverse(f.bytes), i));
+            let t = trouble(f);
+            if t > 0 {
+                troubled.push((Reverse(t), i));
+            }
+            let point = (f.iface.as_str(), f.direction);
+            if points.get(last_point).is_none_or(|(p, _)| *p != point) {
+                last_point = *point_at.entry(point).or_insert_with(|| {
+                    points.push((point, Totals::default()));
+                    points.len() - 1
+                });
+            }
+            points[last_point].1.add(f);
+            let pair = (f.src_ip, f.dst_ip);
+            match run.as_mut() {
+                Some((p, sum)) if *p == pair => sum.add_counters(f),
+                _ => {
+                    if let Some((p, sum)) = run.take() {
+                        pairs.entry(p).or_default().merge_counters(&sum);
+                    }
+                    let mut sum = Totals::default();
+                    sum.add_counters(f);
+                    run = Some((pair, sum));
+                }
+            }
+            for (sum, (_, v)) in naks.iter_mut().zip(f.naks.by_class()) {
+                *sum += v;
+            }
+        }
+        if let Some((p, sum)) = run {
+            pairs.entry(p).or_default().merge_counters(&sum);
+        }
+        FlowSums {
+            chosen: choose(flows, by_bytes, troubled, k),
+            points: points.into_iter().collect(),
+            pairs,
+            naks,
+        }
+    }
+}
+
+/// The flows with series: top `k` by bytes, then up to `k` more of the `troubled` (gaps,
+/// retransmissions, NAKs), most trouble first; in snapshot order.
+fn choose(
+    flows: &[Arc<FlowSnapshot>],
+    mut by_bytes: Vec<(std::cmp::Reverse<u64>, usize)>,
+    mut troubled: Vec<(std::cmp::Reverse<u64>, usize)>,
+    k: usize,
+) -> Vec<&FlowSnapshot> {
     // Only which flows are the top k matters, not their order: a selection, not a sort of
-    // every flow (the order, most bytes then index, is total, so the set is the same). On keys
-    // copied out in one pass: comparing through the flows was a cache miss per comparison.
-    let mut by_bytes: Vec<(Reverse<u64>, usize)> = flows
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (Reverse(f.bytes), i))
-        .collect();
+    // every flow (the order, most bytes then index, is total, so the set is the same).
     if k < by_bytes.len() {
         by_bytes.select_nth_unstable(k);
         by_bytes.truncate(k);
@@ -137,12 +208,7 @@ pub fn select_flows(flows: &[Arc<FlowSnapshot>], k: usize) -> Vec<&FlowSnapshot>
     for &(_, i) in &by_bytes {
         chosen[i] = true;
     }
-    let mut troubled: Vec<(Reverse<u64>, usize)> = flows
-        .iter()
-        .enumerate()
-        .filter(|(i, f)| !chosen[*i] && trouble(f) > 0)
-        .map(|(i, f)| (Reverse(trouble(f)), i))
-        .collect();
+    troubled.retain(|(_, i)| !chosen[*i]);
     troubled.sort_unstable();
     for &(_, i) in troubled.iter().take(k) {
         chosen[i] = true;
@@ -237,6 +303,15 @@ struct Totals {
 
 impl Totals {
     fn add(&mut self, f: &FlowSnapshot) {
+        self.add_counters(f);
+        for (sum, (_, v)) in self.naks.iter_mut().zip(f.naks.by_class()) {
+            *sum += v;
+        }
+        self.latency.add(&f.rtt_ns);
+    }
+
+    /// The flow's counters, without its NAKs by class and latency (host pairs have neither).
+    fn add_counters(&mut self, f: &FlowSnapshot) {
         self.flows += 1;
         self.packets += f.packets;
         self.bytes += f.bytes;
@@ -247,10 +322,20 @@ impl Totals {
         self.reorder_naks += f.reorder_naks;
         self.cnp += f.cnp;
         self.ecn_ce += f.ecn_ce;
-        for (sum, (_, v)) in self.naks.iter_mut().zip(f.naks.by_class()) {
-            *sum += v;
-        }
-        self.latency.add(&f.rtt_ns);
+    }
+
+    /// The counters of `other` (as [`Totals::add_counters`] sums them) added to these.
+    fn merge_counters(&mut self, other: &Totals) {
+        self.flows += other.flows;
+        self.packets += other.packets;
+        self.bytes += other.bytes;
+        self.psn_gaps += other.psn_gaps;
+        self.psn_missing += other.psn_missing;
+        self.retransmits += other.retransmits;
+        self.reordered += other.reordered;
+        self.reorder_naks += other.reorder_naks;
+        self.cnp += other.cnp;
+        self.ecn_ce += other.ecn_ce;
     }
 }
 
@@ -336,7 +421,12 @@ fn register_totals(
 /// The registry for `snap`: every family, bounded as the module says.
 pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry {
     let mut reg = Registry::default();
-    let chosen = select_flows(&snap.flows, top_flows);
+    let FlowSums {
+        chosen,
+        points,
+        pairs,
+        naks: nak_sum,
+    } = FlowSums::of(&snap.flows, top_flows);
     let per_flow: Vec<(Labels, Totals)> = chosen
         .iter()
         .map(|f| {
@@ -360,19 +450,6 @@ pub fn registry(snap: &Snapshot, top_flows: usize, health: &Health) -> Registry 
 
     // Grouped by borrowed names and by address, named once per group below: naming every
     // flow's group cost more than the rest of a render at 100,000 flows.
-    let mut points: BTreeMap<(&str, &str), Totals> = BTreeMap::new();
-    let mut pairs: HashMap<(IpAddr, IpAddr), Totals, FastHash> = HashMap::default();
-    let mut nak_sum = [0u64; NAK_CLASSES];
-    for f in &snap.flows {
-        points
-            .entry((f.iface.as_str(), f.direction))
-            .or_default()
-            .add(f);
-        pairs.entry((f.src_ip, f.dst_ip)).or_default().add(f);
-        for (sum, (_, v)) in nak_sum.iter_mut().zip(f.naks.by_class()) {
-            *sum += v;
-        }
-    }
     let points: Vec<(Labels, Totals)> = points
         .into_iter()
         .map(|((iface, dir), t)| {

@@ -127,7 +127,7 @@ pub fn jain(loads: &[u64]) -> f64 {
 }
 
 /// One flow's contribution to the ECMP views.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FlowLoad {
     pub tuple: FiveTuple,
     /// The flow's destination QP: a QP seen at several observation points counts once.

@@ -139,6 +139,9 @@ impl RangeFlow {
 #[derive(Clone, Debug, Default)]
 pub struct RangePaths {
     flows: HashMap<Path, RangeFlow, FastHash>,
+    /// The flows seen at two or more points, the only ones with pairs to judge: the report
+    /// walks these rather than every flow followed (up to [`MAX_PATHS`], every tick).
+    several: Vec<Path>,
     /// Flows not followed: [`MAX_PATHS`] were.
     pub untracked_flows: u64,
 }
@@ -164,7 +167,11 @@ impl RangePaths {
             self.flows.insert(path, RangeFlow::default());
         }
         let flow = self.flows.get_mut(&path)?;
+        let before = flow.points.len();
         let i = flow.point_index(point_of(key))?;
+        if before == 1 && flow.points.len() == 2 {
+            self.several.push(path);
+        }
         Some((flow, i))
     }
 
@@ -235,8 +242,11 @@ impl RangePaths {
         p.resends.push((start, end.max(start + 1)));
     }
 
-    pub fn flows(&self) -> impl Iterator<Item = (&Path, &RangeFlow)> {
-        self.flows.iter()
+    /// The flows seen at two or more points (a flow seen at one has no pair).
+    pub fn flows_at_several_points(&self) -> impl Iterator<Item = (&Path, &RangeFlow)> {
+        self.several
+            .iter()
+            .filter_map(|p| Some((p, self.flows.get(p)?)))
     }
 }
 
