@@ -277,7 +277,7 @@ pub fn run(opts: &BenchOpts) -> anyhow::Result<()> {
                 pps(&tcpdump)
             );
             println!(
-                "  analyze / tcpdump = {:>6.2}x  (target >= 0.3x)",
+                "  analyze / tcpdump = {:>6.2}x  (target >= 1.0x)",
                 tcpdump.seconds / analyze.seconds
             );
         } else {
