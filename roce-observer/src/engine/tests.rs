@@ -623,6 +623,23 @@ fn kernel_stats(packets: u64, last: u64) -> roce_observer_common::FlowStats {
     s
 }
 
+/// The ECMP section (as JSON) of a new engine that read only `flows`, snapshot at the last
+/// flow's last packet.
+fn fresh_ecmp(
+    flows: &[(
+        roce_observer_common::FlowKey,
+        roce_observer_common::FlowStats,
+    )],
+) -> String {
+    let mut fresh = Engine::new(EngineConfig::default());
+    fresh.set_iface_name(3, "veth0");
+    for (key, stats) in flows {
+        fresh.update_flow(key, stats);
+    }
+    let at = flows.iter().map(|(_, s)| s.last_ns).max().unwrap_or(T0);
+    serde_json::to_string(&fresh.snapshot(at).ecmp).expect("serializes")
+}
+
 /// The ECMP section is given again while no flow's load changed, and computed anew once one
 /// did: then it equals the section of an engine that read only the final counters.
 #[test]
@@ -642,13 +659,12 @@ fn ecmp_section_is_reused_until_a_load_changes() {
     e.update_flow(&b, &kernel_stats(25, T0 + 4 * SEC));
     let moved = e.snapshot(T0 + 4 * SEC);
     assert_eq!(moved.ecmp.measured.paths[0].bytes, 3500);
-    let mut fresh = Engine::new(EngineConfig::default());
-    fresh.set_iface_name(3, "veth0");
-    fresh.update_flow(&a, &kernel_stats(10, T0 + SEC));
-    fresh.update_flow(&b, &kernel_stats(25, T0 + 4 * SEC));
     assert_eq!(
         serde_json::to_string(&moved.ecmp).expect("serializes"),
-        serde_json::to_string(&fresh.snapshot(T0 + 4 * SEC).ecmp).expect("serializes")
+        fresh_ecmp(&[
+            (a, kernel_stats(10, T0 + SEC)),
+            (b, kernel_stats(25, T0 + 4 * SEC))
+        ])
     );
     let again = e.snapshot(T0 + 5 * SEC);
     assert_eq!(again.ecmp, moved.ecmp);
@@ -658,13 +674,12 @@ fn ecmp_section_is_reused_until_a_load_changes() {
     e.update_flow(&b, &kernel_stats(3, T0 + 6 * SEC));
     let evicted = e.snapshot(T0 + 6 * SEC);
     assert_eq!(evicted.ecmp.measured.paths[0].bytes, 1300);
-    let mut fresh = Engine::new(EngineConfig::default());
-    fresh.set_iface_name(3, "veth0");
-    fresh.update_flow(&a, &kernel_stats(10, T0 + SEC));
-    fresh.update_flow(&b, &kernel_stats(3, T0 + 6 * SEC));
     assert_eq!(
         serde_json::to_string(&evicted.ecmp).expect("serializes"),
-        serde_json::to_string(&fresh.snapshot(T0 + 6 * SEC).ecmp).expect("serializes")
+        fresh_ecmp(&[
+            (a, kernel_stats(10, T0 + SEC)),
+            (b, kernel_stats(3, T0 + 6 * SEC))
+        ])
     );
 }
 
