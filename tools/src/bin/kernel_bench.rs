@@ -125,22 +125,18 @@ fn kernel_log_cost(cases: &[(&str, Vec<u8>)], repeat: u32) -> anyhow::Result<()>
 /// floor.rs), one hot flow: the same frame through each, interleaved, the best of three
 /// rounds; the observer's XDP program on the same frame for reference.
 fn floor_parts_cost(src: &mut KernelSource, f: &[u8], repeat: u32) -> anyhow::Result<()> {
-    use roce_observer_common::floor::{CLOCK, PARSER, RECORD};
-    let parts = [
-        ("hash floor", 0),
-        ("+ precise clock read", CLOCK),
-        ("value of the flow record's size", RECORD),
-        ("key from the observer's parser", PARSER),
-    ];
+    let parts: Vec<(&str, u8)> = std::iter::once(("hash floor", 0))
+        .chain(roce_observer_tools::veth::FLOOR_PARTS)
+        .collect();
     let mut floors = Vec::new();
-    for (_, parts) in parts {
+    for &(_, parts) in &parts {
         floors.push(KernelSource::load(&KernelOptions {
             floor_entries: 64,
             floor_parts: parts,
             ..KernelOptions::default()
         })?);
     }
-    let mut best = [f64::MAX; 4];
+    let mut best = vec![f64::MAX; parts.len()];
     let mut observer = f64::MAX;
     for _ in 0..3 {
         for (floor, best) in floors.iter_mut().zip(&mut best) {
@@ -154,12 +150,12 @@ fn floor_parts_cost(src: &mut KernelSource, f: &[u8], repeat: u32) -> anyhow::Re
         "\nthe hash floor and its parts, one hot flow, UD SEND_ONLY 64 B (test-run, best of 3 \
          interleaved rounds; the veth tables below time them with cold flows)"
     );
-    println!("{:<34} {:>8} {:>8}", "case", "ns", "+ns");
-    for ((name, _), ns) in parts.iter().zip(best) {
-        println!("{name:<34} {ns:>8.1} {:>+8.1}", ns - best[0]);
+    println!("{:<40} {:>8} {:>8}", "case", "ns", "+ns");
+    for ((name, _), ns) in parts.iter().zip(&best) {
+        println!("{name:<40} {ns:>8.1} {:>+8.1}", ns - best[0]);
     }
     println!(
-        "{:<34} {observer:>8.1} {:>+8.1}",
+        "{:<40} {observer:>8.1} {:>+8.1}",
         "observer",
         observer - best[0]
     );

@@ -196,38 +196,29 @@ impl KernelSource {
                 .map(name)
                 .ok_or_else(|| KernelError::Load(format!("no map {name}").into()))
         };
-        let hash: aya::maps::HashMap<_, [u32; 4], [u64; 2]> =
-            aya::maps::HashMap::try_from(map("FLOOR_HASH")?).map_err(|source| {
-                KernelError::Map {
-                    map: "FLOOR_HASH",
-                    source,
-                }
-            })?;
+        /// Packets counted in the first word of the values of the hash floor's map `name`.
+        fn packets<const N: usize>(
+            map: &aya::maps::Map,
+            name: &'static str,
+        ) -> Result<u64, KernelError> {
+            let counts: aya::maps::HashMap<_, [u32; 4], [u64; N]> =
+                aya::maps::HashMap::try_from(map)
+                    .map_err(|source| KernelError::Map { map: name, source })?;
+            Ok(counts
+                .iter()
+                .filter_map(Result::ok)
+                .map(|(_, v)| v[0])
+                .sum())
+        }
+        // The hash floor with the `floor::RECORD` part counts in a record-sized value.
+        const RECORD_WORDS: usize = std::mem::size_of::<roce_observer_common::FlowStats>() / 8;
+        let hashed = packets::<2>(map("FLOOR_HASH")?, "FLOOR_HASH")?
+            + packets::<RECORD_WORDS>(map("FLOOR_RECORD")?, "FLOOR_RECORD")?;
         let array: aya::maps::Array<_, u64> = aya::maps::Array::try_from(map("FLOOR_ARRAY")?)
             .map_err(|source| KernelError::Map {
                 map: "FLOOR_ARRAY",
                 source,
             })?;
-        // The hash floor with the `floor::RECORD` part counts in the first word of a
-        // record-sized value.
-        const RECORD_WORDS: usize = std::mem::size_of::<roce_observer_common::FlowStats>() / 8;
-        let record: aya::maps::HashMap<_, [u32; 4], [u64; RECORD_WORDS]> =
-            aya::maps::HashMap::try_from(map("FLOOR_RECORD")?).map_err(|source| {
-                KernelError::Map {
-                    map: "FLOOR_RECORD",
-                    source,
-                }
-            })?;
-        let hashed = hash
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(_, v)| v[0])
-            .sum::<u64>()
-            + record
-                .iter()
-                .filter_map(Result::ok)
-                .map(|(_, v)| v[0])
-                .sum::<u64>();
         let slotted = array.iter().filter_map(Result::ok).sum();
         Ok((hashed, slotted))
     }
