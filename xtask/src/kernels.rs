@@ -92,10 +92,17 @@ pub fn run(opts: &KernelsOpts) -> Result<()> {
         .map(|(_, pkg)| *pkg)
         .collect();
     if !missing.is_empty() {
-        // A fresh machine has none of them: install them as setup installs the test tools
-        // (root and apt-get, else an error that names the packages).
+        // A fresh machine has none of them: installed as the Soft-RoCE harness installs its
+        // own (the same qemu), never letting apt remove packages silently.
+        if !crate::util::is_root() {
+            bail!(
+                "missing on this machine: {}; run as root to have them installed, or apt-get \
+                 install them yourself",
+                missing.join(" ")
+            );
+        }
         println!("kernels: installing {}", missing.join(" "));
-        crate::setup::apt_install(&missing)
+        crate::softroce::host::install_packages(&missing, "kernels")
             .context("the kernel matrix's host tools (qemu, busybox, kmod)")?;
     }
     let runs = runs(fixtures(&root, opts.full)?);

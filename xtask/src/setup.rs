@@ -41,7 +41,7 @@ fn toolchain_dir() -> PathBuf {
     home.join(".local/share/roce-observer/debian-rust")
 }
 
-pub fn apt_install(pkgs: &[&str]) -> anyhow::Result<()> {
+fn apt_install(pkgs: &[&str]) -> anyhow::Result<()> {
     let missing: Vec<&str> = pkgs
         .iter()
         .copied()

@@ -28,7 +28,7 @@
 
 mod check;
 mod checks;
-mod host;
+pub(crate) mod host;
 pub(crate) mod image;
 mod observer;
 mod outputs;

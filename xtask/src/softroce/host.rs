@@ -62,41 +62,7 @@ pub(super) fn ensure_host(install: bool) -> Result<Host> {
         if let Some(c) = apt_candidate("linux-image-amd64").filter(|c| !c.starts_with("6.1.")) {
             println!("softroce: warning: linux-image-amd64 candidate is {c}, not a 6.1 kernel");
         }
-        let install = |extra: &[String], flags: &[&str]| -> Result<bool> {
-            Ok(Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(flags)
-                .args(&missing)
-                .args(extra)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .status()?
-                .success())
-        };
-        // Never let apt remove packages silently. Debian 12's qemu-system-x86 (7.2) conflicts
-        // with a newer qemu-utils (a backport some machines carry): then install the qemu-utils
-        // that matches, so qemu-img stays available.
-        if !install(&[], &["--no-remove"])? {
-            let qemu = apt_candidate("qemu-system-x86");
-            let mut ok = false;
-            if let (Some(q), Some(have)) = (qemu, dpkg_version("qemu-utils")) {
-                println!(
-                    "softroce: qemu-system-x86 {q} needs the matching qemu-utils; replacing qemu-utils {have} by {q}"
-                );
-                ok = install(
-                    &[format!("qemu-utils={q}")],
-                    &["--no-remove", "--allow-downgrades"],
-                )?;
-            }
-            if !ok {
-                println!(
-                    "softroce: WARNING: installing {} needs apt to remove packages; letting it",
-                    missing.join(" ")
-                );
-                if !install(&[], &[])? {
-                    bail!("apt-get install {} failed", missing.join(" "));
-                }
-            }
-        }
+        install_packages(&missing, "softroce")?;
     }
     let kernel_pkg_version = dpkg_version("linux-image-amd64")
         .ok_or_else(|| anyhow!("linux-image-amd64 not installed"))?;
@@ -150,4 +116,45 @@ pub(super) fn ensure_host(install: bool) -> Result<Host> {
         modules,
         versions,
     })
+}
+
+/// Install the Debian packages `missing` (`who` names the caller in messages), never letting
+/// apt remove packages silently. Debian 12's qemu-system-x86 (7.2) conflicts with a newer
+/// qemu-utils (a backport some machines carry): then install the qemu-utils that matches, so
+/// qemu-img stays available.
+pub(crate) fn install_packages(missing: &[&str], who: &str) -> Result<()> {
+    apt_update_once()?;
+    let install = |extra: &[String], flags: &[&str]| -> Result<bool> {
+        Ok(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(flags)
+            .args(missing)
+            .args(extra)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()?
+            .success())
+    };
+    if !install(&[], &["--no-remove"])? {
+        let qemu = apt_candidate("qemu-system-x86");
+        let mut ok = false;
+        if let (Some(q), Some(have)) = (qemu, dpkg_version("qemu-utils")) {
+            println!(
+                "{who}: qemu-system-x86 {q} needs the matching qemu-utils; replacing qemu-utils {have} by {q}"
+            );
+            ok = install(
+                &[format!("qemu-utils={q}")],
+                &["--no-remove", "--allow-downgrades"],
+            )?;
+        }
+        if !ok {
+            println!(
+                "{who}: WARNING: installing {} needs apt to remove packages; letting it",
+                missing.join(" ")
+            );
+            if !install(&[], &[])? {
+                bail!("apt-get install {} failed", missing.join(" "));
+            }
+        }
+    }
+    Ok(())
 }
